@@ -1,0 +1,143 @@
+//! Stable, machine-readable error codes shared by the daemon, the clients and the SDK.
+
+use serde::{Deserialize, Serialize};
+
+/// Every error the public API can return. The serialized (snake_case) name is the stable
+/// `code` clients match on; never rename a variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request body or query is malformed, has unknown fields or out-of-range values.
+    InvalidRequest,
+    /// A path is not absolute, contains NUL, or escapes the sandbox root.
+    InvalidPath,
+    /// No sandbox, process, image or file of that name.
+    NotFound,
+    /// The sandbox is not in a state that allows the call (e.g. stopped).
+    InvalidState,
+    /// The idempotency key or name is already used by a different request.
+    Conflict,
+    /// A node limit (sandbox count, memory) refuses the request.
+    LimitExceeded,
+    /// The node is saturated; retry after `retry_after` seconds.
+    Busy,
+    /// The call did not finish within its timeout.
+    Timeout,
+    /// The requested substrate is not served by this node.
+    UnsupportedSubstrate,
+    /// The sandbox failed to start; the message says why. Nothing was left behind.
+    StartFailed,
+    /// The sandbox's agent went away (sandbox crashed or was killed).
+    SandboxLost,
+    /// A file operation failed inside the sandbox (permission, not a directory, ...).
+    FileError,
+    /// A bug or an unexpected host failure.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status this code maps to.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
+            ErrorCode::NotFound => 404,
+            ErrorCode::InvalidState | ErrorCode::Conflict => 409,
+            ErrorCode::FileError => 422,
+            ErrorCode::LimitExceeded | ErrorCode::Busy => 429,
+            ErrorCode::Timeout => 504,
+            ErrorCode::UnsupportedSubstrate => 501,
+            ErrorCode::StartFailed | ErrorCode::SandboxLost => 502,
+            ErrorCode::Internal => 500,
+        }
+    }
+
+    /// The stable string form (`"not_found"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidPath => "invalid_path",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::UnsupportedSubstrate => "unsupported_substrate",
+            ErrorCode::StartFailed => "start_failed",
+            ErrorCode::SandboxLost => "sandbox_lost",
+            ErrorCode::FileError => "file_error",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// All codes, for documentation and spec tests.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::InvalidPath,
+        ErrorCode::NotFound,
+        ErrorCode::InvalidState,
+        ErrorCode::Conflict,
+        ErrorCode::LimitExceeded,
+        ErrorCode::Busy,
+        ErrorCode::Timeout,
+        ErrorCode::UnsupportedSubstrate,
+        ErrorCode::StartFailed,
+        ErrorCode::SandboxLost,
+        ErrorCode::FileError,
+        ErrorCode::Internal,
+    ];
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An API error: a stable code plus a human message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Seconds to wait before retrying (only with `busy` / `limit_exceeded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into(), retry_after: None }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+/// The JSON body of every error response: `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_as_strings() {
+        for code in ErrorCode::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+            let back: ErrorCode = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, code);
+            assert!((400..600).contains(&code.http_status()));
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Exec requests and results: one-shot commands, streamed commands and background processes.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::error::ApiError;
+use crate::validate;
+
+/// Default cap on each captured output stream (stdout, stderr): 1 MiB.
+pub const DEFAULT_OUTPUT_CAP: u64 = 1 << 20;
+/// Largest cap a request may ask for: 64 MiB per stream.
+pub const MAX_OUTPUT_CAP: u64 = 64 << 20;
+/// Largest stdin carried inline in a request: 16 MiB.
+pub const MAX_INLINE_STDIN: usize = 16 << 20;
+
+/// How output bytes are carried in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputEncoding {
+    /// UTF-8, invalid sequences replaced by U+FFFD.
+    #[default]
+    Utf8,
+    /// Standard base64 of the raw bytes.
+    Base64,
+}
+
+/// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`, `/processes`).
+///
+/// Exactly one of `argv` and `shell` is given. `shell` runs through `/bin/sh -c`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub shell: Option<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Bytes fed to the command's stdin, then closed. Empty when absent.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Seconds; when exceeded the whole process tree is killed. Fractions allowed.
+    #[serde(default)]
+    pub timeout_secs: Option<f64>,
+    /// Cap per output stream in bytes; the rest is counted and dropped (`truncated`).
+    #[serde(default)]
+    pub max_output_bytes: Option<u64>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub encoding: OutputEncoding,
+}
+
+impl ExecRequest {
+    /// A request for `argv`.
+    pub fn argv<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ExecRequest { argv: Some(argv.into_iter().map(Into::into).collect()), ..Default::default() }
+    }
+
+    /// A request for a shell string run by `/bin/sh -c`.
+    pub fn shell(cmd: impl Into<String>) -> Self {
+        ExecRequest { shell: Some(cmd.into()), ..Default::default() }
+    }
+
+    /// The argv to execute.
+    pub fn command(&self) -> Vec<String> {
+        match (&self.argv, &self.shell) {
+            (Some(a), _) => a.clone(),
+            (None, Some(s)) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The output cap in bytes, after defaults.
+    pub fn output_cap(&self) -> u64 {
+        self.max_output_bytes.unwrap_or(DEFAULT_OUTPUT_CAP)
+    }
+
+    pub fn validate(&self) -> Result<(), ApiError> {
+        match (&self.argv, &self.shell) {
+            (Some(_), Some(_)) => return Err(ApiError::invalid("give argv or shell, not both")),
+            (None, None) => return Err(ApiError::invalid("give argv or shell")),
+            (Some(a), None) => {
+                if a.is_empty() || a[0].is_empty() {
+                    return Err(ApiError::invalid("argv must name a program"));
+                }
+                if a.len() > 65536 || a.iter().any(|s| s.contains('\0')) {
+                    return Err(ApiError::invalid("argv has a NUL byte or too many entries"));
+                }
+            }
+            (None, Some(s)) => {
+                if s.contains('\0') {
+                    return Err(ApiError::invalid("shell command has a NUL byte"));
+                }
+            }
+        }
+        if let Some(c) = &self.cwd {
+            validate::sandbox_path(c)?;
+        }
+        for (k, v) in &self.env {
+            validate::env_pair(k, v)?;
+        }
+        if let Some(u) = &self.user {
+            validate::user(u)?;
+        }
+        if let Some(t) = self.timeout_secs {
+            if !t.is_finite() || t <= 0.0 || t > 7.0 * 24.0 * 3600.0 {
+                return Err(ApiError::invalid("timeout_secs must be > 0 and at most 7 days"));
+            }
+        }
+        if let Some(m) = self.max_output_bytes {
+            if m > MAX_OUTPUT_CAP {
+                return Err(ApiError::invalid(format!(
+                    "max_output_bytes must be at most {MAX_OUTPUT_CAP}"
+                )));
+            }
+        }
+        if self.stdin.as_ref().is_some_and(|s| s.len() > MAX_INLINE_STDIN) {
+            return Err(ApiError::invalid("inline stdin is larger than 16 MiB; upload a file"));
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a finished command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ExecResult {
+    /// Exit status when the command exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when the command was killed by a signal.
+    pub signal: Option<i32>,
+    /// True when the timeout fired and the process tree was killed.
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Total bytes the command wrote to each stream, captured or not.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub encoding: OutputEncoding,
+    pub duration_ms: f64,
+}
+
+impl ExecResult {
+    /// `exit_code == Some(0)`.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// One line of a streamed exec (`/exec/stream`, newline-delimited JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecEvent {
+    Stdout { data: String },
+    Stderr { data: String },
+    /// Last event: the result with empty `stdout`/`stderr` (they were streamed).
+    Exit { result: ExecResult },
+    /// Last event when the call failed after streaming began.
+    Error { error: ApiError },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessState {
+    Running,
+    Exited,
+}
+
+/// A background process started with `POST /v1/sandboxes/{id}/processes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// The process id inside the sandbox.
+    pub pid: u32,
+    pub argv: Vec<String>,
+    pub state: ProcessState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_validation() {
+        ExecRequest::argv(["true"]).validate().unwrap();
+        ExecRequest::shell("echo hi").validate().unwrap();
+        assert!(ExecRequest::default().validate().is_err());
+        let mut both = ExecRequest::argv(["true"]);
+        both.shell = Some("x".into());
+        assert!(both.validate().is_err());
+        let mut r = ExecRequest::argv(["true"]);
+        r.timeout_secs = Some(-1.0);
+        assert!(r.validate().is_err());
+        let mut r = ExecRequest::argv(["true"]);
+        r.cwd = Some("/../..".into());
+        assert!(r.validate().is_err());
+        assert!(serde_json::from_str::<ExecRequest>(r#"{"argv":["x"],"nope":1}"#).is_err());
+        assert_eq!(ExecRequest::shell("x").command(), ["/bin/sh", "-c", "x"]);
+    }
+
+    #[test]
+    fn events_are_tagged() {
+        let e = ExecEvent::Stdout { data: "hi".into() };
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"type":"stdout","data":"hi"}"#);
+    }
+}

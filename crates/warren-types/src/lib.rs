@@ -1,0 +1,20 @@
+//! Warren's public vocabulary: sandbox ids, create/exec/file requests and results, and the
+//! stable error codes of the HTTP API.
+//!
+//! This crate owns the *shape* of the API and the validation rules that every edge applies
+//! (HTTP server, CLI, agent). It never does I/O and never depends on another Warren crate.
+
+pub mod error;
+pub mod exec;
+pub mod files;
+pub mod id;
+pub mod sandbox;
+pub mod validate;
+
+pub use error::{ApiError, ErrorBody, ErrorCode};
+pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
+pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
+pub use id::{NodeId, SandboxId};
+pub use sandbox::{
+    CreateSandboxRequest, ImageRef, Limits, NetworkPolicy, SandboxInfo, SandboxState, Substrate,
+};

@@ -1,0 +1,334 @@
+//! Sandbox create requests, limits, states and the sandbox record returned by the API.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::error::ApiError;
+use crate::validate;
+
+/// The isolation substrate. One parameter picks it; every other call is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Substrate {
+    /// Pre-warmed pool for short stateless calls.
+    Function,
+    /// Namespaces + cgroups + overlay on read-only EROFS layers.
+    #[default]
+    Container,
+    /// QEMU microvm with the guest agent.
+    Microvm,
+    /// Full QEMU VM with the guest agent.
+    Vm,
+}
+
+impl Substrate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Substrate::Function => "function",
+            Substrate::Container => "container",
+            Substrate::Microvm => "microvm",
+            Substrate::Vm => "vm",
+        }
+    }
+}
+
+/// An image: a single name (`"default"`, `"debian-py:3"`) or an ordered stack of layer refs,
+/// lowest first (`["debian-py:3", "task-1234:1", "harness:7"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ImageRef {
+    Name(String),
+    Stack(Vec<String>),
+}
+
+impl Default for ImageRef {
+    fn default() -> Self {
+        ImageRef::Name("default".to_string())
+    }
+}
+
+impl ImageRef {
+    /// The refs, lowest layer first.
+    pub fn refs(&self) -> Vec<String> {
+        match self {
+            ImageRef::Name(n) => vec![n.clone()],
+            ImageRef::Stack(v) => v.clone(),
+        }
+    }
+}
+
+/// Network policy. `none` (the default) leaves only loopback inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPolicy {
+    #[default]
+    None,
+}
+
+/// Resource limits of one sandbox. Every field has a node default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// CPU cores (fractional allowed), enforced as a CFS quota.
+    pub cpus: f64,
+    /// Memory limit in MiB (processes + writable layer, which lives in memory).
+    pub memory_mb: u64,
+    /// Size limit of the writable layer in MiB.
+    pub disk_mb: u64,
+    /// Maximum number of processes/threads.
+    pub pids: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { cpus: 1.0, memory_mb: 512, disk_mb: 1024, pids: 512 }
+    }
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    #[serde(default)]
+    pub substrate: Substrate,
+    #[serde(default)]
+    pub image: ImageRef,
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    #[serde(default)]
+    pub disk_mb: Option<u64>,
+    #[serde(default)]
+    pub pids: Option<u64>,
+    /// Environment for every command (merged under each exec's own env).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Default working directory of commands (absolute, inside the sandbox).
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Default user of commands: a name from the image's /etc/passwd or `uid[:gid]`.
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Hard lifetime in seconds; the sandbox is deleted when it expires.
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+    /// Seconds without any call after which the sandbox is stopped.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// A repeated create with the same key returns the first sandbox instead of a new one.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+/// Bounds a node applies to requests; the node's config may lower them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitBounds {
+    pub max_cpus: f64,
+    pub max_memory_mb: u64,
+    pub max_disk_mb: u64,
+    pub max_pids: u64,
+    pub max_ttl_secs: u64,
+}
+
+impl Default for LimitBounds {
+    fn default() -> Self {
+        LimitBounds {
+            max_cpus: 64.0,
+            max_memory_mb: 256 * 1024,
+            max_disk_mb: 1024 * 1024,
+            max_pids: 65536,
+            max_ttl_secs: 30 * 24 * 3600,
+        }
+    }
+}
+
+impl CreateSandboxRequest {
+    /// Checks every field and resolves limits against `defaults` and `bounds`.
+    pub fn validate(&self, defaults: &Limits, bounds: &LimitBounds) -> Result<Limits, ApiError> {
+        let refs = self.image.refs();
+        if refs.is_empty() || refs.len() > 32 {
+            return Err(ApiError::invalid("image must name 1 to 32 layers"));
+        }
+        for r in &refs {
+            validate::image_ref(r)?;
+        }
+        let cpus = self.cpus.unwrap_or(defaults.cpus);
+        if !cpus.is_finite() || cpus < 0.01 || cpus > bounds.max_cpus {
+            return Err(ApiError::invalid(format!(
+                "cpus must be between 0.01 and {}, got {cpus}",
+                bounds.max_cpus
+            )));
+        }
+        let memory_mb = self.memory_mb.unwrap_or(defaults.memory_mb);
+        if !(16..=bounds.max_memory_mb).contains(&memory_mb) {
+            return Err(ApiError::invalid(format!(
+                "memory_mb must be between 16 and {}, got {memory_mb}",
+                bounds.max_memory_mb
+            )));
+        }
+        let disk_mb = self.disk_mb.unwrap_or(defaults.disk_mb);
+        if !(1..=bounds.max_disk_mb).contains(&disk_mb) {
+            return Err(ApiError::invalid(format!(
+                "disk_mb must be between 1 and {}, got {disk_mb}",
+                bounds.max_disk_mb
+            )));
+        }
+        let pids = self.pids.unwrap_or(defaults.pids);
+        if !(8..=bounds.max_pids).contains(&pids) {
+            return Err(ApiError::invalid(format!(
+                "pids must be between 8 and {}, got {pids}",
+                bounds.max_pids
+            )));
+        }
+        for (k, v) in &self.env {
+            validate::env_pair(k, v)?;
+        }
+        if let Some(w) = &self.workdir {
+            validate::sandbox_path(w)?;
+        }
+        if let Some(u) = &self.user {
+            validate::user(u)?;
+        }
+        if let Some(h) = &self.hostname {
+            validate::hostname(h)?;
+        }
+        for t in [self.ttl_secs, self.idle_timeout_secs].into_iter().flatten() {
+            if t == 0 || t > bounds.max_ttl_secs {
+                return Err(ApiError::invalid(format!(
+                    "ttl_secs and idle_timeout_secs must be between 1 and {}",
+                    bounds.max_ttl_secs
+                )));
+            }
+        }
+        if self.labels.len() > 64 {
+            return Err(ApiError::invalid("at most 64 labels"));
+        }
+        for (k, v) in &self.labels {
+            validate::label(k, v)?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            if key.is_empty() || key.len() > 256 {
+                return Err(ApiError::invalid("idempotency_key must be 1-256 bytes"));
+            }
+        }
+        Ok(Limits { cpus, memory_mb, disk_mb, pids })
+    }
+}
+
+/// Lifecycle states. Every transition is recorded by the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Creating,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+}
+
+impl SandboxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Creating => "creating",
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "creating" => SandboxState::Creating,
+            "running" => SandboxState::Running,
+            "paused" => SandboxState::Paused,
+            "stopped" => SandboxState::Stopped,
+            "failed" => SandboxState::Failed,
+            _ => return None,
+        })
+    }
+
+    /// True once the sandbox can never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, SandboxState::Stopped | SandboxState::Failed)
+    }
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub substrate: Substrate,
+    pub state: SandboxState,
+    /// The image refs as requested, lowest first.
+    pub image: Vec<String>,
+    pub limits: Limits,
+    pub labels: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+    pub network: NetworkPolicy,
+    /// Unix time in milliseconds.
+    pub created_at_ms: u64,
+    pub expires_at_ms: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub last_activity_ms: u64,
+    /// Why the sandbox stopped or failed, when it did.
+    pub reason: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(json: &str) -> Result<Limits, String> {
+        let req: CreateSandboxRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        req.validate(&Limits::default(), &LimitBounds::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let l = v("{}").unwrap();
+        assert_eq!(l, Limits::default());
+        let l = v(r#"{"image":["a:1","b"],"cpus":0.5,"memory_mb":64}"#).unwrap();
+        assert_eq!(l.cpus, 0.5);
+        assert_eq!(l.memory_mb, 64);
+    }
+
+    #[test]
+    fn bad_requests_are_refused() {
+        for bad in [
+            r#"{"memory_mb":-1}"#,
+            r#"{"cpus":-2}"#,
+            r#"{"cpus":0}"#,
+            r#"{"memory_mb":1}"#,
+            r#"{"bogus":1}"#,
+            r#"{"image":[]}"#,
+            r#"{"image":"../x"}"#,
+            r#"{"workdir":"relative"}"#,
+            r#"{"env":{"A=B":"c"}}"#,
+            r#"{"ttl_secs":0}"#,
+            r#"{"substrate":"lambda"}"#,
+            r#"{"labels":{"":"x"}}"#,
+        ] {
+            assert!(v(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn substrates_parse() {
+        for s in ["function", "container", "microvm", "vm"] {
+            let req: CreateSandboxRequest =
+                serde_json::from_str(&format!(r#"{{"substrate":"{s}"}}"#)).unwrap();
+            assert_eq!(req.substrate.as_str(), s);
+        }
+    }
+}
