@@ -1,0 +1,185 @@
+//! Protocol messages. All JSON; unknown fields are refused so a mismatched peer fails loudly.
+
+use serde::{Deserialize, Serialize};
+use warren_types::{FileStat, ProcessInfo};
+
+/// A command to run inside the sandbox, as the agent sees it (defaults already merged by the
+/// daemon).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Full environment (the agent adds PATH/HOME/TERM defaults if missing).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Cap per output stream in bytes; more is counted and dropped.
+    pub output_cap: u64,
+    /// True when STDIN frames (ended by EOF) follow the call; else stdin is /dev/null.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Initial output credit in bytes; `None` means unlimited (bounded by `output_cap`).
+    #[serde(default)]
+    pub window: Option<u32>,
+}
+
+/// A request from the daemon; opens a stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Call {
+    /// Liveness and version check. → `Pong`.
+    Ping,
+    /// Run a command; output as STDOUT/STDERR frames. → `Started`, then `Exited`.
+    Exec { spec: ExecSpec },
+    /// Start a background process; its output is kept (up to the cap) for `Wait`. → `Started`.
+    Spawn { spec: ExecSpec },
+    /// → `Procs`.
+    ListProcs,
+    /// Wait for a background process; its kept output follows as frames. → `Exited` or
+    /// `Error{code: timeout}`.
+    Wait { pid: u32, timeout_ms: Option<u64> },
+    /// Signal a background process's whole tree. → `Done`.
+    Kill { pid: u32, signal: i32 },
+    /// Run a command on a new terminal; STDIN frames are keystrokes, STDOUT frames the screen.
+    /// → `Started`, then `Exited`.
+    Pty { spec: ExecSpec, cols: u16, rows: u16 },
+    /// Read a file; contents as STDOUT frames (credit-limited). → `Done`.
+    ReadFile { path: String, window: u32 },
+    /// Create or truncate a file and write the STDIN frames that follow until EOF. → `Done`.
+    WriteFile { path: String, mode: Option<u32> },
+    /// → `Stat`.
+    Stat { path: String },
+    /// → `Entries`.
+    List { path: String },
+    /// → `Done`.
+    Mkdir { path: String, parents: bool, mode: Option<u32> },
+    /// → `Done`.
+    Remove { path: String, recursive: bool },
+    /// → `Done`.
+    Chmod { path: String, mode: u32 },
+}
+
+/// A live-stream control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Control {
+    Resize { cols: u16, rows: u16 },
+}
+
+/// One process known to the agent.
+pub type ProcEntry = ProcessInfo;
+
+/// A reply from the agent on a stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    Pong { version: u32, pid: u32 },
+    Started { pid: u32 },
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+        stdout_truncated: bool,
+        stderr_truncated: bool,
+        duration_us: u64,
+    },
+    Procs { procs: Vec<ProcEntry> },
+    Stat { stat: FileStat },
+    Entries { entries: Vec<FileStat> },
+    Done,
+    /// Ends the stream with an error. `code` is a [`warren_types::ErrorCode`] string.
+    Error { code: String, message: String },
+}
+
+impl Event {
+    /// True for events that close their stream.
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Event::Started { .. })
+    }
+
+    pub fn error(code: warren_types::ErrorCode, message: impl Into<String>) -> Self {
+        Event::Error { code: code.as_str().to_string(), message: message.into() }
+    }
+}
+
+/// Start-up configuration of a container sandbox, sent to the agent before it serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerInit {
+    /// Read-only lower layers as host paths, **topmost first** (overlayfs order).
+    pub lowerdirs: Vec<String>,
+    /// Size limit of the writable layer (a tmpfs inside the sandbox's mount namespace).
+    pub disk_mb: u64,
+    pub hostname: String,
+    /// Paths bind-masked with an empty file/dir (e.g. /proc/kpagecgroup).
+    pub masked_paths: Vec<String>,
+    /// Paths remounted read-only (e.g. /proc/sys).
+    pub readonly_paths: Vec<String>,
+    /// Apply the seccomp allow-list to everything the agent starts.
+    pub seccomp: bool,
+}
+
+/// Daemon → agent on stream 0 during start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Init {
+    /// Set up a container sandbox: unshare, wait for `Mapped`, fork PID 1, build the rootfs.
+    Container { version: u32, config: ContainerInit },
+    /// The daemon wrote the uid/gid maps.
+    Mapped,
+    /// A (re)connected daemon greets an agent that already serves.
+    Hello { version: u32 },
+}
+
+/// Agent → daemon on stream 0 during start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum InitReply {
+    /// Namespaces exist; write the uid/gid maps of `pid`, then send `Mapped`.
+    Unshared { pid: u32 },
+    /// PID 1 of the sandbox, as a host pid.
+    Child { pid: u32 },
+    /// The sandbox serves calls.
+    Ready { version: u32 },
+    /// Start-up failed; nothing of the sandbox should be kept.
+    Failed { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let calls = vec![
+            Call::Ping,
+            Call::Exec { spec: ExecSpec { argv: vec!["true".into()], output_cap: 10, ..Default::default() } },
+            Call::Wait { pid: 3, timeout_ms: Some(5) },
+            Call::ReadFile { path: "/etc/hostname".into(), window: 65536 },
+        ];
+        for c in calls {
+            let s = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<Call>(&s).unwrap(), c);
+        }
+        assert!(serde_json::from_str::<Call>(r#"{"op":"format_disk"}"#).is_err());
+        let e = Event::Exited {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            stdout_bytes: 1,
+            stderr_bytes: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_us: 5,
+        };
+        assert!(e.is_final());
+        assert!(!Event::Started { pid: 1 }.is_final());
+    }
+}
