@@ -1,0 +1,522 @@
+//! Running commands: foreground (output streamed), background (output kept), terminals.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::Notify;
+use warren_proto::{Control, Event, ExecSpec, Frame, Kind, ProcEntry};
+use warren_sys::process::ChildSetup;
+use warren_types::{ErrorCode, ProcessState};
+
+use crate::reaper::{kill_tree, Exit};
+use crate::serve::{event, Inbox, Out, State};
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// After the command exits, how long to keep reading output its background children hold open.
+const DRAIN_GRACE: Duration = Duration::from_millis(100);
+const CHUNK: usize = 64 * 1024;
+/// Finished background processes remembered for `wait`.
+const MAX_FINISHED: usize = 1024;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Counts output and keeps the first `cap` bytes.
+#[derive(Default, Clone, Copy)]
+struct Pump {
+    cap: u64,
+    kept: u64,
+    total: u64,
+}
+
+impl Pump {
+    fn new(cap: u64) -> Self {
+        Pump { cap, kept: 0, total: 0 }
+    }
+    /// The part of `n` new bytes to keep.
+    fn take(&mut self, n: usize) -> usize {
+        let keep = (self.cap - self.kept).min(n as u64);
+        self.kept += keep;
+        self.total += n as u64;
+        keep as usize
+    }
+    fn full(&self) -> bool {
+        self.kept >= self.cap
+    }
+    fn truncated(&self) -> bool {
+        self.total > self.kept
+    }
+}
+
+struct Prepared {
+    cmd: Command,
+    setup: ChildSetup,
+}
+
+fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
+    if spec.argv.is_empty() {
+        return Err(Event::error(ErrorCode::InvalidRequest, "empty argv"));
+    }
+    let user = crate::users::resolve(spec.user.as_deref()).map_err(|m| Event::error(ErrorCode::InvalidRequest, m))?;
+    let mut cmd = Command::new(&spec.argv[0]);
+    cmd.args(&spec.argv[1..]);
+    cmd.env_clear();
+    let has = |k: &str| spec.env.iter().any(|(n, _)| n == k);
+    if !has("PATH") {
+        cmd.env("PATH", DEFAULT_PATH);
+    }
+    if !has("HOME") {
+        cmd.env("HOME", &user.home);
+    }
+    if !has("USER") && !user.name.is_empty() {
+        cmd.env("USER", &user.name);
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let cwd = spec.cwd.clone().unwrap_or_else(|| if std::path::Path::new(&user.home).is_dir() { user.home.clone() } else { "/".into() });
+    if !std::path::Path::new(&cwd).is_dir() {
+        return Err(Event::error(ErrorCode::InvalidRequest, format!("working directory {cwd} does not exist in the sandbox")));
+    }
+    cmd.current_dir(cwd);
+    let setup = ChildSetup { new_session: true, controlling_tty: false, ids: Some((user.uid, user.gid, user.groups)) };
+    Ok(Prepared { cmd, setup })
+}
+
+/// A command that could not start reports like a shell would: 127 (not found) or 126.
+fn spawn_failed(argv0: &str, err: &std::io::Error) -> (i32, String) {
+    let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    (code, format!("warren: cannot run {argv0}: {err}\n"))
+}
+
+fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instant) -> Event {
+    let (exit_code, signal) = match exit {
+        Some(Exit::Code(c)) => (Some(c), None),
+        Some(Exit::Signal(s)) => (None, Some(s)),
+        None => (None, None),
+    };
+    Event::Exited {
+        exit_code,
+        signal,
+        timed_out,
+        stdout_bytes: o.total,
+        stderr_bytes: e.total,
+        stdout_truncated: o.truncated(),
+        stderr_truncated: e.truncated(),
+        duration_us: started.elapsed().as_micros() as u64,
+    }
+}
+
+fn receiver(fd: impl Into<OwnedFd>) -> Option<pipe::Receiver> {
+    let fd: OwnedFd = fd.into();
+    warren_sys::fd::set_nonblocking(&fd).ok()?;
+    pipe::Receiver::from_owned_fd(fd).ok()
+}
+
+/// Runs a command to completion, streaming its output as frames.
+pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, state: &Rc<State>) -> Event {
+    let started = Instant::now();
+    let Prepared { mut cmd, setup } = match prepare(&spec) {
+        Ok(p) => p,
+        Err(ev) => return ev,
+    };
+    cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+    warren_sys::process::configure_child(&mut cmd, setup);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(err) => {
+            let (code, msg) = spawn_failed(&spec.argv[0], &err);
+            let mut e = Pump::new(spec.output_cap);
+            let keep = e.take(msg.len());
+            let _ = out.send(Frame::new(id, Kind::Stderr, msg.as_bytes()[..keep].to_vec())).await;
+            return exited(Some(Exit::Code(code)), false, Pump::new(spec.output_cap), e, started);
+        }
+    };
+    let pid = child.id();
+    let mut exit_rx = state.reaper.watch(pid);
+    let _ = event(out, id, &Event::Started { pid }).await;
+    let mut stdout = child.stdout.take().and_then(receiver);
+    let mut stderr = child.stderr.take().and_then(receiver);
+    let mut stdin = child.stdin.take().and_then(|s| pipe::Sender::from_owned_fd({
+        let fd: OwnedFd = s.into();
+        let _ = warren_sys::fd::set_nonblocking(&fd);
+        fd
+    }).ok());
+    let mut pending: VecDeque<bytes::Bytes> = VecDeque::new();
+    let mut stdin_eof = false;
+    let mut credit: Option<u64> = spec.window.map(u64::from);
+    let (mut po, mut pe) = (Pump::new(spec.output_cap), Pump::new(spec.output_cap));
+    let mut exit: Option<Exit> = None;
+    let mut exited_at = Instant::now();
+    let mut timed_out = false;
+    let deadline = spec.timeout_ms.map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
+    let mut inbox_open = true;
+    let (mut bo, mut be) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    loop {
+        if exit.is_some() && stdout.is_none() && stderr.is_none() {
+            break;
+        }
+        let room = |p: &Pump| credit.is_none_or(|c| c > 0) || p.full();
+        let want = |p: &Pump| if p.full() { CHUNK } else { credit.map_or(CHUNK, |c| (c as usize).clamp(1, CHUNK)) };
+        let (wo, we) = (want(&po), want(&pe));
+        tokio::select! {
+            r = async { stdout.as_mut().unwrap().read(&mut bo[..wo]).await }, if stdout.is_some() && room(&po) => match r {
+                Ok(0) | Err(_) => stdout = None,
+                Ok(n) => {
+                    let keep = po.take(n);
+                    if keep > 0 {
+                        credit = credit.map(|c| c.saturating_sub(keep as u64));
+                        if out.send(Frame::new(id, Kind::Stdout, bo[..keep].to_vec())).await.is_err() {
+                            kill_tree(pid);
+                        }
+                    }
+                }
+            },
+            r = async { stderr.as_mut().unwrap().read(&mut be[..we]).await }, if stderr.is_some() && room(&pe) => match r {
+                Ok(0) | Err(_) => stderr = None,
+                Ok(n) => {
+                    let keep = pe.take(n);
+                    if keep > 0 {
+                        credit = credit.map(|c| c.saturating_sub(keep as u64));
+                        if out.send(Frame::new(id, Kind::Stderr, be[..keep].to_vec())).await.is_err() {
+                            kill_tree(pid);
+                        }
+                    }
+                }
+            },
+            r = async { stdin.as_mut().unwrap().write(pending.front().unwrap()).await }, if stdin.is_some() && !pending.is_empty() => match r {
+                Ok(n) => {
+                    let front = pending.front_mut().unwrap();
+                    if n >= front.len() { pending.pop_front(); } else { *front = front.slice(n..); }
+                    if pending.is_empty() && stdin_eof { stdin = None; }
+                }
+                Err(_) => { stdin = None; pending.clear(); }
+            },
+            st = &mut exit_rx, if exit.is_none() => {
+                exit = Some(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
+                exited_at = Instant::now();
+            },
+            f = inbox.recv(), if inbox_open => match f {
+                Some(f) => match f.kind {
+                    Kind::Stdin => pending.push_back(f.payload),
+                    Kind::Eof => { stdin_eof = true; if pending.is_empty() { stdin = None; } }
+                    Kind::Credit => { if let (Some(c), Ok(n)) = (credit.as_mut(), f.credit_value()) { *c += u64::from(n); } }
+                    Kind::Cancel => kill_tree(pid),
+                    _ => {}
+                },
+                None => { inbox_open = false; kill_tree(pid); }
+            },
+            _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() && !timed_out && exit.is_none() => {
+                timed_out = true;
+                kill_tree(pid);
+            },
+            _ = tokio::time::sleep_until((exited_at + DRAIN_GRACE).into()), if exit.is_some() => break,
+        }
+    }
+    drop(child);
+    exited(exit, timed_out, po, pe, started)
+}
+
+/// A background process and what it has printed so far.
+struct Proc {
+    argv: Vec<String>,
+    started_at_ms: u64,
+    started: Instant,
+    out: RefCell<Vec<u8>>,
+    err: RefCell<Vec<u8>>,
+    pumps: Cell<(Pump, Pump)>,
+    exit: Cell<Option<Exit>>,
+    finished: Cell<Option<Instant>>,
+    done: Notify,
+}
+
+/// The table of background processes (they outlive the daemon connection).
+#[derive(Default)]
+pub struct Procs {
+    map: RefCell<HashMap<u32, Rc<Proc>>>,
+}
+
+impl Procs {
+    pub fn list(&self) -> Vec<ProcEntry> {
+        let mut v: Vec<ProcEntry> = self
+            .map
+            .borrow()
+            .iter()
+            .map(|(pid, p)| {
+                let (exit_code, signal) = match p.exit.get() {
+                    Some(Exit::Code(c)) => (Some(c), None),
+                    Some(Exit::Signal(s)) => (None, Some(s)),
+                    None => (None, None),
+                };
+                ProcEntry {
+                    pid: *pid,
+                    argv: p.argv.clone(),
+                    state: if p.exit.get().is_some() { ProcessState::Exited } else { ProcessState::Running },
+                    exit_code,
+                    signal,
+                    started_at_ms: p.started_at_ms,
+                }
+            })
+            .collect();
+        v.sort_by_key(|p| p.started_at_ms);
+        v
+    }
+
+    fn prune(&self) {
+        let mut map = self.map.borrow_mut();
+        let mut finished: Vec<(Instant, u32)> = map.iter().filter_map(|(pid, p)| p.finished.get().map(|t| (t, *pid))).collect();
+        if finished.len() > MAX_FINISHED {
+            finished.sort();
+            for (_, pid) in &finished[..finished.len() - MAX_FINISHED] {
+                map.remove(pid);
+            }
+        }
+    }
+}
+
+async fn collect(mut r: pipe::Receiver, p: Rc<Proc>, is_err: bool) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let (mut o, mut e) = p.pumps.get();
+                let pump = if is_err { &mut e } else { &mut o };
+                let keep = pump.take(n);
+                p.pumps.set((o, e));
+                let store = if is_err { &p.err } else { &p.out };
+                store.borrow_mut().extend_from_slice(&buf[..keep]);
+            }
+        }
+    }
+}
+
+/// Starts a background process; its output is kept up to the cap for `wait`.
+pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
+    let Prepared { mut cmd, setup } = match prepare(&spec) {
+        Ok(p) => p,
+        Err(ev) => return ev,
+    };
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    warren_sys::process::configure_child(&mut cmd, setup);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(err) => return Event::error(ErrorCode::InvalidRequest, spawn_failed(&spec.argv[0], &err).1.trim().to_string()),
+    };
+    let pid = child.id();
+    let exit_rx = state.reaper.watch(pid);
+    let p = Rc::new(Proc {
+        argv: spec.argv.clone(),
+        started_at_ms: now_ms(),
+        started: Instant::now(),
+        out: RefCell::default(),
+        err: RefCell::default(),
+        pumps: Cell::new((Pump::new(spec.output_cap), Pump::new(spec.output_cap))),
+        exit: Cell::new(None),
+        finished: Cell::new(None),
+        done: Notify::new(),
+    });
+    state.procs.prune();
+    state.procs.map.borrow_mut().insert(pid, p.clone());
+    let o = child.stdout.take().and_then(receiver);
+    let e = child.stderr.take().and_then(receiver);
+    drop(child);
+    let timeout = spec.timeout_ms.map(Duration::from_millis);
+    tokio::task::spawn_local(async move {
+        let readers = async {
+            if let Some(o) = o {
+                tokio::task::spawn_local(collect(o, p.clone(), false));
+            }
+            if let Some(e) = e {
+                tokio::task::spawn_local(collect(e, p.clone(), true));
+            }
+        };
+        readers.await;
+        let exit = match timeout {
+            Some(t) => match tokio::time::timeout(t, exit_rx).await {
+                Ok(r) => r.ok(),
+                Err(_) => {
+                    kill_tree(pid);
+                    None
+                }
+            },
+            None => exit_rx.await.ok(),
+        };
+        p.exit.set(Some(exit.unwrap_or(Exit::Signal(libc::SIGKILL))));
+        // Let the readers take what is left in the pipes.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        p.finished.set(Some(Instant::now()));
+        p.done.notify_waiters();
+    });
+    Event::Started { pid }
+}
+
+/// Waits for a background process, then sends its kept output and exit status.
+pub async fn wait(pid: u32, timeout_ms: Option<u64>, id: u32, out: &Out, state: &Rc<State>) -> Event {
+    let Some(p) = state.procs.map.borrow().get(&pid).cloned() else {
+        return Event::error(ErrorCode::NotFound, format!("no background process {pid}"));
+    };
+    if p.finished.get().is_none() {
+        let notified = p.done.notified();
+        let wait = async {
+            if p.finished.get().is_none() {
+                notified.await
+            }
+        };
+        match timeout_ms {
+            Some(t) => {
+                if tokio::time::timeout(Duration::from_millis(t), wait).await.is_err() {
+                    return Event::error(ErrorCode::Timeout, format!("process {pid} still running"));
+                }
+            }
+            None => wait.await,
+        }
+    }
+    for (kind, buf) in [(Kind::Stdout, &p.out), (Kind::Stderr, &p.err)] {
+        let data = buf.borrow().clone();
+        for chunk in data.chunks(warren_proto::MAX_PAYLOAD) {
+            if out.send(Frame::new(id, kind, chunk.to_vec())).await.is_err() {
+                return Event::Done;
+            }
+        }
+    }
+    let (o, e) = p.pumps.get();
+    let mut ev = exited(p.exit.get(), false, o, e, p.started);
+    if let (Event::Exited { duration_us, .. }, Some(f)) = (&mut ev, p.finished.get()) {
+        *duration_us = f.duration_since(p.started).as_micros() as u64;
+    }
+    ev
+}
+
+/// Signals a background process's tree.
+pub fn kill(pid: u32, signal: i32, state: &Rc<State>) -> Event {
+    let Some(p) = state.procs.map.borrow().get(&pid).cloned() else {
+        return Event::error(ErrorCode::NotFound, format!("no background process {pid}"));
+    };
+    if p.exit.get().is_none() {
+        if signal == libc::SIGKILL {
+            kill_tree(pid);
+        } else if let Err(e) = warren_sys::process::kill_group(pid, signal) {
+            return Event::error(ErrorCode::InvalidRequest, e.to_string());
+        }
+    }
+    Event::Done
+}
+
+/// Runs a command on a new terminal.
+pub async fn pty(spec: ExecSpec, cols: u16, rows: u16, id: u32, mut inbox: Inbox, out: &Out, state: &Rc<State>) -> Event {
+    let started = Instant::now();
+    let Prepared { mut cmd, mut setup } = match prepare(&spec) {
+        Ok(p) => p,
+        Err(ev) => return ev,
+    };
+    let (master, slave) = match warren_sys::pty::open(cols.max(1), rows.max(1)) {
+        Ok(p) => p,
+        Err(e) => return Event::error(ErrorCode::Internal, e.to_string()),
+    };
+    let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+    match (dup(&slave), dup(&slave), dup(&slave)) {
+        (Ok(a), Ok(b), Ok(c)) => {
+            cmd.stdin(a).stdout(b).stderr(c);
+        }
+        _ => return Event::error(ErrorCode::Internal, "dup pty"),
+    }
+    if !spec.env.iter().any(|(k, _)| k == "TERM") {
+        cmd.env("TERM", "xterm-256color");
+    }
+    setup.controlling_tty = true;
+    warren_sys::process::configure_child(&mut cmd, setup);
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(err) => return Event::error(ErrorCode::InvalidRequest, spawn_failed(&spec.argv[0], &err).1.trim().to_string()),
+    };
+    drop(slave);
+    drop(cmd);
+    let pid = child.id();
+    let mut exit_rx = state.reaper.watch(pid);
+    let _ = event(out, id, &Event::Started { pid }).await;
+    if warren_sys::fd::set_nonblocking(&master).is_err() {
+        kill_tree(pid);
+    }
+    // `AsyncFd::new` is deprecated for I/O-safety reasons that do not apply: we own `master`
+    // and nothing else closes it while it is registered.
+    #[allow(deprecated)]
+    let master = AsyncFd::new(master);
+    let Ok(master) = master else {
+        kill_tree(pid);
+        return Event::error(ErrorCode::Internal, "pty registration");
+    };
+    let mut credit: Option<u64> = spec.window.map(u64::from);
+    let mut exit: Option<Exit> = None;
+    let mut master_open = true;
+    let mut buf = vec![0u8; CHUNK];
+    let mut po = Pump::new(u64::MAX);
+    let mut inbox_open = true;
+    loop {
+        if exit.is_some() && !master_open {
+            break;
+        }
+        let can_read = master_open && credit.is_none_or(|c| c > 0);
+        tokio::select! {
+            r = master.readable(), if can_read => {
+                let Ok(mut guard) = r else { master_open = false; continue };
+                let want = credit.map_or(CHUNK, |c| (c as usize).clamp(1, CHUNK));
+                match guard.try_io(|fd| nix::unistd::read(fd.as_raw_fd(), &mut buf[..want]).map_err(std::io::Error::from)) {
+                    Ok(Ok(0)) | Ok(Err(_)) => master_open = false,
+                    Ok(Ok(n)) => {
+                        po.take(n);
+                        credit = credit.map(|c| c.saturating_sub(n as u64));
+                        if out.send(Frame::new(id, Kind::Stdout, buf[..n].to_vec())).await.is_err() {
+                            kill_tree(pid);
+                        }
+                    }
+                    Err(_would_block) => {}
+                }
+            },
+            st = &mut exit_rx, if exit.is_none() => {
+                exit = Some(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
+                // Drain what the terminal still holds, then stop.
+                master_open = false;
+                loop {
+                    match nix::unistd::read(master.get_ref().as_raw_fd(), &mut buf) {
+                        Ok(n) if n > 0 => { let _ = out.send(Frame::new(id, Kind::Stdout, buf[..n].to_vec())).await; }
+                        _ => break,
+                    }
+                }
+            },
+            f = inbox.recv(), if inbox_open => match f {
+                Some(f) => match f.kind {
+                    Kind::Stdin => {
+                        let mut data = &f.payload[..];
+                        while !data.is_empty() {
+                            let Ok(mut guard) = master.writable().await else { break };
+                            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), data).map_err(std::io::Error::from)) {
+                                Ok(Ok(n)) => data = &data[n..],
+                                Ok(Err(_)) => break,
+                                Err(_would_block) => {}
+                            }
+                        }
+                    }
+                    Kind::Control => {
+                        if let Ok(Control::Resize { cols, rows }) = f.parse::<Control>() {
+                            let _ = warren_sys::pty::resize(master.get_ref(), cols.max(1), rows.max(1));
+                        }
+                    }
+                    Kind::Credit => { if let (Some(c), Ok(n)) = (credit.as_mut(), f.credit_value()) { *c += u64::from(n); } }
+                    Kind::Cancel | Kind::Eof => kill_tree(pid),
+                    _ => {}
+                },
+                None => { inbox_open = false; kill_tree(pid); }
+            },
+        }
+    }
+    drop(child);
+    exited(exit, false, po, Pump::new(0), started)
+}

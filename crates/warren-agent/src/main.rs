@@ -1,0 +1,74 @@
+//! `warren-agent`: the process at the root of every sandbox.
+//!
+//! It is started by the node daemon with the control socket on fd 3 and nothing else. For a
+//! container it first builds the sandbox (see [`setup`]): unshares the namespaces, waits for
+//! the daemon to write its id maps, forks PID 1 of the new pid namespace and builds the root
+//! filesystem; then PID 1 serves calls (see [`serve`]) until the sandbox is deleted.
+//!
+//! The agent is non-dumpable and keeps nothing on the sandbox's filesystem: processes in the
+//! sandbox cannot read its memory or fds, or forge its calls. It must never exit while the
+//! sandbox lives: its exit ends the pid namespace and so the sandbox.
+
+mod exec;
+mod files;
+mod reaper;
+mod serve;
+mod setup;
+mod users;
+
+use std::os::fd::OwnedFd;
+use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+
+/// The fd the daemon passes the control socket on.
+pub const CONTROL_FD: i32 = 3;
+/// The fd where an agent that lost its daemon parks the daemon's end of a fresh socketpair,
+/// for a restarted daemon to take with `pidfd_getfd`.
+pub const RECONNECT_FD: i32 = 100;
+
+fn send(ctl: &mut std::os::unix::net::UnixStream, reply: &InitReply) {
+    let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);
+}
+
+fn main() {
+    let _ = warren_sys::process::set_non_dumpable();
+    let ctl: OwnedFd = match warren_sys::fd::inherited(CONTROL_FD) {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("warren-agent: {e} (this program is started by warrend)");
+            std::process::exit(2);
+        }
+    };
+    warren_sys::fd::close_fds_from(CONTROL_FD + 1, &[]);
+    let _ = warren_sys::fd::set_cloexec(&ctl, true);
+    let mut ctl = std::os::unix::net::UnixStream::from(ctl);
+
+    let first = match Frame::read_blocking(&mut ctl).and_then(|f| f.parse::<Init>()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("warren-agent: bad start-up message: {e}");
+            std::process::exit(2);
+        }
+    };
+    match first {
+        Init::Container { version, config } => {
+            if version != PROTOCOL_VERSION {
+                send(&mut ctl, &InitReply::Failed { message: format!("agent speaks protocol {PROTOCOL_VERSION}, daemon {version}") });
+                std::process::exit(2);
+            }
+            match setup::container(&mut ctl, &config) {
+                Ok(()) => {}
+                Err(e) => {
+                    send(&mut ctl, &InitReply::Failed { message: e });
+                    std::process::exit(1);
+                }
+            }
+            // Only PID 1 gets here.
+            send(&mut ctl, &InitReply::Ready { version: PROTOCOL_VERSION });
+            serve::run(ctl, config.seccomp);
+        }
+        other => {
+            send(&mut ctl, &InitReply::Failed { message: format!("unexpected start-up message {other:?}") });
+            std::process::exit(2);
+        }
+    }
+}

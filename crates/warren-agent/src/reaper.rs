@@ -1,0 +1,84 @@
+//! PID 1 duty: reap every child (ours or orphans) and hand exit statuses to their waiters.
+
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use tokio::sync::oneshot;
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+#[derive(Default)]
+pub struct Reaper {
+    waiters: RefCell<HashMap<i32, oneshot::Sender<Exit>>>,
+}
+
+impl Reaper {
+    /// Starts the reaping task. Must run before any child is spawned.
+    pub fn start() -> Rc<Reaper> {
+        let r = Rc::new(Reaper::default());
+        let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).expect("SIGCHLD handler");
+        let weak = Rc::downgrade(&r);
+        tokio::task::spawn_local(async move {
+            loop {
+                let Some(r) = weak.upgrade() else { return };
+                r.reap();
+                drop(r);
+                if sig.recv().await.is_none() {
+                    return;
+                }
+            }
+        });
+        r
+    }
+
+    /// Registers interest in `pid`. Call right after spawning, before yielding to the runtime.
+    pub fn watch(&self, pid: u32) -> oneshot::Receiver<Exit> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.borrow_mut().insert(pid as i32, tx);
+        rx
+    }
+
+    fn reap(&self) {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => self.deliver(pid.as_raw(), Exit::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => self.deliver(pid.as_raw(), Exit::Signal(sig as i32)),
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn deliver(&self, pid: i32, exit: Exit) {
+        if let Some(tx) = self.waiters.borrow_mut().remove(&pid) {
+            let _ = tx.send(exit);
+        }
+    }
+}
+
+/// Kills a command's whole tree: its process group, plus every process still in its session
+/// (descendants that moved to another group).
+pub fn kill_tree(leader: u32) {
+    let _ = warren_sys::process::kill_group(leader, libc::SIGKILL);
+    let Ok(dir) = std::fs::read_dir("/proc") else { return };
+    for ent in dir.flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == 1 {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the ")" of the command name: state ppid pgrp session ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let (pgrp, session) = (f.get(2).and_then(|s| s.parse::<u32>().ok()), f.get(3).and_then(|s| s.parse::<u32>().ok()));
+        if pgrp == Some(leader) || session == Some(leader) {
+            let _ = warren_sys::process::kill(pid, libc::SIGKILL);
+        }
+    }
+}

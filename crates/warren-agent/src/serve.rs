@@ -1,0 +1,159 @@
+//! The agent's serving loop: one connection to the daemon at a time, many streams on it.
+//!
+//! If the daemon goes away (restart, crash), running background processes keep running and
+//! the agent parks the daemon's end of a fresh socketpair on [`crate::RECONNECT_FD`], where a
+//! restarted daemon takes it with `pidfd_getfd` and greets with `Init::Hello`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use warren_proto::{Call, Event, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+use warren_types::ErrorCode;
+
+use crate::exec::Procs;
+use crate::reaper::Reaper;
+
+/// Frames to the daemon.
+pub type Out = mpsc::Sender<Frame>;
+/// Frames from the daemon for one stream.
+pub type Inbox = mpsc::Receiver<Frame>;
+
+pub struct State {
+    pub reaper: Rc<Reaper>,
+    pub procs: Procs,
+}
+
+/// Sends an event; false when the daemon is gone.
+pub async fn event(out: &Out, stream: u32, ev: &Event) -> bool {
+    out.send(Frame::json(stream, Kind::Event, ev)).await.is_ok()
+}
+
+pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
+    if seccomp {
+        if let Err(e) = warren_sys::seccomp::apply_sandbox_filter() {
+            eprintln!("warren-agent: seccomp: {e}");
+            std::process::exit(1);
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let state = Rc::new(State { reaper: Reaper::start(), procs: Procs::default() });
+        ctl.set_nonblocking(true).expect("nonblocking control socket");
+        let mut conn = UnixStream::from_std(ctl).expect("control socket");
+        loop {
+            serve_conn(conn, state.clone()).await;
+            conn = match park_for_reconnect().await {
+                Some(c) => c,
+                None => std::process::exit(1),
+            };
+        }
+    });
+    std::process::exit(0)
+}
+
+/// Parks a fresh socketpair end for a restarted daemon and waits for its `Hello`.
+async fn park_for_reconnect() -> Option<UnixStream> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().ok()?;
+    warren_sys::fd::dup_to(&theirs, crate::RECONNECT_FD).ok()?;
+    drop(theirs);
+    ours.set_nonblocking(true).ok()?;
+    let mut conn = UnixStream::from_std(ours).ok()?;
+    loop {
+        let f = Frame::read_async(&mut conn).await.ok()?;
+        if let Ok(Init::Hello { .. }) = f.parse::<Init>() {
+            // The daemon holds its own copy now; ours would keep the socket alive forever.
+            // SAFETY-free: closing by number through nix.
+            let _ = nix::unistd::close(crate::RECONNECT_FD);
+            let reply = Frame::json(0, Kind::Init, &InitReply::Ready { version: PROTOCOL_VERSION });
+            conn.write_all(&reply.encode()).await.ok()?;
+            return Some(conn);
+        }
+    }
+}
+
+async fn serve_conn(conn: UnixStream, state: Rc<State>) {
+    let (mut rd, mut wr) = conn.into_split();
+    let (out, mut out_rx) = mpsc::channel::<Frame>(256);
+    let writer = tokio::task::spawn_local(async move {
+        let mut buf = bytes::BytesMut::with_capacity(1 << 16);
+        while let Some(f) = out_rx.recv().await {
+            buf.clear();
+            f.encode_into(&mut buf);
+            while buf.len() < (1 << 20) {
+                match out_rx.try_recv() {
+                    Ok(f) => f.encode_into(&mut buf),
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&buf).await.is_err() {
+                return;
+            }
+        }
+    });
+    let streams: Rc<RefCell<HashMap<u32, mpsc::Sender<Frame>>>> = Rc::default();
+    loop {
+        let frame = match Frame::read_async(&mut rd).await {
+            Ok(f) => f,
+            Err(_) => break,
+        };
+        match frame.kind {
+            Kind::Call => {
+                let id = frame.stream;
+                let call = match frame.parse::<Call>() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = event(&out, id, &Event::error(ErrorCode::InvalidRequest, e.to_string())).await;
+                        continue;
+                    }
+                };
+                let (tx, rx) = mpsc::channel(32);
+                streams.borrow_mut().insert(id, tx);
+                let (out, state, streams) = (out.clone(), state.clone(), streams.clone());
+                tokio::task::spawn_local(async move {
+                    handle(call, id, rx, &out, &state).await;
+                    streams.borrow_mut().remove(&id);
+                });
+            }
+            Kind::Init => {
+                if let Ok(Init::Hello { .. }) = frame.parse::<Init>() {
+                    let _ = out.send(Frame::json(0, Kind::Init, &InitReply::Ready { version: PROTOCOL_VERSION })).await;
+                }
+            }
+            Kind::Stdin | Kind::Eof | Kind::Cancel | Kind::Credit | Kind::Control => {
+                let tx = streams.borrow().get(&frame.stream).cloned();
+                if let Some(tx) = tx {
+                    let _ = tx.send(frame).await;
+                }
+            }
+            Kind::Event | Kind::Stdout | Kind::Stderr => {}
+        }
+    }
+    // The daemon is gone: in-flight foreground calls see their inbox close and stop.
+    streams.borrow_mut().clear();
+    drop(out);
+    writer.abort();
+}
+
+async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>) {
+    let ev = match call {
+        Call::Ping => Event::Pong { version: PROTOCOL_VERSION, pid: std::process::id() },
+        Call::Exec { spec } => crate::exec::foreground(spec, id, inbox, out, state).await,
+        Call::Spawn { spec } => crate::exec::background(spec, state).await,
+        Call::ListProcs => Event::Procs { procs: state.procs.list() },
+        Call::Wait { pid, timeout_ms } => crate::exec::wait(pid, timeout_ms, id, out, state).await,
+        Call::Kill { pid, signal } => crate::exec::kill(pid, signal, state),
+        Call::Pty { spec, cols, rows } => crate::exec::pty(spec, cols, rows, id, inbox, out, state).await,
+        Call::ReadFile { path, window } => crate::files::read(&path, window, id, inbox, out).await,
+        Call::WriteFile { path, mode } => crate::files::write(&path, mode, inbox).await,
+        Call::Stat { path } => crate::files::stat(&path),
+        Call::List { path } => crate::files::list(&path),
+        Call::Mkdir { path, parents, mode } => crate::files::mkdir(&path, parents, mode),
+        Call::Remove { path, recursive } => crate::files::remove(&path, recursive),
+        Call::Chmod { path, mode } => crate::files::chmod(&path, mode),
+    };
+    let _ = event(out, id, &ev).await;
+}

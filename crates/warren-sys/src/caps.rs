@@ -1,0 +1,43 @@
+//! Capabilities: keep a small default set, drop the rest from every set and the bounding set.
+
+use crate::{Result, SysError};
+use caps::{CapSet, Capability, CapsHashSet};
+
+/// The capabilities root inside a sandbox keeps (the conventional container default). They
+/// only ever apply inside the sandbox's own user namespace.
+pub const DEFAULT_KEEP: &[Capability] = &[
+    Capability::CAP_CHOWN,
+    Capability::CAP_DAC_OVERRIDE,
+    Capability::CAP_FSETID,
+    Capability::CAP_FOWNER,
+    Capability::CAP_MKNOD,
+    Capability::CAP_NET_RAW,
+    Capability::CAP_SETGID,
+    Capability::CAP_SETUID,
+    Capability::CAP_SETFCAP,
+    Capability::CAP_SETPCAP,
+    Capability::CAP_NET_BIND_SERVICE,
+    Capability::CAP_SYS_CHROOT,
+    Capability::CAP_KILL,
+    Capability::CAP_AUDIT_WRITE,
+];
+
+fn err(what: &str, e: caps::errors::CapsError) -> SysError {
+    SysError::new(what, std::io::Error::other(e.to_string()))
+}
+
+/// Drops every capability not in `keep` from the bounding, inheritable, permitted and
+/// effective sets and clears the ambient set.
+pub fn restrict_to(keep: &[Capability]) -> Result<()> {
+    let keep_set: CapsHashSet = keep.iter().copied().collect();
+    for cap in caps::all() {
+        if !keep_set.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
+            caps::drop(None, CapSet::Bounding, cap).map_err(|e| err("drop bounding cap", e))?;
+        }
+    }
+    caps::clear(None, CapSet::Ambient).map_err(|e| err("clear ambient caps", e))?;
+    caps::set(None, CapSet::Inheritable, &CapsHashSet::new()).map_err(|e| err("set inheritable caps", e))?;
+    caps::set(None, CapSet::Effective, &keep_set).map_err(|e| err("set effective caps", e))?;
+    caps::set(None, CapSet::Permitted, &keep_set).map_err(|e| err("set permitted caps", e))?;
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Process creation and process-wide settings.
+
+use crate::{Result, SysError};
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
+
+/// Spawns `program` with `argv`/`envp` using `posix_spawn` (a vfork-style clone, cheap even
+/// from a large multi-threaded daemon). Each `(src, dst)` in `fds` is duplicated onto `dst`
+/// in the child; every other close-on-exec fd stays closed. The child starts in a new session.
+pub fn spawn_with_fds(program: &str, argv: &[String], envp: &[String], fds: &[(RawFd, RawFd)]) -> Result<u32> {
+    let to_c = |s: &str| CString::new(s).map_err(|_| SysError::new("spawn", std::io::Error::other("NUL in argument")));
+    let prog = to_c(program)?;
+    let argv_c: Vec<CString> = argv.iter().map(|s| to_c(s)).collect::<Result<_>>()?;
+    let envp_c: Vec<CString> = envp.iter().map(|s| to_c(s)).collect::<Result<_>>()?;
+    let mut argv_p: Vec<*mut libc::c_char> = argv_c.iter().map(|s| s.as_ptr() as *mut _).collect();
+    argv_p.push(std::ptr::null_mut());
+    let mut envp_p: Vec<*mut libc::c_char> = envp_c.iter().map(|s| s.as_ptr() as *mut _).collect();
+    envp_p.push(std::ptr::null_mut());
+
+    // SAFETY: the file-actions and attr objects are initialised before use and destroyed on
+    // every path; all pointers passed to posix_spawn point into CStrings that outlive the call.
+    unsafe {
+        let mut fa: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        if libc::posix_spawn_file_actions_init(&mut fa) != 0 {
+            return Err(SysError::last("posix_spawn_file_actions_init"));
+        }
+        if libc::posix_spawnattr_init(&mut attr) != 0 {
+            libc::posix_spawn_file_actions_destroy(&mut fa);
+            return Err(SysError::last("posix_spawnattr_init"));
+        }
+        let mut rc = 0;
+        for (src, dst) in fds {
+            if rc == 0 {
+                rc = libc::posix_spawn_file_actions_adddup2(&mut fa, *src, *dst);
+            }
+        }
+        if rc == 0 {
+            rc = libc::posix_spawnattr_setflags(
+                &mut attr,
+                (libc::POSIX_SPAWN_SETSID as i32 | libc::POSIX_SPAWN_SETSIGMASK as i32 | libc::POSIX_SPAWN_SETSIGDEF as i32) as _,
+            );
+        }
+        if rc == 0 {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            rc = libc::posix_spawnattr_setsigmask(&mut attr, &empty);
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            if rc == 0 {
+                rc = libc::posix_spawnattr_setsigdefault(&mut attr, &all);
+            }
+        }
+        let mut pid: libc::pid_t = 0;
+        if rc == 0 {
+            rc = libc::posix_spawn(&mut pid, prog.as_ptr(), &fa, &attr, argv_p.as_ptr(), envp_p.as_ptr());
+        }
+        libc::posix_spawn_file_actions_destroy(&mut fa);
+        libc::posix_spawnattr_destroy(&mut attr);
+        if rc != 0 {
+            return Err(SysError::new(format!("spawn {program}"), std::io::Error::from_raw_os_error(rc)));
+        }
+        Ok(pid as u32)
+    }
+}
+
+/// Result of [`fork`].
+#[derive(Debug)]
+pub enum Forked {
+    Parent { child: u32 },
+    Child,
+}
+
+/// Forks the calling process.
+///
+/// Only for single-threaded callers (the agent during start-up): after `fork` in a
+/// multi-threaded process only async-signal-safe calls are allowed, which this crate cannot
+/// promise on the caller's behalf.
+pub fn fork_single_threaded() -> Result<Forked> {
+    // SAFETY: callers guarantee the process is single-threaded (documented contract), so the
+    // child inherits no lock held by another thread.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent { child: child.as_raw() as u32 }),
+        Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
+        Err(e) => Err(SysError::errno("fork", e)),
+    }
+}
+
+/// Makes this process a child subreaper: orphaned descendants are re-parented to it.
+pub fn set_child_subreaper() -> Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| SysError::errno("PR_SET_CHILD_SUBREAPER", e))
+}
+
+/// Marks the process non-dumpable: no ptrace attach, no /proc/PID/{fd,mem,environ} for others.
+pub fn set_non_dumpable() -> Result<()> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| SysError::errno("PR_SET_DUMPABLE", e))
+}
+
+/// Sets `no_new_privs`: exec can never grant privileges (setuid bits, file caps).
+pub fn set_no_new_privs() -> Result<()> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| SysError::errno("PR_SET_NO_NEW_PRIVS", e))
+}
+
+/// Asks for `signal` when the parent dies.
+pub fn set_parent_death_signal(signal: nix::sys::signal::Signal) -> Result<()> {
+    nix::sys::prctl::set_pdeathsig(Some(signal)).map_err(|e| SysError::errno("PR_SET_PDEATHSIG", e))
+}
+
+/// What a command's child process does between fork and exec.
+#[derive(Debug, Clone, Default)]
+pub struct ChildSetup {
+    /// Start a new session (and process group) so the whole tree can be signalled.
+    pub new_session: bool,
+    /// Make fd 0 the controlling terminal (after `new_session`).
+    pub controlling_tty: bool,
+    /// Switch to these ids (supplementary groups first, then gid, then uid).
+    pub ids: Option<(u32, u32, Vec<u32>)>,
+}
+
+/// Installs `setup` as the command's pre-exec hook.
+pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
+    let groups: Vec<libc::gid_t> = setup.ids.as_ref().map(|(_, _, g)| g.clone()).unwrap_or_default();
+    // SAFETY: the closure only makes async-signal-safe syscalls (setsid, ioctl, setgroups,
+    // setresgid, setresuid) and allocates nothing (the group list is prepared before fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            if setup.new_session && libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if setup.controlling_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid, _)) = &setup.ids {
+                if libc::setgroups(groups.len(), groups.as_ptr()) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setresgid(*gid, *gid, *gid) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setresuid(*uid, *uid, *uid) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `signal` to every process of the process group `pgid`.
+pub fn kill_group(pgid: u32, signal: i32) -> Result<()> {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    let r = unsafe { libc::kill(-(pgid as i32), signal) };
+    if r < 0 {
+        return Err(SysError::last(format!("kill(-{pgid}, {signal})")));
+    }
+    Ok(())
+}
+
+/// Sends `signal` to one process.
+pub fn kill(pid: u32, signal: i32) -> Result<()> {
+    // SAFETY: kill(2) takes plain integers.
+    let r = unsafe { libc::kill(pid as i32, signal) };
+    if r < 0 {
+        return Err(SysError::last(format!("kill({pid}, {signal})")));
+    }
+    Ok(())
+}
+
+/// Sets the process's user and group ids (all of real/effective/saved) and clears
+/// supplementary groups.
+pub fn become_user(uid: u32, gid: u32) -> Result<()> {
+    nix::unistd::setgroups(&[]).map_err(|e| SysError::errno("setgroups", e))?;
+    nix::unistd::setresgid(gid.into(), gid.into(), gid.into()).map_err(|e| SysError::errno("setresgid", e))?;
+    nix::unistd::setresuid(uid.into(), uid.into(), uid.into()).map_err(|e| SysError::errno("setresuid", e))?;
+    Ok(())
+}
