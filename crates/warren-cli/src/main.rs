@@ -1,0 +1,3 @@
+//! `warren`: the command-line front end of a Warren node.
+
+fn main() {}

@@ -1,0 +1,47 @@
+//! An async, typed client for the warrend HTTP API.
+//!
+//! The daemon listens on a Unix socket (default `/run/warren/warren.sock`) and optionally on
+//! TCP; a [`Client`] reaches either through a URL: `unix:///path/to.sock` or
+//! `http://host:port` (default: the `WARREN_URL` environment variable, else [`DEFAULT_URL`]).
+//!
+//! One client keeps a pool of keep-alive HTTP/1 connections and bounds how many are open at
+//! once, so thousands of concurrent calls from one process queue for a connection instead of
+//! exhausting file descriptors. Clones share the pool.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), warren_client::ClientError> {
+//! use warren_client::{Client, CreateSandboxRequest, ExecRequest};
+//!
+//! let client = Client::from_env()?;
+//! let sandbox = client.create(&CreateSandboxRequest::default()).await?;
+//! let result = client.exec(&sandbox.id, &ExecRequest::shell("echo hi")).await?;
+//! assert_eq!(result.stdout, "hi\n");
+//! client.delete(&sandbox.id).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! This crate owns the HTTP contract of `docs/api-routes.md` from the caller's side. It never
+//! validates requests beyond what is needed to build a URL: the daemon is the judge, and its
+//! answers come back as [`ClientError::Api`] with a stable [`ErrorCode`].
+
+mod client;
+mod error;
+mod exec;
+mod files;
+mod pty;
+mod sandboxes;
+mod stream;
+mod transport;
+
+pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS};
+pub use error::{BoxError, ClientError};
+pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
+pub use sandboxes::Health;
+pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
+pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
+
+pub use warren_types::{
+    ApiError, ChmodRequest, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
+    ExecResult, FileKind, FileStat, ImageRef, Limits, MkdirRequest, OutputEncoding, ProcessInfo,
+    ProcessState, SandboxInfo, SandboxState, Substrate,
+};

@@ -1,0 +1,133 @@
+//! Node and sandbox lifecycle routes: health, create, get, list, delete, metrics.
+
+use std::collections::BTreeMap;
+
+use hyper::Method;
+use serde::{Deserialize, Serialize};
+use warren_types::{CreateSandboxRequest, SandboxInfo, SandboxState};
+
+use crate::client::{empty_body, enc, seg, Client};
+use crate::error::ClientError;
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// `"ok"` when the node serves requests.
+    pub status: String,
+    #[serde(default)]
+    pub node: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub substrates: Vec<String>,
+    /// Fields newer daemons add.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Health {
+    /// `status == "ok"`.
+    pub fn is_ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+#[derive(Deserialize)]
+struct SandboxList {
+    sandboxes: Vec<SandboxInfo>,
+}
+
+/// The query string of a sandbox listing.
+pub(crate) fn list_query(labels: &BTreeMap<String, String>, state: Option<SandboxState>) -> String {
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("label={}", enc(&format!("{k}={v}"))))
+        .collect();
+    if let Some(s) = state {
+        parts.push(format!("state={}", s.as_str()));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+impl Client {
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        self.call_json(Method::GET, "/v1/health", None::<&()>, "the health answer")
+            .await
+    }
+
+    /// `POST /v1/sandboxes`: creates a sandbox (or returns the one created earlier with the
+    /// same idempotency key).
+    pub async fn create(&self, req: &CreateSandboxRequest) -> Result<SandboxInfo, ClientError> {
+        self.call_json(Method::POST, "/v1/sandboxes", Some(req), "the new sandbox")
+            .await
+    }
+
+    /// `GET /v1/sandboxes/{id}`.
+    pub async fn get(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        let path = format!("/v1/sandboxes/{}", seg(id));
+        self.call_json(Method::GET, &path, None::<&()>, "the sandbox")
+            .await
+    }
+
+    /// `GET /v1/sandboxes`: sandboxes carrying every label in `labels` and, when given, in
+    /// `state`.
+    pub async fn list(
+        &self,
+        labels: &BTreeMap<String, String>,
+        state: Option<SandboxState>,
+    ) -> Result<Vec<SandboxInfo>, ClientError> {
+        let path = format!("/v1/sandboxes{}", list_query(labels, state));
+        let list: SandboxList = self
+            .call_json(Method::GET, &path, None::<&()>, "the sandbox list")
+            .await?;
+        Ok(list.sandboxes)
+    }
+
+    /// `DELETE /v1/sandboxes/{id}`: stops the sandbox and frees everything it held.
+    pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
+        let path = format!("/v1/sandboxes/{}", seg(id));
+        self.call_empty(Method::DELETE, &path, None::<&()>).await
+    }
+
+    /// `GET /metrics`: the Prometheus text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let reply = self
+            .send(Method::GET, "/metrics", empty_body(), None)
+            .await?;
+        let bytes = reply.into_stream().collect_bytes().await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries() {
+        assert_eq!(list_query(&BTreeMap::new(), None), "");
+        let labels: BTreeMap<String, String> = [
+            ("a".to_string(), "1".to_string()),
+            ("b".to_string(), "x y".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            list_query(&labels, Some(SandboxState::Running)),
+            "?label=a%3D1&label=b%3Dx%20y&state=running"
+        );
+    }
+
+    #[test]
+    fn health_keeps_unknown_fields() {
+        let h: Health =
+            serde_json::from_str(r#"{"status":"ok","node":"n1","version":"0.1.0","substrates":["container"],"uptime_secs":3}"#)
+                .unwrap();
+        assert!(h.is_ok());
+        assert_eq!(h.extra["uptime_secs"], 3);
+    }
+}
