@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Warren's whole test suite; CI runs it (.ci/run). Run as root on Debian 12:
+#
+#   sudo ./scripts/test.sh
+#
+# Phases: setup (packages, rootfs) -> build -> image (register `default`) -> fmt -> clippy ->
+# nextest -> python SDK -> leak check. A failure in the first three stops the run; the others all
+# run and are reported together. Exits non-zero when any phase failed.
+#
+# Environment: WARREN_IMAGE_STORE (default /var/lib/warren/images), WARREN_CACHE (rootfs cache).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_root
+use_cargo
+
+REPO="$PWD"
+export WARREN_BIN_DIR="$REPO/target/release"
+export WARREN_BIN="$WARREN_BIN_DIR/warren"
+export WARREN_IMAGE_STORE="${WARREN_IMAGE_STORE:-/var/lib/warren/images}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+START=$SECONDS
+PHASES=() RESULTS=() TIMES=()
+FAILED=()
+
+clock() { local s=$((SECONDS - START)); printf '%d:%02d' $((s / 60)) $((s % 60)); }
+
+# phase NAME CMD... : runs one phase with a header, records ok/FAILED and its duration.
+phase() {
+    local name="$1"; shift
+    local t0=$SECONDS rc=0
+    echo
+    echo "==> [$(clock)] $name: $*"
+    "$@" || rc=$?
+    local dt=$((SECONDS - t0))
+    PHASES+=("$name") TIMES+=("$dt")
+    if [[ $rc -eq 0 ]]; then
+        RESULTS+=(ok)
+        echo "==> [$(clock)] $name: ok (${dt}s)"
+    else
+        RESULTS+=("FAILED (exit $rc)")
+        FAILED+=("$name")
+        echo "==> [$(clock)] $name: FAILED with exit $rc (${dt}s)"
+    fi
+    return $rc
+}
+
+skip() {
+    PHASES+=("$1") TIMES+=(0) RESULTS+=("skipped: $2")
+}
+
+summary() {
+    echo
+    echo "==> [$(clock)] summary"
+    local i
+    for i in "${!PHASES[@]}"; do
+        printf '  %-8s %5ss  %s\n' "${PHASES[$i]}" "${TIMES[$i]}" "${RESULTS[$i]}"
+    done
+    if [[ ${#FAILED[@]} -eq 0 ]]; then
+        echo "test.sh: OK in $(clock)"
+    else
+        echo "test.sh: FAILED (${FAILED[*]}) in $(clock)"
+    fi
+}
+
+# Everything Warren-owned that exists before the run is reported, not failed, by the leak check.
+mkdir -p target
+LEAK_BASELINE="$REPO/target/leak-baseline.txt"
+scripts/check-leaks.sh --snapshot "$LEAK_BASELINE"
+
+# Runs inside `phase`, where errexit is off: every step checks its own status.
+python_sdk_tests() {
+    local sdk="$REPO/sdk/python" venv="$REPO/target/venv"
+    if ! "$venv/bin/python" -c 'import sys' > /dev/null 2>&1; then
+        rm -rf "$venv"
+        python3 -m venv "$venv" || return 1
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "${sdk}[test]" || return 1
+    if ! "$venv/bin/python" -c 'import pytest' 2> /dev/null; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest || return 1
+    fi
+    local rc=0
+    (cd "$sdk" && "$venv/bin/python" -m pytest tests) || rc=$?
+    if [[ $rc -eq 5 ]]; then
+        # pytest's "no tests collected": wrong when there are test files, fine when there are none.
+        if find "$sdk/tests" -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
+            echo "python: test files exist in $sdk/tests but pytest collected none"
+            return 1
+        fi
+        echo "python: no test files in $sdk/tests yet"
+        return 0
+    fi
+    return $rc
+}
+
+finish() {
+    summary
+    [[ ${#FAILED[@]} -eq 0 ]]
+}
+
+if ! phase setup scripts/setup.sh; then
+    skip build "setup failed"; finish; exit 1
+fi
+if ! phase build cargo build --release --workspace --bins; then
+    skip image "build failed"; finish; exit 1
+fi
+if ! phase image scripts/build-default-image.sh; then
+    finish; exit 1
+fi
+phase fmt cargo fmt --all -- --check || true
+phase clippy cargo clippy --workspace --all-targets -- -D warnings || true
+phase nextest cargo nextest run --workspace --release --no-fail-fast || true
+if [[ -d sdk/python/tests ]]; then
+    phase python python_sdk_tests || true
+else
+    skip python "no sdk/python/tests"
+fi
+phase leaks scripts/check-leaks.sh --baseline "$LEAK_BASELINE" || true
+
+finish
