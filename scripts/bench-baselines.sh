@@ -18,7 +18,7 @@
 # script exits 1 only when no baseline could be measured.
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 2 ]] || usage
 ROOTFS="$(realpath "$1")"
 N="${2:-100}"
