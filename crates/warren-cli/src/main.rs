@@ -1,3 +1,153 @@
 //! `warren`: the command-line front end of a Warren node.
+//!
+//! Every subcommand is one module under `commands/` with an `Args` struct (clap derive) and a
+//! `run` function that returns the process exit code. Adding a subcommand is one variant in
+//! [`Command`], one arm in [`dispatch`] and one module.
 
-fn main() {}
+mod commands;
+mod stats;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use commands::Ctx;
+
+/// Run and drive Warren sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "warren", version, propagate_version = true)]
+struct Cli {
+    /// The daemon: unix:///path/to.sock or http://host:port
+    /// [default: unix:///run/warren/warren.sock]
+    #[arg(long, global = true, env = "WARREN_URL")]
+    url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run warrend (in the foreground, or in the background with --detach).
+    Up(commands::up::Args),
+    /// Print the daemon's health; exit 0 when it is ok.
+    Health(commands::health::Args),
+    /// Create a sandbox and print its id.
+    Create(commands::create::Args),
+    /// Run a command in a sandbox, streaming its output; exit with its exit code.
+    Exec(commands::exec::Args),
+    /// Copy a file between the host and a sandbox (ID:/path on one side).
+    Cp(commands::cp::Args),
+    /// List sandboxes.
+    Ls(commands::ls::Args),
+    /// Delete sandboxes.
+    Rm(commands::rm::Args),
+    /// Open an interactive terminal in a sandbox.
+    Shell(commands::shell::Args),
+    /// List the background processes of a sandbox.
+    Ps(commands::ps::Args),
+    /// Run a small reinforcement-learning style rollout in N sandboxes at once.
+    Demo(commands::demo::Args),
+    /// Measure create latency, exec latency, throughput and density.
+    Bench(commands::bench::Args),
+}
+
+async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::Up(a) => commands::up::run(&ctx, a).await,
+        Command::Health(a) => commands::health::run(&ctx, a).await,
+        Command::Create(a) => commands::create::run(&ctx, a).await,
+        Command::Exec(a) => commands::exec::run(&ctx, a).await,
+        Command::Cp(a) => commands::cp::run(&ctx, a).await,
+        Command::Ls(a) => commands::ls::run(&ctx, a).await,
+        Command::Rm(a) => commands::rm::run(&ctx, a).await,
+        Command::Shell(a) => commands::shell::run(&ctx, a).await,
+        Command::Ps(a) => commands::ps::run(&ctx, a).await,
+        Command::Demo(a) => commands::demo::run(&ctx, a).await,
+        Command::Bench(a) => commands::bench::run(&ctx, a).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warren: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = Ctx { url: cli.url };
+    let result = runtime.block_on(dispatch(ctx, cli.command));
+    // A blocked stdin reader (shell, exec) must not hold the process open.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("warren: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_url_and_trailing_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "warren",
+            "exec",
+            "--url",
+            "unix:///tmp/w.sock",
+            "n1-x",
+            "--timeout",
+            "2",
+            "--",
+            "ls",
+            "-la",
+        ])
+        .unwrap();
+        assert_eq!(cli.url.as_deref(), Some("unix:///tmp/w.sock"));
+        let Command::Exec(a) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(a.cmd, ["ls", "-la"]);
+        assert_eq!(a.timeout, Some(2.0));
+
+        let cli =
+            Cli::try_parse_from(["warren", "up", "--detach", "--", "--socket", "/s"]).unwrap();
+        let Command::Up(a) = cli.command else {
+            panic!("not up")
+        };
+        assert!(a.detach);
+        assert_eq!(a.warrend_args, ["--socket", "/s"]);
+
+        let cli = Cli::try_parse_from([
+            "warren", "create", "--image", "base", "--image", "task:1", "--env", "A=b=c",
+            "--label", "k=v", "--memory", "256",
+        ])
+        .unwrap();
+        let Command::Create(a) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(a.image, ["base", "task:1"]);
+        assert_eq!(a.env, [("A".to_string(), "b=c".to_string())]);
+
+        assert!(Cli::try_parse_from(["warren", "rm", "--all", "n1-x"]).is_err());
+        assert!(Cli::try_parse_from(["warren", "rm"]).is_err());
+        assert!(Cli::try_parse_from(["warren", "create", "--env", "novalue"]).is_err());
+        assert!(Cli::try_parse_from(["warren", "bench", "density", "--n", "10"]).is_ok());
+    }
+}

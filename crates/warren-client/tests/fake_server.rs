@@ -39,10 +39,13 @@ fn pattern_chunk(start: u64, len: usize) -> Bytes {
         .into()
 }
 
+/// What an upload delivered: bytes received, whether they matched the pattern, the mode.
+type Upload = (u64, bool, Option<u32>);
+
 #[derive(Default)]
 struct Fake {
-    /// path -> (bytes received, pattern intact, mode)
-    uploads: Mutex<HashMap<String, (u64, bool, Option<u32>)>>,
+    /// path -> what was uploaded there
+    uploads: Mutex<HashMap<String, Upload>>,
     connections: AtomicUsize,
 }
 

@@ -1,0 +1,409 @@
+//! `warren bench`: measures a node through its HTTP API and checks the numbers against
+//! Warren's targets, optionally next to crun, podman and bwrap baselines.
+//!
+//! | bench | what | target |
+//! |---|---|---|
+//! | create | create → first `exec true` finished (delete not timed) | p50 ≤ 15 ms, p99 ≤ 50 ms |
+//! | exec | `exec true` round trip in one running sandbox | p50 ≤ 2 ms |
+//! | throughput | creations/s from 4 concurrent clients | ≥ 200/s |
+//! | density | host memory per idle sandbox | ≤ 1 MiB |
+//! | baselines | create p50 / podman p50; crun exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
+
+mod baselines;
+mod measure;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use warren_client::Client;
+
+use super::{delete_all, Ctx};
+use crate::stats::Latency;
+use crate::table::{ms, Table};
+use baselines::Baseline;
+use measure::{Density, Setup, Throughput, BENCH_LABEL};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Create,
+    Exec,
+    Throughput,
+    Density,
+    All,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Which benchmark to run
+    #[arg(value_enum)]
+    pub which: Which,
+    /// Iterations; applies to every benchmark run
+    /// [default: create 200, exec 1000, throughput 400, density 5000]
+    #[arg(long, short = 'n')]
+    pub n: Option<usize>,
+    /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
+    #[arg(long, short = 'c')]
+    pub concurrency: Option<usize>,
+    /// Image of the benchmark sandboxes
+    #[arg(long, default_value = "default")]
+    pub image: String,
+    /// Print one JSON document instead of tables
+    #[arg(long)]
+    pub json: bool,
+    /// Also run scripts/bench-baselines.sh and compare with crun, podman and bwrap
+    #[arg(long)]
+    pub baselines: bool,
+    /// Iterations per baseline runtime
+    #[arg(long, default_value_t = 50)]
+    pub baseline_n: usize,
+}
+
+/// One target and whether it was met.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub metric: String,
+    pub value: f64,
+    pub unit: &'static str,
+    pub target: String,
+    pub pass: bool,
+}
+
+impl Check {
+    fn at_most(metric: &str, value: f64, unit: &'static str, limit: f64) -> Check {
+        Check {
+            metric: metric.into(),
+            value,
+            unit,
+            target: format!("<= {limit}"),
+            pass: value <= limit,
+        }
+    }
+
+    fn at_least(metric: &str, value: f64, unit: &'static str, limit: f64) -> Check {
+        Check {
+            metric: metric.into(),
+            value,
+            unit,
+            target: format!(">= {limit}"),
+            pass: value >= limit,
+        }
+    }
+}
+
+/// Everything one `warren bench` run measured.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub density: Option<Density>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub baselines: Vec<Baseline>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Compares the measurements with the targets.
+    pub fn check(&mut self) {
+        let mut checks = Vec::new();
+        if let Some(c) = &self.create {
+            checks.push(Check::at_most("create p50", c.p50_ms, "ms", 15.0));
+            checks.push(Check::at_most("create p99", c.p99_ms, "ms", 50.0));
+        }
+        if let Some(e) = &self.exec {
+            checks.push(Check::at_most("exec p50", e.p50_ms, "ms", 2.0));
+        }
+        if let Some(t) = &self.throughput {
+            checks.push(Check::at_least("throughput", t.per_sec, "/s", 200.0));
+        }
+        if let Some(d) = &self.density {
+            checks.push(Check::at_most(
+                "memory per sandbox",
+                d.mib_per_sandbox,
+                "MiB",
+                1.0,
+            ));
+            checks.push(Check::at_most(
+                "left after delete",
+                d.left_after_delete as f64,
+                "",
+                0.0,
+            ));
+        }
+        if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
+            if p.p50_ms > 0.0 {
+                let ratio = c.p50_ms / p.p50_ms;
+                checks.push(Check::at_most(
+                    &format!("create p50 / {} p50", p.name),
+                    ratio,
+                    "x",
+                    0.1,
+                ));
+            }
+        }
+        if let (Some(e), Some(b)) = (&self.exec, baselines::crun_exec(&self.baselines)) {
+            if e.p50_ms > 0.0 {
+                let speedup = b.p50_ms / e.p50_ms;
+                checks.push(Check::at_least(
+                    &format!("{} p50 / exec p50", b.name),
+                    speedup,
+                    "x",
+                    3.0,
+                ));
+            }
+        }
+        self.checks = checks;
+    }
+
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut lat = Table::new([
+            "BENCH", "N", "P50 ms", "P99 ms", "MEAN ms", "MIN ms", "MAX ms",
+        ]);
+        for (name, l) in [("create", &self.create), ("exec", &self.exec)] {
+            if let Some(l) = l {
+                lat.row([
+                    name.to_string(),
+                    l.n.to_string(),
+                    ms(l.p50_ms),
+                    ms(l.p99_ms),
+                    ms(l.mean_ms),
+                    ms(l.min_ms),
+                    ms(l.max_ms),
+                ]);
+            }
+        }
+        if !lat.is_empty() {
+            out.push_str(&lat.render());
+        }
+        if let Some(t) = &self.throughput {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "throughput: {} of {} creates from {} clients in {:.2} s = {:.1}/s",
+                t.created, t.n, t.concurrency, t.secs, t.per_sec
+            ));
+            if let Some(e) = &t.first_error {
+                out.push_str(&format!(" ({} failed, first: {e})", t.failed));
+            }
+            out.push('\n');
+        }
+        if let Some(d) = &self.density {
+            if !out.is_empty() && self.throughput.is_none() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "density: {} of {} idle sandboxes in {:.1} s; host memory used {} -> {} MiB = {:.3} MiB/sandbox; {} left after delete\n",
+                d.created,
+                d.requested,
+                d.create_secs,
+                d.used_before_kib / 1024,
+                d.used_after_kib / 1024,
+                d.mib_per_sandbox,
+                d.left_after_delete
+            ));
+            if let Some(e) = &d.stopped_by {
+                out.push_str(&format!(
+                    "density: creation stopped at the first refusal: {e}\n"
+                ));
+            }
+        }
+        if !self.baselines.is_empty() {
+            let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms"]);
+            for b in &self.baselines {
+                t.row([b.name.clone(), b.n.to_string(), ms(b.p50_ms), ms(b.p99_ms)]);
+            }
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&t.render());
+        }
+        if !self.checks.is_empty() {
+            let mut t = Table::new(["CHECK", "VALUE", "TARGET", "RESULT"]);
+            for c in &self.checks {
+                let unit = if c.unit.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", c.unit)
+                };
+                t.row([
+                    c.metric.clone(),
+                    format!("{}{unit}", fmt_value(c.value)),
+                    format!("{}{unit}", c.target),
+                    if c.pass {
+                        "PASS".into()
+                    } else {
+                        "MISS".to_string()
+                    },
+                ]);
+            }
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&t.render());
+        }
+        out
+    }
+}
+
+fn fmt_value(v: f64) -> String {
+    if v != 0.0 && v.abs() < 0.1 {
+        format!("{v:.3}")
+    } else {
+        ms(v)
+    }
+}
+
+/// Deletes `ids`, failing with the first error when any delete fails.
+pub(crate) async fn delete_all_reporting(
+    client: &Client,
+    ids: Vec<String>,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let total = ids.len();
+    let failed = delete_all(client, ids, concurrency).await;
+    if let Some((id, e)) = failed.first() {
+        anyhow::bail!(
+            "{} of {total} deletes failed; first: {id}: {e}",
+            failed.len()
+        );
+    }
+    Ok(())
+}
+
+async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Result<()> {
+    let all = args.which == Which::All;
+    let n = |default: usize| args.n.unwrap_or(default).max(1);
+    let c = |default: usize| args.concurrency.unwrap_or(default).max(1);
+    if all || args.which == Which::Create {
+        report.create = Some(measure::create_latency(setup, n(200), c(1)).await?);
+    }
+    if all || args.which == Which::Exec {
+        report.exec = Some(measure::exec_latency(setup, n(1000), c(1)).await?);
+    }
+    if all || args.which == Which::Throughput {
+        report.throughput = Some(measure::throughput(setup, n(400), c(4)).await?);
+    }
+    if all || args.which == Which::Density {
+        report.density = Some(measure::density(setup, n(5000), c(16)).await?);
+    }
+    if args.baselines {
+        report.baselines = baselines::run(args.baseline_n).await?;
+    }
+    Ok(())
+}
+
+pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    let concurrency = args.concurrency.unwrap_or(16).max(16);
+    let client = ctx.client_with(concurrency + 16)?;
+    client
+        .health()
+        .await
+        .context("the daemon does not answer")?;
+    let setup = Setup {
+        client: client.clone(),
+        image: args.image.clone(),
+        run_id: crate::table::now_ms().to_string(),
+        progress: true,
+    };
+    let mut report = Report::default();
+    let outcome = tokio::select! {
+        r = measure(&args, &setup, &mut report) => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    if !matches!(outcome, Some(Ok(()))) {
+        // Whatever an interrupted or failed run left behind carries this run's label.
+        let labels = [(BENCH_LABEL.to_string(), setup.run_id.clone())].into();
+        if let Ok(left) = client.list(&labels, None).await {
+            if !left.is_empty() {
+                eprintln!("bench: deleting {} sandboxes left by this run", left.len());
+                let ids = left.into_iter().map(|s| s.id).collect();
+                let _ = delete_all(&client, ids, 32).await;
+            }
+        }
+    }
+    match outcome {
+        None => {
+            eprintln!("interrupted");
+            return Ok(130);
+        }
+        Some(Err(e)) => return Err(e),
+        Some(Ok(())) => {}
+    }
+    report.check();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_and_rendering() {
+        let lat = |p50, p99| Latency {
+            n: 10,
+            p50_ms: p50,
+            p99_ms: p99,
+            mean_ms: p50,
+            min_ms: p50,
+            max_ms: p99,
+        };
+        let mut r = Report {
+            create: Some(lat(12.0, 60.0)),
+            exec: Some(lat(1.5, 3.0)),
+            baselines: vec![
+                Baseline {
+                    name: "podman-run".into(),
+                    p50_ms: 300.0,
+                    p99_ms: 400.0,
+                    n: 5,
+                },
+                Baseline {
+                    name: "crun-exec".into(),
+                    p50_ms: 6.0,
+                    p99_ms: 9.0,
+                    n: 5,
+                },
+            ],
+            ..Default::default()
+        };
+        r.check();
+        let got: Vec<(&str, bool)> = r
+            .checks
+            .iter()
+            .map(|c| (c.metric.as_str(), c.pass))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("create p50", true),
+                ("create p99", false),
+                ("exec p50", true),
+                ("create p50 / podman-run p50", true),
+                ("crun-exec p50 / exec p50", true),
+            ]
+        );
+        let text = r.render();
+        assert!(
+            text.contains("create p99                   60.0 ms  <= 50 ms  MISS"),
+            "{text}"
+        );
+        assert!(
+            text.contains("create p50 / podman-run p50  0.040 x  <= 0.1 x  PASS"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["checks"][1]["pass"], false);
+        assert!(json.get("density").is_none());
+    }
+}

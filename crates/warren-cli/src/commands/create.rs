@@ -1,0 +1,135 @@
+//! `warren create`: creates one sandbox and prints its id alone on stdout.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use warren_client::{CreateSandboxRequest, ImageRef, Substrate};
+
+use super::{parse_kv, Ctx};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Image name; repeat to stack layers, lowest first [default: default]
+    #[arg(long, short = 'i')]
+    pub image: Vec<String>,
+    /// Isolation substrate
+    #[arg(long, value_parser = ["function", "container", "microvm", "vm"])]
+    pub substrate: Option<String>,
+    /// CPU cores (fractions allowed)
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB
+    #[arg(long)]
+    pub memory: Option<u64>,
+    /// Writable layer size in MiB
+    #[arg(long)]
+    pub disk: Option<u64>,
+    /// Process limit
+    #[arg(long)]
+    pub pids: Option<u64>,
+    /// Lifetime in seconds, after which the sandbox is deleted
+    #[arg(long)]
+    pub ttl: Option<u64>,
+    /// Seconds without calls after which the sandbox is stopped
+    #[arg(long)]
+    pub idle_timeout: Option<u64>,
+    /// Environment variable for every command (repeatable)
+    #[arg(long, short = 'e', value_name = "K=V", value_parser = parse_kv)]
+    pub env: Vec<(String, String)>,
+    /// Label (repeatable)
+    #[arg(long, short = 'l', value_name = "K=V", value_parser = parse_kv)]
+    pub label: Vec<(String, String)>,
+    /// Default working directory of commands
+    #[arg(long, short = 'w')]
+    pub workdir: Option<String>,
+    /// Default user of commands (name or uid[:gid])
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
+    /// Hostname inside the sandbox
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// A repeated create with the same key returns the first sandbox
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+}
+
+/// The request the arguments describe.
+pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
+    let substrate = match args.substrate.as_deref() {
+        None => Substrate::default(),
+        Some(s) => serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .with_context(|| format!("unknown substrate {s:?}"))?,
+    };
+    let mut image = args.image;
+    let image = match image.len() {
+        0 => ImageRef::default(),
+        1 => ImageRef::Name(image.remove(0)),
+        _ => ImageRef::Stack(image),
+    };
+    Ok(CreateSandboxRequest {
+        substrate,
+        image,
+        cpus: args.cpus,
+        memory_mb: args.memory,
+        disk_mb: args.disk,
+        pids: args.pids,
+        env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
+        workdir: args.workdir,
+        user: args.user,
+        ttl_secs: args.ttl,
+        idle_timeout_secs: args.idle_timeout,
+        labels: args.label.into_iter().collect(),
+        idempotency_key: args.idempotency_key,
+        hostname: args.hostname,
+        ..Default::default()
+    })
+}
+
+pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    let req = request(args)?;
+    let client = ctx.client()?;
+    let sandbox = client.create(&req).await.context("create failed")?;
+    println!("{}", sandbox.id);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn req(argv: &[&str]) -> CreateSandboxRequest {
+        let t = T::try_parse_from(std::iter::once("create").chain(argv.iter().copied())).unwrap();
+        request(t.a).unwrap()
+    }
+
+    #[test]
+    fn images_and_fields() {
+        assert_eq!(req(&[]).image, ImageRef::default());
+        assert_eq!(req(&["-i", "x"]).image, ImageRef::Name("x".into()));
+        assert_eq!(
+            req(&["-i", "a", "-i", "b"]).image,
+            ImageRef::Stack(vec!["a".into(), "b".into()])
+        );
+        let r = req(&[
+            "--substrate",
+            "microvm",
+            "--ttl",
+            "60",
+            "-l",
+            "k=v",
+            "--memory",
+            "64",
+        ]);
+        assert_eq!(r.substrate, Substrate::Microvm);
+        assert_eq!(r.ttl_secs, Some(60));
+        assert_eq!(r.labels["k"], "v");
+        assert_eq!(r.memory_mb, Some(64));
+    }
+}
