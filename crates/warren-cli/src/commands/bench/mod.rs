@@ -7,7 +7,7 @@
 //! | exec | `exec true` round trip in one running sandbox | p50 ≤ 2 ms |
 //! | throughput | creations/s from 4 concurrent clients | ≥ 200/s |
 //! | density | host memory per idle sandbox | ≤ 1 MiB |
-//! | baselines | create p50 / podman p50; crun exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
+//! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 
 mod baselines;
 mod measure;
@@ -134,8 +134,9 @@ impl Report {
             ));
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
-            if p.p50_ms > 0.0 {
-                let ratio = c.p50_ms / p.p50_ms;
+            let p50 = p.p50().unwrap_or(0.0);
+            if p50 > 0.0 {
+                let ratio = c.p50_ms / p50;
                 checks.push(Check::at_most(
                     &format!("create p50 / {} p50", p.name),
                     ratio,
@@ -144,9 +145,9 @@ impl Report {
                 ));
             }
         }
-        if let (Some(e), Some(b)) = (&self.exec, baselines::crun_exec(&self.baselines)) {
+        if let (Some(e), Some(b)) = (&self.exec, baselines::oci_exec(&self.baselines)) {
             if e.p50_ms > 0.0 {
-                let speedup = b.p50_ms / e.p50_ms;
+                let speedup = b.p50().unwrap_or(0.0) / e.p50_ms;
                 checks.push(Check::at_least(
                     &format!("{} p50 / exec p50", b.name),
                     speedup,
@@ -214,9 +215,16 @@ impl Report {
             }
         }
         if !self.baselines.is_empty() {
-            let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms"]);
+            let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
+            let opt = |v: Option<f64>| v.map(ms).unwrap_or_else(|| "-".into());
             for b in &self.baselines {
-                t.row([b.name.clone(), b.n.to_string(), ms(b.p50_ms), ms(b.p99_ms)]);
+                t.row([
+                    b.name.clone(),
+                    b.n.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
+                    opt(b.p50_ms),
+                    opt(b.p99_ms),
+                    b.error.clone().unwrap_or_default(),
+                ]);
             }
             if !out.is_empty() {
                 out.push('\n');
@@ -361,20 +369,11 @@ mod tests {
         let mut r = Report {
             create: Some(lat(12.0, 60.0)),
             exec: Some(lat(1.5, 3.0)),
-            baselines: vec![
-                Baseline {
-                    name: "podman-run".into(),
-                    p50_ms: 300.0,
-                    p99_ms: 400.0,
-                    n: 5,
-                },
-                Baseline {
-                    name: "crun-exec".into(),
-                    p50_ms: 6.0,
-                    p99_ms: 9.0,
-                    n: 5,
-                },
-            ],
+            baselines: baselines::parse(
+                r#"{"name":"podman_run","p50_ms":300,"p99_ms":400,"n":5}
+{"name":"crun_exec","p50_ms":6,"p99_ms":9,"n":5}
+{"name":"bwrap","error":"bwrap is not installed"}"#,
+            ),
             ..Default::default()
         };
         r.check();
@@ -389,8 +388,8 @@ mod tests {
                 ("create p50", true),
                 ("create p99", false),
                 ("exec p50", true),
-                ("create p50 / podman-run p50", true),
-                ("crun-exec p50 / exec p50", true),
+                ("create p50 / podman_run p50", true),
+                ("crun_exec p50 / exec p50", true),
             ]
         );
         let text = r.render();
@@ -399,11 +398,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("create p50 / podman-run p50  0.040 x  <= 0.1 x  PASS"),
+            text.contains("create p50 / podman_run p50  0.040 x  <= 0.1 x  PASS"),
             "{text}"
         );
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["checks"][1]["pass"], false);
         assert!(json.get("density").is_none());
+        assert!(
+            text.contains("bwrap       -  -       -       bwrap is not installed"),
+            "{text}"
+        );
     }
 }
