@@ -3,7 +3,7 @@
 //!
 //! Binary frames carry terminal bytes both ways. The client sends
 //! `{"type":"resize","cols":C,"rows":R}` text frames; the daemon's last text frame is
-//! `{"type":"exit","exit_code":N}`. A terminal holds its own connection, outside the pool.
+//! `{"type":"exit","exit_code":N,"signal":S}` or `{"type":"error","error":{..}}`. A terminal holds its own connection, outside the pool.
 
 use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
@@ -23,8 +23,12 @@ type Ws = WebSocketStream<RawStream>;
 pub enum PtyEvent {
     /// Terminal output bytes.
     Output(Bytes),
-    /// The command ended; `None` when the daemon did not report a code.
-    Exit { exit_code: Option<i32> },
+    /// The command ended: its exit code, or the signal that killed it (each `None` when the
+    /// daemon did not report it).
+    Exit {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// An open terminal. Use it directly, or [`PtySession::split`] it to read and write from
@@ -68,6 +72,8 @@ struct ControlFrame {
     #[serde(default)]
     exit_code: Option<i32>,
     #[serde(default)]
+    signal: Option<i32>,
+    #[serde(default)]
     error: Option<warren_types::ApiError>,
 }
 
@@ -86,6 +92,7 @@ fn decode(msg: Message) -> Result<Option<Option<PtyEvent>>, ClientError> {
             match frame.kind.as_str() {
                 "exit" => Ok(Some(Some(PtyEvent::Exit {
                     exit_code: frame.exit_code,
+                    signal: frame.signal,
                 }))),
                 "error" => match frame.error {
                     Some(error) => Err(ClientError::Api { status: 0, error }),
@@ -237,7 +244,24 @@ mod tests {
             r#"{"type":"resize","cols":80,"rows":24}"#
         );
         let ev = decode(Message::text(r#"{"type":"exit","exit_code":3}"#)).unwrap();
-        assert_eq!(ev, Some(Some(PtyEvent::Exit { exit_code: Some(3) })));
+        assert_eq!(
+            ev,
+            Some(Some(PtyEvent::Exit {
+                exit_code: Some(3),
+                signal: None
+            }))
+        );
+        let ev = decode(Message::text(
+            r#"{"type":"exit","exit_code":null,"signal":9}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            ev,
+            Some(Some(PtyEvent::Exit {
+                exit_code: None,
+                signal: Some(9)
+            }))
+        );
         assert_eq!(decode(Message::text(r#"{"type":"hello"}"#)).unwrap(), None);
         assert!(decode(Message::text("nope")).is_err());
         let err = decode(Message::text(

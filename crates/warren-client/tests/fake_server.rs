@@ -513,7 +513,10 @@ async fn terminal_over_websocket() {
     tx.send(&b"exit\r"[..]).await.unwrap();
     assert_eq!(
         rx.next_event().await.unwrap(),
-        Some(PtyEvent::Exit { exit_code: Some(3) })
+        Some(PtyEvent::Exit {
+            exit_code: Some(3),
+            signal: None
+        })
     );
     assert_eq!(rx.next_event().await.unwrap(), None);
 

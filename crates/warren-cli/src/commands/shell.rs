@@ -71,7 +71,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                     stdout.write_all(&bytes).await?;
                     stdout.flush().await?;
                 }
-                Some(PtyEvent::Exit { exit_code }) => break exit_code,
+                Some(PtyEvent::Exit { exit_code, signal }) => {
+                    break exit_code.or(signal.map(|s| 128 + s));
+                }
                 None => break None,
             },
             n = stdin.read(&mut buf), if stdin_open => match n? {
