@@ -1,0 +1,140 @@
+//! The v1 HTTP API: an axum [`Router`] over a [`Manager`].
+//!
+//! Handlers only parse and validate requests into typed manager calls and turn the answers
+//! (or [`crate::NodeError`]s) into HTTP. Every route is listed once in [`ROUTES`]; the router
+//! is checked against it when built, and `tests/openapi.rs` checks it against
+//! `api/openapi.yaml`. Unknown routes, wrong methods and malformed input answer JSON errors,
+//! never axum's plain-text rejections.
+
+mod error;
+mod exec;
+mod extract;
+mod files;
+mod pty;
+mod sandboxes;
+#[cfg(test)]
+mod tests;
+
+use axum::extract::Request;
+use axum::handler::Handler;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{on, MethodFilter};
+use axum::Router;
+
+use crate::manager::Manager;
+pub use error::{HttpError, HttpResult};
+pub use extract::MAX_JSON_BODY;
+
+/// Every route of the API, `(method, path)` in axum/OpenAPI path syntax.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/health"),
+    ("GET", "/metrics"),
+    ("POST", "/v1/sandboxes"),
+    ("GET", "/v1/sandboxes"),
+    ("GET", "/v1/sandboxes/{id}"),
+    ("DELETE", "/v1/sandboxes/{id}"),
+    ("POST", "/v1/sandboxes/{id}/exec"),
+    ("POST", "/v1/sandboxes/{id}/exec/stream"),
+    ("POST", "/v1/sandboxes/{id}/processes"),
+    ("GET", "/v1/sandboxes/{id}/processes"),
+    ("GET", "/v1/sandboxes/{id}/processes/{pid}"),
+    ("POST", "/v1/sandboxes/{id}/processes/{pid}/wait"),
+    ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
+    ("GET", "/v1/sandboxes/{id}/pty"),
+    ("GET", "/v1/sandboxes/{id}/files"),
+    ("PUT", "/v1/sandboxes/{id}/files"),
+    ("DELETE", "/v1/sandboxes/{id}/files"),
+    ("GET", "/v1/sandboxes/{id}/files/stat"),
+    ("GET", "/v1/sandboxes/{id}/files/list"),
+    ("POST", "/v1/sandboxes/{id}/files/mkdir"),
+    ("POST", "/v1/sandboxes/{id}/files/chmod"),
+];
+
+/// Builds the router while checking each route against [`ROUTES`].
+struct Routes {
+    router: Router<Manager>,
+    seen: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, Manager>,
+        T: 'static,
+    {
+        assert!(ROUTES.contains(&(method, path)), "route {method} {path} is missing from ROUTES");
+        let filter = match method {
+            "GET" => MethodFilter::GET,
+            "POST" => MethodFilter::POST,
+            "PUT" => MethodFilter::PUT,
+            "DELETE" => MethodFilter::DELETE,
+            other => panic!("method {other} not used by the API"),
+        };
+        self.router = self.router.route(path, on(filter, handler));
+        self.seen.push((method, path));
+        self
+    }
+
+    fn finish(self) -> Router<Manager> {
+        for r in ROUTES {
+            assert!(self.seen.contains(r), "route {} {} in ROUTES has no handler", r.0, r.1);
+        }
+        self.router
+    }
+}
+
+/// The API router, ready to serve.
+pub fn router(manager: Manager) -> Router {
+    Routes { router: Router::new(), seen: Vec::new() }
+        .add("GET", "/v1/health", sandboxes::health)
+        .add("GET", "/metrics", sandboxes::metrics)
+        .add("POST", "/v1/sandboxes", sandboxes::create)
+        .add("GET", "/v1/sandboxes", sandboxes::list)
+        .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
+        .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
+        .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
+        .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
+        .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
+        .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
+        .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
+        .add("POST", "/v1/sandboxes/{id}/processes/{pid}/wait", exec::wait_proc)
+        .add("POST", "/v1/sandboxes/{id}/processes/{pid}/kill", exec::kill_proc)
+        .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
+        .add("GET", "/v1/sandboxes/{id}/files", files::download)
+        .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
+        .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
+        .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
+        .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
+        .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
+        .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+        .finish()
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(log_request))
+        .with_state(manager)
+}
+
+async fn no_route(req: Request) -> HttpError {
+    warren_types::ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path())).into()
+}
+
+async fn wrong_method(req: Request) -> HttpError {
+    let mut e = HttpError::invalid(format!("method {} is not allowed on {}", req.method(), req.uri().path()));
+    e.status = Some(StatusCode::METHOD_NOT_ALLOWED);
+    e
+}
+
+async fn log_request(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    if status >= 500 {
+        tracing::warn!(%method, path, status, ms = started.elapsed().as_millis() as u64, "request failed");
+    } else {
+        tracing::debug!(%method, path, status, ms = started.elapsed().as_millis() as u64, "request");
+    }
+    resp
+}

@@ -1,0 +1,77 @@
+//! Node and lifecycle routes: health, metrics, create, list, get, delete.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use warren_types::{CreateSandboxRequest, SandboxInfo, SandboxState};
+
+use super::error::{HttpError, HttpResult};
+use super::extract::{JsonBody, QueryPairs, SandboxParam};
+use crate::manager::{ListFilter, Manager};
+
+/// `GET /v1/health`.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub status: &'static str,
+    pub node: String,
+    pub version: &'static str,
+    pub substrates: Vec<&'static str>,
+    pub sandboxes: usize,
+}
+
+pub async fn health(State(m): State<Manager>) -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        node: m.config().node.to_string(),
+        version: env!("CARGO_PKG_VERSION"),
+        substrates: m.substrates().iter().map(|s| s.as_str()).collect(),
+        sandboxes: m.count(),
+    })
+}
+
+pub async fn metrics(State(m): State<Manager>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], m.render_metrics()).into_response()
+}
+
+pub async fn create(State(m): State<Manager>, JsonBody(req): JsonBody<CreateSandboxRequest>) -> HttpResult<Response> {
+    let created = m.create(req).await?;
+    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(created.info)).into_response())
+}
+
+#[derive(Debug, Serialize)]
+pub struct SandboxList {
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// Parses `?label=k=v&label=k2=v2&state=running`.
+pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
+    q.only(&["label", "state"], &["label"])?;
+    let mut filter = ListFilter::default();
+    for l in q.all("label") {
+        let (k, v) = l.split_once('=').ok_or_else(|| HttpError::invalid(format!("label filter must be key=value, got {l:?}")))?;
+        filter.labels.insert(k.to_string(), v.to_string());
+    }
+    if let Some(s) = q.get("state") {
+        filter.state = Some(SandboxState::parse(s).ok_or_else(|| {
+            HttpError::invalid(format!("state must be one of creating, running, paused, stopped, failed; got {s:?}"))
+        })?);
+    }
+    Ok(filter)
+}
+
+pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
+    let filter = list_filter(&q)?;
+    Ok(Json(SandboxList { sandboxes: m.list(&filter) }))
+}
+
+pub async fn get(State(m): State<Manager>, SandboxParam(id): SandboxParam) -> HttpResult<Json<SandboxInfo>> {
+    Ok(Json(m.get(&id)?))
+}
+
+pub async fn delete(State(m): State<Manager>, SandboxParam(id): SandboxParam) -> HttpResult<StatusCode> {
+    m.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

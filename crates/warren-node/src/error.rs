@@ -1,0 +1,103 @@
+//! The manager's errors. Each maps to one stable API code; the HTTP edge turns them into
+//! `{"error":{"code":..,"message":..}}` without looking inside.
+
+use warren_runtime::RuntimeError;
+use warren_types::{ApiError, ErrorCode, SandboxId, SandboxState, Substrate};
+
+use crate::store::StoreError;
+
+/// Why a manager call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The request was refused by validation; carries the code (`invalid_request`,
+    /// `invalid_path`) and the message that tells the caller what to fix.
+    #[error("{0}")]
+    Invalid(ApiError),
+    #[error("sandbox {id} not found{}", .why.as_deref().map(|w| format!(" (deleted: {w})")).unwrap_or_default())]
+    SandboxNotFound { id: SandboxId, why: Option<String> },
+    #[error("sandbox {id} is {}{}", .state.as_str(), .reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    NotRunning { id: SandboxId, state: SandboxState, reason: Option<String> },
+    #[error("substrate {} is not served by this node (it serves: {served})", .requested.as_str())]
+    UnsupportedSubstrate { requested: Substrate, served: String },
+    #[error("this node holds {max} sandboxes already (its limit)")]
+    TooManySandboxes { max: usize },
+    #[error("idempotency key {key:?} was used by a different request (sandbox {id})")]
+    IdempotencyConflict { key: String, id: SandboxId },
+    #[error("sandbox {id}: {source}")]
+    Runtime {
+        id: SandboxId,
+        #[source]
+        source: RuntimeError,
+    },
+    /// Boxed: redb's errors are large and this one is rare.
+    #[error("state store: {0}")]
+    Store(Box<StoreError>),
+}
+
+impl NodeError {
+    pub(crate) fn runtime(id: &SandboxId, source: RuntimeError) -> Self {
+        NodeError::Runtime { id: id.clone(), source }
+    }
+
+    /// The stable API code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            NodeError::Invalid(e) => e.code,
+            NodeError::SandboxNotFound { .. } => ErrorCode::NotFound,
+            NodeError::NotRunning { state: SandboxState::Failed, .. } => ErrorCode::SandboxLost,
+            NodeError::NotRunning { .. } => ErrorCode::InvalidState,
+            NodeError::UnsupportedSubstrate { .. } => ErrorCode::UnsupportedSubstrate,
+            NodeError::TooManySandboxes { .. } => ErrorCode::LimitExceeded,
+            NodeError::IdempotencyConflict { .. } => ErrorCode::Conflict,
+            NodeError::Runtime { source, .. } => source.code(),
+            NodeError::Store(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The error as the API shows it.
+    pub fn to_api(&self) -> ApiError {
+        match self {
+            NodeError::Invalid(e) => e.clone(),
+            // The agent's own messages (file errors, timeouts) are already worded for the caller.
+            NodeError::Runtime { source: RuntimeError::Agent { code, message }, .. } => {
+                ApiError::new(*code, message.clone())
+            }
+            NodeError::TooManySandboxes { .. } => {
+                let mut e = ApiError::new(self.code(), self.to_string());
+                e.retry_after = Some(5);
+                e
+            }
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for NodeError {
+    fn from(e: StoreError) -> Self {
+        NodeError::Store(Box::new(e))
+    }
+}
+
+impl From<ApiError> for NodeError {
+    fn from(e: ApiError) -> Self {
+        NodeError::Invalid(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_cause() {
+        let id: SandboxId = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5".parse().unwrap();
+        let e = NodeError::SandboxNotFound { id: id.clone(), why: Some("ttl expired".into()) };
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert!(e.to_string().contains("ttl expired"));
+        let e = NodeError::NotRunning { id: id.clone(), state: SandboxState::Failed, reason: None };
+        assert_eq!(e.code(), ErrorCode::SandboxLost);
+        let e = NodeError::runtime(&id, RuntimeError::Agent { code: ErrorCode::FileError, message: "nope".into() });
+        assert_eq!(e.to_api(), ApiError::new(ErrorCode::FileError, "nope"));
+        assert_eq!(NodeError::TooManySandboxes { max: 1 }.to_api().retry_after, Some(5));
+    }
+}

@@ -1,0 +1,24 @@
+//! A Warren node: the sandbox manager and its HTTP API.
+//!
+//! - [`manager`] owns every sandbox of the node: create/delete, exec, files and terminals as
+//!   typed calls, the TTL/idle reaper, lost-agent detection and restart recovery;
+//! - [`store`] keeps the durable state (a `redb` file) the manager recovers from;
+//! - [`api`] is the HTTP edge: it parses requests into manager calls and never decides
+//!   anything itself;
+//! - [`metrics`] counts what happens and renders `/metrics`.
+//!
+//! Substrates are reached only through [`warren_runtime::Runtime`]; this crate never does
+//! namespace, cgroup or mount work itself, and never starts or waits for processes.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod manager;
+pub mod metrics;
+pub mod store;
+
+pub use api::{router, ROUTES};
+pub use config::NodeConfig;
+pub use error::NodeError;
+pub use manager::{Created, ListFilter, Manager, RecoveryReport};
+pub use store::Store;

@@ -1,0 +1,147 @@
+//! Create: validate, reserve (node limit, idempotency key), record `creating`, start through
+//! the substrate's runtime, record `running`. A failed start leaves no record behind.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use tracing::{info, warn};
+use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+
+use super::{now_ms, Entry, KeyEntry, Manager, Sandbox};
+use crate::error::NodeError;
+use crate::metrics::Metrics;
+use crate::store::{StoredKey, StoredSandbox, FORMAT};
+
+/// The answer to a create.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub info: SandboxInfo,
+    /// False when an earlier create with the same idempotency key is answered instead.
+    pub created: bool,
+}
+
+impl Manager {
+    /// `POST /v1/sandboxes`.
+    pub async fn create(&self, req: CreateSandboxRequest) -> Result<Created, NodeError> {
+        let cfg = &self.inner.cfg;
+        let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
+        let runtime = self.runtime_for(req.substrate)?;
+
+        // Reserve the id (and the key) before starting, so concurrent creates with one key
+        // start one sandbox and the node limit holds under load.
+        let sb = {
+            let mut keys = self.inner.keys.lock().expect("keys lock");
+            if let Some(key) = &req.idempotency_key {
+                if let Some(existing) = keys.get(key).cloned() {
+                    drop(keys);
+                    if existing.request != req {
+                        return Err(NodeError::IdempotencyConflict { key: key.clone(), id: existing.id });
+                    }
+                    let info = self.get(&existing.id)?;
+                    return Ok(Created { info, created: false });
+                }
+            }
+            let mut map = self.map_mut();
+            if map.len() >= cfg.max_sandboxes {
+                return Err(NodeError::TooManySandboxes { max: cfg.max_sandboxes });
+            }
+            let id = SandboxId::generate(&cfg.node);
+            let now = now_ms();
+            let info = SandboxInfo {
+                id: id.to_string(),
+                substrate: req.substrate,
+                state: SandboxState::Creating,
+                image: req.image.refs(),
+                limits,
+                labels: req.labels.clone(),
+                env: req.env.clone(),
+                workdir: req.workdir.as_deref().map(warren_types::validate::sandbox_path).transpose()?,
+                user: req.user.clone(),
+                network: req.network.clone(),
+                created_at_ms: now,
+                expires_at_ms: req.ttl_secs.map(|t| now + t * 1000),
+                idle_timeout_secs: req.idle_timeout_secs,
+                last_activity_ms: now,
+                reason: None,
+                idempotency_key: req.idempotency_key.clone(),
+            };
+            let sb = Arc::new(Sandbox {
+                id: id.clone(),
+                runtime: runtime.clone(),
+                hostname: req.hostname.clone().unwrap_or_else(|| cfg.default_hostname.clone()),
+                active: AtomicU64::new(0),
+                state: Mutex::new(Entry { info, instance: None, record: None, deleting: false }),
+            });
+            map.insert(id.clone(), sb.clone());
+            if let Some(key) = &req.idempotency_key {
+                keys.insert(key.clone(), KeyEntry { id, request: req.clone() });
+            }
+            sb
+        };
+
+        let (spec, stored) = {
+            let st = sb.lock();
+            let stored = StoredSandbox { format: FORMAT, info: st.info.clone(), hostname: sb.hostname.clone(), record: None };
+            (sb.spec(&st.info), stored)
+        };
+        let stored_key =
+            req.idempotency_key.as_ref().map(|k| (k.as_str(), StoredKey { format: FORMAT, id: sb.id.clone(), request: req.clone() }));
+        if let Err(e) = self.inner.store.put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v))) {
+            self.forget(&sb.id, req.idempotency_key.as_deref());
+            Metrics::inc(&self.inner.metrics.create_errors);
+            return Err(e.into());
+        }
+
+        let started = std::time::Instant::now();
+        let instance = match runtime.create(&spec).await {
+            Ok(i) => i,
+            Err(e) => {
+                warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
+                self.forget(&sb.id, req.idempotency_key.as_deref());
+                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, req.idempotency_key.as_deref()) {
+                    warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
+                }
+                Metrics::inc(&self.inner.metrics.create_errors);
+                return Err(NodeError::runtime(&sb.id, e));
+            }
+        };
+
+        let persisted = {
+            let mut st = sb.lock();
+            st.info.state = SandboxState::Running;
+            st.info.last_activity_ms = now_ms();
+            st.record = Some(instance.record());
+            st.instance = Some(instance.clone());
+            self.persist(&sb, &st).map(|_| st.info.clone())
+        };
+        match persisted {
+            Ok(info) => {
+                self.watch_lost(sb.clone(), instance);
+                Metrics::inc(&self.inner.metrics.creates);
+                info!(sandbox = %sb.id, ms = started.elapsed().as_millis() as u64, image = ?info.image, "sandbox created");
+                Ok(Created { info, created: true })
+            }
+            Err(e) => {
+                // Without a durable record the sandbox could leak across a restart: undo it.
+                warn!(sandbox = %sb.id, error = %e, "cannot record the new sandbox; destroying it");
+                if let Err(de) = instance.destroy().await {
+                    warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
+                }
+                self.forget(&sb.id, req.idempotency_key.as_deref());
+                let _ = self.inner.store.remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+                Metrics::inc(&self.inner.metrics.create_errors);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops a sandbox (and its key) from memory only.
+    pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
+        self.map_mut().remove(id);
+        if let Some(k) = key {
+            let mut keys = self.inner.keys.lock().expect("keys lock");
+            if keys.get(k).is_some_and(|e| &e.id == id) {
+                keys.remove(k);
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The sandbox manager: owns every sandbox of this node, from create to delete.
+//!
+//! It holds the map id → sandbox (its API record, its live [`Instance`] while it runs, the
+//! runtime's re-adoption record), writes every state transition to the [`Store`], enforces the
+//! node limits, and runs the reaper (TTL, idle timeout) and one watcher per sandbox that notices
+//! when its agent dies. Each verb lives in its own file: `create`, `delete`, `exec`, `files`,
+//! `recover`, `reaper`.
+//!
+//! It never sees HTTP: callers hand it typed requests and get typed answers or a
+//! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
+//! write of a transition), never across an await.
+
+mod create;
+mod delete;
+mod exec;
+mod files;
+mod reaper;
+mod recover;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use warren_runtime::{Instance, Runtime, SandboxSpec};
+use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate};
+
+use crate::config::NodeConfig;
+use crate::error::NodeError;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoredSandbox, FORMAT};
+
+pub use create::Created;
+pub use reaper::{AGENT_EXITED, IDLE_TIMEOUT, TTL_EXPIRED};
+pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
+pub use files::FileDownload;
+pub use recover::RecoveryReport;
+
+/// How many recently deleted sandboxes keep their reason for a friendlier 404.
+const TOMBSTONES: usize = 4096;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `GET /v1/sandboxes` filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListFilter {
+    /// Every pair must be present on the sandbox.
+    pub labels: BTreeMap<String, String>,
+    pub state: Option<SandboxState>,
+}
+
+impl ListFilter {
+    fn matches(&self, info: &SandboxInfo) -> bool {
+        self.state.is_none_or(|s| s == info.state)
+            && self.labels.iter().all(|(k, v)| info.labels.get(k) == Some(v))
+    }
+}
+
+/// The manager's view of one sandbox.
+pub(crate) struct Sandbox {
+    id: SandboxId,
+    runtime: Arc<dyn Runtime>,
+    hostname: String,
+    /// Calls in flight (exec, streams, terminals, transfers); the idle reaper waits for zero.
+    active: AtomicU64,
+    state: Mutex<Entry>,
+}
+
+/// The mutable part of a sandbox.
+struct Entry {
+    info: SandboxInfo,
+    instance: Option<Arc<dyn Instance>>,
+    record: Option<serde_json::Value>,
+    /// Set once a delete (call or reaper) has started; the lost-watcher then stays quiet.
+    deleting: bool,
+}
+
+impl Sandbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entry> {
+        self.state.lock().expect("sandbox lock")
+    }
+
+    fn spec(&self, info: &SandboxInfo) -> SandboxSpec {
+        SandboxSpec {
+            id: self.id.clone(),
+            image: info.image.clone(),
+            limits: info.limits.clone(),
+            hostname: self.hostname.clone(),
+            labels: info.labels.clone(),
+        }
+    }
+
+    fn touch(&self) {
+        self.lock().info.last_activity_ms = now_ms();
+    }
+}
+
+/// Marks a sandbox busy for as long as it lives; dropping it records the activity.
+pub struct ActivityGuard {
+    sandbox: Arc<Sandbox>,
+}
+
+impl ActivityGuard {
+    fn new(sandbox: Arc<Sandbox>) -> Self {
+        sandbox.active.fetch_add(1, Ordering::SeqCst);
+        sandbox.touch();
+        ActivityGuard { sandbox }
+    }
+
+    /// The sandbox this guard keeps busy.
+    pub fn sandbox_id(&self) -> &SandboxId {
+        &self.sandbox.id
+    }
+}
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        self.sandbox.touch();
+        self.sandbox.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An idempotency key held in memory.
+#[derive(Clone)]
+struct KeyEntry {
+    id: SandboxId,
+    request: CreateSandboxRequest,
+}
+
+pub(crate) struct Inner {
+    cfg: NodeConfig,
+    runtimes: Vec<Arc<dyn Runtime>>,
+    store: Store,
+    sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
+    keys: Mutex<HashMap<String, KeyEntry>>,
+    tombstones: Mutex<VecDeque<(SandboxId, String)>>,
+    metrics: Metrics,
+    /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
+    stopping: AtomicBool,
+}
+
+/// The node's sandbox manager. Cheap to clone; every clone is the same manager.
+#[derive(Clone)]
+pub struct Manager {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").field("node", &self.inner.cfg.node).field("store", &self.inner.store).finish()
+    }
+}
+
+impl Manager {
+    /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
+    /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
+    pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
+        Manager {
+            inner: Arc::new(Inner {
+                cfg,
+                runtimes,
+                store,
+                sandboxes: RwLock::new(HashMap::new()),
+                keys: Mutex::new(HashMap::new()),
+                tombstones: Mutex::new(VecDeque::new()),
+                metrics: Metrics::default(),
+                stopping: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Marks the daemon as stopping: the reaper and lost-agent watchers stand down, so
+    /// connections closing during shutdown are not mistaken for dead sandboxes. Sandboxes are
+    /// left running for the next start to re-adopt.
+    pub fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+    }
+
+    fn stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.inner.cfg
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The substrates this node serves.
+    pub fn substrates(&self) -> Vec<Substrate> {
+        self.inner.runtimes.iter().map(|r| r.substrate()).collect()
+    }
+
+    fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
+        self.inner.runtimes.iter().find(|r| r.substrate() == s).cloned().ok_or_else(|| NodeError::UnsupportedSubstrate {
+            requested: s,
+            served: self.substrates().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    fn map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
+        self.inner.sandboxes.read().expect("sandbox map lock")
+    }
+
+    fn map_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
+        self.inner.sandboxes.write().expect("sandbox map lock")
+    }
+
+    /// Finds a sandbox; a recently deleted one answers with why it went away.
+    pub(crate) fn lookup(&self, id: &SandboxId) -> Result<Arc<Sandbox>, NodeError> {
+        if let Some(sb) = self.map().get(id) {
+            return Ok(sb.clone());
+        }
+        let why = self.inner.tombstones.lock().expect("tombstones lock").iter().rev().find(|(t, _)| t == id).map(|(_, w)| w.clone());
+        Err(NodeError::SandboxNotFound { id: id.clone(), why })
+    }
+
+    /// A running sandbox's instance, marking the sandbox busy for the guard's life.
+    pub(crate) fn running(&self, id: &SandboxId) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        let sb = self.lookup(id)?;
+        let (instance, info) = {
+            let st = sb.lock();
+            match (&st.instance, st.info.state) {
+                (Some(i), SandboxState::Running) if !st.deleting => (i.clone(), st.info.clone()),
+                _ => {
+                    let state = if st.deleting { SandboxState::Stopped } else { st.info.state };
+                    return Err(NodeError::NotRunning { id: id.clone(), state, reason: st.info.reason.clone() });
+                }
+            }
+        };
+        Ok((instance, info, ActivityGuard::new(sb)))
+    }
+
+    /// Writes a sandbox's current record to the store.
+    fn persist(&self, sb: &Sandbox, st: &Entry) -> Result<(), NodeError> {
+        let stored = StoredSandbox { format: FORMAT, info: st.info.clone(), hostname: sb.hostname.clone(), record: st.record.clone() };
+        self.inner.store.put_sandbox(&stored, None)?;
+        Ok(())
+    }
+
+    /// `GET /v1/sandboxes/{id}`.
+    pub fn get(&self, id: &SandboxId) -> Result<SandboxInfo, NodeError> {
+        let sb = self.lookup(id)?;
+        let mut st = sb.lock();
+        st.info.last_activity_ms = now_ms();
+        Ok(st.info.clone())
+    }
+
+    /// `GET /v1/sandboxes`: every sandbox matching `filter`, oldest first.
+    pub fn list(&self, filter: &ListFilter) -> Vec<SandboxInfo> {
+        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let mut out: Vec<SandboxInfo> = all
+            .iter()
+            .filter_map(|sb| {
+                let st = sb.lock();
+                filter.matches(&st.info).then(|| st.info.clone())
+            })
+            .collect();
+        // Ids embed a ULID, so id order is creation order.
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// How many sandboxes this node holds.
+    pub fn count(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Sandboxes per state (every state listed, zeros included).
+    pub fn count_by_state(&self) -> Vec<(SandboxState, u64)> {
+        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let mut counts = [
+            (SandboxState::Creating, 0u64),
+            (SandboxState::Running, 0),
+            (SandboxState::Paused, 0),
+            (SandboxState::Stopped, 0),
+            (SandboxState::Failed, 0),
+        ];
+        for sb in all {
+            let s = sb.lock().info.state;
+            if let Some(c) = counts.iter_mut().find(|(st, _)| *st == s) {
+                c.1 += 1;
+            }
+        }
+        counts.to_vec()
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub fn render_metrics(&self) -> String {
+        self.inner.metrics.render(&self.count_by_state())
+    }
+
+    fn remember_deleted(&self, id: &SandboxId, why: &str) {
+        let mut t = self.inner.tombstones.lock().expect("tombstones lock");
+        if t.len() >= TOMBSTONES {
+            t.pop_front();
+        }
+        t.push_back((id.clone(), why.to_string()));
+    }
+}

@@ -1,0 +1,231 @@
+//! Durable node state in one `redb` file: what the manager must know after a restart to
+//! re-adopt (or clean up) every sandbox it made.
+//!
+//! Two tables, both JSON values carrying a format version:
+//! - `sandboxes`: sandbox id → [`StoredSandbox`] (the API record plus the runtime's own
+//!   re-adoption record);
+//! - `idempotency`: key → [`StoredKey`] (the sandbox it created and the request, so a
+//!   different request reusing the key is refused).
+//!
+//! The store is written on every state transition, never on every call (`last_activity_ms`
+//! is only as fresh as the last transition; the idle clock restarts on recovery). It never
+//! talks to a runtime and never decides anything: the manager does.
+
+// redb's own error type is large; it is boxed before it leaves this module.
+#![allow(clippy::result_large_err)]
+
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo};
+
+const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
+const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+
+/// Format version of the values this build writes.
+pub const FORMAT: u32 = 1;
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} ({path}): {source}")]
+    Db {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("cannot create directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// One sandbox as persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredSandbox {
+    pub format: u32,
+    pub info: SandboxInfo,
+    /// The hostname the sandbox was created with (needed to rebuild its spec).
+    pub hostname: String,
+    /// What [`warren_runtime::Instance::record`] returned; `None` while creating.
+    pub record: Option<serde_json::Value>,
+}
+
+/// One idempotency key as persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredKey {
+    pub format: u32,
+    pub id: SandboxId,
+    pub request: CreateSandboxRequest,
+}
+
+/// Everything read back at start-up.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub sandboxes: Vec<StoredSandbox>,
+    pub keys: Vec<(String, StoredKey)>,
+    /// Entries that could not be decoded (other format, corruption), with why. They are left
+    /// in place for a person to look at.
+    pub skipped: Vec<String>,
+}
+
+/// The state file.
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the state file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
+        }
+        let db = Database::create(&path).map_err(|e| StoreError::Db { what: "open", path: path.clone(), source: Box::new(e.into()) })?;
+        let store = Store { db, path };
+        // Create both tables so readers never meet a missing table.
+        store.write("create tables", |tx| {
+            tx.open_table(SANDBOXES)?;
+            tx.open_table(IDEMPOTENCY)?;
+            Ok(())
+        })?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn db_err(&self, what: &'static str) -> impl Fn(redb::Error) -> StoreError + '_ {
+        move |source| StoreError::Db { what, path: self.path.clone(), source: Box::new(source) }
+    }
+
+    fn write(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(|e| self.db_err(what)(e.into()))?;
+        f(&tx).map_err(self.db_err(what))?;
+        tx.commit().map_err(|e| self.db_err(what)(e.into()))
+    }
+
+    /// Writes (or replaces) a sandbox and, when given, its idempotency key, in one transaction.
+    pub fn put_sandbox(&self, s: &StoredSandbox, key: Option<(&str, &StoredKey)>) -> Result<(), StoreError> {
+        let value = serde_json::to_vec(s).map_err(|source| StoreError::Encode { what: "sandbox", source })?;
+        let key_value = match key {
+            Some((k, v)) => {
+                Some((k, serde_json::to_vec(v).map_err(|source| StoreError::Encode { what: "idempotency key", source })?))
+            }
+            None => None,
+        };
+        self.write("write sandbox", |tx| {
+            tx.open_table(SANDBOXES)?.insert(s.info.id.as_str(), value.as_slice())?;
+            if let Some((k, v)) = &key_value {
+                tx.open_table(IDEMPOTENCY)?.insert(*k, v.as_slice())?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a sandbox and its idempotency key (if any), in one transaction.
+    pub fn remove_sandbox(&self, id: &SandboxId, key: Option<&str>) -> Result<(), StoreError> {
+        self.write("remove sandbox", |tx| {
+            tx.open_table(SANDBOXES)?.remove(id.as_str())?;
+            if let Some(k) = key {
+                tx.open_table(IDEMPOTENCY)?.remove(k)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads everything back.
+    pub fn load(&self) -> Result<Loaded, StoreError> {
+        let err = self.db_err("read");
+        let tx = self.db.begin_read().map_err(|e| err(e.into()))?;
+        let mut out = Loaded::default();
+        let t = tx.open_table(SANDBOXES).map_err(|e| err(e.into()))?;
+        for item in t.iter().map_err(|e| err(e.into()))? {
+            let (k, v) = item.map_err(|e| err(e.into()))?;
+            match serde_json::from_slice::<StoredSandbox>(v.value()) {
+                Ok(s) if s.format == FORMAT => out.sandboxes.push(s),
+                Ok(s) => out.skipped.push(format!("sandbox {}: format {} (this build reads {FORMAT})", k.value(), s.format)),
+                Err(e) => out.skipped.push(format!("sandbox {}: {e}", k.value())),
+            }
+        }
+        let t = tx.open_table(IDEMPOTENCY).map_err(|e| err(e.into()))?;
+        for item in t.iter().map_err(|e| err(e.into()))? {
+            let (k, v) = item.map_err(|e| err(e.into()))?;
+            match serde_json::from_slice::<StoredKey>(v.value()) {
+                Ok(s) if s.format == FORMAT => out.keys.push((k.value().to_string(), s)),
+                Ok(s) => out.skipped.push(format!("idempotency key {:?}: format {}", k.value(), s.format)),
+                Err(e) => out.skipped.push(format!("idempotency key {:?}: {e}", k.value())),
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::{Limits, NetworkPolicy, NodeId, SandboxState, Substrate};
+
+    fn info(id: &SandboxId) -> SandboxInfo {
+        SandboxInfo {
+            id: id.to_string(),
+            substrate: Substrate::Container,
+            state: SandboxState::Running,
+            image: vec!["default".into()],
+            limits: Limits::default(),
+            labels: Default::default(),
+            env: Default::default(),
+            workdir: None,
+            user: None,
+            network: NetworkPolicy::None,
+            created_at_ms: 1,
+            expires_at_ms: None,
+            idle_timeout_secs: None,
+            last_activity_ms: 1,
+            reason: None,
+            idempotency_key: Some("k".into()),
+        }
+    }
+
+    #[test]
+    fn round_trip_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/state.redb");
+        let node: NodeId = "n1".parse().unwrap();
+        let id = SandboxId::generate(&node);
+        let s = StoredSandbox { format: FORMAT, info: info(&id), hostname: "sandbox".into(), record: Some(serde_json::json!({"pid": 4})) };
+        let k = StoredKey { format: FORMAT, id: id.clone(), request: CreateSandboxRequest::default() };
+        {
+            let store = Store::open(&path).unwrap();
+            store.put_sandbox(&s, Some(("k", &k))).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.sandboxes, vec![s]);
+        assert_eq!(loaded.keys, vec![("k".to_string(), k)]);
+        store.remove_sandbox(&id, Some("k")).unwrap();
+        let loaded = store.load().unwrap();
+        assert!(loaded.sandboxes.is_empty() && loaded.keys.is_empty());
+    }
+}
