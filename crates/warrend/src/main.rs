@@ -1,0 +1,184 @@
+//! `warrend`: the Warren node daemon.
+//!
+//! Start-up order matters: the process becomes a child subreaper and starts its reaper thread
+//! before any async runtime exists (forks and waits never happen on a tokio worker), then it
+//! opens the image store, the container runtime and the state store, re-adopts the sandboxes
+//! an earlier run left, and serves the API on a Unix socket (and optionally TCP).
+//!
+//! Stopping the daemon (SIGTERM/SIGINT) stops serving; it never stops sandboxes: they are
+//! re-adopted by the next start. This binary owns process-wide setup only; everything about
+//! sandboxes lives in `warren-node`.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{info, warn};
+use warren_image::ImageStore;
+use warren_node::{Manager, NodeConfig, Store};
+use warren_runtime::container::{ContainerConfig, ContainerRuntime};
+use warren_types::NodeId;
+
+/// How long open streams and terminals may take to finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Parser)]
+#[command(name = "warrend", version, about = "Warren node daemon: sandboxes for RL agents behind an HTTP API")]
+struct Args {
+    /// Unix socket to serve the API on.
+    #[arg(long, default_value = "/run/warren/warren.sock")]
+    socket: PathBuf,
+    /// Also serve the API on this TCP address (no authentication: bind to loopback).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory of the durable state (state.redb).
+    #[arg(long, default_value = "/var/lib/warren")]
+    state_dir: PathBuf,
+    /// The image layer store.
+    #[arg(long, env = "WARREN_IMAGE_STORE", default_value = "/var/lib/warren/images")]
+    image_store: PathBuf,
+    /// This node's id (1-16 chars of [a-z0-9]); it prefixes every sandbox id.
+    #[arg(long, default_value = "n1")]
+    node: NodeId,
+    /// The warren-agent executable (default: next to this executable).
+    #[arg(long)]
+    agent: Option<PathBuf>,
+    /// Most sandboxes this node holds at once.
+    #[arg(long, default_value_t = 10_000)]
+    max_sandboxes: usize,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    // Orphans of sandboxes are re-parented to us; the reaper thread collects every child's
+    // status so none stays a zombie. Nothing in the daemon waits for a child itself.
+    warren_sys::process::set_child_subreaper().context("becoming a child subreaper")?;
+    start_reaper_thread()?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("warrend").build().context("starting the async runtime")?;
+    rt.block_on(run(args))
+}
+
+fn start_reaper_thread() -> Result<()> {
+    use nix::errno::Errno;
+    use nix::sys::wait::waitpid;
+    std::thread::Builder::new()
+        .name("reaper".into())
+        .spawn(|| loop {
+            match waitpid(None, None) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(Errno::ECHILD) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => {
+                    warn!(error = %e, "waitpid failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+        .context("starting the reaper thread")?;
+    Ok(())
+}
+
+fn default_agent() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    Ok(exe.with_file_name("warren-agent"))
+}
+
+/// Refuses a socket another daemon answers on; removes a stale one.
+fn check_socket(path: &Path) -> Result<()> {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        bail!("another daemon already answers on {}; pick another --socket", path.display());
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => info!(socket = %path.display(), "removed a stale socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing stale socket {}", path.display())),
+    }
+    Ok(())
+}
+
+fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).with_context(|| format!("chmod {}", path.display()))?;
+    Ok(listener)
+}
+
+async fn shutdown_signal() -> Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+async fn run(args: Args) -> Result<()> {
+    check_socket(&args.socket)?;
+    let agent = match args.agent {
+        Some(a) => a,
+        None => default_agent()?,
+    };
+    let images = Arc::new(
+        ImageStore::open(&args.image_store).with_context(|| format!("opening the image store {}", args.image_store.display()))?,
+    );
+    let runtime = ContainerRuntime::new(ContainerConfig::new(args.node.clone(), agent.clone()), images)
+        .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
+    info!(host = %runtime.describe(), "container runtime ready");
+    let state = args.state_dir.join("state.redb");
+    let store = Store::open(&state).with_context(|| format!("opening the state store {}", state.display()))?;
+
+    let mut cfg = NodeConfig::new(args.node.clone());
+    cfg.max_sandboxes = args.max_sandboxes;
+    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
+    let report = manager.recover().await.context("recovering sandboxes from the state store")?;
+    info!(adopted = report.adopted.len(), failed = report.failed.len(), orphans = report.orphans_removed.len(), "state recovered");
+    let _reaper = manager.spawn_reaper();
+
+    let app = warren_node::router(manager.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let listener = bind_socket(&args.socket)?;
+    info!(socket = %args.socket.display(), node = %args.node, "serving");
+    let mut servers = tokio::task::JoinSet::new();
+    let unix = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped(stop_rx.clone()));
+    servers.spawn(async move { unix.await.context("serving the Unix socket") });
+    if let Some(addr) = args.listen {
+        let tcp = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        info!(%addr, "serving on TCP too");
+        let tcp = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop_rx.clone()));
+        servers.spawn(async move { tcp.await.context("serving TCP") });
+    }
+
+    tokio::select! {
+        sig = shutdown_signal() => info!(signal = sig?, "stopping; sandboxes keep running"),
+        res = servers.join_next() => {
+            if let Some(r) = res {
+                r.context("server task")??;
+            }
+            warn!("a server stopped on its own; stopping");
+        }
+    }
+    manager.shutdown();
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(DRAIN, async { while servers.join_next().await.is_some() {} }).await.is_err() {
+        warn!(secs = DRAIN.as_secs(), "open connections did not finish; closing them");
+    }
+    let _ = std::fs::remove_file(&args.socket);
+    Ok(())
+}
