@@ -19,11 +19,7 @@ mod users;
 use std::os::fd::OwnedFd;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 
-/// The fd the daemon passes the control socket on.
-pub const CONTROL_FD: i32 = 3;
-/// The fd where an agent that lost its daemon parks the daemon's end of a fresh socketpair,
-/// for a restarted daemon to take with `pidfd_getfd`.
-pub const RECONNECT_FD: i32 = 100;
+pub use warren_proto::{CONTROL_FD, RECONNECT_FD};
 
 fn send(ctl: &mut std::os::unix::net::UnixStream, reply: &InitReply) {
     let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);

@@ -25,5 +25,11 @@ pub mod msg;
 pub use codec::{Frame, FrameError, Kind, MAX_FRAME, MAX_PAYLOAD};
 pub use msg::{Call, ContainerInit, Event, ExecSpec, Init, InitReply, Control, ProcEntry};
 
+/// The fd on which the daemon passes the control socket to a container's agent.
+pub const CONTROL_FD: i32 = 3;
+/// The fd where an agent that lost its daemon parks the daemon's end of a fresh socketpair,
+/// for a restarted daemon to take with `pidfd_getfd`.
+pub const RECONNECT_FD: i32 = 100;
+
 /// Bumped on any incompatible change; the agent refuses a daemon with another major version.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,272 @@
+//! The on-disk store (see the crate docs for the layout).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::ImageError;
+
+/// An image: an ordered stack of layers, lowest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageManifest {
+    pub name: String,
+    pub tag: String,
+    /// `sha256:<hex>` digests, lowest first.
+    pub layers: Vec<String>,
+    pub created_ms: u64,
+    /// Where the layer came from (a directory, an archive, ...).
+    pub source: String,
+    pub size_bytes: u64,
+}
+
+/// A layer of the store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerInfo {
+    pub digest: String,
+    pub size_bytes: u64,
+}
+
+/// A layer store rooted at a directory.
+#[derive(Debug)]
+pub struct ImageStore {
+    root: PathBuf,
+    mount_lock: Mutex<()>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn split_ref(r: &str) -> Result<(String, String), ImageError> {
+    warren_types::validate::image_ref(r).map_err(|e| ImageError::BadRef(e.message))?;
+    let (n, t) = r.split_once(':').unwrap_or((r, "latest"));
+    Ok((n.to_string(), t.to_string()))
+}
+
+fn hex_of(digest: &str) -> Result<&str, ImageError> {
+    digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| ImageError::BadRef(digest.to_string()))
+}
+
+impl ImageStore {
+    /// Opens (creating if needed) a store at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, ImageError> {
+        let root = root.into();
+        for d in ["blobs/sha256", "images", "mnt", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).map_err(|e| ImageError::io(format!("create {}", root.join(d).display()), e))?;
+        }
+        Ok(ImageStore { root, mount_lock: Mutex::new(()) })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Path of a layer's blob.
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, ImageError> {
+        Ok(self.root.join("blobs/sha256").join(hex_of(digest)?))
+    }
+
+    fn manifest_path(&self, name: &str, tag: &str) -> PathBuf {
+        self.root.join("images").join(name).join(format!("{tag}.json"))
+    }
+
+    /// Builds an EROFS layer from a directory with `mkfs.erofs`, stores it by digest and tags
+    /// it as image `tag` (a one-layer image).
+    pub fn build_layer(&self, dir: &Path, tag: &str) -> Result<ImageManifest, ImageError> {
+        let (name, t) = split_ref(tag)?;
+        if !dir.is_dir() {
+            return Err(ImageError::Build { dir: dir.display().to_string(), message: "not a directory".into() });
+        }
+        let tmp = self.root.join("tmp").join(format!("layer-{}-{}", std::process::id(), now_ms()));
+        let out = std::process::Command::new("mkfs.erofs")
+            .arg("--quiet")
+            .arg("-T0")
+            .arg(&tmp)
+            .arg(dir)
+            .output()
+            .map_err(|e| ImageError::Build { dir: dir.display().to_string(), message: format!("mkfs.erofs: {e} (install erofs-utils)") })?;
+        if !out.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ImageError::Build { dir: dir.display().to_string(), message: String::from_utf8_lossy(&out.stderr).into_owned() });
+        }
+        let digest = self.add_blob(&tmp)?;
+        let size = std::fs::metadata(self.blob_path(&digest)?).map(|m| m.len()).unwrap_or(0);
+        let m = ImageManifest { name, tag: t, layers: vec![digest], created_ms: now_ms(), source: dir.display().to_string(), size_bytes: size };
+        self.put_manifest(&m)?;
+        Ok(m)
+    }
+
+    /// Moves a finished EROFS file into the store under its digest; returns the digest.
+    pub fn add_blob(&self, file: &Path) -> Result<String, ImageError> {
+        let hex = sha256_file(file)?;
+        let dst = self.root.join("blobs/sha256").join(&hex);
+        if dst.exists() {
+            let _ = std::fs::remove_file(file);
+        } else {
+            std::fs::rename(file, &dst).map_err(|e| ImageError::io("store blob", e))?;
+        }
+        Ok(format!("sha256:{hex}"))
+    }
+
+    /// Tags an image.
+    pub fn put_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
+        let p = self.manifest_path(&m.name, &m.tag);
+        std::fs::create_dir_all(p.parent().expect("has parent")).map_err(|e| ImageError::io("create image dir", e))?;
+        let tmp = p.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes")).map_err(|e| ImageError::io("write manifest", e))?;
+        std::fs::rename(&tmp, &p).map_err(|e| ImageError::io("write manifest", e))?;
+        Ok(())
+    }
+
+    /// Reads an image by `name[:tag]`.
+    pub fn manifest(&self, r: &str) -> Result<ImageManifest, ImageError> {
+        let (n, t) = split_ref(r)?;
+        let data = std::fs::read(self.manifest_path(&n, &t)).map_err(|_| ImageError::NotFound(r.to_string()))?;
+        serde_json::from_slice(&data).map_err(|e| ImageError::io(format!("manifest of {r}"), std::io::Error::other(e)))
+    }
+
+    /// Every image in the store.
+    pub fn list(&self) -> Vec<ImageManifest> {
+        let mut out = Vec::new();
+        let Ok(names) = std::fs::read_dir(self.root.join("images")) else { return out };
+        for n in names.flatten() {
+            let Ok(tags) = std::fs::read_dir(n.path()) else { continue };
+            for t in tags.flatten() {
+                if t.path().extension().is_some_and(|e| e == "json") {
+                    if let Ok(m) = std::fs::read(t.path()).map_err(|_| ()).and_then(|d| serde_json::from_slice::<ImageManifest>(&d).map_err(|_| ())) {
+                        out.push(m);
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.name, &a.tag).cmp(&(&b.name, &b.tag)));
+        out
+    }
+
+    /// Removes an image tag (layers stay until garbage-collected).
+    pub fn remove(&self, r: &str) -> Result<(), ImageError> {
+        let (n, t) = split_ref(r)?;
+        std::fs::remove_file(self.manifest_path(&n, &t)).map_err(|_| ImageError::NotFound(r.to_string()))
+    }
+
+    /// Resolves a stack of refs (image names or `sha256:` layer digests), lowest first, to
+    /// layer digests, lowest first. Fails with `NotFound` before anything is mounted.
+    pub fn resolve(&self, refs: &[String]) -> Result<Vec<String>, ImageError> {
+        let mut out = Vec::new();
+        for r in refs {
+            if r.starts_with("sha256:") {
+                if !self.blob_path(r)?.exists() {
+                    return Err(ImageError::NotFound(r.clone()));
+                }
+                out.push(r.clone());
+            } else {
+                out.extend(self.manifest(r)?.layers);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Path where the layer is mounted idmapped for id base `base`.
+    pub fn idmapped_path(&self, digest: &str, base: u32) -> Result<PathBuf, ImageError> {
+        Ok(self.root.join("mnt").join(format!("{}.idmap-{base}", hex_of(digest)?)))
+    }
+
+    /// Makes sure `digest` is mounted read-only and idmapped through `userns` (whose maps put
+    /// root at host uid `base`). Idempotent and safe across daemons sharing the store.
+    pub fn ensure_idmapped(&self, digest: &str, base: u32, userns: &OwnedFd) -> Result<PathBuf, ImageError> {
+        let target = self.idmapped_path(digest, base)?;
+        let _g = self.mount_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if warren_sys::mount::is_mount_point(&target) {
+            return Ok(target);
+        }
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join("mnt/.lock"))
+            .map_err(|e| ImageError::io("mount lock", e))?;
+        let _flock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| ImageError::io("mount lock", e.into()))?;
+        if warren_sys::mount::is_mount_point(&target) {
+            return Ok(target);
+        }
+        let hex = hex_of(digest)?;
+        let plain = self.root.join("mnt").join(hex);
+        if !warren_sys::mount::is_mount_point(&plain) {
+            std::fs::create_dir_all(&plain).map_err(|e| ImageError::io("create mount point", e))?;
+            let blob = self.blob_path(digest)?;
+            if !blob.exists() {
+                return Err(ImageError::NotFound(digest.to_string()));
+            }
+            warren_sys::mount::mount_erofs_file(&blob, &plain).map_err(|source| ImageError::Mount { digest: digest.to_string(), source })?;
+        }
+        std::fs::create_dir_all(&target).map_err(|e| ImageError::io("create mount point", e))?;
+        warren_sys::mount::idmapped_clone(&plain, userns, &target).map_err(|source| ImageError::Mount { digest: digest.to_string(), source })?;
+        Ok(target)
+    }
+
+    /// Checks a blob against its digest.
+    pub fn verify(&self, digest: &str) -> Result<(), ImageError> {
+        let found = sha256_file(&self.blob_path(digest)?)?;
+        if format!("sha256:{found}") != digest {
+            return Err(ImageError::Corrupt { digest: digest.to_string(), found });
+        }
+        Ok(())
+    }
+
+    /// Unmounts every layer mount of the store (for tests and `warren image unmount`).
+    pub fn unmount_all(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        for m in warren_sys::mount::mounts_under(&self.root.join("mnt")) {
+            if warren_sys::mount::umount(Path::new(&m), true).is_err() {
+                failed.push(m);
+            }
+        }
+        failed
+    }
+}
+
+fn sha256_file(p: &Path) -> Result<String, ImageError> {
+    let mut f = std::fs::File::open(p).map_err(|e| ImageError::io(format!("open {}", p.display()), e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| ImageError::io(format!("read {}", p.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_round_trip_and_resolve() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let blob = dir.path().join("x");
+        std::fs::write(&blob, b"not really erofs").unwrap();
+        let digest = store.add_blob(&blob).unwrap();
+        store.verify(&digest).unwrap();
+        let m = ImageManifest { name: "base".into(), tag: "1".into(), layers: vec![digest.clone()], created_ms: 1, source: "t".into(), size_bytes: 16 };
+        store.put_manifest(&m).unwrap();
+        assert_eq!(store.manifest("base:1").unwrap(), m);
+        assert_eq!(store.resolve(&["base:1".into(), digest.clone()]).unwrap(), vec![digest.clone(), digest.clone()]);
+        assert!(matches!(store.resolve(&["nope".into()]), Err(ImageError::NotFound(_))));
+        assert!(matches!(store.manifest("../etc"), Err(ImageError::BadRef(_))));
+        std::fs::write(store.blob_path(&digest).unwrap(), b"tampered").unwrap();
+        assert!(matches!(store.verify(&digest), Err(ImageError::Corrupt { .. })));
+        assert_eq!(store.list().len(), 1);
+        store.remove("base:1").unwrap();
+        assert!(store.list().is_empty());
+    }
+}

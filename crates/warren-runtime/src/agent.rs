@@ -1,0 +1,600 @@
+//! The daemon's side of the agent protocol: one multiplexed connection per sandbox.
+//!
+//! Transport-agnostic: anything that is a connected unix stream (a socketpair for containers,
+//! a chardev socket of a VMM for VMs). Each call opens a stream; the reader task routes the
+//! agent's frames to the stream's channel. Output-heavy streams run with a credit window that
+//! is only topped up as the consumer takes data, so a slow HTTP client or a `yes` flood never
+//! grows the daemon's memory beyond the window.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch};
+use warren_proto::{Call, Control, Event, ExecSpec, Frame, Kind, MAX_PAYLOAD};
+use warren_types::{ErrorCode, FileStat, ProcessInfo};
+
+use crate::RuntimeError;
+
+/// Output window of streamed calls.
+const WINDOW: u32 = 512 * 1024;
+
+/// How a command ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExitInfo {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_us: u64,
+}
+
+/// A finished command with its captured output.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit: ExitInfo,
+}
+
+/// One item of a streamed command or terminal.
+#[derive(Debug, Clone)]
+pub enum StreamItem {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    Exit(ExitInfo),
+}
+
+struct Inner {
+    tx: mpsc::Sender<Frame>,
+    streams: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
+    next: AtomicU32,
+    closed: watch::Receiver<bool>,
+}
+
+/// A connection to one agent. Cheap to clone.
+#[derive(Clone)]
+pub struct AgentConn {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AgentConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConn").field("closed", &self.is_closed()).finish()
+    }
+}
+
+fn from_event_error(code: &str, message: String) -> RuntimeError {
+    let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(code.to_string())).unwrap_or(ErrorCode::Internal);
+    RuntimeError::Agent { code, message }
+}
+
+fn exit_info(ev: &Event) -> Option<ExitInfo> {
+    match ev {
+        Event::Exited { exit_code, signal, timed_out, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, duration_us } => {
+            Some(ExitInfo {
+                exit_code: *exit_code,
+                signal: *signal,
+                timed_out: *timed_out,
+                stdout_bytes: *stdout_bytes,
+                stderr_bytes: *stderr_bytes,
+                stdout_truncated: *stdout_truncated,
+                stderr_truncated: *stderr_truncated,
+                duration_us: *duration_us,
+            })
+        }
+        _ => None,
+    }
+}
+
+impl AgentConn {
+    /// Starts serving a connected stream whose start-up handshake is done.
+    pub fn new(stream: UnixStream) -> Self {
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Frame>(1024);
+        let (closed_tx, closed) = watch::channel(false);
+        let inner = Arc::new(Inner { tx, streams: Mutex::new(HashMap::new()), next: AtomicU32::new(1), closed });
+        tokio::spawn(async move {
+            let mut buf = bytes::BytesMut::with_capacity(1 << 16);
+            while let Some(f) = rx.recv().await {
+                buf.clear();
+                f.encode_into(&mut buf);
+                while buf.len() < (1 << 20) {
+                    match rx.try_recv() {
+                        Ok(f) => f.encode_into(&mut buf),
+                        Err(_) => break,
+                    }
+                }
+                if wr.write_all(&buf).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            while let Ok(frame) = Frame::read_async(&mut rd).await {
+                let Some(inner) = weak.upgrade() else { break };
+                let tx = inner.streams.lock().expect("streams lock").get(&frame.stream).cloned();
+                if let Some(tx) = tx {
+                    let _ = tx.send(frame);
+                }
+            }
+            if let Some(inner) = weak.upgrade() {
+                inner.streams.lock().expect("streams lock").clear();
+            }
+            let _ = closed_tx.send(true);
+        });
+        AgentConn { inner }
+    }
+
+    /// True once the connection is gone.
+    pub fn is_closed(&self) -> bool {
+        *self.inner.closed.borrow()
+    }
+
+    /// Resolves when the connection is gone.
+    pub async fn closed(&self) {
+        let mut rx = self.inner.closed.clone();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    async fn open(&self, call: &Call) -> Result<Stream, RuntimeError> {
+        if self.is_closed() {
+            return Err(RuntimeError::AgentLost);
+        }
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed).max(1);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.inner.streams.lock().expect("streams lock").insert(id, tx);
+        let s = Stream { id, rx, conn: self.clone(), done: false };
+        s.send(Frame::json(id, Kind::Call, call)).await?;
+        Ok(s)
+    }
+
+    async fn simple(&self, call: Call) -> Result<Event, RuntimeError> {
+        let mut s = self.open(&call).await?;
+        loop {
+            match s.next_frame().await? {
+                f if f.kind == Kind::Event => {
+                    let ev: Event = f.parse().map_err(|e| RuntimeError::Protocol(e.to_string()))?;
+                    if ev.is_final() {
+                        s.done = true;
+                        return match ev {
+                            Event::Error { code, message } => Err(from_event_error(&code, message)),
+                            ev => Ok(ev),
+                        };
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Round trip to the agent.
+    pub async fn ping(&self) -> Result<u32, RuntimeError> {
+        match self.simple(Call::Ping).await? {
+            Event::Pong { pid, .. } => Ok(pid),
+            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Runs a command and collects its output (bounded by `spec.output_cap`).
+    pub async fn exec(&self, mut spec: ExecSpec, stdin: Option<Bytes>) -> Result<ExecOutput, RuntimeError> {
+        spec.window = None;
+        spec.stdin = stdin.is_some();
+        let mut s = self.open(&Call::Exec { spec }).await?;
+        s.feed(stdin).await?;
+        let mut out = ExecOutput::default();
+        loop {
+            let f = s.next_frame().await?;
+            match f.kind {
+                Kind::Stdout => out.stdout.extend_from_slice(&f.payload),
+                Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
+                Kind::Event => match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                    Event::Started { .. } => {}
+                    Event::Error { code, message } => {
+                        s.done = true;
+                        return Err(from_event_error(&code, message));
+                    }
+                    ev => {
+                        s.done = true;
+                        out.exit = exit_info(&ev).ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
+                        return Ok(out);
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs a command and streams its output.
+    pub async fn exec_stream(&self, mut spec: ExecSpec, stdin: Option<Bytes>) -> Result<ExecStream, RuntimeError> {
+        spec.window = Some(WINDOW);
+        spec.stdin = stdin.is_some();
+        let s = self.open(&Call::Exec { spec }).await?;
+        s.feed(stdin).await?;
+        Ok(ExecStream { s, owed: 0 })
+    }
+
+    /// Starts a background process and returns its pid inside the sandbox.
+    pub async fn spawn(&self, spec: ExecSpec) -> Result<u32, RuntimeError> {
+        match self.simple(Call::Spawn { spec }).await? {
+            Event::Started { pid } => Ok(pid),
+            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    pub async fn list_procs(&self) -> Result<Vec<ProcessInfo>, RuntimeError> {
+        match self.simple(Call::ListProcs).await? {
+            Event::Procs { procs } => Ok(procs),
+            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Waits for a background process and returns its kept output.
+    pub async fn wait(&self, pid: u32, timeout_ms: Option<u64>) -> Result<ExecOutput, RuntimeError> {
+        let mut s = self.open(&Call::Wait { pid, timeout_ms }).await?;
+        let mut out = ExecOutput::default();
+        loop {
+            let f = s.next_frame().await?;
+            match f.kind {
+                Kind::Stdout => out.stdout.extend_from_slice(&f.payload),
+                Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
+                Kind::Event => {
+                    s.done = true;
+                    return match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                        Event::Error { code, message } => Err(from_event_error(&code, message)),
+                        ev => {
+                            out.exit = exit_info(&ev).ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
+                            Ok(out)
+                        }
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub async fn kill(&self, pid: u32, signal: i32) -> Result<(), RuntimeError> {
+        self.simple(Call::Kill { pid, signal }).await.map(|_| ())
+    }
+
+    /// Opens a terminal running `spec`.
+    pub async fn pty(&self, mut spec: ExecSpec, cols: u16, rows: u16) -> Result<PtySession, RuntimeError> {
+        spec.window = Some(WINDOW);
+        let mut s = self.open(&Call::Pty { spec, cols, rows }).await?;
+        // Wait for Started (or an error) so callers learn about bad commands at once.
+        loop {
+            let f = s.next_frame().await?;
+            if f.kind == Kind::Event {
+                match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                    Event::Started { .. } => break,
+                    Event::Error { code, message } => {
+                        s.done = true;
+                        return Err(from_event_error(&code, message));
+                    }
+                    other => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+                }
+            }
+        }
+        Ok(PtySession { s })
+    }
+
+    /// Streams a file out of the sandbox.
+    pub async fn read_file(&self, path: &str) -> Result<FileReader, RuntimeError> {
+        let mut s = self.open(&Call::ReadFile { path: path.to_string(), window: WINDOW }).await?;
+        // Fail early (not found, not a file) before the caller commits to a 200 response.
+        let first = s.next_frame().await?;
+        let pending = match first.kind {
+            Kind::Event => match first.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                Event::Error { code, message } => {
+                    s.done = true;
+                    return Err(from_event_error(&code, message));
+                }
+                _ => {
+                    s.done = true;
+                    None
+                }
+            },
+            _ => Some(first.payload),
+        };
+        Ok(FileReader { s, pending })
+    }
+
+    /// Creates or truncates a file; write chunks, then `finish`.
+    pub async fn write_file(&self, path: &str, mode: Option<u32>) -> Result<FileWriter, RuntimeError> {
+        let s = self.open(&Call::WriteFile { path: path.to_string(), mode }).await?;
+        Ok(FileWriter { s })
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FileStat, RuntimeError> {
+        match self.simple(Call::Stat { path: path.to_string() }).await? {
+            Event::Stat { stat } => Ok(stat),
+            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    pub async fn list(&self, path: &str) -> Result<Vec<FileStat>, RuntimeError> {
+        match self.simple(Call::List { path: path.to_string() }).await? {
+            Event::Entries { entries } => Ok(entries),
+            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    pub async fn mkdir(&self, path: &str, parents: bool, mode: Option<u32>) -> Result<(), RuntimeError> {
+        self.simple(Call::Mkdir { path: path.to_string(), parents, mode }).await.map(|_| ())
+    }
+
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), RuntimeError> {
+        self.simple(Call::Remove { path: path.to_string(), recursive }).await.map(|_| ())
+    }
+
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), RuntimeError> {
+        self.simple(Call::Chmod { path: path.to_string(), mode }).await.map(|_| ())
+    }
+}
+
+/// One open stream. Dropping it before the agent finished cancels the work.
+struct Stream {
+    id: u32,
+    rx: mpsc::UnboundedReceiver<Frame>,
+    conn: AgentConn,
+    done: bool,
+}
+
+impl Stream {
+    async fn send(&self, f: Frame) -> Result<(), RuntimeError> {
+        self.conn.inner.tx.send(f).await.map_err(|_| RuntimeError::AgentLost)
+    }
+
+    async fn next_frame(&mut self) -> Result<Frame, RuntimeError> {
+        self.rx.recv().await.ok_or(RuntimeError::AgentLost)
+    }
+
+    async fn feed(&self, data: Option<Bytes>) -> Result<(), RuntimeError> {
+        if let Some(data) = data {
+            let mut off = 0;
+            while off < data.len() {
+                let end = (off + MAX_PAYLOAD).min(data.len());
+                self.send(Frame::new(self.id, Kind::Stdin, data.slice(off..end))).await?;
+                off = end;
+            }
+            self.send(Frame::new(self.id, Kind::Eof, Bytes::new())).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.conn.inner.streams.lock().expect("streams lock").remove(&self.id);
+        if !self.done {
+            let _ = self.conn.inner.tx.try_send(Frame::new(self.id, Kind::Cancel, Bytes::new()));
+        }
+    }
+}
+
+/// A command's output as it comes.
+pub struct ExecStream {
+    s: Stream,
+    owed: u32,
+}
+
+impl ExecStream {
+    /// The next chunk or the exit; `None` after the exit.
+    pub async fn next(&mut self) -> Option<Result<StreamItem, RuntimeError>> {
+        if self.s.done {
+            return None;
+        }
+        if self.owed > 0 {
+            let _ = self.s.send(Frame::credit(self.s.id, self.owed)).await;
+            self.owed = 0;
+        }
+        loop {
+            let f = match self.s.next_frame().await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.s.done = true;
+                    return Some(Err(e));
+                }
+            };
+            match f.kind {
+                Kind::Stdout => {
+                    self.owed = f.payload.len() as u32;
+                    return Some(Ok(StreamItem::Stdout(f.payload)));
+                }
+                Kind::Stderr => {
+                    self.owed = f.payload.len() as u32;
+                    return Some(Ok(StreamItem::Stderr(f.payload)));
+                }
+                Kind::Event => match f.parse::<Event>() {
+                    Ok(Event::Started { .. }) => {}
+                    Ok(Event::Error { code, message }) => {
+                        self.s.done = true;
+                        return Some(Err(from_event_error(&code, message)));
+                    }
+                    Ok(ev) => {
+                        self.s.done = true;
+                        return exit_info(&ev).map(|e| Ok(StreamItem::Exit(e)));
+                    }
+                    Err(e) => {
+                        self.s.done = true;
+                        return Some(Err(RuntimeError::Protocol(e.to_string())));
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// Stops the command (kills its process tree).
+    pub async fn cancel(mut self) {
+        let _ = self.s.send(Frame::new(self.s.id, Kind::Cancel, Bytes::new())).await;
+        self.s.done = true;
+    }
+}
+
+/// A terminal session.
+pub struct PtySession {
+    s: Stream,
+}
+
+impl PtySession {
+    /// Keystrokes to the terminal.
+    pub async fn input(&self, data: Bytes) -> Result<(), RuntimeError> {
+        self.s.send(Frame::new(self.s.id, Kind::Stdin, data)).await
+    }
+
+    pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
+        self.s.send(Frame::json(self.s.id, Kind::Control, &Control::Resize { cols, rows })).await
+    }
+
+    /// Splits into an input half and an output half for use from two tasks.
+    pub fn split(self) -> (PtyInput, PtyOutput) {
+        let input = PtyInput { id: self.s.id, tx: self.s.conn.inner.tx.clone() };
+        (input, PtyOutput { s: self.s })
+    }
+}
+
+/// The input half of a terminal.
+#[derive(Clone)]
+pub struct PtyInput {
+    id: u32,
+    tx: mpsc::Sender<Frame>,
+}
+
+impl PtyInput {
+    pub async fn input(&self, data: Bytes) -> Result<(), RuntimeError> {
+        self.tx.send(Frame::new(self.id, Kind::Stdin, data)).await.map_err(|_| RuntimeError::AgentLost)
+    }
+    pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
+        self.tx.send(Frame::json(self.id, Kind::Control, &Control::Resize { cols, rows })).await.map_err(|_| RuntimeError::AgentLost)
+    }
+}
+
+/// The output half of a terminal.
+pub struct PtyOutput {
+    s: Stream,
+}
+
+impl PtyOutput {
+    /// Screen bytes, then the exit; `None` after the exit.
+    pub async fn next(&mut self) -> Option<Result<StreamItem, RuntimeError>> {
+        if self.s.done {
+            return None;
+        }
+        loop {
+            let f = match self.s.next_frame().await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.s.done = true;
+                    return Some(Err(e));
+                }
+            };
+            match f.kind {
+                Kind::Stdout => {
+                    let _ = self.s.send(Frame::credit(self.s.id, f.payload.len() as u32)).await;
+                    return Some(Ok(StreamItem::Stdout(f.payload)));
+                }
+                Kind::Event => {
+                    self.s.done = true;
+                    return match f.parse::<Event>() {
+                        Ok(Event::Error { code, message }) => Some(Err(from_event_error(&code, message))),
+                        Ok(ev) => exit_info(&ev).map(|e| Ok(StreamItem::Exit(e))),
+                        Err(e) => Some(Err(RuntimeError::Protocol(e.to_string()))),
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A file streaming out of the sandbox.
+pub struct FileReader {
+    s: Stream,
+    pending: Option<Bytes>,
+}
+
+impl FileReader {
+    /// The next chunk; `None` at the end.
+    pub async fn next(&mut self) -> Option<Result<Bytes, RuntimeError>> {
+        if let Some(p) = self.pending.take() {
+            let _ = self.s.send(Frame::credit(self.s.id, p.len() as u32)).await;
+            return Some(Ok(p));
+        }
+        if self.s.done {
+            return None;
+        }
+        loop {
+            let f = match self.s.next_frame().await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.s.done = true;
+                    return Some(Err(e));
+                }
+            };
+            match f.kind {
+                Kind::Stdout => {
+                    let _ = self.s.send(Frame::credit(self.s.id, f.payload.len() as u32)).await;
+                    return Some(Ok(f.payload));
+                }
+                Kind::Event => {
+                    self.s.done = true;
+                    return match f.parse::<Event>() {
+                        Ok(Event::Error { code, message }) => Some(Err(from_event_error(&code, message))),
+                        _ => None,
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A file streaming into the sandbox.
+pub struct FileWriter {
+    s: Stream,
+}
+
+impl FileWriter {
+    /// Writes a chunk (any size; split into frames).
+    pub async fn write(&mut self, data: Bytes) -> Result<(), RuntimeError> {
+        // An early error (disk full, permission) ends the upload at once.
+        if let Ok(f) = self.s.rx.try_recv() {
+            if f.kind == Kind::Event {
+                self.s.done = true;
+                return match f.parse::<Event>() {
+                    Ok(Event::Error { code, message }) => Err(from_event_error(&code, message)),
+                    _ => Err(RuntimeError::Protocol("write ended early".into())),
+                };
+            }
+        }
+        let mut off = 0;
+        while off < data.len() {
+            let end = (off + MAX_PAYLOAD).min(data.len());
+            self.s.send(Frame::new(self.s.id, Kind::Stdin, data.slice(off..end))).await?;
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Ends the upload and waits for the agent's verdict.
+    pub async fn finish(mut self) -> Result<(), RuntimeError> {
+        self.s.send(Frame::new(self.s.id, Kind::Eof, Bytes::new())).await?;
+        loop {
+            let f = self.s.next_frame().await?;
+            if f.kind == Kind::Event {
+                self.s.done = true;
+                return match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                    Event::Error { code, message } => Err(from_event_error(&code, message)),
+                    _ => Ok(()),
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! cgroups, v1, v2 and hybrid: one group per sandbox in every hierarchy Warren uses, so a
+//! sandbox is owned, limited, measured and killed by its cgroup.
+//!
+//! Layout: `<hierarchy mount>/warren-<node>/<sandbox id>`. On cgroup v2 the controllers are
+//! enabled down the tree. On v1/hybrid, the memory, cpu, pids and freezer hierarchies are
+//! used, plus the v2 `unified` mount when present (for `cgroup.kill`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use warren_types::Limits;
+
+use crate::{RuntimeError, Usage};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ctl {
+    Memory,
+    Cpu,
+    Pids,
+    Freezer,
+    /// A v2 hierarchy (the only one on v2 hosts, the `unified` one on hybrid hosts).
+    Unified,
+}
+
+/// The host's cgroup hierarchies Warren uses.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    /// (controller, parent dir of sandbox groups)
+    parents: Vec<(Ctl, PathBuf)>,
+    v2_only: bool,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let what = what.into();
+    move |e| RuntimeError::io(what, e)
+}
+
+impl Hierarchy {
+    /// Finds the mounted hierarchies and creates the node's parent groups.
+    pub fn detect(group: &str) -> Result<Self, RuntimeError> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(io("read mountinfo"))?;
+        let mut parents = Vec::new();
+        let mut v2_root: Option<PathBuf> = None;
+        for line in info.lines() {
+            let Some((pre, post)) = line.split_once(" - ") else { continue };
+            let mp = pre.split(' ').nth(4).unwrap_or("");
+            let mut post = post.split(' ');
+            let fstype = post.next().unwrap_or("");
+            let opts = post.nth(1).unwrap_or("");
+            if fstype == "cgroup2" {
+                v2_root.get_or_insert_with(|| PathBuf::from(mp));
+            } else if fstype == "cgroup" {
+                let o: Vec<&str> = opts.split(',').collect();
+                for (name, ctl) in [("memory", Ctl::Memory), ("cpu", Ctl::Cpu), ("pids", Ctl::Pids), ("freezer", Ctl::Freezer)] {
+                    if o.contains(&name) && !parents.iter().any(|(c, _)| *c == ctl) {
+                        parents.push((ctl, PathBuf::from(mp)));
+                    }
+                }
+            }
+        }
+        let v2_only = parents.is_empty();
+        match (&v2_root, v2_only) {
+            (Some(r), _) => parents.push((Ctl::Unified, r.clone())),
+            (None, true) => return Err(RuntimeError::StartFailed("no cgroup hierarchy is mounted".into())),
+            _ => {}
+        }
+        for (ctl, p) in parents.iter_mut() {
+            let dir = p.join(group);
+            std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
+            if *ctl == Ctl::Unified && v2_only {
+                // Delegate controllers down to the sandbox groups.
+                let want = "+cpu +memory +pids";
+                for d in [p.as_path(), dir.as_path()] {
+                    for c in want.split(' ') {
+                        let _ = std::fs::write(d.join("cgroup.subtree_control"), c);
+                    }
+                }
+            }
+            *p = dir;
+        }
+        Ok(Hierarchy { parents, v2_only })
+    }
+
+    pub fn describe(&self) -> String {
+        let kinds: Vec<String> = self.parents.iter().map(|(c, p)| format!("{c:?}={}", p.display())).collect();
+        format!("cgroup {}: {}", if self.v2_only { "v2" } else { "v1/hybrid" }, kinds.join(" "))
+    }
+
+    /// The groups of one sandbox (not created yet).
+    pub fn set_for(&self, name: &str) -> CgroupSet {
+        CgroupSet { dirs: self.parents.iter().map(|(c, p)| (*c, p.join(name))).collect(), v2_only: self.v2_only }
+    }
+
+    /// Names of every sandbox group that exists in any hierarchy.
+    pub fn list(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for (_, p) in &self.parents {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    if e.path().is_dir() {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if !names.contains(&n) {
+                            names.push(n);
+                        }
+                    }
+                }
+            }
+        }
+        names
+    }
+}
+
+/// The cgroups of one sandbox.
+#[derive(Debug, Clone)]
+pub struct CgroupSet {
+    dirs: Vec<(Ctl, PathBuf)>,
+    v2_only: bool,
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> Result<(), RuntimeError> {
+    std::fs::write(dir.join(file), value).map_err(io(format!("write {value:?} to {}/{file}", dir.display())))
+}
+
+fn read_u64(p: PathBuf) -> Option<u64> {
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+impl CgroupSet {
+    /// Creates the groups and applies the limits.
+    pub fn create(&self, limits: &Limits) -> Result<(), RuntimeError> {
+        let mem = limits.memory_mb * 1024 * 1024;
+        let quota = (limits.cpus * 100_000.0).round().max(1000.0) as u64;
+        for (ctl, dir) in &self.dirs {
+            std::fs::create_dir(dir).map_err(io(format!("create {}", dir.display())))?;
+            match ctl {
+                Ctl::Memory => {
+                    write(dir, "memory.limit_in_bytes", &mem.to_string())?;
+                    if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        let _ = write(dir, "memory.memsw.limit_in_bytes", &mem.to_string());
+                    }
+                }
+                Ctl::Cpu => {
+                    write(dir, "cpu.cfs_period_us", "100000")?;
+                    write(dir, "cpu.cfs_quota_us", &quota.to_string())?;
+                }
+                Ctl::Pids => write(dir, "pids.max", &limits.pids.to_string())?,
+                Ctl::Freezer => {}
+                Ctl::Unified if self.v2_only => {
+                    write(dir, "memory.max", &mem.to_string())?;
+                    let _ = write(dir, "memory.swap.max", "0");
+                    write(dir, "cpu.max", &format!("{quota} 100000"))?;
+                    write(dir, "pids.max", &limits.pids.to_string())?;
+                }
+                Ctl::Unified => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a process into every group.
+    pub fn add_pid(&self, pid: u32) -> Result<(), RuntimeError> {
+        for (_, dir) in &self.dirs {
+            write(dir, "cgroup.procs", &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Pids in the sandbox (from the first hierarchy).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (_, dir) in &self.dirs {
+            if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                out.extend(s.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+                return out;
+            }
+        }
+        out
+    }
+
+    pub fn exists(&self) -> bool {
+        self.dirs.iter().any(|(_, d)| d.exists())
+    }
+
+    /// True if `pid` is in this sandbox's groups.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.pids().contains(&pid)
+    }
+
+    /// Kills every process in the sandbox and waits (up to 5 s) until none is left.
+    pub async fn kill(&self) -> Result<(), RuntimeError> {
+        let unified = self.dirs.iter().find(|(c, d)| *c == Ctl::Unified && d.join("cgroup.kill").exists());
+        let freezer = self.dirs.iter().find(|(c, _)| *c == Ctl::Freezer);
+        for round in 0..500 {
+            let pids = self.pids();
+            if pids.is_empty() {
+                return Ok(());
+            }
+            if round % 10 == 0 {
+                if let Some((_, d)) = unified {
+                    let _ = write(d, "cgroup.kill", "1");
+                } else {
+                    // Freeze first so nothing forks while we kill.
+                    if let Some((_, d)) = freezer {
+                        let _ = write(d, "freezer.state", "FROZEN");
+                    }
+                    for p in &pids {
+                        let _ = warren_sys::process::kill(*p, libc::SIGKILL);
+                    }
+                    if let Some((_, d)) = freezer {
+                        let _ = write(d, "freezer.state", "THAWED");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(RuntimeError::io("kill sandbox", std::io::Error::other(format!("processes left: {:?}", self.pids()))))
+    }
+
+    /// Removes the (empty) groups.
+    pub async fn remove(&self) -> Result<(), RuntimeError> {
+        for (_, dir) in &self.dirs {
+            let mut tries = 0;
+            loop {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) if tries < 100 => {
+                        let _ = e;
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(e) => return Err(RuntimeError::io(format!("remove {}", dir.display()), e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Memory, CPU and pid counts.
+    pub fn usage(&self) -> Usage {
+        let mut u = Usage::default();
+        for (ctl, d) in &self.dirs {
+            match ctl {
+                Ctl::Memory => u.memory_bytes = read_u64(d.join("memory.usage_in_bytes")),
+                Ctl::Pids => u.pids = read_u64(d.join("pids.current")),
+                Ctl::Cpu => {
+                    let acct = d.join("cpuacct.usage");
+                    u.cpu_usec = read_u64(acct).map(|ns| ns / 1000);
+                }
+                Ctl::Unified if self.v2_only => {
+                    u.memory_bytes = read_u64(d.join("memory.current"));
+                    u.pids = read_u64(d.join("pids.current"));
+                    u.cpu_usec = std::fs::read_to_string(d.join("cpu.stat"))
+                        .ok()
+                        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("usage_usec ").and_then(|v| v.trim().parse().ok())));
+                }
+                _ => {}
+            }
+        }
+        u
+    }
+}

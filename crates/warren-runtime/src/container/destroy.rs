@@ -1,0 +1,31 @@
+//! Tearing sandboxes down: everything a container owns on the host is its cgroups (mounts
+//! and network live in its namespaces and vanish with its last process).
+
+use warren_types::SandboxId;
+
+use crate::cgroup::{CgroupSet, Hierarchy};
+use crate::RuntimeError;
+
+/// Kills every process of the sandbox, then removes its cgroups. Idempotent.
+pub async fn kill_and_remove(cgroups: &CgroupSet) -> Result<(), RuntimeError> {
+    if !cgroups.exists() {
+        return Ok(());
+    }
+    cgroups.kill().await?;
+    cgroups.remove().await
+}
+
+/// Tears down every sandbox group not in `known`.
+pub async fn reconcile(h: &Hierarchy, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
+    let mut removed = Vec::new();
+    for name in h.list() {
+        if known.iter().any(|k| k.as_str() == name) {
+            continue;
+        }
+        let set = h.set_for(&name);
+        let n = set.pids().len();
+        kill_and_remove(&set).await?;
+        removed.push(format!("container {name} ({n} processes)"));
+    }
+    Ok(removed)
+}

@@ -1,0 +1,157 @@
+//! The container substrate: namespaces + cgroups + overlayfs over idmapped EROFS layers.
+//!
+//! Who does what:
+//! - the daemon (here) makes the cgroups, spawns `warren-agent` with the control socket on
+//!   fd 3, writes its uid/gid maps once it has unshared, and makes sure the image's layers are
+//!   mounted read-only and idmapped (once per host, shared by every sandbox);
+//! - the agent builds everything else *inside* the sandbox's own mount namespace (tmpfs
+//!   writable layer with the disk limit, overlay, /proc, /dev, /sys, masks, pivot_root), so
+//!   no per-sandbox mount ever appears in the host's mount table and nothing needs unmounting
+//!   when the sandbox's last process dies.
+//!
+//! Files: `create.rs` (start-up handshake), `destroy.rs` (kill by cgroup, cleanup),
+//! `adopt.rs` (re-attach after a daemon restart), `record.rs` (what is persisted).
+
+mod adopt;
+mod create;
+mod destroy;
+mod record;
+
+use async_trait::async_trait;
+use std::path::PathBuf;
+use std::sync::Arc;
+use warren_image::ImageStore;
+use warren_types::{NodeId, SandboxId, Substrate};
+
+use crate::agent::AgentConn;
+use crate::cgroup::{CgroupSet, Hierarchy};
+use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
+
+pub use record::ContainerRecord;
+
+/// Configuration of the container substrate.
+#[derive(Debug, Clone)]
+pub struct ContainerConfig {
+    pub node: NodeId,
+    /// The `warren-agent` executable.
+    pub agent_bin: PathBuf,
+    /// Host uid/gid that root inside every sandbox maps to; 65536 ids from there are used.
+    pub id_base: u32,
+    /// Paths hidden inside the sandbox.
+    pub masked_paths: Vec<String>,
+    /// Paths made read-only inside the sandbox.
+    pub readonly_paths: Vec<String>,
+    pub seccomp: bool,
+}
+
+impl ContainerConfig {
+    pub fn new(node: NodeId, agent_bin: PathBuf) -> Self {
+        ContainerConfig {
+            node,
+            agent_bin,
+            id_base: 100_000,
+            masked_paths: [
+                "/proc/kcore",
+                "/proc/kpagecgroup",
+                "/proc/kpagecount",
+                "/proc/kpageflags",
+                "/proc/keys",
+                "/proc/timer_list",
+                "/proc/sched_debug",
+                "/proc/sysrq-trigger",
+                "/proc/latency_stats",
+                "/proc/acpi",
+                "/proc/scsi",
+                "/sys/firmware",
+                "/sys/kernel/debug",
+                "/sys/fs/cgroup",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            readonly_paths: ["/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"].iter().map(|s| s.to_string()).collect(),
+            seccomp: true,
+        }
+    }
+}
+
+/// The container runtime.
+pub struct ContainerRuntime {
+    cfg: ContainerConfig,
+    images: Arc<ImageStore>,
+    hierarchy: Hierarchy,
+}
+
+impl ContainerRuntime {
+    pub fn new(cfg: ContainerConfig, images: Arc<ImageStore>) -> Result<Self, RuntimeError> {
+        if !cfg.agent_bin.is_file() {
+            return Err(RuntimeError::StartFailed(format!("agent binary {} not found", cfg.agent_bin.display())));
+        }
+        let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
+        Ok(ContainerRuntime { cfg, images, hierarchy })
+    }
+
+    /// What the host offers (for logs and /v1/health).
+    pub fn describe(&self) -> String {
+        self.hierarchy.describe()
+    }
+}
+
+/// A live container sandbox.
+pub struct Container {
+    id: SandboxId,
+    agent: AgentConn,
+    cgroups: CgroupSet,
+    record: ContainerRecord,
+}
+
+#[async_trait]
+impl Instance for Container {
+    fn id(&self) -> &SandboxId {
+        &self.id
+    }
+
+    fn record(&self) -> serde_json::Value {
+        serde_json::to_value(&self.record).expect("record serializes")
+    }
+
+    fn agent(&self) -> &AgentConn {
+        &self.agent
+    }
+
+    async fn destroy(&self) -> Result<(), RuntimeError> {
+        destroy::kill_and_remove(&self.cgroups).await
+    }
+
+    async fn lost(&self) {
+        self.agent.closed().await
+    }
+
+    fn usage(&self) -> Usage {
+        self.cgroups.usage()
+    }
+}
+
+#[async_trait]
+impl Runtime for ContainerRuntime {
+    fn substrate(&self) -> Substrate {
+        Substrate::Container
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
+        Ok(Arc::new(create::create(self, spec).await?))
+    }
+
+    async fn adopt(&self, spec: &SandboxSpec, record: &serde_json::Value) -> Result<Arc<dyn Instance>, RuntimeError> {
+        Ok(Arc::new(adopt::adopt(self, spec, record).await?))
+    }
+
+    async fn destroy_record(&self, id: &SandboxId, _record: Option<&serde_json::Value>) -> Result<(), RuntimeError> {
+        let set = self.hierarchy.set_for(id.as_str());
+        destroy::kill_and_remove(&set).await
+    }
+
+    async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
+        destroy::reconcile(&self.hierarchy, known).await
+    }
+}

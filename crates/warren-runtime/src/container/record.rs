@@ -1,0 +1,24 @@
+//! What the daemon persists about a container sandbox to re-adopt it after a restart.
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when the record's meaning changes; older records are refused (and torn down).
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub version: u32,
+    /// Host pid of the agent (PID 1 of the sandbox).
+    pub agent_pid: u32,
+    /// Its start time in clock ticks since boot, so a recycled pid is never mistaken for it.
+    pub agent_start_time: u64,
+    /// Layer digests, lowest first.
+    pub layers: Vec<String>,
+}
+
+/// Start time (field 22 of /proc/PID/stat) of a process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}

@@ -1,0 +1,50 @@
+//! Runtime errors, each mapped to a stable API code.
+
+use warren_types::ErrorCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("image {0:?} not found")]
+    ImageNotFound(String),
+    #[error("image: {0}")]
+    Image(#[from] warren_image::ImageError),
+    #[error("sandbox failed to start: {0}")]
+    StartFailed(String),
+    #[error("the sandbox's agent is gone")]
+    AgentLost,
+    #[error("{message}")]
+    Agent { code: ErrorCode, message: String },
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("host: {0}")]
+    Sys(#[from] warren_sys::SysError),
+    #[error("host i/o on {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot adopt: {0}")]
+    Adopt(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl RuntimeError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        RuntimeError::Io { what: what.into(), source }
+    }
+
+    /// The API code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RuntimeError::ImageNotFound(_) => ErrorCode::NotFound,
+            RuntimeError::Image(e) => e.code(),
+            RuntimeError::StartFailed(_) => ErrorCode::StartFailed,
+            RuntimeError::AgentLost => ErrorCode::SandboxLost,
+            RuntimeError::Agent { code, .. } => *code,
+            RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
+            RuntimeError::Protocol(_) | RuntimeError::Sys(_) | RuntimeError::Io { .. } | RuntimeError::Adopt(_) => ErrorCode::Internal,
+        }
+    }
+}
