@@ -251,6 +251,8 @@ pub struct Density {
     pub create_secs: f64,
     pub used_before_kib: u64,
     pub used_after_kib: u64,
+    /// Negative when host memory fell during the run (other activity on the host): then the
+    /// measurement says nothing, and a larger N helps.
     pub mib_per_sandbox: f64,
     /// Sandboxes of this run still listed after deleting them all.
     pub left_after_delete: usize,
@@ -295,7 +297,7 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
         .context("listing after delete")?
         .len();
     let mib_per_sandbox = if created > 0 {
-        after.saturating_sub(before) as f64 / 1024.0 / created as f64
+        (after as f64 - before as f64) / 1024.0 / created as f64
     } else {
         0.0
     };

@@ -208,6 +208,11 @@ impl Report {
                 d.mib_per_sandbox,
                 d.left_after_delete
             ));
+            if d.mib_per_sandbox < 0.0 {
+                out.push_str(
+                    "density: host memory fell during the run (other activity); use a larger N\n",
+                );
+            }
             if let Some(e) = &d.stopped_by {
                 out.push_str(&format!(
                     "density: creation stopped at the first refusal: {e}\n"
@@ -241,7 +246,7 @@ impl Report {
                 };
                 t.row([
                     c.metric.clone(),
-                    format!("{}{unit}", fmt_value(c.value)),
+                    format!("{}{unit}", fmt_value(c.value, c.unit)),
                     format!("{}{unit}", c.target),
                     if c.pass {
                         "PASS".into()
@@ -259,8 +264,11 @@ impl Report {
     }
 }
 
-fn fmt_value(v: f64) -> String {
-    if v != 0.0 && v.abs() < 0.1 {
+/// A check value: counts (no unit) as integers, small ratios with three decimals.
+fn fmt_value(v: f64, unit: &str) -> String {
+    if unit.is_empty() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v != 0.0 && v.abs() < 0.1 {
         format!("{v:.3}")
     } else {
         ms(v)
