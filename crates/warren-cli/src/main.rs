@@ -51,6 +51,8 @@ enum Command {
     Demo(commands::demo::Args),
     /// Measure create latency, exec latency, throughput and density.
     Bench(commands::bench::Args),
+    /// Manage the node's image layers (build, stack, list, inspect, remove, verify).
+    Image(commands::image::Args),
 }
 
 async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
@@ -66,6 +68,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Ps(a) => commands::ps::run(&ctx, a).await,
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
         Command::Bench(a) => commands::bench::run(&ctx, a).await,
+        Command::Image(a) => commands::image::run(&ctx, a).await,
     }
 }
 

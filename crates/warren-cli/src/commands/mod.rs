@@ -7,11 +7,16 @@ pub mod create;
 pub mod demo;
 pub mod exec;
 pub mod health;
+pub mod image;
 pub mod ls;
 pub mod ps;
 pub mod rm;
 pub mod shell;
 pub mod up;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
@@ -68,9 +73,73 @@ pub async fn delete_all(
         .await
 }
 
+/// Runs each future as a task and waits for all; results come back in input order. Dropping
+/// the returned future aborts the tasks still running, so Ctrl-C stops the work instead of
+/// only no longer waiting for it.
+pub async fn run_tasks<F, T>(futures: impl IntoIterator<Item = F>) -> Vec<anyhow::Result<T>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut index = std::collections::HashMap::new();
+    for (i, f) in futures.into_iter().enumerate() {
+        index.insert(set.spawn(f).id(), i);
+    }
+    let mut out: Vec<Option<anyhow::Result<T>>> = (0..index.len()).map(|_| None).collect();
+    while let Some(r) = set.join_next_with_id().await {
+        match r {
+            Ok((id, v)) => out[index[&id]] = Some(Ok(v)),
+            Err(e) => out[index[&e.id()]] = Some(Err(anyhow::anyhow!("task failed: {e}"))),
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("task lost"))))
+        .collect()
+}
+
+/// Deletes every sandbox labelled `key=value`, listing again until none is left: creates
+/// that were in flight when their task was stopped still land a moment later. Returns how
+/// many were deleted.
+pub async fn sweep_label(client: &Client, key: &str, value: &str) -> usize {
+    let labels = BTreeMap::from([(key.to_string(), value.to_string())]);
+    let mut deleted = 0;
+    let mut empty_rounds = 0;
+    for _ in 0..40 {
+        let ids: Vec<String> = match client.list(&labels, None).await {
+            Ok(list) => list.into_iter().map(|s| s.id).collect(),
+            Err(_) => break,
+        };
+        if ids.is_empty() {
+            empty_rounds += 1;
+            if empty_rounds == 2 {
+                break;
+            }
+        } else {
+            empty_rounds = 0;
+            let n = ids.len();
+            deleted += n - delete_all(client, ids, 32).await.len();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    deleted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn tasks_keep_order_and_report_panics() {
+        let futs = (0..5u64).map(|i| async move {
+            tokio::time::sleep(Duration::from_millis(20 - i * 4)).await;
+            assert!(i != 3, "task 3 fails");
+            i
+        });
+        let out = run_tasks(futs).await;
+        let ok: Vec<Option<u64>> = out.iter().map(|r| r.as_ref().ok().copied()).collect();
+        assert_eq!(ok, [Some(0), Some(1), Some(2), None, Some(4)]);
+    }
 
     #[test]
     fn key_values() {
