@@ -25,7 +25,10 @@ const CHUNK: usize = 64 * 1024;
 const MAX_FINISHED: usize = 1024;
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Counts output and keeps the first `cap` bytes.
@@ -38,7 +41,11 @@ struct Pump {
 
 impl Pump {
     fn new(cap: u64) -> Self {
-        Pump { cap, kept: 0, total: 0 }
+        Pump {
+            cap,
+            kept: 0,
+            total: 0,
+        }
     }
     /// The part of `n` new bytes to keep.
     fn take(&mut self, n: usize) -> usize {
@@ -64,7 +71,8 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
     if spec.argv.is_empty() {
         return Err(Event::error(ErrorCode::InvalidRequest, "empty argv"));
     }
-    let user = crate::users::resolve(spec.user.as_deref()).map_err(|m| Event::error(ErrorCode::InvalidRequest, m))?;
+    let user = crate::users::resolve(spec.user.as_deref())
+        .map_err(|m| Event::error(ErrorCode::InvalidRequest, m))?;
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..]);
     cmd.env_clear();
@@ -81,18 +89,35 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    let cwd = spec.cwd.clone().unwrap_or_else(|| if std::path::Path::new(&user.home).is_dir() { user.home.clone() } else { "/".into() });
+    let cwd = spec.cwd.clone().unwrap_or_else(|| {
+        if std::path::Path::new(&user.home).is_dir() {
+            user.home.clone()
+        } else {
+            "/".into()
+        }
+    });
     if !std::path::Path::new(&cwd).is_dir() {
-        return Err(Event::error(ErrorCode::InvalidRequest, format!("working directory {cwd} does not exist in the sandbox")));
+        return Err(Event::error(
+            ErrorCode::InvalidRequest,
+            format!("working directory {cwd} does not exist in the sandbox"),
+        ));
     }
     cmd.current_dir(cwd);
-    let setup = ChildSetup { new_session: true, controlling_tty: false, ids: Some((user.uid, user.gid, user.groups)) };
+    let setup = ChildSetup {
+        new_session: true,
+        controlling_tty: false,
+        ids: Some((user.uid, user.gid, user.groups)),
+    };
     Ok(Prepared { cmd, setup })
 }
 
 /// A command that could not start reports like a shell would: 127 (not found) or 126.
 fn spawn_failed(argv0: &str, err: &std::io::Error) -> (i32, String) {
-    let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
     (code, format!("warren: cannot run {argv0}: {err}\n"))
 }
 
@@ -121,13 +146,25 @@ fn receiver(fd: impl Into<OwnedFd>) -> Option<pipe::Receiver> {
 }
 
 /// Runs a command to completion, streaming its output as frames.
-pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, state: &Rc<State>) -> Event {
+pub async fn foreground(
+    spec: ExecSpec,
+    id: u32,
+    mut inbox: Inbox,
+    out: &Out,
+    state: &Rc<State>,
+) -> Event {
     let started = Instant::now();
     let Prepared { mut cmd, setup } = match prepare(&spec) {
         Ok(p) => p,
         Err(ev) => return ev,
     };
-    cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if spec.stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     warren_sys::process::configure_child(&mut cmd, setup);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -135,8 +172,20 @@ pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, st
             let (code, msg) = spawn_failed(&spec.argv[0], &err);
             let mut e = Pump::new(spec.output_cap);
             let keep = e.take(msg.len());
-            let _ = out.send(Frame::new(id, Kind::Stderr, msg.as_bytes()[..keep].to_vec())).await;
-            return exited(Some(Exit::Code(code)), false, Pump::new(spec.output_cap), e, started);
+            let _ = out
+                .send(Frame::new(
+                    id,
+                    Kind::Stderr,
+                    msg.as_bytes()[..keep].to_vec(),
+                ))
+                .await;
+            return exited(
+                Some(Exit::Code(code)),
+                false,
+                Pump::new(spec.output_cap),
+                e,
+                started,
+            );
         }
     };
     let pid = child.id();
@@ -144,11 +193,14 @@ pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, st
     let _ = event(out, id, &Event::Started { pid }).await;
     let mut stdout = child.stdout.take().and_then(receiver);
     let mut stderr = child.stderr.take().and_then(receiver);
-    let mut stdin = child.stdin.take().and_then(|s| pipe::Sender::from_owned_fd({
-        let fd: OwnedFd = s.into();
-        let _ = warren_sys::fd::set_nonblocking(&fd);
-        fd
-    }).ok());
+    let mut stdin = child.stdin.take().and_then(|s| {
+        pipe::Sender::from_owned_fd({
+            let fd: OwnedFd = s.into();
+            let _ = warren_sys::fd::set_nonblocking(&fd);
+            fd
+        })
+        .ok()
+    });
     let mut pending: VecDeque<bytes::Bytes> = VecDeque::new();
     let mut stdin_eof = false;
     let mut credit: Option<u64> = spec.window.map(u64::from);
@@ -156,7 +208,9 @@ pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, st
     let mut exit: Option<Exit> = None;
     let mut exited_at = Instant::now();
     let mut timed_out = false;
-    let deadline = spec.timeout_ms.map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
+    let deadline = spec
+        .timeout_ms
+        .map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
     let mut inbox_open = true;
     let (mut bo, mut be) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     loop {
@@ -164,7 +218,13 @@ pub async fn foreground(spec: ExecSpec, id: u32, mut inbox: Inbox, out: &Out, st
             break;
         }
         let room = |p: &Pump| credit.is_none_or(|c| c > 0) || p.full();
-        let want = |p: &Pump| if p.full() { CHUNK } else { credit.map_or(CHUNK, |c| (c as usize).clamp(1, CHUNK)) };
+        let want = |p: &Pump| {
+            if p.full() {
+                CHUNK
+            } else {
+                credit.map_or(CHUNK, |c| (c as usize).clamp(1, CHUNK))
+            }
+        };
         let (wo, we) = (want(&po), want(&pe));
         tokio::select! {
             r = async { stdout.as_mut().unwrap().read(&mut bo[..wo]).await }, if stdout.is_some() && room(&po) => match r {
@@ -258,7 +318,11 @@ impl Procs {
                 ProcEntry {
                     pid: *pid,
                     argv: p.argv.clone(),
-                    state: if p.exit.get().is_some() { ProcessState::Exited } else { ProcessState::Running },
+                    state: if p.exit.get().is_some() {
+                        ProcessState::Exited
+                    } else {
+                        ProcessState::Running
+                    },
                     exit_code,
                     signal,
                     started_at_ms: p.started_at_ms,
@@ -271,7 +335,10 @@ impl Procs {
 
     fn prune(&self) {
         let mut map = self.map.borrow_mut();
-        let mut finished: Vec<(Instant, u32)> = map.iter().filter_map(|(pid, p)| p.finished.get().map(|t| (t, *pid))).collect();
+        let mut finished: Vec<(Instant, u32)> = map
+            .iter()
+            .filter_map(|(pid, p)| p.finished.get().map(|t| (t, *pid)))
+            .collect();
         if finished.len() > MAX_FINISHED {
             finished.sort();
             for (_, pid) in &finished[..finished.len() - MAX_FINISHED] {
@@ -304,11 +371,18 @@ pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
         Ok(p) => p,
         Err(ev) => return ev,
     };
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     warren_sys::process::configure_child(&mut cmd, setup);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(err) => return Event::error(ErrorCode::InvalidRequest, spawn_failed(&spec.argv[0], &err).1.trim().to_string()),
+        Err(err) => {
+            return Event::error(
+                ErrorCode::InvalidRequest,
+                spawn_failed(&spec.argv[0], &err).1.trim().to_string(),
+            )
+        }
     };
     let pid = child.id();
     let exit_rx = state.reaper.watch(pid);
@@ -349,7 +423,8 @@ pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
             },
             None => exit_rx.await.ok(),
         };
-        p.exit.set(Some(exit.unwrap_or(Exit::Signal(libc::SIGKILL))));
+        p.exit
+            .set(Some(exit.unwrap_or(Exit::Signal(libc::SIGKILL))));
         // Let the readers take what is left in the pipes.
         tokio::time::sleep(Duration::from_millis(20)).await;
         p.finished.set(Some(Instant::now()));
@@ -359,7 +434,13 @@ pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
 }
 
 /// Waits for a background process, then sends its kept output and exit status.
-pub async fn wait(pid: u32, timeout_ms: Option<u64>, id: u32, out: &Out, state: &Rc<State>) -> Event {
+pub async fn wait(
+    pid: u32,
+    timeout_ms: Option<u64>,
+    id: u32,
+    out: &Out,
+    state: &Rc<State>,
+) -> Event {
     let Some(p) = state.procs.map.borrow().get(&pid).cloned() else {
         return Event::error(ErrorCode::NotFound, format!("no background process {pid}"));
     };
@@ -372,8 +453,14 @@ pub async fn wait(pid: u32, timeout_ms: Option<u64>, id: u32, out: &Out, state: 
         };
         match timeout_ms {
             Some(t) => {
-                if tokio::time::timeout(Duration::from_millis(t), wait).await.is_err() {
-                    return Event::error(ErrorCode::Timeout, format!("process {pid} still running"));
+                if tokio::time::timeout(Duration::from_millis(t), wait)
+                    .await
+                    .is_err()
+                {
+                    return Event::error(
+                        ErrorCode::Timeout,
+                        format!("process {pid} still running"),
+                    );
                 }
             }
             None => wait.await,
@@ -382,7 +469,11 @@ pub async fn wait(pid: u32, timeout_ms: Option<u64>, id: u32, out: &Out, state: 
     for (kind, buf) in [(Kind::Stdout, &p.out), (Kind::Stderr, &p.err)] {
         let data = buf.borrow().clone();
         for chunk in data.chunks(warren_proto::MAX_PAYLOAD) {
-            if out.send(Frame::new(id, kind, chunk.to_vec())).await.is_err() {
+            if out
+                .send(Frame::new(id, kind, chunk.to_vec()))
+                .await
+                .is_err()
+            {
                 return Event::Done;
             }
         }
@@ -411,7 +502,15 @@ pub fn kill(pid: u32, signal: i32, state: &Rc<State>) -> Event {
 }
 
 /// Runs a command on a new terminal.
-pub async fn pty(spec: ExecSpec, cols: u16, rows: u16, id: u32, mut inbox: Inbox, out: &Out, state: &Rc<State>) -> Event {
+pub async fn pty(
+    spec: ExecSpec,
+    cols: u16,
+    rows: u16,
+    id: u32,
+    mut inbox: Inbox,
+    out: &Out,
+    state: &Rc<State>,
+) -> Event {
     let started = Instant::now();
     let Prepared { mut cmd, mut setup } = match prepare(&spec) {
         Ok(p) => p,
@@ -435,7 +534,12 @@ pub async fn pty(spec: ExecSpec, cols: u16, rows: u16, id: u32, mut inbox: Inbox
     warren_sys::process::configure_child(&mut cmd, setup);
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(err) => return Event::error(ErrorCode::InvalidRequest, spawn_failed(&spec.argv[0], &err).1.trim().to_string()),
+        Err(err) => {
+            return Event::error(
+                ErrorCode::InvalidRequest,
+                spawn_failed(&spec.argv[0], &err).1.trim().to_string(),
+            )
+        }
     };
     drop(slave);
     drop(cmd);

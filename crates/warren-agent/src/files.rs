@@ -26,20 +26,30 @@ fn io_event(path: &str, e: &std::io::Error) -> Event {
 }
 
 fn check_kernel_fs(path: &str, f: &File) -> Result<(), Event> {
-    let st = nix::sys::statfs::fstatfs(f.as_fd()).map_err(|e| Event::error(ErrorCode::FileError, format!("{path}: {e}")))?;
+    let st = nix::sys::statfs::fstatfs(f.as_fd())
+        .map_err(|e| Event::error(ErrorCode::FileError, format!("{path}: {e}")))?;
     let t = st.filesystem_type().0 as i64;
     if t == PROC_SUPER_MAGIC || t == SYSFS_MAGIC {
-        return Err(Event::error(ErrorCode::InvalidPath, format!("{path}: the file API does not touch /proc or /sys; use exec")));
+        return Err(Event::error(
+            ErrorCode::InvalidPath,
+            format!("{path}: the file API does not touch /proc or /sys; use exec"),
+        ));
     }
     Ok(())
 }
 
 fn open_regular(path: &str, opts: &mut OpenOptions) -> Result<File, Event> {
-    let f = opts.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path).map_err(|e| io_event(path, &e))?;
+    let f = opts
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| io_event(path, &e))?;
     check_kernel_fs(path, &f)?;
     let md = f.metadata().map_err(|e| io_event(path, &e))?;
     if !md.is_file() {
-        return Err(Event::error(ErrorCode::FileError, format!("{path}: not a regular file")));
+        return Err(Event::error(
+            ErrorCode::FileError,
+            format!("{path}: not a regular file"),
+        ));
     }
     // Regular files ignore O_NONBLOCK; it only guarded the open against FIFOs.
     Ok(f)
@@ -55,8 +65,12 @@ pub async fn read(path: &str, window: u32, id: u32, mut inbox: Inbox, out: &Out)
     loop {
         while credit == 0 {
             match inbox.recv().await {
-                Some(fr) if fr.kind == Kind::Credit => credit += u64::from(fr.credit_value().unwrap_or(0)),
-                Some(fr) if fr.kind == Kind::Cancel => return Event::error(ErrorCode::Internal, "cancelled"),
+                Some(fr) if fr.kind == Kind::Credit => {
+                    credit += u64::from(fr.credit_value().unwrap_or(0))
+                }
+                Some(fr) if fr.kind == Kind::Cancel => {
+                    return Event::error(ErrorCode::Internal, "cancelled")
+                }
                 Some(_) => {}
                 None => return Event::Done,
             }
@@ -68,7 +82,11 @@ pub async fn read(path: &str, window: u32, id: u32, mut inbox: Inbox, out: &Out)
             Err(e) => return io_event(path, &e),
         };
         credit -= n as u64;
-        if out.send(Frame::new(id, Kind::Stdout, buf[..n].to_vec())).await.is_err() {
+        if out
+            .send(Frame::new(id, Kind::Stdout, buf[..n].to_vec()))
+            .await
+            .is_err()
+        {
             return Event::Done;
         }
         while let Ok(fr) = inbox.try_recv() {
@@ -80,7 +98,14 @@ pub async fn read(path: &str, window: u32, id: u32, mut inbox: Inbox, out: &Out)
 }
 
 pub async fn write(path: &str, mode: Option<u32>, mut inbox: Inbox) -> Event {
-    let mut f = match open_regular(path, OpenOptions::new().write(true).create(true).truncate(true).mode(mode.unwrap_or(0o644))) {
+    let mut f = match open_regular(
+        path,
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode.unwrap_or(0o644)),
+    ) {
         Ok(f) => f,
         Err(ev) => return ev,
     };
@@ -122,7 +147,13 @@ fn stat_of(name: String, p: &Path) -> std::io::Result<FileStat> {
     } else {
         FileKind::Other
     };
-    let link_target = if ft.is_symlink() { std::fs::read_link(p).ok().map(|t| t.to_string_lossy().into_owned()) } else { None };
+    let link_target = if ft.is_symlink() {
+        std::fs::read_link(p)
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned())
+    } else {
+        None
+    };
     Ok(FileStat {
         name,
         kind,
@@ -161,12 +192,17 @@ pub fn list(path: &str) -> Event {
 }
 
 pub fn mkdir(path: &str, parents: bool, mode: Option<u32>) -> Event {
-    let r = if parents { std::fs::create_dir_all(path) } else { std::fs::create_dir(path) };
+    let r = if parents {
+        std::fs::create_dir_all(path)
+    } else {
+        std::fs::create_dir(path)
+    };
     if let Err(e) = r {
         return io_event(path, &e);
     }
     if let Some(m) = mode {
-        if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(m & 0o7777)) {
+        if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(m & 0o7777))
+        {
             return io_event(path, &e);
         }
     }

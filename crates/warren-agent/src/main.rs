@@ -48,7 +48,14 @@ fn main() {
     match first {
         Init::Container { version, config } => {
             if version != PROTOCOL_VERSION {
-                send(&mut ctl, &InitReply::Failed { message: format!("agent speaks protocol {PROTOCOL_VERSION}, daemon {version}") });
+                send(
+                    &mut ctl,
+                    &InitReply::Failed {
+                        message: format!(
+                            "agent speaks protocol {PROTOCOL_VERSION}, daemon {version}"
+                        ),
+                    },
+                );
                 std::process::exit(2);
             }
             match setup::container(&mut ctl, &config) {
@@ -59,11 +66,21 @@ fn main() {
                 }
             }
             // Only PID 1 gets here.
-            send(&mut ctl, &InitReply::Ready { version: PROTOCOL_VERSION });
+            send(
+                &mut ctl,
+                &InitReply::Ready {
+                    version: PROTOCOL_VERSION,
+                },
+            );
             serve::run(ctl, config.seccomp);
         }
         other => {
-            send(&mut ctl, &InitReply::Failed { message: format!("unexpected start-up message {other:?}") });
+            send(
+                &mut ctl,
+                &InitReply::Failed {
+                    message: format!("unexpected start-up message {other:?}"),
+                },
+            );
             std::process::exit(2);
         }
     }

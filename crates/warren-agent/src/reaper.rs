@@ -22,7 +22,8 @@ impl Reaper {
     /// Starts the reaping task. Must run before any child is spawned.
     pub fn start() -> Rc<Reaper> {
         let r = Rc::new(Reaper::default());
-        let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).expect("SIGCHLD handler");
+        let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+            .expect("SIGCHLD handler");
         let weak = Rc::downgrade(&r);
         tokio::task::spawn_local(async move {
             loop {
@@ -48,7 +49,9 @@ impl Reaper {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => self.deliver(pid.as_raw(), Exit::Code(code)),
-                Ok(WaitStatus::Signaled(pid, sig, _)) => self.deliver(pid.as_raw(), Exit::Signal(sig as i32)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                    self.deliver(pid.as_raw(), Exit::Signal(sig as i32))
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => return,
                 Ok(_) => {}
             }
@@ -66,17 +69,28 @@ impl Reaper {
 /// (descendants that moved to another group).
 pub fn kill_tree(leader: u32) {
     let _ = warren_sys::process::kill_group(leader, libc::SIGKILL);
-    let Ok(dir) = std::fs::read_dir("/proc") else { return };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
     for ent in dir.flatten() {
-        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid == 1 {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         // Fields after the ")" of the command name: state ppid pgrp session ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
-        let (pgrp, session) = (f.get(2).and_then(|s| s.parse::<u32>().ok()), f.get(3).and_then(|s| s.parse::<u32>().ok()));
+        let (pgrp, session) = (
+            f.get(2).and_then(|s| s.parse::<u32>().ok()),
+            f.get(3).and_then(|s| s.parse::<u32>().ok()),
+        );
         if pgrp == Some(leader) || session == Some(leader) {
             let _ = warren_sys::process::kill(pid, libc::SIGKILL);
         }

@@ -38,11 +38,18 @@ pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
             std::process::exit(1);
         }
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let state = Rc::new(State { reaper: Reaper::start(), procs: Procs::default() });
-        ctl.set_nonblocking(true).expect("nonblocking control socket");
+        let state = Rc::new(State {
+            reaper: Reaper::start(),
+            procs: Procs::default(),
+        });
+        ctl.set_nonblocking(true)
+            .expect("nonblocking control socket");
         let mut conn = UnixStream::from_std(ctl).expect("control socket");
         loop {
             serve_conn(conn, state.clone()).await;
@@ -68,7 +75,13 @@ async fn park_for_reconnect() -> Option<UnixStream> {
             // The daemon holds its own copy now; ours would keep the socket alive forever.
             // SAFETY-free: closing by number through nix.
             let _ = nix::unistd::close(crate::RECONNECT_FD);
-            let reply = Frame::json(0, Kind::Init, &InitReply::Ready { version: PROTOCOL_VERSION });
+            let reply = Frame::json(
+                0,
+                Kind::Init,
+                &InitReply::Ready {
+                    version: PROTOCOL_VERSION,
+                },
+            );
             conn.write_all(&reply.encode()).await.ok()?;
             return Some(conn);
         }
@@ -106,7 +119,12 @@ async fn serve_conn(conn: UnixStream, state: Rc<State>) {
                 let call = match frame.parse::<Call>() {
                     Ok(c) => c,
                     Err(e) => {
-                        let _ = event(&out, id, &Event::error(ErrorCode::InvalidRequest, e.to_string())).await;
+                        let _ = event(
+                            &out,
+                            id,
+                            &Event::error(ErrorCode::InvalidRequest, e.to_string()),
+                        )
+                        .await;
                         continue;
                     }
                 };
@@ -120,7 +138,15 @@ async fn serve_conn(conn: UnixStream, state: Rc<State>) {
             }
             Kind::Init => {
                 if let Ok(Init::Hello { .. }) = frame.parse::<Init>() {
-                    let _ = out.send(Frame::json(0, Kind::Init, &InitReply::Ready { version: PROTOCOL_VERSION })).await;
+                    let _ = out
+                        .send(Frame::json(
+                            0,
+                            Kind::Init,
+                            &InitReply::Ready {
+                                version: PROTOCOL_VERSION,
+                            },
+                        ))
+                        .await;
                 }
             }
             Kind::Stdin | Kind::Eof | Kind::Cancel | Kind::Credit | Kind::Control => {
@@ -140,18 +166,29 @@ async fn serve_conn(conn: UnixStream, state: Rc<State>) {
 
 async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>) {
     let ev = match call {
-        Call::Ping => Event::Pong { version: PROTOCOL_VERSION, pid: std::process::id() },
+        Call::Ping => Event::Pong {
+            version: PROTOCOL_VERSION,
+            pid: std::process::id(),
+        },
         Call::Exec { spec } => crate::exec::foreground(spec, id, inbox, out, state).await,
         Call::Spawn { spec } => crate::exec::background(spec, state).await,
-        Call::ListProcs => Event::Procs { procs: state.procs.list() },
+        Call::ListProcs => Event::Procs {
+            procs: state.procs.list(),
+        },
         Call::Wait { pid, timeout_ms } => crate::exec::wait(pid, timeout_ms, id, out, state).await,
         Call::Kill { pid, signal } => crate::exec::kill(pid, signal, state),
-        Call::Pty { spec, cols, rows } => crate::exec::pty(spec, cols, rows, id, inbox, out, state).await,
+        Call::Pty { spec, cols, rows } => {
+            crate::exec::pty(spec, cols, rows, id, inbox, out, state).await
+        }
         Call::ReadFile { path, window } => crate::files::read(&path, window, id, inbox, out).await,
         Call::WriteFile { path, mode } => crate::files::write(&path, mode, inbox).await,
         Call::Stat { path } => crate::files::stat(&path),
         Call::List { path } => crate::files::list(&path),
-        Call::Mkdir { path, parents, mode } => crate::files::mkdir(&path, parents, mode),
+        Call::Mkdir {
+            path,
+            parents,
+            mode,
+        } => crate::files::mkdir(&path, parents, mode),
         Call::Remove { path, recursive } => crate::files::remove(&path, recursive),
         Call::Chmod { path, mode } => crate::files::chmod(&path, mode),
     };

@@ -15,8 +15,16 @@ fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
 /// Runs the whole start-up. Returns only in PID 1 of the new sandbox; the first stage exits.
 pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
     warren_sys::ns::unshare(warren_sys::ns::container_namespaces()).map_err(|x| x.to_string())?;
-    super::send(ctl, &InitReply::Unshared { pid: std::process::id() });
-    match Frame::read_blocking(ctl).map_err(e("waiting for id maps"))?.parse::<Init>() {
+    super::send(
+        ctl,
+        &InitReply::Unshared {
+            pid: std::process::id(),
+        },
+    );
+    match Frame::read_blocking(ctl)
+        .map_err(e("waiting for id maps"))?
+        .parse::<Init>()
+    {
         Ok(Init::Mapped) => {}
         other => return Err(format!("expected id maps, got {other:?}")),
     }
@@ -42,16 +50,44 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
 }
 
 fn build_root(cfg: &ContainerInit) -> R<()> {
-    mount(None, Path::new("/"), None, Flags::MS_REC | Flags::MS_PRIVATE, None).map_err(|x| x.to_string())?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        Flags::MS_REC | Flags::MS_PRIVATE,
+        None,
+    )
+    .map_err(|x| x.to_string())?;
     // The staging directory is private to this mount namespace: a tmpfs holding the writable
     // layer (its size is the disk limit) and the merged root.
     let stage = PathBuf::from("/tmp");
-    let stage = if Path::new("/run").is_dir() { PathBuf::from("/run") } else { stage };
+    let stage = if Path::new("/run").is_dir() {
+        PathBuf::from("/run")
+    } else {
+        stage
+    };
     let t = stage.join("warren-sandbox");
-    std::fs::create_dir_all(&t).or_else(|_| mount(Some("tmpfs"), &stage, Some("tmpfs"), Flags::empty(), Some("size=64k")).map_err(|x| x.to_string()).and_then(|_| std::fs::create_dir_all(&t).map_err(|x| x.to_string())))
+    std::fs::create_dir_all(&t)
+        .or_else(|_| {
+            mount(
+                Some("tmpfs"),
+                &stage,
+                Some("tmpfs"),
+                Flags::empty(),
+                Some("size=64k"),
+            )
+            .map_err(|x| x.to_string())
+            .and_then(|_| std::fs::create_dir_all(&t).map_err(|x| x.to_string()))
+        })
         .map_err(|x| format!("staging dir: {x}"))?;
-    mount(Some("tmpfs"), &t, Some("tmpfs"), Flags::MS_NOSUID | Flags::MS_NODEV, Some(&format!("size={}m,mode=755", cfg.disk_mb)))
-        .map_err(|x| x.to_string())?;
+    mount(
+        Some("tmpfs"),
+        &t,
+        Some("tmpfs"),
+        Flags::MS_NOSUID | Flags::MS_NODEV,
+        Some(&format!("size={}m,mode=755", cfg.disk_mb)),
+    )
+    .map_err(|x| x.to_string())?;
     for d in ["upper", "work", "root"] {
         std::fs::create_dir(t.join(d)).map_err(e("mkdir in writable layer"))?;
     }
@@ -62,34 +98,96 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
         t.join("upper").display(),
         t.join("work").display()
     );
-    mount(Some("overlay"), &root, Some("overlay"), Flags::MS_NODEV, Some(&opts)).map_err(|x| x.to_string())?;
+    mount(
+        Some("overlay"),
+        &root,
+        Some("overlay"),
+        Flags::MS_NODEV,
+        Some(&opts),
+    )
+    .map_err(|x| x.to_string())?;
 
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
     let mk = |p: &str| {
         let d = root.join(p.trim_start_matches('/'));
-        std::fs::create_dir_all(&d).map(|_| d).map_err(|x| format!("mkdir {p}: {x}"))
+        std::fs::create_dir_all(&d)
+            .map(|_| d)
+            .map_err(|x| format!("mkdir {p}: {x}"))
     };
     mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
     let dev = mk("/dev")?;
-    mount(Some("tmpfs"), &dev, Some("tmpfs"), Flags::MS_NOSUID | Flags::MS_NOEXEC, Some("size=64k,mode=755")).map_err(|x| x.to_string())?;
+    mount(
+        Some("tmpfs"),
+        &dev,
+        Some("tmpfs"),
+        Flags::MS_NOSUID | Flags::MS_NOEXEC,
+        Some("size=64k,mode=755"),
+    )
+    .map_err(|x| x.to_string())?;
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let target = dev.join(node);
         std::fs::File::create(&target).map_err(e("create device node"))?;
-        mount(Some(&format!("/dev/{node}")), &target, None, Flags::MS_BIND, None).map_err(|x| x.to_string())?;
+        mount(
+            Some(&format!("/dev/{node}")),
+            &target,
+            None,
+            Flags::MS_BIND,
+            None,
+        )
+        .map_err(|x| x.to_string())?;
     }
     let pts = mk("/dev/pts")?;
-    mount(Some("devpts"), &pts, Some("devpts"), Flags::MS_NOSUID | Flags::MS_NOEXEC, Some("newinstance,ptmxmode=0666,mode=0620"))
-        .map_err(|x| x.to_string())?;
+    mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        Flags::MS_NOSUID | Flags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(|x| x.to_string())?;
     std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(e("ptmx"))?;
-    mount(Some("shm"), &mk("/dev/shm")?, Some("tmpfs"), nosuid, Some("size=64m,mode=1777")).map_err(|x| x.to_string())?;
-    let _ = mount(Some("mqueue"), &mk("/dev/mqueue")?, Some("mqueue"), nosuid, None);
-    for (l, t) in [("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"), ("/proc/self/fd/1", "stdout"), ("/proc/self/fd/2", "stderr")] {
+    mount(
+        Some("shm"),
+        &mk("/dev/shm")?,
+        Some("tmpfs"),
+        nosuid,
+        Some("size=64m,mode=1777"),
+    )
+    .map_err(|x| x.to_string())?;
+    let _ = mount(
+        Some("mqueue"),
+        &mk("/dev/mqueue")?,
+        Some("mqueue"),
+        nosuid,
+        None,
+    );
+    for (l, t) in [
+        ("/proc/self/fd", "fd"),
+        ("/proc/self/fd/0", "stdin"),
+        ("/proc/self/fd/1", "stdout"),
+        ("/proc/self/fd/2", "stderr"),
+    ] {
         let _ = std::os::unix::fs::symlink(l, dev.join(t));
     }
     let sys = mk("/sys")?;
-    if mount(Some("sysfs"), &sys, Some("sysfs"), nosuid | Flags::MS_RDONLY, None).is_err() {
+    if mount(
+        Some("sysfs"),
+        &sys,
+        Some("sysfs"),
+        nosuid | Flags::MS_RDONLY,
+        None,
+    )
+    .is_err()
+    {
         // Without a sysfs of our own, show an empty read-only directory rather than the host's.
-        mount(Some("tmpfs"), &sys, Some("tmpfs"), nosuid | Flags::MS_RDONLY, Some("size=4k")).map_err(|x| x.to_string())?;
+        mount(
+            Some("tmpfs"),
+            &sys,
+            Some("tmpfs"),
+            nosuid | Flags::MS_RDONLY,
+            Some("size=4k"),
+        )
+        .map_err(|x| x.to_string())?;
     }
     for p in &cfg.masked_paths {
         mask(&root, p);
@@ -97,8 +195,20 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     for p in &cfg.readonly_paths {
         let d = root.join(p.trim_start_matches('/'));
         if d.exists() {
-            let _ = mount(Some(&d.to_string_lossy()), &d, None, Flags::MS_BIND | Flags::MS_REC, None);
-            let _ = mount(None, &d, None, Flags::MS_BIND | Flags::MS_REMOUNT | Flags::MS_RDONLY | nosuid, None);
+            let _ = mount(
+                Some(&d.to_string_lossy()),
+                &d,
+                None,
+                Flags::MS_BIND | Flags::MS_REC,
+                None,
+            );
+            let _ = mount(
+                None,
+                &d,
+                None,
+                Flags::MS_BIND | Flags::MS_REMOUNT | Flags::MS_RDONLY | nosuid,
+                None,
+            );
         }
     }
     write_etc(&root, &cfg.hostname);
@@ -118,7 +228,13 @@ fn mask(root: &Path, p: &str) {
     let d = root.join(p.trim_start_matches('/'));
     match std::fs::symlink_metadata(&d) {
         Ok(m) if m.is_dir() => {
-            let _ = mount(Some("tmpfs"), &d, Some("tmpfs"), Flags::MS_RDONLY | Flags::MS_NOSUID | Flags::MS_NODEV, Some("size=0"));
+            let _ = mount(
+                Some("tmpfs"),
+                &d,
+                Some("tmpfs"),
+                Flags::MS_RDONLY | Flags::MS_NOSUID | Flags::MS_NODEV,
+                Some("size=0"),
+            );
         }
         Ok(_) => {
             let _ = mount(Some("/dev/null"), &d, None, Flags::MS_BIND, None);
@@ -131,9 +247,15 @@ fn write_etc(root: &Path, hostname: &str) {
     let etc = root.join("etc");
     let _ = std::fs::create_dir_all(&etc);
     let _ = std::fs::write(etc.join("hostname"), format!("{hostname}\n"));
-    let _ = std::fs::write(etc.join("hosts"), format!("127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{hostname}\n"));
+    let _ = std::fs::write(
+        etc.join("hosts"),
+        format!("127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{hostname}\n"),
+    );
     let resolv = etc.join("resolv.conf");
-    if std::fs::symlink_metadata(&resolv).map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+    if std::fs::symlink_metadata(&resolv)
+        .map(|m| m.file_type().is_symlink())
+        .unwrap_or(false)
+    {
         let _ = std::fs::remove_file(&resolv);
     }
     let _ = std::fs::write(resolv, "# no network by default\n");

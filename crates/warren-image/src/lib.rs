@@ -49,7 +49,10 @@ pub enum ImageError {
 
 impl ImageError {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        ImageError::Io { what: what.into(), source }
+        ImageError::Io {
+            what: what.into(),
+            source,
+        }
     }
 
     pub fn code(&self) -> ErrorCode {

@@ -37,7 +37,10 @@ pub struct ImageStore {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn split_ref(r: &str) -> Result<(String, String), ImageError> {
@@ -58,9 +61,13 @@ impl ImageStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, ImageError> {
         let root = root.into();
         for d in ["blobs/sha256", "images", "mnt", "tmp"] {
-            std::fs::create_dir_all(root.join(d)).map_err(|e| ImageError::io(format!("create {}", root.join(d).display()), e))?;
+            std::fs::create_dir_all(root.join(d))
+                .map_err(|e| ImageError::io(format!("create {}", root.join(d).display()), e))?;
         }
-        Ok(ImageStore { root, mount_lock: Mutex::new(()) })
+        Ok(ImageStore {
+            root,
+            mount_lock: Mutex::new(()),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -73,7 +80,10 @@ impl ImageStore {
     }
 
     fn manifest_path(&self, name: &str, tag: &str) -> PathBuf {
-        self.root.join("images").join(name).join(format!("{tag}.json"))
+        self.root
+            .join("images")
+            .join(name)
+            .join(format!("{tag}.json"))
     }
 
     /// Builds an EROFS layer from a directory with `mkfs.erofs`, stores it by digest and tags
@@ -81,23 +91,44 @@ impl ImageStore {
     pub fn build_layer(&self, dir: &Path, tag: &str) -> Result<ImageManifest, ImageError> {
         let (name, t) = split_ref(tag)?;
         if !dir.is_dir() {
-            return Err(ImageError::Build { dir: dir.display().to_string(), message: "not a directory".into() });
+            return Err(ImageError::Build {
+                dir: dir.display().to_string(),
+                message: "not a directory".into(),
+            });
         }
-        let tmp = self.root.join("tmp").join(format!("layer-{}-{}", std::process::id(), now_ms()));
+        let tmp = self
+            .root
+            .join("tmp")
+            .join(format!("layer-{}-{}", std::process::id(), now_ms()));
         let out = std::process::Command::new("mkfs.erofs")
             .arg("--quiet")
             .arg("-T0")
             .arg(&tmp)
             .arg(dir)
             .output()
-            .map_err(|e| ImageError::Build { dir: dir.display().to_string(), message: format!("mkfs.erofs: {e} (install erofs-utils)") })?;
+            .map_err(|e| ImageError::Build {
+                dir: dir.display().to_string(),
+                message: format!("mkfs.erofs: {e} (install erofs-utils)"),
+            })?;
         if !out.status.success() {
             let _ = std::fs::remove_file(&tmp);
-            return Err(ImageError::Build { dir: dir.display().to_string(), message: String::from_utf8_lossy(&out.stderr).into_owned() });
+            return Err(ImageError::Build {
+                dir: dir.display().to_string(),
+                message: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
         }
         let digest = self.add_blob(&tmp)?;
-        let size = std::fs::metadata(self.blob_path(&digest)?).map(|m| m.len()).unwrap_or(0);
-        let m = ImageManifest { name, tag: t, layers: vec![digest], created_ms: now_ms(), source: dir.display().to_string(), size_bytes: size };
+        let size = std::fs::metadata(self.blob_path(&digest)?)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let m = ImageManifest {
+            name,
+            tag: t,
+            layers: vec![digest],
+            created_ms: now_ms(),
+            source: dir.display().to_string(),
+            size_bytes: size,
+        };
         self.put_manifest(&m)?;
         Ok(m)
     }
@@ -117,9 +148,11 @@ impl ImageStore {
     /// Tags an image.
     pub fn put_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
         let p = self.manifest_path(&m.name, &m.tag);
-        std::fs::create_dir_all(p.parent().expect("has parent")).map_err(|e| ImageError::io("create image dir", e))?;
+        std::fs::create_dir_all(p.parent().expect("has parent"))
+            .map_err(|e| ImageError::io("create image dir", e))?;
         let tmp = p.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes")).map_err(|e| ImageError::io("write manifest", e))?;
+        std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes"))
+            .map_err(|e| ImageError::io("write manifest", e))?;
         std::fs::rename(&tmp, &p).map_err(|e| ImageError::io("write manifest", e))?;
         Ok(())
     }
@@ -127,19 +160,28 @@ impl ImageStore {
     /// Reads an image by `name[:tag]`.
     pub fn manifest(&self, r: &str) -> Result<ImageManifest, ImageError> {
         let (n, t) = split_ref(r)?;
-        let data = std::fs::read(self.manifest_path(&n, &t)).map_err(|_| ImageError::NotFound(r.to_string()))?;
-        serde_json::from_slice(&data).map_err(|e| ImageError::io(format!("manifest of {r}"), std::io::Error::other(e)))
+        let data = std::fs::read(self.manifest_path(&n, &t))
+            .map_err(|_| ImageError::NotFound(r.to_string()))?;
+        serde_json::from_slice(&data)
+            .map_err(|e| ImageError::io(format!("manifest of {r}"), std::io::Error::other(e)))
     }
 
     /// Every image in the store.
     pub fn list(&self) -> Vec<ImageManifest> {
         let mut out = Vec::new();
-        let Ok(names) = std::fs::read_dir(self.root.join("images")) else { return out };
+        let Ok(names) = std::fs::read_dir(self.root.join("images")) else {
+            return out;
+        };
         for n in names.flatten() {
-            let Ok(tags) = std::fs::read_dir(n.path()) else { continue };
+            let Ok(tags) = std::fs::read_dir(n.path()) else {
+                continue;
+            };
             for t in tags.flatten() {
                 if t.path().extension().is_some_and(|e| e == "json") {
-                    if let Ok(m) = std::fs::read(t.path()).map_err(|_| ()).and_then(|d| serde_json::from_slice::<ImageManifest>(&d).map_err(|_| ())) {
+                    if let Ok(m) = std::fs::read(t.path())
+                        .map_err(|_| ())
+                        .and_then(|d| serde_json::from_slice::<ImageManifest>(&d).map_err(|_| ()))
+                    {
                         out.push(m);
                     }
                 }
@@ -152,7 +194,8 @@ impl ImageStore {
     /// Removes an image tag (layers stay until garbage-collected).
     pub fn remove(&self, r: &str) -> Result<(), ImageError> {
         let (n, t) = split_ref(r)?;
-        std::fs::remove_file(self.manifest_path(&n, &t)).map_err(|_| ImageError::NotFound(r.to_string()))
+        std::fs::remove_file(self.manifest_path(&n, &t))
+            .map_err(|_| ImageError::NotFound(r.to_string()))
     }
 
     /// Resolves a stack of refs (image names or `sha256:` layer digests), lowest first, to
@@ -174,12 +217,20 @@ impl ImageStore {
 
     /// Path where the layer is mounted idmapped for id base `base`.
     pub fn idmapped_path(&self, digest: &str, base: u32) -> Result<PathBuf, ImageError> {
-        Ok(self.root.join("mnt").join(format!("{}.idmap-{base}", hex_of(digest)?)))
+        Ok(self
+            .root
+            .join("mnt")
+            .join(format!("{}.idmap-{base}", hex_of(digest)?)))
     }
 
     /// Makes sure `digest` is mounted read-only and idmapped through `userns` (whose maps put
     /// root at host uid `base`). Idempotent and safe across daemons sharing the store.
-    pub fn ensure_idmapped(&self, digest: &str, base: u32, userns: &OwnedFd) -> Result<PathBuf, ImageError> {
+    pub fn ensure_idmapped(
+        &self,
+        digest: &str,
+        base: u32,
+        userns: &OwnedFd,
+    ) -> Result<PathBuf, ImageError> {
         let target = self.idmapped_path(digest, base)?;
         let _g = self.mount_lock.lock().unwrap_or_else(|p| p.into_inner());
         if warren_sys::mount::is_mount_point(&target) {
@@ -191,7 +242,8 @@ impl ImageStore {
             .write(true)
             .open(self.root.join("mnt/.lock"))
             .map_err(|e| ImageError::io("mount lock", e))?;
-        let _flock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| ImageError::io("mount lock", e.into()))?;
+        let _flock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| ImageError::io("mount lock", e.into()))?;
         if warren_sys::mount::is_mount_point(&target) {
             return Ok(target);
         }
@@ -203,10 +255,20 @@ impl ImageStore {
             if !blob.exists() {
                 return Err(ImageError::NotFound(digest.to_string()));
             }
-            warren_sys::mount::mount_erofs_file(&blob, &plain).map_err(|source| ImageError::Mount { digest: digest.to_string(), source })?;
+            warren_sys::mount::mount_erofs_file(&blob, &plain).map_err(|source| {
+                ImageError::Mount {
+                    digest: digest.to_string(),
+                    source,
+                }
+            })?;
         }
         std::fs::create_dir_all(&target).map_err(|e| ImageError::io("create mount point", e))?;
-        warren_sys::mount::idmapped_clone(&plain, userns, &target).map_err(|source| ImageError::Mount { digest: digest.to_string(), source })?;
+        warren_sys::mount::idmapped_clone(&plain, userns, &target).map_err(|source| {
+            ImageError::Mount {
+                digest: digest.to_string(),
+                source,
+            }
+        })?;
         Ok(target)
     }
 
@@ -214,7 +276,10 @@ impl ImageStore {
     pub fn verify(&self, digest: &str) -> Result<(), ImageError> {
         let found = sha256_file(&self.blob_path(digest)?)?;
         if format!("sha256:{found}") != digest {
-            return Err(ImageError::Corrupt { digest: digest.to_string(), found });
+            return Err(ImageError::Corrupt {
+                digest: digest.to_string(),
+                found,
+            });
         }
         Ok(())
     }
@@ -232,11 +297,14 @@ impl ImageStore {
 }
 
 fn sha256_file(p: &Path) -> Result<String, ImageError> {
-    let mut f = std::fs::File::open(p).map_err(|e| ImageError::io(format!("open {}", p.display()), e))?;
+    let mut f =
+        std::fs::File::open(p).map_err(|e| ImageError::io(format!("open {}", p.display()), e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|e| ImageError::io(format!("read {}", p.display()), e))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| ImageError::io(format!("read {}", p.display()), e))?;
         if n == 0 {
             break;
         }
@@ -257,14 +325,33 @@ mod tests {
         std::fs::write(&blob, b"not really erofs").unwrap();
         let digest = store.add_blob(&blob).unwrap();
         store.verify(&digest).unwrap();
-        let m = ImageManifest { name: "base".into(), tag: "1".into(), layers: vec![digest.clone()], created_ms: 1, source: "t".into(), size_bytes: 16 };
+        let m = ImageManifest {
+            name: "base".into(),
+            tag: "1".into(),
+            layers: vec![digest.clone()],
+            created_ms: 1,
+            source: "t".into(),
+            size_bytes: 16,
+        };
         store.put_manifest(&m).unwrap();
         assert_eq!(store.manifest("base:1").unwrap(), m);
-        assert_eq!(store.resolve(&["base:1".into(), digest.clone()]).unwrap(), vec![digest.clone(), digest.clone()]);
-        assert!(matches!(store.resolve(&["nope".into()]), Err(ImageError::NotFound(_))));
-        assert!(matches!(store.manifest("../etc"), Err(ImageError::BadRef(_))));
+        assert_eq!(
+            store.resolve(&["base:1".into(), digest.clone()]).unwrap(),
+            vec![digest.clone(), digest.clone()]
+        );
+        assert!(matches!(
+            store.resolve(&["nope".into()]),
+            Err(ImageError::NotFound(_))
+        ));
+        assert!(matches!(
+            store.manifest("../etc"),
+            Err(ImageError::BadRef(_))
+        ));
         std::fs::write(store.blob_path(&digest).unwrap(), b"tampered").unwrap();
-        assert!(matches!(store.verify(&digest), Err(ImageError::Corrupt { .. })));
+        assert!(matches!(
+            store.verify(&digest),
+            Err(ImageError::Corrupt { .. })
+        ));
         assert_eq!(store.list().len(), 1);
         store.remove("base:1").unwrap();
         assert!(store.list().is_empty());

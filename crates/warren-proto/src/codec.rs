@@ -84,7 +84,11 @@ pub struct Frame {
 
 impl Frame {
     pub fn new(stream: u32, kind: Kind, payload: impl Into<Bytes>) -> Self {
-        Frame { stream, kind, payload: payload.into() }
+        Frame {
+            stream,
+            kind,
+            payload: payload.into(),
+        }
     }
 
     /// A frame whose payload is `value` as JSON.
@@ -99,7 +103,10 @@ impl Frame {
 
     /// Parses the JSON payload.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, FrameError> {
-        serde_json::from_slice(&self.payload).map_err(|source| FrameError::Json { kind: self.kind, source })
+        serde_json::from_slice(&self.payload).map_err(|source| FrameError::Json {
+            kind: self.kind,
+            source,
+        })
     }
 
     /// The value of a CREDIT frame.
@@ -129,7 +136,11 @@ impl Frame {
         let stream = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
         let kind = Kind::from_u8(body[4]).ok_or(FrameError::UnknownKind(body[4]))?;
         let payload = Bytes::from(body).slice(5..);
-        Ok(Frame { stream, kind, payload })
+        Ok(Frame {
+            stream,
+            kind,
+            payload,
+        })
     }
 
     /// Reads one frame from an async reader.
@@ -137,7 +148,9 @@ impl Frame {
         let mut len = [0u8; 4];
         match r.read_exact(&mut len).await {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(FrameError::Closed)
+            }
             Err(e) => return Err(e.into()),
         }
         let len = u32::from_be_bytes(len);
@@ -169,7 +182,9 @@ impl Frame {
         let mut len = [0u8; 4];
         match r.read_exact(&mut len) {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(FrameError::Closed)
+            }
             Err(e) => return Err(e.into()),
         }
         let len = u32::from_be_bytes(len);
@@ -208,7 +223,10 @@ mod tests {
         for f in &frames {
             assert_eq!(&Frame::read_async(&mut r).await.unwrap(), f);
         }
-        assert!(matches!(Frame::read_async(&mut r).await, Err(FrameError::Closed)));
+        assert!(matches!(
+            Frame::read_async(&mut r).await,
+            Err(FrameError::Closed)
+        ));
         let mut r = &wire[..];
         for f in &frames {
             assert_eq!(&Frame::read_blocking(&mut r).unwrap(), f);

@@ -47,7 +47,11 @@ pub enum Call {
     Kill { pid: u32, signal: i32 },
     /// Run a command on a new terminal; STDIN frames are keystrokes, STDOUT frames the screen.
     /// → `Started`, then `Exited`.
-    Pty { spec: ExecSpec, cols: u16, rows: u16 },
+    Pty {
+        spec: ExecSpec,
+        cols: u16,
+        rows: u16,
+    },
     /// Read a file; contents as STDOUT frames (credit-limited). → `Done`.
     ReadFile { path: String, window: u32 },
     /// Create or truncate a file and write the STDIN frames that follow until EOF. → `Done`.
@@ -57,7 +61,11 @@ pub enum Call {
     /// → `Entries`.
     List { path: String },
     /// → `Done`.
-    Mkdir { path: String, parents: bool, mode: Option<u32> },
+    Mkdir {
+        path: String,
+        parents: bool,
+        mode: Option<u32>,
+    },
     /// → `Done`.
     Remove { path: String, recursive: bool },
     /// → `Done`.
@@ -78,8 +86,13 @@ pub type ProcEntry = ProcessInfo;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Event {
-    Pong { version: u32, pid: u32 },
-    Started { pid: u32 },
+    Pong {
+        version: u32,
+        pid: u32,
+    },
+    Started {
+        pid: u32,
+    },
     Exited {
         exit_code: Option<i32>,
         signal: Option<i32>,
@@ -90,12 +103,21 @@ pub enum Event {
         stderr_truncated: bool,
         duration_us: u64,
     },
-    Procs { procs: Vec<ProcEntry> },
-    Stat { stat: FileStat },
-    Entries { entries: Vec<FileStat> },
+    Procs {
+        procs: Vec<ProcEntry>,
+    },
+    Stat {
+        stat: FileStat,
+    },
+    Entries {
+        entries: Vec<FileStat>,
+    },
     Done,
     /// Ends the stream with an error. `code` is a [`warren_types::ErrorCode`] string.
-    Error { code: String, message: String },
+    Error {
+        code: String,
+        message: String,
+    },
 }
 
 impl Event {
@@ -105,7 +127,10 @@ impl Event {
     }
 
     pub fn error(code: warren_types::ErrorCode, message: impl Into<String>) -> Self {
-        Event::Error { code: code.as_str().to_string(), message: message.into() }
+        Event::Error {
+            code: code.as_str().to_string(),
+            message: message.into(),
+        }
     }
 }
 
@@ -160,9 +185,21 @@ mod tests {
     fn messages_round_trip() {
         let calls = vec![
             Call::Ping,
-            Call::Exec { spec: ExecSpec { argv: vec!["true".into()], output_cap: 10, ..Default::default() } },
-            Call::Wait { pid: 3, timeout_ms: Some(5) },
-            Call::ReadFile { path: "/etc/hostname".into(), window: 65536 },
+            Call::Exec {
+                spec: ExecSpec {
+                    argv: vec!["true".into()],
+                    output_cap: 10,
+                    ..Default::default()
+                },
+            },
+            Call::Wait {
+                pid: 3,
+                timeout_ms: Some(5),
+            },
+            Call::ReadFile {
+                path: "/etc/hostname".into(),
+                window: 65536,
+            },
         ];
         for c in calls {
             let s = serde_json::to_string(&c).unwrap();

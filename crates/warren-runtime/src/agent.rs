@@ -65,29 +65,39 @@ pub struct AgentConn {
 
 impl std::fmt::Debug for AgentConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentConn").field("closed", &self.is_closed()).finish()
+        f.debug_struct("AgentConn")
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 
 fn from_event_error(code: &str, message: String) -> RuntimeError {
-    let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(code.to_string())).unwrap_or(ErrorCode::Internal);
+    let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(code.to_string()))
+        .unwrap_or(ErrorCode::Internal);
     RuntimeError::Agent { code, message }
 }
 
 fn exit_info(ev: &Event) -> Option<ExitInfo> {
     match ev {
-        Event::Exited { exit_code, signal, timed_out, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, duration_us } => {
-            Some(ExitInfo {
-                exit_code: *exit_code,
-                signal: *signal,
-                timed_out: *timed_out,
-                stdout_bytes: *stdout_bytes,
-                stderr_bytes: *stderr_bytes,
-                stdout_truncated: *stdout_truncated,
-                stderr_truncated: *stderr_truncated,
-                duration_us: *duration_us,
-            })
-        }
+        Event::Exited {
+            exit_code,
+            signal,
+            timed_out,
+            stdout_bytes,
+            stderr_bytes,
+            stdout_truncated,
+            stderr_truncated,
+            duration_us,
+        } => Some(ExitInfo {
+            exit_code: *exit_code,
+            signal: *signal,
+            timed_out: *timed_out,
+            stdout_bytes: *stdout_bytes,
+            stderr_bytes: *stderr_bytes,
+            stdout_truncated: *stdout_truncated,
+            stderr_truncated: *stderr_truncated,
+            duration_us: *duration_us,
+        }),
         _ => None,
     }
 }
@@ -98,7 +108,12 @@ impl AgentConn {
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<Frame>(1024);
         let (closed_tx, closed) = watch::channel(false);
-        let inner = Arc::new(Inner { tx, streams: Mutex::new(HashMap::new()), next: AtomicU32::new(1), closed });
+        let inner = Arc::new(Inner {
+            tx,
+            streams: Mutex::new(HashMap::new()),
+            next: AtomicU32::new(1),
+            closed,
+        });
         tokio::spawn(async move {
             let mut buf = bytes::BytesMut::with_capacity(1 << 16);
             while let Some(f) = rx.recv().await {
@@ -119,7 +134,12 @@ impl AgentConn {
         tokio::spawn(async move {
             while let Ok(frame) = Frame::read_async(&mut rd).await {
                 let Some(inner) = weak.upgrade() else { break };
-                let tx = inner.streams.lock().expect("streams lock").get(&frame.stream).cloned();
+                let tx = inner
+                    .streams
+                    .lock()
+                    .expect("streams lock")
+                    .get(&frame.stream)
+                    .cloned();
                 if let Some(tx) = tx {
                     let _ = tx.send(frame);
                 }
@@ -149,8 +169,17 @@ impl AgentConn {
         }
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed).max(1);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.streams.lock().expect("streams lock").insert(id, tx);
-        let s = Stream { id, rx, conn: self.clone(), done: false };
+        self.inner
+            .streams
+            .lock()
+            .expect("streams lock")
+            .insert(id, tx);
+        let s = Stream {
+            id,
+            rx,
+            conn: self.clone(),
+            done: false,
+        };
         s.send(Frame::json(id, Kind::Call, call)).await?;
         Ok(s)
     }
@@ -160,7 +189,9 @@ impl AgentConn {
         loop {
             match s.next_frame().await? {
                 f if f.kind == Kind::Event => {
-                    let ev: Event = f.parse().map_err(|e| RuntimeError::Protocol(e.to_string()))?;
+                    let ev: Event = f
+                        .parse()
+                        .map_err(|e| RuntimeError::Protocol(e.to_string()))?;
                     if ev.is_final() {
                         s.done = true;
                         return match ev {
@@ -183,7 +214,11 @@ impl AgentConn {
     }
 
     /// Runs a command and collects its output (bounded by `spec.output_cap`).
-    pub async fn exec(&self, mut spec: ExecSpec, stdin: Option<Bytes>) -> Result<ExecOutput, RuntimeError> {
+    pub async fn exec(
+        &self,
+        mut spec: ExecSpec,
+        stdin: Option<Bytes>,
+    ) -> Result<ExecOutput, RuntimeError> {
         spec.window = None;
         spec.stdin = stdin.is_some();
         let mut s = self.open(&Call::Exec { spec }).await?;
@@ -194,7 +229,10 @@ impl AgentConn {
             match f.kind {
                 Kind::Stdout => out.stdout.extend_from_slice(&f.payload),
                 Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
-                Kind::Event => match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                Kind::Event => match f
+                    .parse::<Event>()
+                    .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                {
                     Event::Started { .. } => {}
                     Event::Error { code, message } => {
                         s.done = true;
@@ -202,7 +240,8 @@ impl AgentConn {
                     }
                     ev => {
                         s.done = true;
-                        out.exit = exit_info(&ev).ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
+                        out.exit = exit_info(&ev)
+                            .ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
                         return Ok(out);
                     }
                 },
@@ -212,7 +251,11 @@ impl AgentConn {
     }
 
     /// Runs a command and streams its output.
-    pub async fn exec_stream(&self, mut spec: ExecSpec, stdin: Option<Bytes>) -> Result<ExecStream, RuntimeError> {
+    pub async fn exec_stream(
+        &self,
+        mut spec: ExecSpec,
+        stdin: Option<Bytes>,
+    ) -> Result<ExecStream, RuntimeError> {
         spec.window = Some(WINDOW);
         spec.stdin = stdin.is_some();
         let s = self.open(&Call::Exec { spec }).await?;
@@ -236,7 +279,11 @@ impl AgentConn {
     }
 
     /// Waits for a background process and returns its kept output.
-    pub async fn wait(&self, pid: u32, timeout_ms: Option<u64>) -> Result<ExecOutput, RuntimeError> {
+    pub async fn wait(
+        &self,
+        pid: u32,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExecOutput, RuntimeError> {
         let mut s = self.open(&Call::Wait { pid, timeout_ms }).await?;
         let mut out = ExecOutput::default();
         loop {
@@ -246,10 +293,15 @@ impl AgentConn {
                 Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
                 Kind::Event => {
                     s.done = true;
-                    return match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                    return match f
+                        .parse::<Event>()
+                        .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                    {
                         Event::Error { code, message } => Err(from_event_error(&code, message)),
                         ev => {
-                            out.exit = exit_info(&ev).ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
+                            out.exit = exit_info(&ev).ok_or_else(|| {
+                                RuntimeError::Protocol(format!("unexpected {ev:?}"))
+                            })?;
                             Ok(out)
                         }
                     };
@@ -264,14 +316,22 @@ impl AgentConn {
     }
 
     /// Opens a terminal running `spec`.
-    pub async fn pty(&self, mut spec: ExecSpec, cols: u16, rows: u16) -> Result<PtySession, RuntimeError> {
+    pub async fn pty(
+        &self,
+        mut spec: ExecSpec,
+        cols: u16,
+        rows: u16,
+    ) -> Result<PtySession, RuntimeError> {
         spec.window = Some(WINDOW);
         let mut s = self.open(&Call::Pty { spec, cols, rows }).await?;
         // Wait for Started (or an error) so callers learn about bad commands at once.
         loop {
             let f = s.next_frame().await?;
             if f.kind == Kind::Event {
-                match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                match f
+                    .parse::<Event>()
+                    .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                {
                     Event::Started { .. } => break,
                     Event::Error { code, message } => {
                         s.done = true;
@@ -286,11 +346,19 @@ impl AgentConn {
 
     /// Streams a file out of the sandbox.
     pub async fn read_file(&self, path: &str) -> Result<FileReader, RuntimeError> {
-        let mut s = self.open(&Call::ReadFile { path: path.to_string(), window: WINDOW }).await?;
+        let mut s = self
+            .open(&Call::ReadFile {
+                path: path.to_string(),
+                window: WINDOW,
+            })
+            .await?;
         // Fail early (not found, not a file) before the caller commits to a 200 response.
         let first = s.next_frame().await?;
         let pending = match first.kind {
-            Kind::Event => match first.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+            Kind::Event => match first
+                .parse::<Event>()
+                .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+            {
                 Event::Error { code, message } => {
                     s.done = true;
                     return Err(from_event_error(&code, message));
@@ -306,35 +374,75 @@ impl AgentConn {
     }
 
     /// Creates or truncates a file; write chunks, then `finish`.
-    pub async fn write_file(&self, path: &str, mode: Option<u32>) -> Result<FileWriter, RuntimeError> {
-        let s = self.open(&Call::WriteFile { path: path.to_string(), mode }).await?;
+    pub async fn write_file(
+        &self,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<FileWriter, RuntimeError> {
+        let s = self
+            .open(&Call::WriteFile {
+                path: path.to_string(),
+                mode,
+            })
+            .await?;
         Ok(FileWriter { s })
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileStat, RuntimeError> {
-        match self.simple(Call::Stat { path: path.to_string() }).await? {
+        match self
+            .simple(Call::Stat {
+                path: path.to_string(),
+            })
+            .await?
+        {
             Event::Stat { stat } => Ok(stat),
             other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
         }
     }
 
     pub async fn list(&self, path: &str) -> Result<Vec<FileStat>, RuntimeError> {
-        match self.simple(Call::List { path: path.to_string() }).await? {
+        match self
+            .simple(Call::List {
+                path: path.to_string(),
+            })
+            .await?
+        {
             Event::Entries { entries } => Ok(entries),
             other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
         }
     }
 
-    pub async fn mkdir(&self, path: &str, parents: bool, mode: Option<u32>) -> Result<(), RuntimeError> {
-        self.simple(Call::Mkdir { path: path.to_string(), parents, mode }).await.map(|_| ())
+    pub async fn mkdir(
+        &self,
+        path: &str,
+        parents: bool,
+        mode: Option<u32>,
+    ) -> Result<(), RuntimeError> {
+        self.simple(Call::Mkdir {
+            path: path.to_string(),
+            parents,
+            mode,
+        })
+        .await
+        .map(|_| ())
     }
 
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), RuntimeError> {
-        self.simple(Call::Remove { path: path.to_string(), recursive }).await.map(|_| ())
+        self.simple(Call::Remove {
+            path: path.to_string(),
+            recursive,
+        })
+        .await
+        .map(|_| ())
     }
 
     pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), RuntimeError> {
-        self.simple(Call::Chmod { path: path.to_string(), mode }).await.map(|_| ())
+        self.simple(Call::Chmod {
+            path: path.to_string(),
+            mode,
+        })
+        .await
+        .map(|_| ())
     }
 }
 
@@ -348,7 +456,12 @@ struct Stream {
 
 impl Stream {
     async fn send(&self, f: Frame) -> Result<(), RuntimeError> {
-        self.conn.inner.tx.send(f).await.map_err(|_| RuntimeError::AgentLost)
+        self.conn
+            .inner
+            .tx
+            .send(f)
+            .await
+            .map_err(|_| RuntimeError::AgentLost)
     }
 
     async fn next_frame(&mut self) -> Result<Frame, RuntimeError> {
@@ -360,10 +473,12 @@ impl Stream {
             let mut off = 0;
             while off < data.len() {
                 let end = (off + MAX_PAYLOAD).min(data.len());
-                self.send(Frame::new(self.id, Kind::Stdin, data.slice(off..end))).await?;
+                self.send(Frame::new(self.id, Kind::Stdin, data.slice(off..end)))
+                    .await?;
                 off = end;
             }
-            self.send(Frame::new(self.id, Kind::Eof, Bytes::new())).await?;
+            self.send(Frame::new(self.id, Kind::Eof, Bytes::new()))
+                .await?;
         }
         Ok(())
     }
@@ -371,9 +486,18 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.conn.inner.streams.lock().expect("streams lock").remove(&self.id);
+        self.conn
+            .inner
+            .streams
+            .lock()
+            .expect("streams lock")
+            .remove(&self.id);
         if !self.done {
-            let _ = self.conn.inner.tx.try_send(Frame::new(self.id, Kind::Cancel, Bytes::new()));
+            let _ = self
+                .conn
+                .inner
+                .tx
+                .try_send(Frame::new(self.id, Kind::Cancel, Bytes::new()));
         }
     }
 }
@@ -433,7 +557,10 @@ impl ExecStream {
 
     /// Stops the command (kills its process tree).
     pub async fn cancel(mut self) {
-        let _ = self.s.send(Frame::new(self.s.id, Kind::Cancel, Bytes::new())).await;
+        let _ = self
+            .s
+            .send(Frame::new(self.s.id, Kind::Cancel, Bytes::new()))
+            .await;
         self.s.done = true;
     }
 }
@@ -450,12 +577,21 @@ impl PtySession {
     }
 
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
-        self.s.send(Frame::json(self.s.id, Kind::Control, &Control::Resize { cols, rows })).await
+        self.s
+            .send(Frame::json(
+                self.s.id,
+                Kind::Control,
+                &Control::Resize { cols, rows },
+            ))
+            .await
     }
 
     /// Splits into an input half and an output half for use from two tasks.
     pub fn split(self) -> (PtyInput, PtyOutput) {
-        let input = PtyInput { id: self.s.id, tx: self.s.conn.inner.tx.clone() };
+        let input = PtyInput {
+            id: self.s.id,
+            tx: self.s.conn.inner.tx.clone(),
+        };
         (input, PtyOutput { s: self.s })
     }
 }
@@ -469,10 +605,20 @@ pub struct PtyInput {
 
 impl PtyInput {
     pub async fn input(&self, data: Bytes) -> Result<(), RuntimeError> {
-        self.tx.send(Frame::new(self.id, Kind::Stdin, data)).await.map_err(|_| RuntimeError::AgentLost)
+        self.tx
+            .send(Frame::new(self.id, Kind::Stdin, data))
+            .await
+            .map_err(|_| RuntimeError::AgentLost)
     }
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
-        self.tx.send(Frame::json(self.id, Kind::Control, &Control::Resize { cols, rows })).await.map_err(|_| RuntimeError::AgentLost)
+        self.tx
+            .send(Frame::json(
+                self.id,
+                Kind::Control,
+                &Control::Resize { cols, rows },
+            ))
+            .await
+            .map_err(|_| RuntimeError::AgentLost)
     }
 }
 
@@ -497,13 +643,18 @@ impl PtyOutput {
             };
             match f.kind {
                 Kind::Stdout => {
-                    let _ = self.s.send(Frame::credit(self.s.id, f.payload.len() as u32)).await;
+                    let _ = self
+                        .s
+                        .send(Frame::credit(self.s.id, f.payload.len() as u32))
+                        .await;
                     return Some(Ok(StreamItem::Stdout(f.payload)));
                 }
                 Kind::Event => {
                     self.s.done = true;
                     return match f.parse::<Event>() {
-                        Ok(Event::Error { code, message }) => Some(Err(from_event_error(&code, message))),
+                        Ok(Event::Error { code, message }) => {
+                            Some(Err(from_event_error(&code, message)))
+                        }
                         Ok(ev) => exit_info(&ev).map(|e| Ok(StreamItem::Exit(e))),
                         Err(e) => Some(Err(RuntimeError::Protocol(e.to_string()))),
                     };
@@ -540,13 +691,18 @@ impl FileReader {
             };
             match f.kind {
                 Kind::Stdout => {
-                    let _ = self.s.send(Frame::credit(self.s.id, f.payload.len() as u32)).await;
+                    let _ = self
+                        .s
+                        .send(Frame::credit(self.s.id, f.payload.len() as u32))
+                        .await;
                     return Some(Ok(f.payload));
                 }
                 Kind::Event => {
                     self.s.done = true;
                     return match f.parse::<Event>() {
-                        Ok(Event::Error { code, message }) => Some(Err(from_event_error(&code, message))),
+                        Ok(Event::Error { code, message }) => {
+                            Some(Err(from_event_error(&code, message)))
+                        }
                         _ => None,
                     };
                 }
@@ -577,7 +733,9 @@ impl FileWriter {
         let mut off = 0;
         while off < data.len() {
             let end = (off + MAX_PAYLOAD).min(data.len());
-            self.s.send(Frame::new(self.s.id, Kind::Stdin, data.slice(off..end))).await?;
+            self.s
+                .send(Frame::new(self.s.id, Kind::Stdin, data.slice(off..end)))
+                .await?;
             off = end;
         }
         Ok(())
@@ -585,12 +743,17 @@ impl FileWriter {
 
     /// Ends the upload and waits for the agent's verdict.
     pub async fn finish(mut self) -> Result<(), RuntimeError> {
-        self.s.send(Frame::new(self.s.id, Kind::Eof, Bytes::new())).await?;
+        self.s
+            .send(Frame::new(self.s.id, Kind::Eof, Bytes::new()))
+            .await?;
         loop {
             let f = self.s.next_frame().await?;
             if f.kind == Kind::Event {
                 self.s.done = true;
-                return match f.parse::<Event>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+                return match f
+                    .parse::<Event>()
+                    .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                {
                     Event::Error { code, message } => Err(from_event_error(&code, message)),
                     _ => Ok(()),
                 };

@@ -41,7 +41,9 @@ impl Hierarchy {
         let mut parents = Vec::new();
         let mut v2_root: Option<PathBuf> = None;
         for line in info.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else { continue };
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
             let mp = pre.split(' ').nth(4).unwrap_or("");
             let mut post = post.split(' ');
             let fstype = post.next().unwrap_or("");
@@ -50,7 +52,12 @@ impl Hierarchy {
                 v2_root.get_or_insert_with(|| PathBuf::from(mp));
             } else if fstype == "cgroup" {
                 let o: Vec<&str> = opts.split(',').collect();
-                for (name, ctl) in [("memory", Ctl::Memory), ("cpu", Ctl::Cpu), ("pids", Ctl::Pids), ("freezer", Ctl::Freezer)] {
+                for (name, ctl) in [
+                    ("memory", Ctl::Memory),
+                    ("cpu", Ctl::Cpu),
+                    ("pids", Ctl::Pids),
+                    ("freezer", Ctl::Freezer),
+                ] {
                     if o.contains(&name) && !parents.iter().any(|(c, _)| *c == ctl) {
                         parents.push((ctl, PathBuf::from(mp)));
                     }
@@ -60,7 +67,11 @@ impl Hierarchy {
         let v2_only = parents.is_empty();
         match (&v2_root, v2_only) {
             (Some(r), _) => parents.push((Ctl::Unified, r.clone())),
-            (None, true) => return Err(RuntimeError::StartFailed("no cgroup hierarchy is mounted".into())),
+            (None, true) => {
+                return Err(RuntimeError::StartFailed(
+                    "no cgroup hierarchy is mounted".into(),
+                ))
+            }
             _ => {}
         }
         for (ctl, p) in parents.iter_mut() {
@@ -81,13 +92,28 @@ impl Hierarchy {
     }
 
     pub fn describe(&self) -> String {
-        let kinds: Vec<String> = self.parents.iter().map(|(c, p)| format!("{c:?}={}", p.display())).collect();
-        format!("cgroup {}: {}", if self.v2_only { "v2" } else { "v1/hybrid" }, kinds.join(" "))
+        let kinds: Vec<String> = self
+            .parents
+            .iter()
+            .map(|(c, p)| format!("{c:?}={}", p.display()))
+            .collect();
+        format!(
+            "cgroup {}: {}",
+            if self.v2_only { "v2" } else { "v1/hybrid" },
+            kinds.join(" ")
+        )
     }
 
     /// The groups of one sandbox (not created yet).
     pub fn set_for(&self, name: &str) -> CgroupSet {
-        CgroupSet { dirs: self.parents.iter().map(|(c, p)| (*c, p.join(name))).collect(), v2_only: self.v2_only }
+        CgroupSet {
+            dirs: self
+                .parents
+                .iter()
+                .map(|(c, p)| (*c, p.join(name)))
+                .collect(),
+            v2_only: self.v2_only,
+        }
     }
 
     /// Names of every sandbox group that exists in any hierarchy.
@@ -117,7 +143,8 @@ pub struct CgroupSet {
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> Result<(), RuntimeError> {
-    std::fs::write(dir.join(file), value).map_err(io(format!("write {value:?} to {}/{file}", dir.display())))
+    std::fs::write(dir.join(file), value)
+        .map_err(io(format!("write {value:?} to {}/{file}", dir.display())))
 }
 
 fn read_u64(p: PathBuf) -> Option<u64> {
@@ -187,7 +214,10 @@ impl CgroupSet {
 
     /// Kills every process in the sandbox and waits (up to 5 s) until none is left.
     pub async fn kill(&self) -> Result<(), RuntimeError> {
-        let unified = self.dirs.iter().find(|(c, d)| *c == Ctl::Unified && d.join("cgroup.kill").exists());
+        let unified = self
+            .dirs
+            .iter()
+            .find(|(c, d)| *c == Ctl::Unified && d.join("cgroup.kill").exists());
         let freezer = self.dirs.iter().find(|(c, _)| *c == Ctl::Freezer);
         for round in 0..500 {
             let pids = self.pids();
@@ -212,7 +242,10 @@ impl CgroupSet {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(RuntimeError::io("kill sandbox", std::io::Error::other(format!("processes left: {:?}", self.pids()))))
+        Err(RuntimeError::io(
+            "kill sandbox",
+            std::io::Error::other(format!("processes left: {:?}", self.pids())),
+        ))
     }
 
     /// Removes the (empty) groups.
@@ -251,7 +284,12 @@ impl CgroupSet {
                     u.pids = read_u64(d.join("pids.current"));
                     u.cpu_usec = std::fs::read_to_string(d.join("cpu.stat"))
                         .ok()
-                        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("usage_usec ").and_then(|v| v.trim().parse().ok())));
+                        .and_then(|s| {
+                            s.lines().find_map(|l| {
+                                l.strip_prefix("usage_usec ")
+                                    .and_then(|v| v.trim().parse().ok())
+                            })
+                        });
                 }
                 _ => {}
             }

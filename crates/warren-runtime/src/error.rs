@@ -32,7 +32,10 @@ pub enum RuntimeError {
 
 impl RuntimeError {
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        RuntimeError::Io { what: what.into(), source }
+        RuntimeError::Io {
+            what: what.into(),
+            source,
+        }
     }
 
     /// The API code of this error.
@@ -44,7 +47,10 @@ impl RuntimeError {
             RuntimeError::AgentLost => ErrorCode::SandboxLost,
             RuntimeError::Agent { code, .. } => *code,
             RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
-            RuntimeError::Protocol(_) | RuntimeError::Sys(_) | RuntimeError::Io { .. } | RuntimeError::Adopt(_) => ErrorCode::Internal,
+            RuntimeError::Protocol(_)
+            | RuntimeError::Sys(_)
+            | RuntimeError::Io { .. }
+            | RuntimeError::Adopt(_) => ErrorCode::Internal,
         }
     }
 }

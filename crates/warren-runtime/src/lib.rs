@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use warren_types::{Limits, SandboxId, Substrate};
 
-pub use agent::{AgentConn, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter, PtySession, StreamItem};
+pub use agent::{
+    AgentConn, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter, PtySession, StreamItem,
+};
 pub use error::RuntimeError;
 
 /// Everything a runtime needs to build a sandbox (already validated by the API edge).
@@ -40,10 +42,18 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Re-attaches to a sandbox made by an earlier daemon process, from what
     /// [`Instance::record`] returned then.
-    async fn adopt(&self, spec: &SandboxSpec, record: &serde_json::Value) -> Result<Arc<dyn Instance>, RuntimeError>;
+    async fn adopt(
+        &self,
+        spec: &SandboxSpec,
+        record: &serde_json::Value,
+    ) -> Result<Arc<dyn Instance>, RuntimeError>;
 
     /// Tears down whatever is left of a sandbox that cannot be adopted. Idempotent.
-    async fn destroy_record(&self, id: &SandboxId, record: Option<&serde_json::Value>) -> Result<(), RuntimeError>;
+    async fn destroy_record(
+        &self,
+        id: &SandboxId,
+        record: Option<&serde_json::Value>,
+    ) -> Result<(), RuntimeError>;
 
     /// Removes host objects (cgroups, processes, ...) that belong to this runtime but to no
     /// sandbox in `known`. Returns a description of what was removed.

@@ -28,14 +28,20 @@ fn setup() -> Option<(ContainerRuntime, NodeId)> {
         eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
         return None;
     };
-    let store_dir = std::env::var("WARREN_IMAGE_STORE").unwrap_or_else(|_| "/var/lib/warren/images".into());
+    let store_dir =
+        std::env::var("WARREN_IMAGE_STORE").unwrap_or_else(|_| "/var/lib/warren/images".into());
     let store = Arc::new(ImageStore::open(&store_dir).unwrap());
     if store.manifest("default").is_err() {
         let rootfs = PathBuf::from("/var/cache/warren/rootfs-default");
-        assert!(rootfs.is_dir(), "no default image and no rootfs to build it from: run scripts/setup.sh");
+        assert!(
+            rootfs.is_dir(),
+            "no default image and no rootfs to build it from: run scripts/setup.sh"
+        );
         store.build_layer(&rootfs, "default").unwrap();
     }
-    let node: NodeId = format!("rt{}", std::process::id() % 100000).parse().unwrap();
+    let node: NodeId = format!("rt{}", std::process::id() % 100000)
+        .parse()
+        .unwrap();
     let rt = ContainerRuntime::new(ContainerConfig::new(node.clone(), agent), store).unwrap();
     Some((rt, node))
 }
@@ -44,37 +50,73 @@ fn spec(node: &NodeId) -> SandboxSpec {
     SandboxSpec {
         id: SandboxId::generate(node),
         image: vec!["default".into()],
-        limits: Limits { memory_mb: 256, ..Limits::default() },
+        limits: Limits {
+            memory_mb: 256,
+            ..Limits::default()
+        },
         hostname: "sandbox".into(),
         labels: Default::default(),
     }
 }
 
 fn sh(cmd: &str) -> ExecSpec {
-    ExecSpec { argv: vec!["/bin/sh".into(), "-c".into(), cmd.into()], output_cap: 1 << 20, ..Default::default() }
+    ExecSpec {
+        argv: vec!["/bin/sh".into(), "-c".into(), cmd.into()],
+        output_cap: 1 << 20,
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_runs_commands_in_isolation() {
     let Some((rt, node)) = setup() else { return };
     let sb = rt.create(&spec(&node)).await.expect("create");
-    let out = sb.agent().exec(sh("echo hello; id -u; hostname; cat /proc/1/cmdline | tr '\\0' ' '"), None).await.unwrap();
+    let out = sb
+        .agent()
+        .exec(
+            sh("echo hello; id -u; hostname; cat /proc/1/cmdline | tr '\\0' ' '"),
+            None,
+        )
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    eprintln!("stdout: {text} stderr: {}", String::from_utf8_lossy(&out.stderr));
+    eprintln!(
+        "stdout: {text} stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.exit.exit_code, Some(0));
     assert!(text.starts_with("hello\n0\nsandbox\n"), "{text}");
     // Host processes are invisible.
-    let out = sb.agent().exec(sh("ls /proc | grep -c '^[0-9]'"), None).await.unwrap();
+    let out = sb
+        .agent()
+        .exec(sh("ls /proc | grep -c '^[0-9]'"), None)
+        .await
+        .unwrap();
     let n: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(n < 10, "sees {n} processes");
     // Only loopback.
-    let out = sb.agent().exec(sh("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '"), None).await.unwrap();
+    let out = sb
+        .agent()
+        .exec(
+            sh("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '"),
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "lo");
     // The kernel page maps are masked.
-    let out = sb.agent().exec(sh("head -c 8 /proc/kpagecgroup | wc -c"), None).await.unwrap();
+    let out = sb
+        .agent()
+        .exec(sh("head -c 8 /proc/kpagecgroup | wc -c"), None)
+        .await
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     // Writes land in the writable layer; the image stays untouched.
-    let out = sb.agent().exec(sh("echo data > /etc/newfile && cat /etc/newfile"), None).await.unwrap();
+    let out = sb
+        .agent()
+        .exec(sh("echo data > /etc/newfile && cat /etc/newfile"), None)
+        .await
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "data\n");
     let st = sb.agent().stat("/etc/newfile").await.unwrap();
     assert_eq!(st.size, 5);

@@ -36,7 +36,8 @@ pub fn restrict_to(keep: &[Capability]) -> Result<()> {
         }
     }
     caps::clear(None, CapSet::Ambient).map_err(|e| err("clear ambient caps", e))?;
-    caps::set(None, CapSet::Inheritable, &CapsHashSet::new()).map_err(|e| err("set inheritable caps", e))?;
+    caps::set(None, CapSet::Inheritable, &CapsHashSet::new())
+        .map_err(|e| err("set inheritable caps", e))?;
     caps::set(None, CapSet::Effective, &keep_set).map_err(|e| err("set effective caps", e))?;
     caps::set(None, CapSet::Permitted, &keep_set).map_err(|e| err("set permitted caps", e))?;
     Ok(())

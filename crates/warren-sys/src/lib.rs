@@ -27,7 +27,10 @@ pub struct SysError {
 
 impl SysError {
     pub fn new(what: impl Into<String>, source: std::io::Error) -> Self {
-        SysError { what: what.into(), source }
+        SysError {
+            what: what.into(),
+            source,
+        }
     }
     pub fn last(what: impl Into<String>) -> Self {
         SysError::new(what, std::io::Error::last_os_error())

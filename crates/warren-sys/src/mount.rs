@@ -9,32 +9,61 @@ use std::path::Path;
 pub use nix::mount::MsFlags as Flags;
 
 /// `mount(2)`. `data` is the filesystem's option string.
-pub fn mount(source: Option<&str>, target: &Path, fstype: Option<&str>, flags: MsFlags, data: Option<&str>) -> Result<()> {
+pub fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<()> {
     nix::mount::mount(source, target, fstype, flags, data).map_err(|e| {
-        SysError::errno(format!("mount {} on {} ({})", source.unwrap_or("none"), target.display(), fstype.unwrap_or("-")), e)
+        SysError::errno(
+            format!(
+                "mount {} on {} ({})",
+                source.unwrap_or("none"),
+                target.display(),
+                fstype.unwrap_or("-")
+            ),
+            e,
+        )
     })
 }
 
 /// `umount2(2)` with `MNT_DETACH` when `lazy`.
 pub fn umount(target: &Path, lazy: bool) -> Result<()> {
-    let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
-    nix::mount::umount2(target, flags).map_err(|e| SysError::errno(format!("umount {}", target.display()), e))
+    let flags = if lazy {
+        MntFlags::MNT_DETACH
+    } else {
+        MntFlags::empty()
+    };
+    nix::mount::umount2(target, flags)
+        .map_err(|e| SysError::errno(format!("umount {}", target.display()), e))
 }
 
 /// `pivot_root(2)`.
 pub fn pivot_root(new_root: &Path, put_old: &Path) -> Result<()> {
-    nix::unistd::pivot_root(new_root, put_old).map_err(|e| SysError::errno(format!("pivot_root {}", new_root.display()), e))
+    nix::unistd::pivot_root(new_root, put_old)
+        .map_err(|e| SysError::errno(format!("pivot_root {}", new_root.display()), e))
 }
 
 /// Mounts a file-backed EROFS image read-only at `target` with a direct `mount(2)` (no loop
 /// device; `mount(8)` would silently make one).
 pub fn mount_erofs_file(image: &Path, target: &Path) -> Result<()> {
-    let src = image.to_str().ok_or_else(|| SysError::new("erofs image path", std::io::Error::other("not UTF-8")))?;
-    mount(Some(src), target, Some("erofs"), MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID, None)
+    let src = image
+        .to_str()
+        .ok_or_else(|| SysError::new("erofs image path", std::io::Error::other("not UTF-8")))?;
+    mount(
+        Some(src),
+        target,
+        Some("erofs"),
+        MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
+        None,
+    )
 }
 
 fn cstr(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| SysError::new("path", std::io::Error::other("NUL in path")))
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| SysError::new("path", std::io::Error::other("NUL in path")))
 }
 
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
@@ -56,7 +85,12 @@ pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<
     let dst = cstr(target)?;
     // SAFETY: open_tree with a valid C string and flags; returns a new fd or -1.
     let tree = unsafe {
-        libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC)
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
     };
     if tree < 0 {
         return Err(SysError::last(format!("open_tree {}", source.display())));
@@ -83,7 +117,10 @@ pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<
         )
     };
     if r < 0 {
-        return Err(SysError::last(format!("mount_setattr(idmap) {}", source.display())));
+        return Err(SysError::last(format!(
+            "mount_setattr(idmap) {}",
+            source.display()
+        )));
     }
     // SAFETY: move_mount with a valid detached tree fd and C string target.
     let r = unsafe {
@@ -97,7 +134,10 @@ pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<
         )
     };
     if r < 0 {
-        return Err(SysError::last(format!("move_mount to {}", target.display())));
+        return Err(SysError::last(format!(
+            "move_mount to {}",
+            target.display()
+        )));
     }
     Ok(())
 }
@@ -105,14 +145,19 @@ pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<
 /// True if `path` is a mount point (its `st_dev` differs from its parent's, or it is listed
 /// in /proc/self/mountinfo).
 pub fn is_mount_point(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
     let want = path.to_string_lossy();
-    info.lines().any(|l| l.split(' ').nth(4).is_some_and(|mp| unescape(mp) == want))
+    info.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|mp| unescape(mp) == want))
 }
 
 /// Mount points at or under `prefix`, deepest first (the order to unmount them in).
 pub fn mounts_under(prefix: &Path) -> Vec<String> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     let p = prefix.to_string_lossy().trim_end_matches('/').to_string();
     let mut out: Vec<String> = info
         .lines()
@@ -125,5 +170,8 @@ pub fn mounts_under(prefix: &Path) -> Vec<String> {
 }
 
 fn unescape(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }

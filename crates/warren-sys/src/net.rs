@@ -5,7 +5,8 @@ use std::os::fd::AsRawFd;
 
 /// Brings the loopback interface of the current network namespace up.
 pub fn loopback_up() -> Result<()> {
-    let sock = std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"));
+    let sock =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"));
     let sock = sock.map_err(|e| SysError::new("socket for SIOCSIFFLAGS", e))?;
     // SAFETY: ifreq is plain old data; zeroed is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };

@@ -39,16 +39,24 @@ pub struct IdRange {
 /// unprivileged-style maps require).
 pub fn write_id_maps(pid: u32, uids: IdRange, gids: IdRange) -> Result<()> {
     let w = |file: &str, data: String| {
-        std::fs::write(format!("/proc/{pid}/{file}"), data).map_err(|e| SysError::new(format!("write /proc/{pid}/{file}"), e))
+        std::fs::write(format!("/proc/{pid}/{file}"), data)
+            .map_err(|e| SysError::new(format!("write /proc/{pid}/{file}"), e))
     };
-    w("uid_map", format!("{} {} {}\n", uids.inside, uids.outside, uids.count))?;
+    w(
+        "uid_map",
+        format!("{} {} {}\n", uids.inside, uids.outside, uids.count),
+    )?;
     w("setgroups", "allow\n".to_string())?;
-    w("gid_map", format!("{} {} {}\n", gids.inside, gids.outside, gids.count))?;
+    w(
+        "gid_map",
+        format!("{} {} {}\n", gids.inside, gids.outside, gids.count),
+    )?;
     Ok(())
 }
 
 /// Opens `/proc/PID/ns/NAME`.
 pub fn open_ns(pid: u32, name: &str) -> Result<OwnedFd> {
-    let f = std::fs::File::open(format!("/proc/{pid}/ns/{name}")).map_err(|e| SysError::new(format!("open ns {name} of {pid}"), e))?;
+    let f = std::fs::File::open(format!("/proc/{pid}/ns/{name}"))
+        .map_err(|e| SysError::new(format!("open ns {name} of {pid}"), e))?;
     Ok(f.into())
 }

@@ -18,7 +18,13 @@ pub fn open(pid: u32) -> Result<OwnedFd> {
 pub fn send_signal(pidfd: &OwnedFd, signal: i32) -> Result<()> {
     // SAFETY: plain integers; a null siginfo means "like kill(2)".
     let r = unsafe {
-        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<libc::siginfo_t>(), 0)
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
     };
     if r < 0 {
         return Err(SysError::last("pidfd_send_signal"));

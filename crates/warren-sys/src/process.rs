@@ -8,8 +8,16 @@ use std::os::unix::process::CommandExt;
 /// Spawns `program` with `argv`/`envp` using `posix_spawn` (a vfork-style clone, cheap even
 /// from a large multi-threaded daemon). Each `(src, dst)` in `fds` is duplicated onto `dst`
 /// in the child; every other close-on-exec fd stays closed. The child starts in a new session.
-pub fn spawn_with_fds(program: &str, argv: &[String], envp: &[String], fds: &[(RawFd, RawFd)]) -> Result<u32> {
-    let to_c = |s: &str| CString::new(s).map_err(|_| SysError::new("spawn", std::io::Error::other("NUL in argument")));
+pub fn spawn_with_fds(
+    program: &str,
+    argv: &[String],
+    envp: &[String],
+    fds: &[(RawFd, RawFd)],
+) -> Result<u32> {
+    let to_c = |s: &str| {
+        CString::new(s)
+            .map_err(|_| SysError::new("spawn", std::io::Error::other("NUL in argument")))
+    };
     let prog = to_c(program)?;
     let argv_c: Vec<CString> = argv.iter().map(|s| to_c(s)).collect::<Result<_>>()?;
     let envp_c: Vec<CString> = envp.iter().map(|s| to_c(s)).collect::<Result<_>>()?;
@@ -39,7 +47,9 @@ pub fn spawn_with_fds(program: &str, argv: &[String], envp: &[String], fds: &[(R
         if rc == 0 {
             rc = libc::posix_spawnattr_setflags(
                 &mut attr,
-                (libc::POSIX_SPAWN_SETSID as i32 | libc::POSIX_SPAWN_SETSIGMASK as i32 | libc::POSIX_SPAWN_SETSIGDEF as i32) as _,
+                (libc::POSIX_SPAWN_SETSID as i32
+                    | libc::POSIX_SPAWN_SETSIGMASK
+                    | libc::POSIX_SPAWN_SETSIGDEF) as _,
             );
         }
         if rc == 0 {
@@ -54,12 +64,22 @@ pub fn spawn_with_fds(program: &str, argv: &[String], envp: &[String], fds: &[(R
         }
         let mut pid: libc::pid_t = 0;
         if rc == 0 {
-            rc = libc::posix_spawn(&mut pid, prog.as_ptr(), &fa, &attr, argv_p.as_ptr(), envp_p.as_ptr());
+            rc = libc::posix_spawn(
+                &mut pid,
+                prog.as_ptr(),
+                &fa,
+                &attr,
+                argv_p.as_ptr(),
+                envp_p.as_ptr(),
+            );
         }
         libc::posix_spawn_file_actions_destroy(&mut fa);
         libc::posix_spawnattr_destroy(&mut attr);
         if rc != 0 {
-            return Err(SysError::new(format!("spawn {program}"), std::io::Error::from_raw_os_error(rc)));
+            return Err(SysError::new(
+                format!("spawn {program}"),
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
         Ok(pid as u32)
     }
@@ -81,7 +101,9 @@ pub fn fork_single_threaded() -> Result<Forked> {
     // SAFETY: callers guarantee the process is single-threaded (documented contract), so the
     // child inherits no lock held by another thread.
     match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent { child: child.as_raw() as u32 }),
+        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent {
+            child: child.as_raw() as u32,
+        }),
         Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
         Err(e) => Err(SysError::errno("fork", e)),
     }
@@ -89,7 +111,8 @@ pub fn fork_single_threaded() -> Result<Forked> {
 
 /// Makes this process a child subreaper: orphaned descendants are re-parented to it.
 pub fn set_child_subreaper() -> Result<()> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| SysError::errno("PR_SET_CHILD_SUBREAPER", e))
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| SysError::errno("PR_SET_CHILD_SUBREAPER", e))
 }
 
 /// Marks the process non-dumpable: no ptrace attach, no /proc/PID/{fd,mem,environ} for others.
@@ -120,7 +143,11 @@ pub struct ChildSetup {
 
 /// Installs `setup` as the command's pre-exec hook.
 pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
-    let groups: Vec<libc::gid_t> = setup.ids.as_ref().map(|(_, _, g)| g.clone()).unwrap_or_default();
+    let groups: Vec<libc::gid_t> = setup
+        .ids
+        .as_ref()
+        .map(|(_, _, g)| g.clone())
+        .unwrap_or_default();
     // SAFETY: the closure only makes async-signal-safe syscalls (setsid, ioctl, setgroups,
     // setresgid, setresuid) and allocates nothing (the group list is prepared before fork).
     unsafe {
@@ -171,7 +198,9 @@ pub fn kill(pid: u32, signal: i32) -> Result<()> {
 /// supplementary groups.
 pub fn become_user(uid: u32, gid: u32) -> Result<()> {
     nix::unistd::setgroups(&[]).map_err(|e| SysError::errno("setgroups", e))?;
-    nix::unistd::setresgid(gid.into(), gid.into(), gid.into()).map_err(|e| SysError::errno("setresgid", e))?;
-    nix::unistd::setresuid(uid.into(), uid.into(), uid.into()).map_err(|e| SysError::errno("setresuid", e))?;
+    nix::unistd::setresgid(gid.into(), gid.into(), gid.into())
+        .map_err(|e| SysError::errno("setresgid", e))?;
+    nix::unistd::setresuid(uid.into(), uid.into(), uid.into())
+        .map_err(|e| SysError::errno("setresuid", e))?;
     Ok(())
 }

@@ -60,12 +60,18 @@ impl ExecRequest {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        ExecRequest { argv: Some(argv.into_iter().map(Into::into).collect()), ..Default::default() }
+        ExecRequest {
+            argv: Some(argv.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        }
     }
 
     /// A request for a shell string run by `/bin/sh -c`.
     pub fn shell(cmd: impl Into<String>) -> Self {
-        ExecRequest { shell: Some(cmd.into()), ..Default::default() }
+        ExecRequest {
+            shell: Some(cmd.into()),
+            ..Default::default()
+        }
     }
 
     /// The argv to execute.
@@ -111,7 +117,9 @@ impl ExecRequest {
         }
         if let Some(t) = self.timeout_secs {
             if !t.is_finite() || t <= 0.0 || t > 7.0 * 24.0 * 3600.0 {
-                return Err(ApiError::invalid("timeout_secs must be > 0 and at most 7 days"));
+                return Err(ApiError::invalid(
+                    "timeout_secs must be > 0 and at most 7 days",
+                ));
             }
         }
         if let Some(m) = self.max_output_bytes {
@@ -121,8 +129,14 @@ impl ExecRequest {
                 )));
             }
         }
-        if self.stdin.as_ref().is_some_and(|s| s.len() > MAX_INLINE_STDIN) {
-            return Err(ApiError::invalid("inline stdin is larger than 16 MiB; upload a file"));
+        if self
+            .stdin
+            .as_ref()
+            .is_some_and(|s| s.len() > MAX_INLINE_STDIN)
+        {
+            return Err(ApiError::invalid(
+                "inline stdin is larger than 16 MiB; upload a file",
+            ));
         }
         Ok(())
     }
@@ -159,12 +173,20 @@ impl ExecResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecEvent {
-    Stdout { data: String },
-    Stderr { data: String },
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
     /// Last event: the result with empty `stdout`/`stderr` (they were streamed).
-    Exit { result: ExecResult },
+    Exit {
+        result: ExecResult,
+    },
     /// Last event when the call failed after streaming began.
-    Error { error: ApiError },
+    Error {
+        error: ApiError,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,6 +233,9 @@ mod tests {
     #[test]
     fn events_are_tagged() {
         let e = ExecEvent::Stdout { data: "hi".into() };
-        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"type":"stdout","data":"hi"}"#);
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"stdout","data":"hi"}"#
+        );
     }
 }

@@ -30,7 +30,8 @@ impl TryFrom<String> for NodeId {
     fn try_from(s: String) -> Result<Self, IdError> {
         let ok = !s.is_empty()
             && s.len() <= 16
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
         if ok {
             Ok(NodeId(s))
         } else {
@@ -66,7 +67,11 @@ pub struct SandboxId(String);
 impl SandboxId {
     /// A fresh id owned by `node`. ULIDs sort by creation time.
     pub fn generate(node: &NodeId) -> Self {
-        SandboxId(format!("{}-{}", node.0, ulid::Ulid::new().to_string().to_lowercase()))
+        SandboxId(format!(
+            "{}-{}",
+            node.0,
+            ulid::Ulid::new().to_string().to_lowercase()
+        ))
     }
 
     pub fn as_str(&self) -> &str {
@@ -96,7 +101,9 @@ impl TryFrom<String> for SandboxId {
             return Err(IdError::BadSandbox(s));
         }
         let ok = rest.len() == 26
-            && rest.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
             && ulid::Ulid::from_string(&rest.to_uppercase()).is_ok();
         if ok {
             Ok(SandboxId(s))
@@ -141,7 +148,14 @@ mod tests {
 
     #[test]
     fn bad_ids_are_refused() {
-        for bad in ["", "n1", "n1-", "N1-01jd0m7x4e8k0k9yq1w2e3r4t5", "n1-../../etc", "n1-zz"] {
+        for bad in [
+            "",
+            "n1",
+            "n1-",
+            "N1-01jd0m7x4e8k0k9yq1w2e3r4t5",
+            "n1-../../etc",
+            "n1-zz",
+        ] {
             assert!(bad.parse::<SandboxId>().is_err(), "{bad}");
         }
         assert!("".parse::<NodeId>().is_err());

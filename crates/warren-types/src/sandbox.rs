@@ -81,7 +81,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { cpus: 1.0, memory_mb: 512, disk_mb: 1024, pids: 512 }
+        Limits {
+            cpus: 1.0,
+            memory_mb: 512,
+            disk_mb: 1024,
+            pids: 512,
+        }
     }
 }
 
@@ -199,7 +204,10 @@ impl CreateSandboxRequest {
         if let Some(h) = &self.hostname {
             validate::hostname(h)?;
         }
-        for t in [self.ttl_secs, self.idle_timeout_secs].into_iter().flatten() {
+        for t in [self.ttl_secs, self.idle_timeout_secs]
+            .into_iter()
+            .flatten()
+        {
             if t == 0 || t > bounds.max_ttl_secs {
                 return Err(ApiError::invalid(format!(
                     "ttl_secs and idle_timeout_secs must be between 1 and {}",
@@ -218,7 +226,12 @@ impl CreateSandboxRequest {
                 return Err(ApiError::invalid("idempotency_key must be 1-256 bytes"));
             }
         }
-        Ok(Limits { cpus, memory_mb, disk_mb, pids })
+        Ok(Limits {
+            cpus,
+            memory_mb,
+            disk_mb,
+            pids,
+        })
     }
 }
 
@@ -291,7 +304,8 @@ mod tests {
 
     fn v(json: &str) -> Result<Limits, String> {
         let req: CreateSandboxRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        req.validate(&Limits::default(), &LimitBounds::default()).map_err(|e| e.to_string())
+        req.validate(&Limits::default(), &LimitBounds::default())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -74,10 +74,14 @@ pub fn image_ref(r: &str) -> Result<(), ApiError> {
 /// An environment variable: non-empty name without `=` or NUL, value without NUL.
 pub fn env_pair(k: &str, v: &str) -> Result<(), ApiError> {
     if k.is_empty() || k.len() > 1024 || k.contains('=') || k.contains('\0') {
-        return Err(ApiError::invalid(format!("bad environment variable name {k:?}")));
+        return Err(ApiError::invalid(format!(
+            "bad environment variable name {k:?}"
+        )));
     }
     if v.contains('\0') || v.len() > 128 * 1024 {
-        return Err(ApiError::invalid(format!("bad value for environment variable {k}")));
+        return Err(ApiError::invalid(format!(
+            "bad value for environment variable {k}"
+        )));
     }
     Ok(())
 }
@@ -88,8 +92,11 @@ pub fn user(u: &str) -> Result<(), ApiError> {
     let name = |s: &str| {
         !s.is_empty()
             && s.len() <= 32
-            && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            && s.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
     };
     let ok = match u.split_once(':') {
         Some((a, b)) => numeric(a) && numeric(b),
@@ -98,7 +105,9 @@ pub fn user(u: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!("user {u:?} must be a name or uid[:gid]")))
+        Err(ApiError::invalid(format!(
+            "user {u:?} must be a name or uid[:gid]"
+        )))
     }
 }
 
@@ -111,7 +120,9 @@ pub fn hostname(h: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!("hostname {h:?} must be 1-63 chars of [a-zA-Z0-9-]")))
+        Err(ApiError::invalid(format!(
+            "hostname {h:?} must be 1-63 chars of [a-zA-Z0-9-]"
+        )))
     }
 }
 
@@ -119,12 +130,17 @@ pub fn hostname(h: &str) -> Result<(), ApiError> {
 pub fn label(k: &str, v: &str) -> Result<(), ApiError> {
     let ok_key = !k.is_empty()
         && k.len() <= 63
-        && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
     if !ok_key {
-        return Err(ApiError::invalid(format!("label key {k:?} must be 1-63 chars of [a-zA-Z0-9._/-]")));
+        return Err(ApiError::invalid(format!(
+            "label key {k:?} must be 1-63 chars of [a-zA-Z0-9._/-]"
+        )));
     }
     if v.len() > 256 || v.contains('\0') {
-        return Err(ApiError::invalid(format!("label {k} value must be at most 256 bytes")));
+        return Err(ApiError::invalid(format!(
+            "label {k} value must be at most 256 bytes"
+        )));
     }
     Ok(())
 }
@@ -138,7 +154,14 @@ mod tests {
         assert_eq!(sandbox_path("/a/./b//c/").unwrap(), "/a/b/c");
         assert_eq!(sandbox_path("/a/../b").unwrap(), "/b");
         assert_eq!(sandbox_path("/").unwrap(), "/");
-        for bad in ["", "a/b", "/..", "/a/../../etc", "/a\0b", &"/x".repeat(3000)] {
+        for bad in [
+            "",
+            "a/b",
+            "/..",
+            "/a/../../etc",
+            "/a\0b",
+            &"/x".repeat(3000),
+        ] {
             let e = sandbox_path(bad).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidPath, "{bad:?}");
         }
@@ -147,7 +170,12 @@ mod tests {
 
     #[test]
     fn image_refs() {
-        for ok in ["default", "debian-py:3", "a.b_c-d:1.2", &format!("sha256:{}", "a".repeat(64))] {
+        for ok in [
+            "default",
+            "debian-py:3",
+            "a.b_c-d:1.2",
+            &format!("sha256:{}", "a".repeat(64)),
+        ] {
             image_ref(ok).unwrap();
         }
         for bad in ["", "A", "../x", "a:", ":b", "a b", "sha256:xyz", ".hidden"] {

@@ -13,41 +13,75 @@ use super::{Container, ContainerRuntime};
 use crate::agent::AgentConn;
 use crate::{RuntimeError, SandboxSpec};
 
-pub async fn adopt(rt: &ContainerRuntime, spec: &SandboxSpec, record: &serde_json::Value) -> Result<Container, RuntimeError> {
-    let rec: ContainerRecord = serde_json::from_value(record.clone()).map_err(|e| RuntimeError::Adopt(format!("bad record: {e}")))?;
+pub async fn adopt(
+    rt: &ContainerRuntime,
+    spec: &SandboxSpec,
+    record: &serde_json::Value,
+) -> Result<Container, RuntimeError> {
+    let rec: ContainerRecord = serde_json::from_value(record.clone())
+        .map_err(|e| RuntimeError::Adopt(format!("bad record: {e}")))?;
     if rec.version != RECORD_VERSION {
-        return Err(RuntimeError::Adopt(format!("record version {} (this daemon reads {RECORD_VERSION})", rec.version)));
+        return Err(RuntimeError::Adopt(format!(
+            "record version {} (this daemon reads {RECORD_VERSION})",
+            rec.version
+        )));
     }
     if start_time(rec.agent_pid) != Some(rec.agent_start_time) {
-        return Err(RuntimeError::Adopt("the sandbox's agent is no longer running".into()));
+        return Err(RuntimeError::Adopt(
+            "the sandbox's agent is no longer running".into(),
+        ));
     }
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if !cgroups.contains(rec.agent_pid) {
-        return Err(RuntimeError::Adopt("the agent is not in the sandbox's cgroup".into()));
+        return Err(RuntimeError::Adopt(
+            "the agent is not in the sandbox's cgroup".into(),
+        ));
     }
     let pidfd = warren_sys::pidfd::open(rec.agent_pid)?;
     let started = Instant::now();
     let fd = loop {
         match warren_sys::pidfd::get_fd(&pidfd, RECONNECT_FD) {
             Ok(fd) => break fd,
-            Err(e) if started.elapsed() > Duration::from_secs(3) => return Err(RuntimeError::Adopt(format!("agent offers no reconnect socket: {e}"))),
+            Err(e) if started.elapsed() > Duration::from_secs(3) => {
+                return Err(RuntimeError::Adopt(format!(
+                    "agent offers no reconnect socket: {e}"
+                )))
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     };
     let std_stream = std::os::unix::net::UnixStream::from(fd);
-    std_stream.set_nonblocking(true).map_err(|e| RuntimeError::io("reconnect socket", e))?;
-    let mut stream = UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("reconnect socket", e))?;
-    Frame::json(0, Kind::Init, &Init::Hello { version: PROTOCOL_VERSION })
-        .write_async(&mut stream)
-        .await
-        .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("reconnect socket", e))?;
+    let mut stream =
+        UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("reconnect socket", e))?;
+    Frame::json(
+        0,
+        Kind::Init,
+        &Init::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .write_async(&mut stream)
+    .await
+    .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
     let reply = tokio::time::timeout(Duration::from_secs(3), Frame::read_async(&mut stream))
         .await
         .map_err(|_| RuntimeError::Adopt("agent did not answer the reconnect".into()))?
         .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
     match reply.parse::<InitReply>() {
         Ok(InitReply::Ready { .. }) => {}
-        other => return Err(RuntimeError::Adopt(format!("unexpected reconnect answer {other:?}"))),
+        other => {
+            return Err(RuntimeError::Adopt(format!(
+                "unexpected reconnect answer {other:?}"
+            )))
+        }
     }
-    Ok(Container { id: spec.id.clone(), agent: AgentConn::new(stream), cgroups, record: rec })
+    Ok(Container {
+        id: spec.id.clone(),
+        agent: AgentConn::new(stream),
+        cgroups,
+        record: rec,
+    })
 }

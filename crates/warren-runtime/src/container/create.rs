@@ -21,13 +21,18 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
         e => RuntimeError::Image(e),
     })?;
+    let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if let Err(e) = cgroups.create(&spec.limits) {
         let _ = cgroups.remove().await;
         return Err(e);
     }
-    match start(rt, spec, &cgroups, &layers).await {
-        Ok(c) => Ok(c),
+    let t_cg = t0.elapsed();
+    match start(rt, spec, &cgroups, &layers, t0).await {
+        Ok(c) => {
+            tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
+            Ok(c)
+        }
         Err(e) => {
             if let Err(ce) = destroy::kill_and_remove(&cgroups).await {
                 tracing::error!(sandbox = %spec.id, error = %ce, "cleanup after failed start");
@@ -45,43 +50,71 @@ async fn recv(stream: &mut UnixStream, what: &str) -> Result<InitReply, RuntimeE
         .await
         .map_err(|_| RuntimeError::StartFailed(format!("agent did not answer ({what}) in time")))?
         .map_err(|e| RuntimeError::StartFailed(format!("agent start-up ({what}): {e}")))?;
-    match f.parse::<InitReply>().map_err(|e| RuntimeError::Protocol(e.to_string()))? {
+    match f
+        .parse::<InitReply>()
+        .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+    {
         InitReply::Failed { message } => Err(RuntimeError::StartFailed(message)),
         r => Ok(r),
     }
 }
 
 async fn send(stream: &mut UnixStream, msg: &Init) -> Result<(), RuntimeError> {
-    Frame::json(0, Kind::Init, msg).write_async(stream).await.map_err(|e| RuntimeError::StartFailed(format!("agent start-up: {e}")))
+    Frame::json(0, Kind::Init, msg)
+        .write_async(stream)
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("agent start-up: {e}")))
 }
 
-async fn start(rt: &ContainerRuntime, spec: &SandboxSpec, cgroups: &CgroupSet, layers: &[String]) -> Result<Container, RuntimeError> {
+async fn start(
+    rt: &ContainerRuntime,
+    spec: &SandboxSpec,
+    cgroups: &CgroupSet,
+    layers: &[String],
+    t0: std::time::Instant,
+) -> Result<Container, RuntimeError> {
     let base = rt.cfg.id_base;
     let lowerdirs = layers
         .iter()
         .rev()
-        .map(|d| rt.images.idmapped_path(d, base).map(|p| p.display().to_string()))
+        .map(|d| {
+            rt.images
+                .idmapped_path(d, base)
+                .map(|p| p.display().to_string())
+        })
         .collect::<Result<Vec<_>, _>>()?;
 
     let (ours, theirs) = warren_sys::fd::socketpair()?;
     let agent = rt.cfg.agent_bin.display().to_string();
     // stdin/stdout/stderr are /dev/null: nothing of the daemon's terminal or logs leaks in,
     // and start-up failures are reported over the control socket instead.
-    let devnull = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
     let null = devnull.as_raw_fd();
     let stage1 = warren_sys::process::spawn_with_fds(
         &agent,
         &[agent.clone(), "container".into()],
         &[],
-        &[(null, 0), (null, 1), (null, 2), (theirs.as_raw_fd(), CONTROL_FD)],
+        &[
+            (null, 0),
+            (null, 1),
+            (null, 2),
+            (theirs.as_raw_fd(), CONTROL_FD),
+        ],
     )?;
     drop(devnull);
     drop(theirs);
     // From here on the agent is owned by the sandbox's cgroups: killing them kills it.
     cgroups.add_pid(stage1)?;
     let std_stream = std::os::unix::net::UnixStream::from(ours);
-    std_stream.set_nonblocking(true).map_err(|e| RuntimeError::io("control socket", e))?;
-    let mut stream = UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("control socket", e))?;
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("control socket", e))?;
+    let mut stream =
+        UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("control socket", e))?;
 
     let config = ContainerInit {
         lowerdirs,
@@ -91,37 +124,78 @@ async fn start(rt: &ContainerRuntime, spec: &SandboxSpec, cgroups: &CgroupSet, l
         readonly_paths: rt.cfg.readonly_paths.clone(),
         seccomp: rt.cfg.seccomp,
     };
-    send(&mut stream, &Init::Container { version: PROTOCOL_VERSION, config }).await?;
+    send(
+        &mut stream,
+        &Init::Container {
+            version: PROTOCOL_VERSION,
+            config,
+        },
+    )
+    .await?;
+    let t_spawn = t0.elapsed();
     let pid = match recv(&mut stream, "unshare").await? {
         InitReply::Unshared { pid } => pid,
-        other => return Err(RuntimeError::Protocol(format!("expected Unshared, got {other:?}"))),
+        other => {
+            return Err(RuntimeError::Protocol(format!(
+                "expected Unshared, got {other:?}"
+            )))
+        }
     };
-    let range = IdRange { inside: 0, outside: base, count: 65536 };
+    let range = IdRange {
+        inside: 0,
+        outside: base,
+        count: 65536,
+    };
     warren_sys::ns::write_id_maps(pid, range, range)?;
     let userns = warren_sys::ns::open_ns(pid, "user")?;
     for d in layers {
         let images = rt.images.clone();
         let d = d.clone();
-        let userns = userns.try_clone().map_err(|e| RuntimeError::io("dup userns fd", e))?;
+        let userns = userns
+            .try_clone()
+            .map_err(|e| RuntimeError::io("dup userns fd", e))?;
         tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
             .await
             .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
     }
     drop(userns);
+    let t_mapped = t0.elapsed();
     send(&mut stream, &Init::Mapped).await?;
     let agent_pid = match recv(&mut stream, "fork").await? {
         InitReply::Child { pid } => pid,
-        other => return Err(RuntimeError::Protocol(format!("expected Child, got {other:?}"))),
+        other => {
+            return Err(RuntimeError::Protocol(format!(
+                "expected Child, got {other:?}"
+            )))
+        }
     };
+    let t_child = t0.elapsed();
     match recv(&mut stream, "root filesystem").await? {
         InitReply::Ready { .. } => {}
-        other => return Err(RuntimeError::Protocol(format!("expected Ready, got {other:?}"))),
+        other => {
+            return Err(RuntimeError::Protocol(format!(
+                "expected Ready, got {other:?}"
+            )))
+        }
     }
+    tracing::debug!(
+        sandbox = %spec.id,
+        spawned_us = t_spawn.as_micros() as u64,
+        mapped_us = t_mapped.as_micros() as u64,
+        forked_us = t_child.as_micros() as u64,
+        ready_us = t0.elapsed().as_micros() as u64,
+        "container start-up phases"
+    );
     let record = ContainerRecord {
         version: RECORD_VERSION,
         agent_pid,
         agent_start_time: start_time(agent_pid).unwrap_or(0),
         layers: layers.to_vec(),
     };
-    Ok(Container { id: spec.id.clone(), agent: AgentConn::new(stream), cgroups: cgroups.clone(), record })
+    Ok(Container {
+        id: spec.id.clone(),
+        agent: AgentConn::new(stream),
+        cgroups: cgroups.clone(),
+        record,
+    })
 }

@@ -69,7 +69,10 @@ impl ContainerConfig {
             .iter()
             .map(|s| s.to_string())
             .collect(),
-            readonly_paths: ["/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"].iter().map(|s| s.to_string()).collect(),
+            readonly_paths: ["/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             seccomp: true,
         }
     }
@@ -85,10 +88,17 @@ pub struct ContainerRuntime {
 impl ContainerRuntime {
     pub fn new(cfg: ContainerConfig, images: Arc<ImageStore>) -> Result<Self, RuntimeError> {
         if !cfg.agent_bin.is_file() {
-            return Err(RuntimeError::StartFailed(format!("agent binary {} not found", cfg.agent_bin.display())));
+            return Err(RuntimeError::StartFailed(format!(
+                "agent binary {} not found",
+                cfg.agent_bin.display()
+            )));
         }
         let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
-        Ok(ContainerRuntime { cfg, images, hierarchy })
+        Ok(ContainerRuntime {
+            cfg,
+            images,
+            hierarchy,
+        })
     }
 
     /// What the host offers (for logs and /v1/health).
@@ -142,11 +152,19 @@ impl Runtime for ContainerRuntime {
         Ok(Arc::new(create::create(self, spec).await?))
     }
 
-    async fn adopt(&self, spec: &SandboxSpec, record: &serde_json::Value) -> Result<Arc<dyn Instance>, RuntimeError> {
+    async fn adopt(
+        &self,
+        spec: &SandboxSpec,
+        record: &serde_json::Value,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
         Ok(Arc::new(adopt::adopt(self, spec, record).await?))
     }
 
-    async fn destroy_record(&self, id: &SandboxId, _record: Option<&serde_json::Value>) -> Result<(), RuntimeError> {
+    async fn destroy_record(
+        &self,
+        id: &SandboxId,
+        _record: Option<&serde_json::Value>,
+    ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
         destroy::kill_and_remove(&set).await
     }
