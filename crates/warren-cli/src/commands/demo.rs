@@ -13,10 +13,12 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use warren_client::{Client, CreateSandboxRequest, ExecRequest, ExecResult, ImageRef};
 
-use super::{delete_all, Ctx};
+use super::{delete_all, run_tasks, sweep_label, until_interrupted, Ctx, Stop, STOP_GRACE};
 use crate::stats::{mean, percentile};
 use crate::table::{ms, Table};
 
+/// Label carried by every demo sandbox; its value is the run id.
+const DEMO_LABEL: &str = "warren.demo";
 const TASK_DIR: &str = "/workspace/task";
 const CALC_PY: &str = "def add(a, b):\n    return a - b\n";
 const TEST_CALC_PY: &str = r#"import unittest
@@ -119,12 +121,14 @@ async fn steps(
     image: &str,
     run_label: &str,
     created: &Mutex<Vec<String>>,
+    stop: &Stop,
     r: &mut Rollout,
 ) -> anyhow::Result<()> {
+    stop.check()?;
     let t = Instant::now();
     let req = CreateSandboxRequest {
         image: ImageRef::Name(image.to_string()),
-        labels: BTreeMap::from([("warren.demo".to_string(), run_label.to_string())]),
+        labels: BTreeMap::from([(DEMO_LABEL.to_string(), run_label.to_string())]),
         env: BTreeMap::from([("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string())]),
         ..Default::default()
     };
@@ -134,6 +138,7 @@ async fn steps(
     let id = sb.id.clone();
     r.id = Some(sb.id);
 
+    stop.check()?;
     let t = Instant::now();
     client
         .mkdir(&id, TASK_DIR, true, None)
@@ -154,11 +159,13 @@ async fn steps(
         .context("writing test_calc.py")?;
     r.steps.push(("write", elapsed_ms(t)));
 
+    stop.check()?;
     let t = Instant::now();
     let commit = format!("git init -q && {GIT} add -A && {GIT} commit -q -m 'task: add calc'");
     expect_ok(&sh(client, &id, &commit).await?, "git commit")?;
     r.steps.push(("commit", elapsed_ms(t)));
 
+    stop.check()?;
     let t = Instant::now();
     let before = sh(client, &id, TEST_CMD).await?;
     r.test_before = Some(TestRun {
@@ -172,10 +179,12 @@ async fn steps(
         expect_ok(&before, "the first test run")?;
     }
 
+    stop.check()?;
     let t = Instant::now();
     expect_ok(&sh(client, &id, FIX_CMD).await?, "the fix")?;
     r.steps.push(("fix", elapsed_ms(t)));
 
+    stop.check()?;
     let t = Instant::now();
     let after = sh(client, &id, TEST_CMD).await?;
     r.test_after = Some(TestRun {
@@ -184,6 +193,7 @@ async fn steps(
     });
     expect_ok(&after, "the tests after the fix")?;
 
+    stop.check()?;
     let t = Instant::now();
     let diff = sh(client, &id, &format!("{GIT} diff --stat")).await?;
     expect_ok(&diff, "git diff")?;
@@ -200,10 +210,11 @@ async fn rollout(
     image: String,
     run_label: String,
     created: Arc<Mutex<Vec<String>>>,
+    stop: Stop,
 ) -> Rollout {
     let start = Instant::now();
     let mut r = Rollout::default();
-    if let Err(e) = steps(&client, &image, &run_label, &created, &mut r).await {
+    if let Err(e) = steps(&client, &image, &run_label, &created, &stop, &mut r).await {
         r.error = Some(format!("{e:#}"));
     }
     r.total_ms = elapsed_ms(start);
@@ -274,7 +285,9 @@ fn report(rollouts: &[Rollout], wall_ms: f64) -> String {
             .filter_map(|r| if pick { r.test_before } else { r.test_after })
             .map(|t| t.ms)
             .collect();
-        means.push(format!("{label} {}", ms(mean(&xs))));
+        if !xs.is_empty() {
+            means.push(format!("{label} {}", ms(mean(&xs))));
+        }
     }
     out.push_str(&format!("mean step ms: {}\n", means.join(", ")));
     let ok = rollouts.iter().filter(|r| r.error.is_none()).count();
@@ -298,34 +311,27 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     eprintln!("warren demo: {n} rollouts on image {:?}", args.image);
 
     let start = Instant::now();
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            tokio::spawn(rollout(
-                client.clone(),
-                args.image.clone(),
-                run_label.clone(),
-                created.clone(),
-            ))
-        })
-        .collect();
-    let all = futures::future::join_all(tasks);
-    let outcome = tokio::select! {
-        r = all => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
-    };
+    let stop = Stop::default();
+    let tasks = (0..n).map(|_| {
+        rollout(
+            client.clone(),
+            args.image.clone(),
+            run_label.clone(),
+            created.clone(),
+            stop.clone(),
+        )
+    });
+    let (outcome, interrupted) = until_interrupted(run_tasks(tasks), &stop, STOP_GRACE).await;
     let wall_ms = elapsed_ms(start);
 
-    let code = match outcome {
-        None => {
-            eprintln!("interrupted");
-            130
-        }
+    let mut code = match outcome {
+        None => 130,
         Some(results) => {
             let rollouts: Vec<Rollout> = results
                 .into_iter()
                 .map(|r| {
                     r.unwrap_or_else(|e| Rollout {
-                        error: Some(format!("rollout task failed: {e}")),
+                        error: Some(format!("{e:#}")),
                         ..Default::default()
                     })
                 })
@@ -338,30 +344,24 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             }
         }
     };
-
-    // Rollouts still running after Ctrl-C may create more sandboxes; the label finds those.
-    let t = Instant::now();
-    let mut ids = created.lock().expect("registry lock").clone();
-    if code == 130 {
-        let labels = BTreeMap::from([("warren.demo".to_string(), run_label.clone())]);
-        if let Ok(list) = client.list(&labels, None).await {
-            for s in list {
-                if !ids.contains(&s.id) {
-                    ids.push(s.id);
-                }
-            }
-        }
+    if interrupted {
+        code = 130;
     }
+
+    let t = Instant::now();
+    let ids = created.lock().expect("registry lock").clone();
     let count = ids.len();
     let failed = delete_all(&client, ids, 64).await;
     for (id, e) in &failed {
         eprintln!("warren: deleting {id} failed: {e}");
     }
-    eprintln!(
-        "deleted {} sandboxes in {} ms",
-        count - failed.len(),
-        ms(elapsed_ms(t))
-    );
+    let mut deleted = count - failed.len();
+    if interrupted {
+        // Rollouts abandoned by a second Ctrl-C may have creates in flight; the run's label
+        // finds what they left.
+        deleted += sweep_label(&client, DEMO_LABEL, &run_label).await;
+    }
+    eprintln!("deleted {deleted} sandboxes in {} ms", ms(elapsed_ms(t)));
     Ok(if failed.is_empty() { code } else { code.max(1) })
 }
 

@@ -9,7 +9,12 @@ use super::Ctx;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The layer store directory.
-    #[arg(long, global = true, env = "WARREN_IMAGE_STORE", default_value = "/var/lib/warren/images")]
+    #[arg(
+        long,
+        global = true,
+        env = "WARREN_IMAGE_STORE",
+        default_value = "/var/lib/warren/images"
+    )]
     store: PathBuf,
     #[command(subcommand)]
     cmd: Cmd,
@@ -47,12 +52,19 @@ enum Cmd {
 }
 
 pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
-    let store = ImageStore::open(&args.store).with_context(|| format!("open image store {}", args.store.display()))?;
+    let store = ImageStore::open(&args.store)
+        .with_context(|| format!("open image store {}", args.store.display()))?;
     match args.cmd {
         Cmd::BuildLayer { dir, tag } => {
             let started = std::time::Instant::now();
             let m = tokio::task::spawn_blocking(move || store.build_layer(&dir, &tag)).await??;
-            eprintln!("built {}:{} ({} bytes) in {:.1} s", m.name, m.tag, m.size_bytes, started.elapsed().as_secs_f64());
+            eprintln!(
+                "built {}:{} ({} bytes) in {:.1} s",
+                m.name,
+                m.tag,
+                m.size_bytes,
+                started.elapsed().as_secs_f64()
+            );
             println!("{}", m.layers[0]);
         }
         Cmd::Stack { tag, refs } => {
@@ -61,13 +73,17 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             warren_types::validate::image_ref(&tag).map_err(|e| anyhow::anyhow!(e.message))?;
             let mut size = 0;
             for l in &layers {
-                size += std::fs::metadata(store.blob_path(l)?).map(|m| m.len()).unwrap_or(0);
+                size += std::fs::metadata(store.blob_path(l)?)
+                    .map(|m| m.len())
+                    .unwrap_or(0);
             }
             let m = warren_image::ImageManifest {
                 name: name.to_string(),
                 tag: t.to_string(),
                 layers,
-                created_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64,
+                created_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_millis() as u64,
                 source: format!("stack of {}", refs.join(" ")),
                 size_bytes: size,
             };
@@ -79,9 +95,18 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                println!("{:<32} {:<12} {:>8} {:>10}", "IMAGE", "TAG", "LAYERS", "SIZE");
+                println!(
+                    "{:<32} {:<12} {:>8} {:>10}",
+                    "IMAGE", "TAG", "LAYERS", "SIZE"
+                );
                 for m in list {
-                    println!("{:<32} {:<12} {:>8} {:>9}M", m.name, m.tag, m.layers.len(), m.size_bytes / (1 << 20));
+                    println!(
+                        "{:<32} {:<12} {:>8} {:>9}M",
+                        m.name,
+                        m.tag,
+                        m.layers.len(),
+                        m.size_bytes / (1 << 20)
+                    );
                 }
             }
         }

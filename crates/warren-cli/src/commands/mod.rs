@@ -16,6 +16,8 @@ pub mod up;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -71,6 +73,55 @@ pub async fn delete_all(
         .filter_map(|r| async move { r })
         .collect()
         .await
+}
+
+/// Set on the first Ctrl-C of a long-running command: it stops starting new calls and lets
+/// the calls in flight finish, so that every sandbox it created is known and deleted (a
+/// create abandoned mid-call may leave a sandbox the command never hears of).
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// An error when the stop flag is set, for `?` between steps.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.is_set() {
+            anyhow::bail!("interrupted");
+        }
+        Ok(())
+    }
+}
+
+/// How long calls in flight may take to finish after Ctrl-C.
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// Drives `fut` to the end. On Ctrl-C, sets `stop` and keeps driving it for up to `grace` so
+/// that calls in flight finish; a second Ctrl-C or the end of the grace period abandons it.
+/// Returns the output (if it finished) and whether Ctrl-C was pressed.
+pub async fn until_interrupted<F: Future>(
+    fut: F,
+    stop: &Stop,
+    grace: Duration,
+) -> (Option<F::Output>, bool) {
+    tokio::pin!(fut);
+    tokio::select! {
+        out = &mut fut => return (Some(out), false),
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    stop.set();
+    eprintln!("interrupted: finishing the calls in flight (Ctrl-C again to stop at once)");
+    tokio::select! {
+        out = &mut fut => (Some(out), true),
+        _ = tokio::signal::ctrl_c() => (None, true),
+        _ = tokio::time::sleep(grace) => (None, true),
+    }
 }
 
 /// Runs each future as a task and waits for all; results come back in input order. Dropping

@@ -11,6 +11,7 @@ use serde::Serialize;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest, ImageRef};
 
 use super::delete_all_reporting;
+use crate::commands::{run_tasks, Stop};
 use crate::stats::Latency;
 
 /// Label carried by every benchmark sandbox; its value is the run id.
@@ -24,6 +25,8 @@ pub struct Setup {
     pub run_id: String,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Set on Ctrl-C: start no new call.
+    pub stop: Stop,
 }
 
 impl Setup {
@@ -89,22 +92,23 @@ pub async fn create_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::
         "create: {n} samples, {concurrency} at a time (after 3 warm-up)"
     ));
     for _ in 0..3 {
+        s.stop.check()?;
         create_sample(s).await?;
     }
     let next = Arc::new(AtomicUsize::new(0));
     let samples = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let workers = (0..concurrency.max(1)).map(|_| {
         let (s, next, samples) = (s.clone(), next.clone(), samples.clone());
-        tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < n {
+        async move {
+            while !s.stop.is_set() && next.fetch_add(1, Ordering::Relaxed) < n {
                 let v = create_sample(&s).await?;
                 samples.lock().expect("samples lock").push(v);
             }
             Ok::<_, anyhow::Error>(())
-        })
+        }
     });
-    for w in futures::future::join_all(workers).await {
-        w.context("benchmark worker panicked")??;
+    for w in run_tasks(workers).await {
+        w??;
     }
     let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
     Ok(Latency::from_samples(samples))
@@ -123,24 +127,30 @@ pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Re
     let id = sb.id.clone();
     let result = async {
         for _ in 0..50 {
+            s.stop.check()?;
             exec_true(&s.client, &id).await?;
         }
         let next = Arc::new(AtomicUsize::new(0));
         let samples = Arc::new(Mutex::new(Vec::with_capacity(n)));
         let workers = (0..concurrency.max(1)).map(|_| {
-            let (client, id, next, samples) =
-                (s.client.clone(), id.clone(), next.clone(), samples.clone());
-            tokio::spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < n {
+            let (client, id, next, samples, stop) = (
+                s.client.clone(),
+                id.clone(),
+                next.clone(),
+                samples.clone(),
+                s.stop.clone(),
+            );
+            async move {
+                while !stop.is_set() && next.fetch_add(1, Ordering::Relaxed) < n {
                     let t = Instant::now();
                     exec_true(&client, &id).await?;
                     samples.lock().expect("samples lock").push(ms_since(t));
                 }
                 Ok::<_, anyhow::Error>(())
-            })
+            }
         });
-        for w in futures::future::join_all(workers).await {
-            w.context("benchmark worker panicked")??;
+        for w in run_tasks(workers).await {
+            w??;
         }
         let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
         Ok::<_, anyhow::Error>(Latency::from_samples(samples))
@@ -173,7 +183,7 @@ async fn create_many(
     n: usize,
     concurrency: usize,
     stop_on_error: bool,
-) -> (Vec<String>, usize, Option<String>, f64) {
+) -> anyhow::Result<(Vec<String>, usize, Option<String>, f64)> {
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let ids = Arc::new(Mutex::new(Vec::with_capacity(n)));
@@ -187,8 +197,11 @@ async fn create_many(
             ids.clone(),
             failures.clone(),
         );
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) && next.fetch_add(1, Ordering::Relaxed) < n {
+        async move {
+            while !stop.load(Ordering::Relaxed)
+                && !s.stop.is_set()
+                && next.fetch_add(1, Ordering::Relaxed) < n
+            {
                 match s.client.create(&s.request(kind)).await {
                     Ok(sb) => {
                         let mut ids = ids.lock().expect("ids lock");
@@ -208,13 +221,15 @@ async fn create_many(
                     }
                 }
             }
-        })
+        }
     });
-    futures::future::join_all(workers).await;
+    for w in run_tasks(workers).await {
+        w?;
+    }
     let secs = t.elapsed().as_secs_f64();
     let ids = std::mem::take(&mut *ids.lock().expect("ids lock"));
     let (failed, first_error) = std::mem::take(&mut *failures.lock().expect("failures lock"));
-    (ids, failed, first_error, secs)
+    Ok((ids, failed, first_error, secs))
 }
 
 /// Creations per second with `concurrency` clients for `n` creates; deleted afterwards.
@@ -223,7 +238,7 @@ pub async fn throughput(s: &Setup, n: usize, concurrency: usize) -> anyhow::Resu
         "throughput: {n} creates from {concurrency} clients"
     ));
     let (ids, failed, first_error, secs) =
-        create_many(s, "throughput", n, concurrency, false).await;
+        create_many(s, "throughput", n, concurrency, false).await?;
     let created = ids.len();
     delete_all_reporting(&s.client, ids, 32).await?;
     Ok(Throughput {
@@ -282,7 +297,7 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
     ));
     let before = host_used_kib()?;
     let (ids, _failed, stopped_by, create_secs) =
-        create_many(s, "density", n, concurrency, true).await;
+        create_many(s, "density", n, concurrency, true).await?;
     let created = ids.len();
     // Let page cache and slab settle after the burst before reading.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use warren_client::Client;
 
-use super::{delete_all, Ctx};
+use super::{delete_all, until_interrupted, Ctx, Stop, STOP_GRACE};
 use crate::stats::Latency;
 use crate::table::{ms, Table};
 use baselines::Baseline;
@@ -296,19 +296,24 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     let all = args.which == Which::All;
     let n = |default: usize| args.n.unwrap_or(default).max(1);
     let c = |default: usize| args.concurrency.unwrap_or(default).max(1);
+    let stop = &setup.stop;
     if all || args.which == Which::Create {
         report.create = Some(measure::create_latency(setup, n(200), c(1)).await?);
     }
     if all || args.which == Which::Exec {
+        stop.check()?;
         report.exec = Some(measure::exec_latency(setup, n(1000), c(1)).await?);
     }
     if all || args.which == Which::Throughput {
+        stop.check()?;
         report.throughput = Some(measure::throughput(setup, n(400), c(4)).await?);
     }
     if all || args.which == Which::Density {
+        stop.check()?;
         report.density = Some(measure::density(setup, n(5000), c(16)).await?);
     }
     if args.baselines {
+        stop.check()?;
         report.baselines = baselines::run(args.baseline_n).await?;
     }
     Ok(())
@@ -326,30 +331,23 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         image: args.image.clone(),
         run_id: crate::table::now_ms().to_string(),
         progress: true,
+        stop: Stop::default(),
     };
     let mut report = Report::default();
-    let outcome = tokio::select! {
-        r = measure(&args, &setup, &mut report) => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    if !matches!(outcome, Some(Ok(()))) {
+    let (outcome, interrupted) =
+        until_interrupted(measure(&args, &setup, &mut report), &setup.stop, STOP_GRACE).await;
+    if interrupted || !matches!(outcome, Some(Ok(()))) {
         // Whatever an interrupted or failed run left behind carries this run's label.
-        let labels = [(BENCH_LABEL.to_string(), setup.run_id.clone())].into();
-        if let Ok(left) = client.list(&labels, None).await {
-            if !left.is_empty() {
-                eprintln!("bench: deleting {} sandboxes left by this run", left.len());
-                let ids = left.into_iter().map(|s| s.id).collect();
-                let _ = delete_all(&client, ids, 32).await;
-            }
+        let n = super::sweep_label(&client, BENCH_LABEL, &setup.run_id).await;
+        if n > 0 {
+            eprintln!("bench: deleted {n} sandboxes left by this run");
         }
     }
-    match outcome {
-        None => {
-            eprintln!("interrupted");
-            return Ok(130);
-        }
-        Some(Err(e)) => return Err(e),
-        Some(Ok(())) => {}
+    if interrupted {
+        return Ok(130);
+    }
+    if let Some(Err(e)) = outcome {
+        return Err(e);
     }
     report.check();
     if args.json {
