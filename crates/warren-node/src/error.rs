@@ -16,9 +16,16 @@ pub enum NodeError {
     #[error("sandbox {id} not found{}", .why.as_deref().map(|w| format!(" (deleted: {w})")).unwrap_or_default())]
     SandboxNotFound { id: SandboxId, why: Option<String> },
     #[error("sandbox {id} is {}{}", .state.as_str(), .reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
-    NotRunning { id: SandboxId, state: SandboxState, reason: Option<String> },
+    NotRunning {
+        id: SandboxId,
+        state: SandboxState,
+        reason: Option<String>,
+    },
     #[error("substrate {} is not served by this node (it serves: {served})", .requested.as_str())]
-    UnsupportedSubstrate { requested: Substrate, served: String },
+    UnsupportedSubstrate {
+        requested: Substrate,
+        served: String,
+    },
     #[error("this node holds {max} sandboxes already (its limit)")]
     TooManySandboxes { max: usize },
     #[error("idempotency key {key:?} was used by a different request (sandbox {id})")]
@@ -36,7 +43,10 @@ pub enum NodeError {
 
 impl NodeError {
     pub(crate) fn runtime(id: &SandboxId, source: RuntimeError) -> Self {
-        NodeError::Runtime { id: id.clone(), source }
+        NodeError::Runtime {
+            id: id.clone(),
+            source,
+        }
     }
 
     /// The stable API code of this error.
@@ -44,7 +54,10 @@ impl NodeError {
         match self {
             NodeError::Invalid(e) => e.code,
             NodeError::SandboxNotFound { .. } => ErrorCode::NotFound,
-            NodeError::NotRunning { state: SandboxState::Failed, .. } => ErrorCode::SandboxLost,
+            NodeError::NotRunning {
+                state: SandboxState::Failed,
+                ..
+            } => ErrorCode::SandboxLost,
             NodeError::NotRunning { .. } => ErrorCode::InvalidState,
             NodeError::UnsupportedSubstrate { .. } => ErrorCode::UnsupportedSubstrate,
             NodeError::TooManySandboxes { .. } => ErrorCode::LimitExceeded,
@@ -59,9 +72,10 @@ impl NodeError {
         match self {
             NodeError::Invalid(e) => e.clone(),
             // The agent's own messages (file errors, timeouts) are already worded for the caller.
-            NodeError::Runtime { source: RuntimeError::Agent { code, message }, .. } => {
-                ApiError::new(*code, message.clone())
-            }
+            NodeError::Runtime {
+                source: RuntimeError::Agent { code, message },
+                ..
+            } => ApiError::new(*code, message.clone()),
             NodeError::TooManySandboxes { .. } => {
                 let mut e = ApiError::new(self.code(), self.to_string());
                 e.retry_after = Some(5);
@@ -91,13 +105,29 @@ mod tests {
     #[test]
     fn codes_follow_the_cause() {
         let id: SandboxId = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5".parse().unwrap();
-        let e = NodeError::SandboxNotFound { id: id.clone(), why: Some("ttl expired".into()) };
+        let e = NodeError::SandboxNotFound {
+            id: id.clone(),
+            why: Some("ttl expired".into()),
+        };
         assert_eq!(e.code(), ErrorCode::NotFound);
         assert!(e.to_string().contains("ttl expired"));
-        let e = NodeError::NotRunning { id: id.clone(), state: SandboxState::Failed, reason: None };
+        let e = NodeError::NotRunning {
+            id: id.clone(),
+            state: SandboxState::Failed,
+            reason: None,
+        };
         assert_eq!(e.code(), ErrorCode::SandboxLost);
-        let e = NodeError::runtime(&id, RuntimeError::Agent { code: ErrorCode::FileError, message: "nope".into() });
+        let e = NodeError::runtime(
+            &id,
+            RuntimeError::Agent {
+                code: ErrorCode::FileError,
+                message: "nope".into(),
+            },
+        );
         assert_eq!(e.to_api(), ApiError::new(ErrorCode::FileError, "nope"));
-        assert_eq!(NodeError::TooManySandboxes { max: 1 }.to_api().retry_after, Some(5));
+        assert_eq!(
+            NodeError::TooManySandboxes { max: 1 }.to_api().retry_after,
+            Some(5)
+        );
     }
 }

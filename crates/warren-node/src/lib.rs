@@ -16,6 +16,8 @@ pub mod error;
 pub mod manager;
 pub mod metrics;
 pub mod store;
+#[cfg(test)]
+mod testing;
 
 pub use api::{router, ROUTES};
 pub use config::NodeConfig;

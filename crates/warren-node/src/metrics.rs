@@ -9,7 +9,9 @@ use std::time::Duration;
 use warren_types::SandboxState;
 
 /// Upper bounds (seconds) of the exec latency histogram buckets.
-const EXEC_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0];
+const EXEC_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0,
+];
 
 /// Every counter the node exports.
 #[derive(Debug, Default)]
@@ -41,7 +43,8 @@ impl Metrics {
             }
         }
         self.exec_count.fetch_add(1, Ordering::Relaxed);
-        self.exec_sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.exec_sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text format, with `states` the number of sandboxes per state.
@@ -53,25 +56,72 @@ impl Metrics {
             let _ = writeln!(out, "warren_sandboxes{{state=\"{}\"}} {n}", state.as_str());
         }
         let counters: [(&str, &str, &AtomicU64); 8] = [
-            ("warren_sandbox_creates_total", "Sandboxes created.", &self.creates),
-            ("warren_sandbox_create_errors_total", "Sandbox creates that failed.", &self.create_errors),
-            ("warren_sandbox_deletes_total", "Sandboxes deleted by a call.", &self.deletes),
-            ("warren_sandbox_ttl_expired_total", "Sandboxes deleted because their TTL passed.", &self.reaped_ttl),
-            ("warren_sandbox_idle_reaped_total", "Sandboxes deleted because they were idle.", &self.reaped_idle),
-            ("warren_sandbox_lost_total", "Sandboxes whose agent exited on its own.", &self.lost),
-            ("warren_exec_total", "Commands run with exec or exec/stream.", &self.execs),
-            ("warren_exec_errors_total", "Exec calls that failed before the command exited.", &self.exec_errors),
+            (
+                "warren_sandbox_creates_total",
+                "Sandboxes created.",
+                &self.creates,
+            ),
+            (
+                "warren_sandbox_create_errors_total",
+                "Sandbox creates that failed.",
+                &self.create_errors,
+            ),
+            (
+                "warren_sandbox_deletes_total",
+                "Sandboxes deleted by a call.",
+                &self.deletes,
+            ),
+            (
+                "warren_sandbox_ttl_expired_total",
+                "Sandboxes deleted because their TTL passed.",
+                &self.reaped_ttl,
+            ),
+            (
+                "warren_sandbox_idle_reaped_total",
+                "Sandboxes deleted because they were idle.",
+                &self.reaped_idle,
+            ),
+            (
+                "warren_sandbox_lost_total",
+                "Sandboxes whose agent exited on its own.",
+                &self.lost,
+            ),
+            (
+                "warren_exec_total",
+                "Commands run with exec or exec/stream.",
+                &self.execs,
+            ),
+            (
+                "warren_exec_errors_total",
+                "Exec calls that failed before the command exited.",
+                &self.exec_errors,
+            ),
         ];
         for (name, help, c) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", get(c));
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                get(c)
+            );
         }
         out.push_str("# HELP warren_exec_duration_seconds Wall time of exec calls.\n# TYPE warren_exec_duration_seconds histogram\n");
         for (i, le) in EXEC_BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "warren_exec_duration_seconds_bucket{{le=\"{le}\"}} {}", get(&self.exec_buckets[i]));
+            let _ = writeln!(
+                out,
+                "warren_exec_duration_seconds_bucket{{le=\"{le}\"}} {}",
+                get(&self.exec_buckets[i])
+            );
         }
         let count = get(&self.exec_count);
-        let _ = writeln!(out, "warren_exec_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "warren_exec_duration_seconds_sum {}", get(&self.exec_sum_us) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "warren_exec_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "warren_exec_duration_seconds_sum {}",
+            get(&self.exec_sum_us) as f64 / 1e6
+        );
         let _ = writeln!(out, "warren_exec_duration_seconds_count {count}");
         out
     }

@@ -95,9 +95,16 @@ impl Store {
     pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
-        let db = Database::create(&path).map_err(|e| StoreError::Db { what: "open", path: path.clone(), source: Box::new(e.into()) })?;
+        let db = Database::create(&path).map_err(|e| StoreError::Db {
+            what: "open",
+            path: path.clone(),
+            source: Box::new(e.into()),
+        })?;
         let store = Store { db, path };
         // Create both tables so readers never meet a missing table.
         store.write("create tables", |tx| {
@@ -113,7 +120,11 @@ impl Store {
     }
 
     fn db_err(&self, what: &'static str) -> impl Fn(redb::Error) -> StoreError + '_ {
-        move |source| StoreError::Db { what, path: self.path.clone(), source: Box::new(source) }
+        move |source| StoreError::Db {
+            what,
+            path: self.path.clone(),
+            source: Box::new(source),
+        }
     }
 
     fn write(
@@ -121,22 +132,37 @@ impl Store {
         what: &'static str,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(|e| self.db_err(what)(e.into()))?;
+        let tx = self
+            .db
+            .begin_write()
+            .map_err(|e| self.db_err(what)(e.into()))?;
         f(&tx).map_err(self.db_err(what))?;
         tx.commit().map_err(|e| self.db_err(what)(e.into()))
     }
 
     /// Writes (or replaces) a sandbox and, when given, its idempotency key, in one transaction.
-    pub fn put_sandbox(&self, s: &StoredSandbox, key: Option<(&str, &StoredKey)>) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(s).map_err(|source| StoreError::Encode { what: "sandbox", source })?;
+    pub fn put_sandbox(
+        &self,
+        s: &StoredSandbox,
+        key: Option<(&str, &StoredKey)>,
+    ) -> Result<(), StoreError> {
+        let value = serde_json::to_vec(s).map_err(|source| StoreError::Encode {
+            what: "sandbox",
+            source,
+        })?;
         let key_value = match key {
-            Some((k, v)) => {
-                Some((k, serde_json::to_vec(v).map_err(|source| StoreError::Encode { what: "idempotency key", source })?))
-            }
+            Some((k, v)) => Some((
+                k,
+                serde_json::to_vec(v).map_err(|source| StoreError::Encode {
+                    what: "idempotency key",
+                    source,
+                })?,
+            )),
             None => None,
         };
         self.write("write sandbox", |tx| {
-            tx.open_table(SANDBOXES)?.insert(s.info.id.as_str(), value.as_slice())?;
+            tx.open_table(SANDBOXES)?
+                .insert(s.info.id.as_str(), value.as_slice())?;
             if let Some((k, v)) = &key_value {
                 tx.open_table(IDEMPOTENCY)?.insert(*k, v.as_slice())?;
             }
@@ -165,7 +191,11 @@ impl Store {
             let (k, v) = item.map_err(|e| err(e.into()))?;
             match serde_json::from_slice::<StoredSandbox>(v.value()) {
                 Ok(s) if s.format == FORMAT => out.sandboxes.push(s),
-                Ok(s) => out.skipped.push(format!("sandbox {}: format {} (this build reads {FORMAT})", k.value(), s.format)),
+                Ok(s) => out.skipped.push(format!(
+                    "sandbox {}: format {} (this build reads {FORMAT})",
+                    k.value(),
+                    s.format
+                )),
                 Err(e) => out.skipped.push(format!("sandbox {}: {e}", k.value())),
             }
         }
@@ -174,8 +204,14 @@ impl Store {
             let (k, v) = item.map_err(|e| err(e.into()))?;
             match serde_json::from_slice::<StoredKey>(v.value()) {
                 Ok(s) if s.format == FORMAT => out.keys.push((k.value().to_string(), s)),
-                Ok(s) => out.skipped.push(format!("idempotency key {:?}: format {}", k.value(), s.format)),
-                Err(e) => out.skipped.push(format!("idempotency key {:?}: {e}", k.value())),
+                Ok(s) => out.skipped.push(format!(
+                    "idempotency key {:?}: format {}",
+                    k.value(),
+                    s.format
+                )),
+                Err(e) => out
+                    .skipped
+                    .push(format!("idempotency key {:?}: {e}", k.value())),
             }
         }
         Ok(out)
@@ -214,8 +250,17 @@ mod tests {
         let path = dir.path().join("sub/state.redb");
         let node: NodeId = "n1".parse().unwrap();
         let id = SandboxId::generate(&node);
-        let s = StoredSandbox { format: FORMAT, info: info(&id), hostname: "sandbox".into(), record: Some(serde_json::json!({"pid": 4})) };
-        let k = StoredKey { format: FORMAT, id: id.clone(), request: CreateSandboxRequest::default() };
+        let s = StoredSandbox {
+            format: FORMAT,
+            info: info(&id),
+            hostname: "sandbox".into(),
+            record: Some(serde_json::json!({"pid": 4})),
+        };
+        let k = StoredKey {
+            format: FORMAT,
+            id: id.clone(),
+            request: CreateSandboxRequest::default(),
+        };
         {
             let store = Store::open(&path).unwrap();
             store.put_sandbox(&s, Some(("k", &k))).unwrap();

@@ -27,7 +27,11 @@ use warren_types::NodeId;
 const DRAIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Parser)]
-#[command(name = "warrend", version, about = "Warren node daemon: sandboxes for RL agents behind an HTTP API")]
+#[command(
+    name = "warrend",
+    version,
+    about = "Warren node daemon: sandboxes for RL agents behind an HTTP API"
+)]
 struct Args {
     /// Unix socket to serve the API on.
     #[arg(long, default_value = "/run/warren/warren.sock")]
@@ -39,7 +43,11 @@ struct Args {
     #[arg(long, default_value = "/var/lib/warren")]
     state_dir: PathBuf,
     /// The image layer store.
-    #[arg(long, env = "WARREN_IMAGE_STORE", default_value = "/var/lib/warren/images")]
+    #[arg(
+        long,
+        env = "WARREN_IMAGE_STORE",
+        default_value = "/var/lib/warren/images"
+    )]
     image_store: PathBuf,
     /// This node's id (1-16 chars of [a-z0-9]); it prefixes every sandbox id.
     #[arg(long, default_value = "n1")]
@@ -56,7 +64,8 @@ fn main() -> Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
 
@@ -65,7 +74,11 @@ fn main() -> Result<()> {
     warren_sys::process::set_child_subreaper().context("becoming a child subreaper")?;
     start_reaper_thread()?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("warrend").build().context("starting the async runtime")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("warrend")
+        .build()
+        .context("starting the async runtime")?;
     rt.block_on(run(args))
 }
 
@@ -96,12 +109,17 @@ fn default_agent() -> Result<PathBuf> {
 /// Refuses a socket another daemon answers on; removes a stale one.
 fn check_socket(path: &Path) -> Result<()> {
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        bail!("another daemon already answers on {}; pick another --socket", path.display());
+        bail!(
+            "another daemon already answers on {}; pick another --socket",
+            path.display()
+        );
     }
     match std::fs::remove_file(path) {
         Ok(()) => info!(socket = %path.display(), "removed a stale socket"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing stale socket {}", path.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing stale socket {}", path.display()))
+        }
     }
     Ok(())
 }
@@ -110,8 +128,10 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).with_context(|| format!("chmod {}", path.display()))?;
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("chmod {}", path.display()))?;
     Ok(listener)
 }
 
@@ -132,19 +152,32 @@ async fn run(args: Args) -> Result<()> {
         None => default_agent()?,
     };
     let images = Arc::new(
-        ImageStore::open(&args.image_store).with_context(|| format!("opening the image store {}", args.image_store.display()))?,
+        ImageStore::open(&args.image_store)
+            .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
-    let runtime = ContainerRuntime::new(ContainerConfig::new(args.node.clone(), agent.clone()), images)
-        .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
+    let runtime = ContainerRuntime::new(
+        ContainerConfig::new(args.node.clone(), agent.clone()),
+        images,
+    )
+    .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
     let state = args.state_dir.join("state.redb");
-    let store = Store::open(&state).with_context(|| format!("opening the state store {}", state.display()))?;
+    let store = Store::open(&state)
+        .with_context(|| format!("opening the state store {}", state.display()))?;
 
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
-    let report = manager.recover().await.context("recovering sandboxes from the state store")?;
-    info!(adopted = report.adopted.len(), failed = report.failed.len(), orphans = report.orphans_removed.len(), "state recovered");
+    let report = manager
+        .recover()
+        .await
+        .context("recovering sandboxes from the state store")?;
+    info!(
+        adopted = report.adopted.len(),
+        failed = report.failed.len(),
+        orphans = report.orphans_removed.len(),
+        "state recovered"
+    );
     let _reaper = manager.spawn_reaper();
 
     let app = warren_node::router(manager.clone());
@@ -159,7 +192,9 @@ async fn run(args: Args) -> Result<()> {
     let unix = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped(stop_rx.clone()));
     servers.spawn(async move { unix.await.context("serving the Unix socket") });
     if let Some(addr) = args.listen {
-        let tcp = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
         info!(%addr, "serving on TCP too");
         let tcp = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop_rx.clone()));
         servers.spawn(async move { tcp.await.context("serving TCP") });
@@ -176,8 +211,16 @@ async fn run(args: Args) -> Result<()> {
     }
     manager.shutdown();
     let _ = stop_tx.send(true);
-    if tokio::time::timeout(DRAIN, async { while servers.join_next().await.is_some() {} }).await.is_err() {
-        warn!(secs = DRAIN.as_secs(), "open connections did not finish; closing them");
+    if tokio::time::timeout(DRAIN, async {
+        while servers.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        warn!(
+            secs = DRAIN.as_secs(),
+            "open connections did not finish; closing them"
+        );
     }
     let _ = std::fs::remove_file(&args.socket);
     Ok(())

@@ -22,7 +22,10 @@ impl HttpError {
 
 impl From<ApiError> for HttpError {
     fn from(error: ApiError) -> Self {
-        HttpError { error, status: None }
+        HttpError {
+            error,
+            status: None,
+        }
     }
 }
 
@@ -34,14 +37,24 @@ impl From<NodeError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let status = self
-            .status
-            .unwrap_or_else(|| StatusCode::from_u16(self.error.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+        let status = self.status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.error.code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        });
         let retry = self.error.retry_after;
         let body = serde_json::to_vec(&ErrorBody { error: self.error }).unwrap_or_default();
-        let mut resp = (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+        let mut resp = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
         if let Some(r) = retry {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(r));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(r));
         }
         resp
     }

@@ -12,11 +12,19 @@ use super::error::HttpResult;
 use super::extract::{JsonBody, OptionalJsonBody, ProcessParam, QueryPairs, SandboxParam};
 use crate::manager::Manager;
 
-pub async fn exec(State(m): State<Manager>, SandboxParam(id): SandboxParam, JsonBody(req): JsonBody<ExecRequest>) -> HttpResult<Json<ExecResult>> {
+pub async fn exec(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> HttpResult<Json<ExecResult>> {
     Ok(Json(m.exec(&id, req).await?))
 }
 
-pub async fn exec_stream(State(m): State<Manager>, SandboxParam(id): SandboxParam, JsonBody(req): JsonBody<ExecRequest>) -> HttpResult<Response> {
+pub async fn exec_stream(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> HttpResult<Response> {
     let events = m.exec_stream(&id, req).await?;
     // One JSON object per line; the client disconnecting drops the stream, which kills the
     // command.
@@ -26,10 +34,18 @@ pub async fn exec_stream(State(m): State<Manager>, SandboxParam(id): SandboxPara
         line.push(b'\n');
         Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), events))
     });
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
 }
 
-pub async fn spawn(State(m): State<Manager>, SandboxParam(id): SandboxParam, JsonBody(req): JsonBody<ExecRequest>) -> HttpResult<Response> {
+pub async fn spawn(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> HttpResult<Response> {
     let p = m.spawn(&id, req).await?;
     Ok((StatusCode::CREATED, Json(p)).into_response())
 }
@@ -39,15 +55,27 @@ pub struct ProcessList {
     pub processes: Vec<ProcessInfo>,
 }
 
-pub async fn list_procs(State(m): State<Manager>, SandboxParam(id): SandboxParam) -> HttpResult<Json<ProcessList>> {
-    Ok(Json(ProcessList { processes: m.list_procs(&id).await? }))
+pub async fn list_procs(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+) -> HttpResult<Json<ProcessList>> {
+    Ok(Json(ProcessList {
+        processes: m.list_procs(&id).await?,
+    }))
 }
 
-pub async fn get_proc(State(m): State<Manager>, ProcessParam(id, pid): ProcessParam) -> HttpResult<Json<ProcessInfo>> {
+pub async fn get_proc(
+    State(m): State<Manager>,
+    ProcessParam(id, pid): ProcessParam,
+) -> HttpResult<Json<ProcessInfo>> {
     Ok(Json(m.get_proc(&id, pid).await?))
 }
 
-pub async fn wait_proc(State(m): State<Manager>, ProcessParam(id, pid): ProcessParam, q: QueryPairs) -> HttpResult<Json<ExecResult>> {
+pub async fn wait_proc(
+    State(m): State<Manager>,
+    ProcessParam(id, pid): ProcessParam,
+    q: QueryPairs,
+) -> HttpResult<Json<ExecResult>> {
     q.only(&["timeout_secs"], &[])?;
     let timeout = q.parsed::<f64>("timeout_secs", "a number of seconds")?;
     Ok(Json(m.wait_proc(&id, pid, timeout).await?))
@@ -71,7 +99,11 @@ impl Default for KillRequest {
     }
 }
 
-pub async fn kill_proc(State(m): State<Manager>, ProcessParam(id, pid): ProcessParam, OptionalJsonBody(req): OptionalJsonBody<KillRequest>) -> HttpResult<StatusCode> {
+pub async fn kill_proc(
+    State(m): State<Manager>,
+    ProcessParam(id, pid): ProcessParam,
+    OptionalJsonBody(req): OptionalJsonBody<KillRequest>,
+) -> HttpResult<StatusCode> {
     m.kill_proc(&id, pid, req.signal).await?;
     Ok(StatusCode::NO_CONTENT)
 }

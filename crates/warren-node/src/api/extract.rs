@@ -18,14 +18,27 @@ pub const MAX_JSON_BODY: usize = 32 << 20;
 /// is let through because it is what `curl -d` sends by default; the bytes must still be
 /// JSON.
 fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
-    let Some(ct) = headers.get(CONTENT_TYPE) else { return Ok(()) };
-    let ct = ct.to_str().map_err(|_| HttpError::invalid("unreadable Content-Type"))?;
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    let ok = essence == "application/json" || essence.ends_with("+json") || essence == "application/x-www-form-urlencoded";
+    let Some(ct) = headers.get(CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let ct = ct
+        .to_str()
+        .map_err(|_| HttpError::invalid("unreadable Content-Type"))?;
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let ok = essence == "application/json"
+        || essence.ends_with("+json")
+        || essence == "application/x-www-form-urlencoded";
     if ok {
         Ok(())
     } else {
-        Err(HttpError::invalid(format!("Content-Type must be application/json, got {ct:?}")))
+        Err(HttpError::invalid(format!(
+            "Content-Type must be application/json, got {ct:?}"
+        )))
     }
 }
 
@@ -33,7 +46,11 @@ async fn read_body(req: Request) -> Result<axum::body::Bytes, HttpError> {
     check_content_type(req.headers())?;
     axum::body::to_bytes(req.into_body(), MAX_JSON_BODY)
         .await
-        .map_err(|e| HttpError::invalid(format!("cannot read the body (at most {MAX_JSON_BODY} bytes): {e}")))
+        .map_err(|e| {
+            HttpError::invalid(format!(
+                "cannot read the body (at most {MAX_JSON_BODY} bytes): {e}"
+            ))
+        })
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
@@ -77,8 +94,13 @@ pub type RawBody = Body;
 
 async fn path_params(parts: &mut Parts) -> Result<Vec<(String, String)>, HttpError> {
     // Raw params fail only on bad percent-encoding; the values are checked by the caller.
-    let raw = RawPathParams::from_request_parts(parts, &()).await.map_err(|e| HttpError::invalid(format!("bad path: {e}")))?;
-    Ok(raw.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    let raw = RawPathParams::from_request_parts(parts, &())
+        .await
+        .map_err(|e| HttpError::invalid(format!("bad path: {e}")))?;
+    Ok(raw
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
 }
 
 fn param(params: &[(String, String)], name: &str) -> Result<String, HttpError> {
@@ -90,7 +112,8 @@ fn param(params: &[(String, String)], name: &str) -> Result<String, HttpError> {
 }
 
 fn sandbox_id(s: &str) -> Result<SandboxId, HttpError> {
-    s.parse().map_err(|e: warren_types::id::IdError| HttpError::invalid(e.to_string()))
+    s.parse()
+        .map_err(|e: warren_types::id::IdError| HttpError::invalid(e.to_string()))
 }
 
 /// `{id}` of `/v1/sandboxes/{id}/...`, parsed.
@@ -117,7 +140,9 @@ impl<S: Send + Sync> FromRequestParts<S> for ProcessParam {
         let params = path_params(parts).await?;
         let id = sandbox_id(&param(&params, "id")?)?;
         let pid = param(&params, "pid")?;
-        let pid = pid.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| HttpError::invalid(format!("pid must be a positive integer, got {pid:?}")))?;
+        let pid = pid.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
+            HttpError::invalid(format!("pid must be a positive integer, got {pid:?}"))
+        })?;
         Ok(ProcessParam(id, pid))
     }
 }
@@ -131,7 +156,11 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
         let q = parts.uri.query().unwrap_or("");
-        Ok(QueryPairs(form_urlencoded::parse(q.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()))
+        Ok(QueryPairs(
+            form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        ))
     }
 }
 
@@ -140,31 +169,50 @@ impl QueryPairs {
     pub fn only(&self, allowed: &[&str], repeatable: &[&str]) -> Result<(), HttpError> {
         for (i, (k, _)) in self.0.iter().enumerate() {
             if !allowed.contains(&k.as_str()) {
-                return Err(HttpError::invalid(format!("unknown query parameter {k:?} (expected one of {allowed:?})")));
+                return Err(HttpError::invalid(format!(
+                    "unknown query parameter {k:?} (expected one of {allowed:?})"
+                )));
             }
             if !repeatable.contains(&k.as_str()) && self.0[..i].iter().any(|(p, _)| p == k) {
-                return Err(HttpError::invalid(format!("query parameter {k:?} given twice")));
+                return Err(HttpError::invalid(format!(
+                    "query parameter {k:?} given twice"
+                )));
             }
         }
         Ok(())
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn required(&self, key: &str) -> Result<&str, HttpError> {
-        self.get(key).ok_or_else(|| HttpError::invalid(format!("query parameter {key:?} is required")))
+        self.get(key)
+            .ok_or_else(|| HttpError::invalid(format!("query parameter {key:?} is required")))
     }
 
     /// A parsed value, `None` when absent.
-    pub fn parsed<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, HttpError> {
+    pub fn parsed<T: std::str::FromStr>(
+        &self,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, HttpError> {
         self.get(key)
-            .map(|v| v.parse::<T>().map_err(|_| HttpError::invalid(format!("query parameter {key:?} must be {what}, got {v:?}"))))
+            .map(|v| {
+                v.parse::<T>().map_err(|_| {
+                    HttpError::invalid(format!("query parameter {key:?} must be {what}, got {v:?}"))
+                })
+            })
             .transpose()
     }
 
@@ -174,7 +222,9 @@ impl QueryPairs {
             None => Ok(false),
             Some("true" | "1") => Ok(true),
             Some("false" | "0") => Ok(false),
-            Some(v) => Err(HttpError::invalid(format!("query parameter {key:?} must be true or false, got {v:?}"))),
+            Some(v) => Err(HttpError::invalid(format!(
+                "query parameter {key:?} must be true or false, got {v:?}"
+            ))),
         }
     }
 }
@@ -187,11 +237,20 @@ mod tests {
     fn content_types() {
         let mut h = HeaderMap::new();
         check_content_type(&h).unwrap();
-        for ok in ["application/json", "application/json; charset=utf-8", "application/x-www-form-urlencoded", "application/merge+json"] {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/x-www-form-urlencoded",
+            "application/merge+json",
+        ] {
             h.insert(CONTENT_TYPE, ok.parse().unwrap());
             check_content_type(&h).unwrap();
         }
-        for bad in ["text/plain", "multipart/form-data; boundary=x", "application/octet-stream"] {
+        for bad in [
+            "text/plain",
+            "multipart/form-data; boundary=x",
+            "application/octet-stream",
+        ] {
             h.insert(CONTENT_TYPE, bad.parse().unwrap());
             assert!(check_content_type(&h).is_err(), "{bad}");
         }
@@ -199,13 +258,23 @@ mod tests {
 
     #[test]
     fn query_rules() {
-        let q = QueryPairs(vec![("label".into(), "a=1".into()), ("label".into(), "b=2".into()), ("state".into(), "running".into())]);
+        let q = QueryPairs(vec![
+            ("label".into(), "a=1".into()),
+            ("label".into(), "b=2".into()),
+            ("state".into(), "running".into()),
+        ]);
         q.only(&["label", "state"], &["label"]).unwrap();
         assert_eq!(q.all("label").collect::<Vec<_>>(), ["a=1", "b=2"]);
         assert!(q.only(&["label"], &["label"]).is_err());
-        let q = QueryPairs(vec![("path".into(), "/a".into()), ("path".into(), "/b".into())]);
+        let q = QueryPairs(vec![
+            ("path".into(), "/a".into()),
+            ("path".into(), "/b".into()),
+        ]);
         assert!(q.only(&["path"], &[]).is_err());
-        let q = QueryPairs(vec![("mode".into(), "x".into()), ("recursive".into(), "yes".into())]);
+        let q = QueryPairs(vec![
+            ("mode".into(), "x".into()),
+            ("recursive".into(), "yes".into()),
+        ]);
         assert!(q.parsed::<u32>("mode", "a number").is_err());
         assert!(q.flag("recursive").is_err());
         assert!(!q.flag("other").unwrap());

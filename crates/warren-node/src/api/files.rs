@@ -18,7 +18,11 @@ fn path_query(q: &QueryPairs, allowed: &[&str]) -> HttpResult<String> {
     Ok(sandbox_path(q.required("path")?)?)
 }
 
-pub async fn download(State(m): State<Manager>, SandboxParam(id): SandboxParam, q: QueryPairs) -> HttpResult<Response> {
+pub async fn download(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
     let file = m.read_file(&id, &path).await?;
     let chunks = futures::stream::unfold(file, |mut file| async move {
@@ -28,23 +32,41 @@ pub async fn download(State(m): State<Manager>, SandboxParam(id): SandboxParam, 
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), file)),
         }
     });
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], Body::from_stream(chunks)).into_response())
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(chunks),
+    )
+        .into_response())
 }
 
-pub async fn upload(State(m): State<Manager>, SandboxParam(id): SandboxParam, q: QueryPairs, body: RawBody) -> HttpResult<StatusCode> {
+pub async fn upload(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+    body: RawBody,
+) -> HttpResult<StatusCode> {
     let path = path_query(&q, &["path", "mode"])?;
     let mode = q.parsed::<u32>("mode", "a decimal permission number (e.g. 420 for 0o644)")?;
-    m.write_file(&id, &path, mode, body.into_data_stream()).await?;
+    m.write_file(&id, &path, mode, body.into_data_stream())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn remove(State(m): State<Manager>, SandboxParam(id): SandboxParam, q: QueryPairs) -> HttpResult<StatusCode> {
+pub async fn remove(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<StatusCode> {
     let path = path_query(&q, &["path", "recursive"])?;
     m.remove(&id, &path, q.flag("recursive")?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn stat(State(m): State<Manager>, SandboxParam(id): SandboxParam, q: QueryPairs) -> HttpResult<Json<FileStat>> {
+pub async fn stat(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<Json<FileStat>> {
     let path = path_query(&q, &["path"])?;
     Ok(Json(m.stat(&id, &path).await?))
 }
@@ -54,18 +76,32 @@ pub struct Entries {
     pub entries: Vec<FileStat>,
 }
 
-pub async fn list(State(m): State<Manager>, SandboxParam(id): SandboxParam, q: QueryPairs) -> HttpResult<Json<Entries>> {
+pub async fn list(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<Json<Entries>> {
     let path = path_query(&q, &["path"])?;
-    Ok(Json(Entries { entries: m.list_dir(&id, &path).await? }))
+    Ok(Json(Entries {
+        entries: m.list_dir(&id, &path).await?,
+    }))
 }
 
-pub async fn mkdir(State(m): State<Manager>, SandboxParam(id): SandboxParam, JsonBody(req): JsonBody<MkdirRequest>) -> HttpResult<StatusCode> {
+pub async fn mkdir(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<MkdirRequest>,
+) -> HttpResult<StatusCode> {
     let path = sandbox_path(&req.path)?;
     m.mkdir(&id, &path, req.parents, req.mode).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn chmod(State(m): State<Manager>, SandboxParam(id): SandboxParam, JsonBody(req): JsonBody<ChmodRequest>) -> HttpResult<StatusCode> {
+pub async fn chmod(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ChmodRequest>,
+) -> HttpResult<StatusCode> {
     let path = sandbox_path(&req.path)?;
     m.chmod(&id, &path, req.mode).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -64,7 +64,10 @@ impl Routes {
         H: Handler<T, Manager>,
         T: 'static,
     {
-        assert!(ROUTES.contains(&(method, path)), "route {method} {path} is missing from ROUTES");
+        assert!(
+            ROUTES.contains(&(method, path)),
+            "route {method} {path} is missing from ROUTES"
+        );
         let filter = match method {
             "GET" => MethodFilter::GET,
             "POST" => MethodFilter::POST,
@@ -79,7 +82,12 @@ impl Routes {
 
     fn finish(self) -> Router<Manager> {
         for r in ROUTES {
-            assert!(self.seen.contains(r), "route {} {} in ROUTES has no handler", r.0, r.1);
+            assert!(
+                self.seen.contains(r),
+                "route {} {} in ROUTES has no handler",
+                r.0,
+                r.1
+            );
         }
         self.router
     }
@@ -87,41 +95,57 @@ impl Routes {
 
 /// The API router, ready to serve.
 pub fn router(manager: Manager) -> Router {
-    Routes { router: Router::new(), seen: Vec::new() }
-        .add("GET", "/v1/health", sandboxes::health)
-        .add("GET", "/metrics", sandboxes::metrics)
-        .add("POST", "/v1/sandboxes", sandboxes::create)
-        .add("GET", "/v1/sandboxes", sandboxes::list)
-        .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
-        .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
-        .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
-        .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
-        .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
-        .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
-        .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
-        .add("POST", "/v1/sandboxes/{id}/processes/{pid}/wait", exec::wait_proc)
-        .add("POST", "/v1/sandboxes/{id}/processes/{pid}/kill", exec::kill_proc)
-        .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
-        .add("GET", "/v1/sandboxes/{id}/files", files::download)
-        .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
-        .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
-        .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
-        .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
-        .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
-        .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
-        .finish()
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method)
-        .layer(axum::middleware::from_fn(log_request))
-        .with_state(manager)
+    Routes {
+        router: Router::new(),
+        seen: Vec::new(),
+    }
+    .add("GET", "/v1/health", sandboxes::health)
+    .add("GET", "/metrics", sandboxes::metrics)
+    .add("POST", "/v1/sandboxes", sandboxes::create)
+    .add("GET", "/v1/sandboxes", sandboxes::list)
+    .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
+    .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
+    .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
+    .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
+    .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
+    .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
+    .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
+    .add(
+        "POST",
+        "/v1/sandboxes/{id}/processes/{pid}/wait",
+        exec::wait_proc,
+    )
+    .add(
+        "POST",
+        "/v1/sandboxes/{id}/processes/{pid}/kill",
+        exec::kill_proc,
+    )
+    .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
+    .add("GET", "/v1/sandboxes/{id}/files", files::download)
+    .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
+    .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
+    .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
+    .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
+    .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
+    .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+    .finish()
+    .fallback(no_route)
+    .method_not_allowed_fallback(wrong_method)
+    .layer(axum::middleware::from_fn(log_request))
+    .with_state(manager)
 }
 
 async fn no_route(req: Request) -> HttpError {
-    warren_types::ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path())).into()
+    warren_types::ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
+        .into()
 }
 
 async fn wrong_method(req: Request) -> HttpError {
-    let mut e = HttpError::invalid(format!("method {} is not allowed on {}", req.method(), req.uri().path()));
+    let mut e = HttpError::invalid(format!(
+        "method {} is not allowed on {}",
+        req.method(),
+        req.uri().path()
+    ));
     e.status = Some(StatusCode::METHOD_NOT_ALLOWED);
     e
 }

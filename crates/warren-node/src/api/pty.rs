@@ -41,7 +41,8 @@ pub async fn pty(
     q: QueryPairs,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> HttpResult<Response> {
-    let ws = ws.map_err(|e| HttpError::invalid(format!("this route needs a WebSocket upgrade: {e}")))?;
+    let ws =
+        ws.map_err(|e| HttpError::invalid(format!("this route needs a WebSocket upgrade: {e}")))?;
     let req = pty_request(&q)?;
     let session = m.pty(&id, req).await?;
     Ok(ws.on_upgrade(move |socket| bridge(socket, session)))
@@ -58,14 +59,20 @@ struct Control {
 }
 
 async fn bridge(socket: WebSocket, session: TerminalSession) {
-    let TerminalSession { input, mut output, guard } = session;
+    let TerminalSession {
+        input,
+        mut output,
+        guard,
+    } = session;
     let (mut tx, mut rx) = socket.split();
     let inbound = async {
         while let Some(Ok(msg)) = rx.next().await {
             let sent = match msg {
                 Message::Binary(b) => input.input(b).await,
                 Message::Text(t) => match serde_json::from_str::<Control>(t.as_str()) {
-                    Ok(c) if c.kind == "resize" && c.cols > 0 && c.rows > 0 => input.resize(c.cols, c.rows).await,
+                    Ok(c) if c.kind == "resize" && c.cols > 0 && c.rows > 0 => {
+                        input.resize(c.cols, c.rows).await
+                    }
                     // Unknown control frames are ignored, so newer clients work with this node.
                     _ => Ok(()),
                 },
@@ -86,7 +93,9 @@ async fn bridge(socket: WebSocket, session: TerminalSession) {
                     }
                     continue;
                 }
-                Some(Ok(StreamItem::Exit(e))) => json!({"type": "exit", "exit_code": e.exit_code, "signal": e.signal}),
+                Some(Ok(StreamItem::Exit(e))) => {
+                    json!({"type": "exit", "exit_code": e.exit_code, "signal": e.signal})
+                }
                 Some(Err(e)) => {
                     let error = crate::NodeError::runtime(guard.sandbox_id(), e).to_api();
                     json!({"type": "error", "error": error})

@@ -32,12 +32,26 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
 }
 
 pub async fn metrics(State(m): State<Manager>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], m.render_metrics()).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        m.render_metrics(),
+    )
+        .into_response()
 }
 
-pub async fn create(State(m): State<Manager>, JsonBody(req): JsonBody<CreateSandboxRequest>) -> HttpResult<Response> {
+pub async fn create(
+    State(m): State<Manager>,
+    JsonBody(req): JsonBody<CreateSandboxRequest>,
+) -> HttpResult<Response> {
     let created = m.create(req).await?;
-    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(created.info)).into_response())
 }
 
@@ -51,12 +65,16 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
     q.only(&["label", "state"], &["label"])?;
     let mut filter = ListFilter::default();
     for l in q.all("label") {
-        let (k, v) = l.split_once('=').ok_or_else(|| HttpError::invalid(format!("label filter must be key=value, got {l:?}")))?;
+        let (k, v) = l.split_once('=').ok_or_else(|| {
+            HttpError::invalid(format!("label filter must be key=value, got {l:?}"))
+        })?;
         filter.labels.insert(k.to_string(), v.to_string());
     }
     if let Some(s) = q.get("state") {
         filter.state = Some(SandboxState::parse(s).ok_or_else(|| {
-            HttpError::invalid(format!("state must be one of creating, running, paused, stopped, failed; got {s:?}"))
+            HttpError::invalid(format!(
+                "state must be one of creating, running, paused, stopped, failed; got {s:?}"
+            ))
         })?);
     }
     Ok(filter)
@@ -64,14 +82,22 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
 
 pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
     let filter = list_filter(&q)?;
-    Ok(Json(SandboxList { sandboxes: m.list(&filter) }))
+    Ok(Json(SandboxList {
+        sandboxes: m.list(&filter),
+    }))
 }
 
-pub async fn get(State(m): State<Manager>, SandboxParam(id): SandboxParam) -> HttpResult<Json<SandboxInfo>> {
+pub async fn get(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+) -> HttpResult<Json<SandboxInfo>> {
     Ok(Json(m.get(&id)?))
 }
 
-pub async fn delete(State(m): State<Manager>, SandboxParam(id): SandboxParam) -> HttpResult<StatusCode> {
+pub async fn delete(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+) -> HttpResult<StatusCode> {
     m.delete(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

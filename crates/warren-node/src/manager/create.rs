@@ -34,15 +34,23 @@ impl Manager {
                 if let Some(existing) = keys.get(key).cloned() {
                     drop(keys);
                     if existing.request != req {
-                        return Err(NodeError::IdempotencyConflict { key: key.clone(), id: existing.id });
+                        return Err(NodeError::IdempotencyConflict {
+                            key: key.clone(),
+                            id: existing.id,
+                        });
                     }
                     let info = self.get(&existing.id)?;
-                    return Ok(Created { info, created: false });
+                    return Ok(Created {
+                        info,
+                        created: false,
+                    });
                 }
             }
             let mut map = self.map_mut();
             if map.len() >= cfg.max_sandboxes {
-                return Err(NodeError::TooManySandboxes { max: cfg.max_sandboxes });
+                return Err(NodeError::TooManySandboxes {
+                    max: cfg.max_sandboxes,
+                });
             }
             let id = SandboxId::generate(&cfg.node);
             let now = now_ms();
@@ -54,7 +62,11 @@ impl Manager {
                 limits,
                 labels: req.labels.clone(),
                 env: req.env.clone(),
-                workdir: req.workdir.as_deref().map(warren_types::validate::sandbox_path).transpose()?,
+                workdir: req
+                    .workdir
+                    .as_deref()
+                    .map(warren_types::validate::sandbox_path)
+                    .transpose()?,
                 user: req.user.clone(),
                 network: req.network.clone(),
                 created_at_ms: now,
@@ -67,25 +79,56 @@ impl Manager {
             let sb = Arc::new(Sandbox {
                 id: id.clone(),
                 runtime: runtime.clone(),
-                hostname: req.hostname.clone().unwrap_or_else(|| cfg.default_hostname.clone()),
+                hostname: req
+                    .hostname
+                    .clone()
+                    .unwrap_or_else(|| cfg.default_hostname.clone()),
                 active: AtomicU64::new(0),
-                state: Mutex::new(Entry { info, instance: None, record: None, deleting: false }),
+                state: Mutex::new(Entry {
+                    info,
+                    instance: None,
+                    record: None,
+                    deleting: false,
+                }),
             });
             map.insert(id.clone(), sb.clone());
             if let Some(key) = &req.idempotency_key {
-                keys.insert(key.clone(), KeyEntry { id, request: req.clone() });
+                keys.insert(
+                    key.clone(),
+                    KeyEntry {
+                        id,
+                        request: req.clone(),
+                    },
+                );
             }
             sb
         };
 
         let (spec, stored) = {
             let st = sb.lock();
-            let stored = StoredSandbox { format: FORMAT, info: st.info.clone(), hostname: sb.hostname.clone(), record: None };
+            let stored = StoredSandbox {
+                format: FORMAT,
+                info: st.info.clone(),
+                hostname: sb.hostname.clone(),
+                record: None,
+            };
             (sb.spec(&st.info), stored)
         };
-        let stored_key =
-            req.idempotency_key.as_ref().map(|k| (k.as_str(), StoredKey { format: FORMAT, id: sb.id.clone(), request: req.clone() }));
-        if let Err(e) = self.inner.store.put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v))) {
+        let stored_key = req.idempotency_key.as_ref().map(|k| {
+            (
+                k.as_str(),
+                StoredKey {
+                    format: FORMAT,
+                    id: sb.id.clone(),
+                    request: req.clone(),
+                },
+            )
+        });
+        if let Err(e) = self
+            .inner
+            .store
+            .put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v)))
+        {
             self.forget(&sb.id, req.idempotency_key.as_deref());
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e.into());
@@ -97,7 +140,11 @@ impl Manager {
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
                 self.forget(&sb.id, req.idempotency_key.as_deref());
-                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, req.idempotency_key.as_deref()) {
+                if let Err(se) = self
+                    .inner
+                    .store
+                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref())
+                {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
@@ -118,7 +165,10 @@ impl Manager {
                 self.watch_lost(sb.clone(), instance);
                 Metrics::inc(&self.inner.metrics.creates);
                 info!(sandbox = %sb.id, ms = started.elapsed().as_millis() as u64, image = ?info.image, "sandbox created");
-                Ok(Created { info, created: true })
+                Ok(Created {
+                    info,
+                    created: true,
+                })
             }
             Err(e) => {
                 // Without a durable record the sandbox could leak across a restart: undo it.
@@ -127,7 +177,10 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
                 self.forget(&sb.id, req.idempotency_key.as_deref());
-                let _ = self.inner.store.remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+                let _ = self
+                    .inner
+                    .store
+                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
                 Metrics::inc(&self.inner.metrics.create_errors);
                 Err(e)
             }

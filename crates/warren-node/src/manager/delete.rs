@@ -23,14 +23,22 @@ impl Manager {
         let (instance, record, key) = {
             let mut st = sb.lock();
             if st.info.state == SandboxState::Creating {
-                return Err(NodeError::NotRunning { id: sb.id.clone(), state: st.info.state, reason: Some("still being created; retry".into()) });
+                return Err(NodeError::NotRunning {
+                    id: sb.id.clone(),
+                    state: st.info.state,
+                    reason: Some("still being created; retry".into()),
+                });
             }
             if st.deleting {
                 // Another delete is under way; it will finish the job.
                 return Ok(());
             }
             st.deleting = true;
-            (st.instance.take(), st.record.clone(), st.info.idempotency_key.clone())
+            (
+                st.instance.take(),
+                st.record.clone(),
+                st.info.idempotency_key.clone(),
+            )
         };
         let destroyed = match &instance {
             Some(i) => i.destroy().await,

@@ -11,7 +11,8 @@ use warren_proto::ExecSpec;
 use warren_runtime::agent::{PtyInput, PtyOutput};
 use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StreamItem};
 use warren_types::{
-    ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState, SandboxId, SandboxInfo,
+    ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState,
+    SandboxId, SandboxInfo,
 };
 
 use super::{now_ms, ActivityGuard, Manager};
@@ -49,7 +50,12 @@ pub(crate) fn encode(bytes: &[u8], encoding: OutputEncoding) -> String {
 }
 
 /// The API result of a finished command.
-pub(crate) fn exec_result(stdout: &[u8], stderr: &[u8], exit: &ExitInfo, encoding: OutputEncoding) -> ExecResult {
+pub(crate) fn exec_result(
+    stdout: &[u8],
+    stderr: &[u8],
+    exit: &ExitInfo,
+    encoding: OutputEncoding,
+) -> ExecResult {
     ExecResult {
         exit_code: exit.exit_code,
         signal: exit.signal,
@@ -83,7 +89,10 @@ pub struct ExecEvents {
 
 impl std::fmt::Debug for ExecEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecEvents").field("sandbox", &self.id).field("done", &self.done).finish()
+        f.debug_struct("ExecEvents")
+            .field("sandbox", &self.id)
+            .field("done", &self.done)
+            .finish()
     }
 }
 
@@ -96,22 +105,35 @@ impl ExecEvents {
         let item = self.stream.next().await;
         let m = &self.manager.inner.metrics;
         match item {
-            Some(Ok(StreamItem::Stdout(b))) => Some(ExecEvent::Stdout { data: encode(&b, self.encoding) }),
-            Some(Ok(StreamItem::Stderr(b))) => Some(ExecEvent::Stderr { data: encode(&b, self.encoding) }),
+            Some(Ok(StreamItem::Stdout(b))) => Some(ExecEvent::Stdout {
+                data: encode(&b, self.encoding),
+            }),
+            Some(Ok(StreamItem::Stderr(b))) => Some(ExecEvent::Stderr {
+                data: encode(&b, self.encoding),
+            }),
             Some(Ok(StreamItem::Exit(exit))) => {
                 self.done = true;
                 m.observe_exec(self.started.elapsed());
-                Some(ExecEvent::Exit { result: exec_result(&[], &[], &exit, self.encoding) })
+                Some(ExecEvent::Exit {
+                    result: exec_result(&[], &[], &exit, self.encoding),
+                })
             }
             Some(Err(e)) => {
                 self.done = true;
                 Metrics::inc(&m.exec_errors);
-                Some(ExecEvent::Error { error: NodeError::runtime(&self.id, e).to_api() })
+                Some(ExecEvent::Error {
+                    error: NodeError::runtime(&self.id, e).to_api(),
+                })
             }
             None => {
                 self.done = true;
                 Metrics::inc(&m.exec_errors);
-                Some(ExecEvent::Error { error: ApiError::new(warren_types::ErrorCode::SandboxLost, "the command's stream ended without an exit") })
+                Some(ExecEvent::Error {
+                    error: ApiError::new(
+                        warren_types::ErrorCode::SandboxLost,
+                        "the command's stream ended without an exit",
+                    ),
+                })
             }
         }
     }
@@ -159,16 +181,24 @@ impl Manager {
 
     /// `POST /v1/sandboxes/{id}/exec/stream`. Errors before the command starts are returned
     /// here; later ones arrive as the stream's last event.
-    pub async fn exec_stream(&self, id: &SandboxId, req: ExecRequest) -> Result<ExecEvents, NodeError> {
+    pub async fn exec_stream(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+    ) -> Result<ExecEvents, NodeError> {
         req.validate()?;
         let (instance, info, guard) = self.running(id)?;
         let spec = exec_spec(&info, &req);
         let stdin = req.stdin.map(Bytes::from);
         Metrics::inc(&self.inner.metrics.execs);
-        let stream = instance.agent().exec_stream(spec, stdin).await.map_err(|e| {
-            Metrics::inc(&self.inner.metrics.exec_errors);
-            NodeError::runtime(id, e)
-        })?;
+        let stream = instance
+            .agent()
+            .exec_stream(spec, stdin)
+            .await
+            .map_err(|e| {
+                Metrics::inc(&self.inner.metrics.exec_errors);
+                NodeError::runtime(id, e)
+            })?;
         Ok(ExecEvents {
             stream,
             encoding: req.encoding,
@@ -184,19 +214,37 @@ impl Manager {
     pub async fn spawn(&self, id: &SandboxId, req: ExecRequest) -> Result<ProcessInfo, NodeError> {
         req.validate()?;
         if req.stdin.is_some() {
-            return Err(ApiError::invalid("background processes take no stdin; upload a file and redirect it").into());
+            return Err(ApiError::invalid(
+                "background processes take no stdin; upload a file and redirect it",
+            )
+            .into());
         }
         let (instance, info, _guard) = self.running(id)?;
         let spec = exec_spec(&info, &req);
         let argv = spec.argv.clone();
-        let pid = instance.agent().spawn(spec).await.map_err(|e| NodeError::runtime(id, e))?;
-        Ok(ProcessInfo { pid, argv, state: ProcessState::Running, exit_code: None, signal: None, started_at_ms: now_ms() })
+        let pid = instance
+            .agent()
+            .spawn(spec)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        Ok(ProcessInfo {
+            pid,
+            argv,
+            state: ProcessState::Running,
+            exit_code: None,
+            signal: None,
+            started_at_ms: now_ms(),
+        })
     }
 
     /// `GET /v1/sandboxes/{id}/processes`.
     pub async fn list_procs(&self, id: &SandboxId) -> Result<Vec<ProcessInfo>, NodeError> {
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().list_procs().await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .list_procs()
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `GET /v1/sandboxes/{id}/processes/{pid}`.
@@ -205,12 +253,19 @@ impl Manager {
             .await?
             .into_iter()
             .find(|p| p.pid == pid)
-            .ok_or_else(|| ApiError::not_found(format!("no background process {pid} in sandbox {id}")).into())
+            .ok_or_else(|| {
+                ApiError::not_found(format!("no background process {pid} in sandbox {id}")).into()
+            })
     }
 
     /// `POST /v1/sandboxes/{id}/processes/{pid}/wait`: `timeout` answers `timeout` when the
     /// process is still running then (it keeps running).
-    pub async fn wait_proc(&self, id: &SandboxId, pid: u32, timeout_secs: Option<f64>) -> Result<ExecResult, NodeError> {
+    pub async fn wait_proc(
+        &self,
+        id: &SandboxId,
+        pid: u32,
+        timeout_secs: Option<f64>,
+    ) -> Result<ExecResult, NodeError> {
         if let Some(t) = timeout_secs {
             if !(0.0..=MAX_WAIT_SECS).contains(&t) {
                 return Err(ApiError::invalid("timeout_secs must be between 0 and 7 days").into());
@@ -218,7 +273,11 @@ impl Manager {
         }
         let (instance, _, _guard) = self.running(id)?;
         let timeout_ms = timeout_secs.map(|t| (t * 1000.0).ceil() as u64);
-        let out = instance.agent().wait(pid, timeout_ms).await.map_err(|e| NodeError::runtime(id, e))?;
+        let out = instance
+            .agent()
+            .wait(pid, timeout_ms)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
         Ok(output_result(&out, OutputEncoding::Utf8))
     }
 
@@ -228,12 +287,19 @@ impl Manager {
             return Err(ApiError::invalid(format!("signal must be 1-64, got {signal}")).into());
         }
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().kill(pid, signal).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .kill(pid, signal)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `GET /v1/sandboxes/{id}/pty`: starts a terminal.
     pub async fn pty(&self, id: &SandboxId, req: PtyRequest) -> Result<TerminalSession, NodeError> {
-        let exec = ExecRequest { argv: Some(req.argv), ..Default::default() };
+        let exec = ExecRequest {
+            argv: Some(req.argv),
+            ..Default::default()
+        };
         exec.validate()?;
         if req.cols == 0 || req.rows == 0 {
             return Err(ApiError::invalid("cols and rows must be at least 1").into());
@@ -243,8 +309,16 @@ impl Manager {
         if !spec.env.iter().any(|(k, _)| k == "TERM") {
             spec.env.push(("TERM".into(), "xterm-256color".into()));
         }
-        let session = instance.agent().pty(spec, req.cols, req.rows).await.map_err(|e| NodeError::runtime(id, e))?;
+        let session = instance
+            .agent()
+            .pty(spec, req.cols, req.rows)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
         let (input, output) = session.split();
-        Ok(TerminalSession { input, output, guard })
+        Ok(TerminalSession {
+            input,
+            output,
+            guard,
+        })
     }
 }

@@ -20,14 +20,19 @@ pub struct FileDownload {
 
 impl std::fmt::Debug for FileDownload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileDownload").field("sandbox", &self.id).finish()
+        f.debug_struct("FileDownload")
+            .field("sandbox", &self.id)
+            .finish()
     }
 }
 
 impl FileDownload {
     /// The next chunk; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<Bytes, NodeError>> {
-        self.reader.next().await.map(|r| r.map_err(|e| NodeError::runtime(&self.id, e)))
+        self.reader
+            .next()
+            .await
+            .map(|r| r.map_err(|e| NodeError::runtime(&self.id, e)))
     }
 }
 
@@ -37,13 +42,27 @@ impl Manager {
     pub async fn read_file(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
         let path = sandbox_path(path)?;
         let (instance, _, guard) = self.running(id)?;
-        let reader = instance.agent().read_file(&path).await.map_err(|e| NodeError::runtime(id, e))?;
-        Ok(FileDownload { reader, id: id.clone(), _guard: guard })
+        let reader = instance
+            .agent()
+            .read_file(&path)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        Ok(FileDownload {
+            reader,
+            id: id.clone(),
+            _guard: guard,
+        })
     }
 
     /// `PUT /v1/sandboxes/{id}/files`: creates or truncates `path` and writes `body` to it
     /// chunk by chunk (any size; nothing is held beyond one chunk).
-    pub async fn write_file<S, E>(&self, id: &SandboxId, path: &str, mode: Option<u32>, mut body: S) -> Result<(), NodeError>
+    pub async fn write_file<S, E>(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        mode: Option<u32>,
+        mut body: S,
+    ) -> Result<(), NodeError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
         E: std::fmt::Display,
@@ -53,12 +72,18 @@ impl Manager {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
         let (instance, _, _guard) = self.running(id)?;
-        let mut w = instance.agent().write_file(&path, mode).await.map_err(|e| NodeError::runtime(id, e))?;
+        let mut w = instance
+            .agent()
+            .write_file(&path, mode)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
         while let Some(chunk) = body.next().await {
             // Dropping the writer on an interrupted upload cancels it inside the sandbox.
             let chunk = chunk.map_err(|e| ApiError::invalid(format!("upload interrupted: {e}")))?;
             if !chunk.is_empty() {
-                w.write(chunk).await.map_err(|e| NodeError::runtime(id, e))?;
+                w.write(chunk)
+                    .await
+                    .map_err(|e| NodeError::runtime(id, e))?;
             }
         }
         w.finish().await.map_err(|e| NodeError::runtime(id, e))
@@ -68,34 +93,65 @@ impl Manager {
     pub async fn stat(&self, id: &SandboxId, path: &str) -> Result<FileStat, NodeError> {
         let path = sandbox_path(path)?;
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().stat(&path).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .stat(&path)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `GET /v1/sandboxes/{id}/files/list`.
     pub async fn list_dir(&self, id: &SandboxId, path: &str) -> Result<Vec<FileStat>, NodeError> {
         let path = sandbox_path(path)?;
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().list(&path).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .list(&path)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `POST /v1/sandboxes/{id}/files/mkdir`.
-    pub async fn mkdir(&self, id: &SandboxId, path: &str, parents: bool, mode: Option<u32>) -> Result<(), NodeError> {
+    pub async fn mkdir(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        parents: bool,
+        mode: Option<u32>,
+    ) -> Result<(), NodeError> {
         let path = sandbox_path(path)?;
         if mode.is_some_and(|m| m > 0o7777) {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().mkdir(&path, parents, mode).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .mkdir(&path, parents, mode)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `DELETE /v1/sandboxes/{id}/files`.
-    pub async fn remove(&self, id: &SandboxId, path: &str, recursive: bool) -> Result<(), NodeError> {
+    pub async fn remove(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), NodeError> {
         let path = sandbox_path(path)?;
         if path == "/" {
-            return Err(ApiError::new(warren_types::ErrorCode::InvalidPath, "refusing to remove the sandbox's root").into());
+            return Err(ApiError::new(
+                warren_types::ErrorCode::InvalidPath,
+                "refusing to remove the sandbox's root",
+            )
+            .into());
         }
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().remove(&path, recursive).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .remove(&path, recursive)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 
     /// `POST /v1/sandboxes/{id}/files/chmod`.
@@ -105,6 +161,10 @@ impl Manager {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
         let (instance, _, _guard) = self.running(id)?;
-        instance.agent().chmod(&path, mode).await.map_err(|e| NodeError::runtime(id, e))
+        instance
+            .agent()
+            .chmod(&path, mode)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))
     }
 }

@@ -31,9 +31,9 @@ use crate::metrics::Metrics;
 use crate::store::{Store, StoredSandbox, FORMAT};
 
 pub use create::Created;
-pub use reaper::{AGENT_EXITED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::FileDownload;
+pub use reaper::{AGENT_EXITED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
 
 /// How many recently deleted sandboxes keep their reason for a friendlier 404.
@@ -41,7 +41,10 @@ const TOMBSTONES: usize = 4096;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// `GET /v1/sandboxes` filter.
@@ -55,7 +58,10 @@ pub struct ListFilter {
 impl ListFilter {
     fn matches(&self, info: &SandboxInfo) -> bool {
         self.state.is_none_or(|s| s == info.state)
-            && self.labels.iter().all(|(k, v)| info.labels.get(k) == Some(v))
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| info.labels.get(k) == Some(v))
     }
 }
 
@@ -150,7 +156,10 @@ pub struct Manager {
 
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Manager").field("node", &self.inner.cfg.node).field("store", &self.inner.store).finish()
+        f.debug_struct("Manager")
+            .field("node", &self.inner.cfg.node)
+            .field("store", &self.inner.store)
+            .finish()
     }
 }
 
@@ -197,10 +206,20 @@ impl Manager {
     }
 
     fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
-        self.inner.runtimes.iter().find(|r| r.substrate() == s).cloned().ok_or_else(|| NodeError::UnsupportedSubstrate {
-            requested: s,
-            served: self.substrates().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-        })
+        self.inner
+            .runtimes
+            .iter()
+            .find(|r| r.substrate() == s)
+            .cloned()
+            .ok_or_else(|| NodeError::UnsupportedSubstrate {
+                requested: s,
+                served: self
+                    .substrates()
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 
     fn map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
@@ -216,20 +235,42 @@ impl Manager {
         if let Some(sb) = self.map().get(id) {
             return Ok(sb.clone());
         }
-        let why = self.inner.tombstones.lock().expect("tombstones lock").iter().rev().find(|(t, _)| t == id).map(|(_, w)| w.clone());
-        Err(NodeError::SandboxNotFound { id: id.clone(), why })
+        let why = self
+            .inner
+            .tombstones
+            .lock()
+            .expect("tombstones lock")
+            .iter()
+            .rev()
+            .find(|(t, _)| t == id)
+            .map(|(_, w)| w.clone());
+        Err(NodeError::SandboxNotFound {
+            id: id.clone(),
+            why,
+        })
     }
 
     /// A running sandbox's instance, marking the sandbox busy for the guard's life.
-    pub(crate) fn running(&self, id: &SandboxId) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+    pub(crate) fn running(
+        &self,
+        id: &SandboxId,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
         let sb = self.lookup(id)?;
         let (instance, info) = {
             let st = sb.lock();
             match (&st.instance, st.info.state) {
                 (Some(i), SandboxState::Running) if !st.deleting => (i.clone(), st.info.clone()),
                 _ => {
-                    let state = if st.deleting { SandboxState::Stopped } else { st.info.state };
-                    return Err(NodeError::NotRunning { id: id.clone(), state, reason: st.info.reason.clone() });
+                    let state = if st.deleting {
+                        SandboxState::Stopped
+                    } else {
+                        st.info.state
+                    };
+                    return Err(NodeError::NotRunning {
+                        id: id.clone(),
+                        state,
+                        reason: st.info.reason.clone(),
+                    });
                 }
             }
         };
@@ -238,7 +279,12 @@ impl Manager {
 
     /// Writes a sandbox's current record to the store.
     fn persist(&self, sb: &Sandbox, st: &Entry) -> Result<(), NodeError> {
-        let stored = StoredSandbox { format: FORMAT, info: st.info.clone(), hostname: sb.hostname.clone(), record: st.record.clone() };
+        let stored = StoredSandbox {
+            format: FORMAT,
+            info: st.info.clone(),
+            hostname: sb.hostname.clone(),
+            record: st.record.clone(),
+        };
         self.inner.store.put_sandbox(&stored, None)?;
         Ok(())
     }

@@ -57,11 +57,17 @@ impl Manager {
         for (sb, why) in due {
             match self.end(&sb, why).await {
                 Ok(()) => {
-                    let c = if why == TTL_EXPIRED { &self.inner.metrics.reaped_ttl } else { &self.inner.metrics.reaped_idle };
+                    let c = if why == TTL_EXPIRED {
+                        &self.inner.metrics.reaped_ttl
+                    } else {
+                        &self.inner.metrics.reaped_idle
+                    };
                     Metrics::inc(c);
                     done.push((sb.id.clone(), why));
                 }
-                Err(e) => warn!(sandbox = %sb.id, why, error = %e, "reaper could not delete the sandbox"),
+                Err(e) => {
+                    warn!(sandbox = %sb.id, why, error = %e, "reaper could not delete the sandbox")
+                }
             }
         }
         done
@@ -80,7 +86,10 @@ impl Manager {
     async fn on_lost(&self, sb: &Arc<Sandbox>, instance: &Arc<dyn Instance>) {
         {
             let mut st = sb.lock();
-            let same = st.instance.as_ref().is_some_and(|i| Arc::ptr_eq(i, instance));
+            let same = st
+                .instance
+                .as_ref()
+                .is_some_and(|i| Arc::ptr_eq(i, instance));
             if st.deleting || !same || self.stopping() {
                 return;
             }

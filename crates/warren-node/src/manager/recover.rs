@@ -32,7 +32,10 @@ impl Manager {
     /// serving.
     pub async fn recover(&self) -> Result<RecoveryReport, NodeError> {
         let loaded = self.inner.store.load()?;
-        let mut report = RecoveryReport { skipped: loaded.skipped, ..Default::default() };
+        let mut report = RecoveryReport {
+            skipped: loaded.skipped,
+            ..Default::default()
+        };
         for s in &report.skipped {
             warn!(entry = %s, "state entry skipped");
         }
@@ -43,7 +46,13 @@ impl Manager {
         let mut keys: HashMap<String, KeyEntry> = HashMap::new();
         for (key, k) in loaded.keys {
             if self.map().contains_key(&k.id) {
-                keys.insert(key, KeyEntry { id: k.id, request: k.request });
+                keys.insert(
+                    key,
+                    KeyEntry {
+                        id: k.id,
+                        request: k.request,
+                    },
+                );
             } else if let Err(e) = self.inner.store.remove_sandbox(&k.id, Some(&key)) {
                 warn!(key, error = %e, "cannot drop a stale idempotency key");
             }
@@ -59,7 +68,9 @@ impl Manager {
                     }
                     report.orphans_removed.extend(removed);
                 }
-                Err(e) => warn!(substrate = rt.substrate().as_str(), error = %e, "reconcile failed"),
+                Err(e) => {
+                    warn!(substrate = rt.substrate().as_str(), error = %e, "reconcile failed")
+                }
             }
         }
         info!(
@@ -73,7 +84,12 @@ impl Manager {
     }
 
     async fn recover_one(&self, stored: StoredSandbox, report: &mut RecoveryReport) {
-        let StoredSandbox { info, hostname, record, .. } = stored;
+        let StoredSandbox {
+            info,
+            hostname,
+            record,
+            ..
+        } = stored;
         let id: SandboxId = match info.id.parse() {
             Ok(id) => id,
             Err(e) => {
@@ -95,37 +111,44 @@ impl Manager {
             runtime: runtime.clone(),
             hostname,
             active: AtomicU64::new(0),
-            state: Mutex::new(Entry { info, instance: None, record, deleting: false }),
+            state: Mutex::new(Entry {
+                info,
+                instance: None,
+                record,
+                deleting: false,
+            }),
         });
         let (state, spec, record) = {
             let st = sb.lock();
             (st.info.state, sb.spec(&st.info), st.record.clone())
         };
         let failure = match (state, record) {
-            (SandboxState::Running | SandboxState::Paused, Some(record)) => match runtime.adopt(&spec, &record).await {
-                Ok(instance) => {
-                    {
-                        let mut st = sb.lock();
-                        st.info.state = SandboxState::Running;
-                        st.info.last_activity_ms = now_ms();
-                        st.record = Some(instance.record());
-                        st.instance = Some(instance.clone());
-                        if let Err(e) = self.persist(&sb, &st) {
-                            warn!(sandbox = %id, error = %e, "cannot record the adopted sandbox");
+            (SandboxState::Running | SandboxState::Paused, Some(record)) => {
+                match runtime.adopt(&spec, &record).await {
+                    Ok(instance) => {
+                        {
+                            let mut st = sb.lock();
+                            st.info.state = SandboxState::Running;
+                            st.info.last_activity_ms = now_ms();
+                            st.record = Some(instance.record());
+                            st.instance = Some(instance.clone());
+                            if let Err(e) = self.persist(&sb, &st) {
+                                warn!(sandbox = %id, error = %e, "cannot record the adopted sandbox");
+                            }
                         }
+                        self.watch_lost(sb.clone(), instance);
+                        info!(sandbox = %id, "sandbox re-adopted");
+                        report.adopted.push(id.clone());
+                        None
                     }
-                    self.watch_lost(sb.clone(), instance);
-                    info!(sandbox = %id, "sandbox re-adopted");
-                    report.adopted.push(id.clone());
-                    None
-                }
-                Err(e) => {
-                    if let Err(de) = runtime.destroy_record(&id, Some(&record)).await {
-                        warn!(sandbox = %id, error = %de, "cannot tear down a sandbox that failed adoption");
+                    Err(e) => {
+                        if let Err(de) = runtime.destroy_record(&id, Some(&record)).await {
+                            warn!(sandbox = %id, error = %de, "cannot tear down a sandbox that failed adoption");
+                        }
+                        Some(format!("could not re-adopt after a daemon restart: {e}"))
                     }
-                    Some(format!("could not re-adopt after a daemon restart: {e}"))
                 }
-            },
+            }
             (SandboxState::Running | SandboxState::Paused | SandboxState::Creating, record) => {
                 if let Err(de) = runtime.destroy_record(&id, record.as_ref()).await {
                     warn!(sandbox = %id, error = %de, "cannot tear down a half-made sandbox");

@@ -1,0 +1,295 @@
+//! Test doubles for unit tests only: a runtime that makes no sandboxes, and a tiny agent
+//! speaking the real protocol over a socketpair so [`AgentConn`] is the real one.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::net::UnixStream;
+use warren_proto::{Call, Event, Frame, Kind};
+use warren_runtime::{AgentConn, Instance, Runtime, RuntimeError, SandboxSpec};
+use warren_types::{FileKind, FileStat, NodeId, ProcessInfo, ProcessState, SandboxId, Substrate};
+
+use crate::{Manager, NodeConfig, Store};
+
+/// Answers calls the way the real agent would, without running anything:
+/// - `exec`: stdout is the [`warren_proto::ExecSpec`] it received, as JSON; stderr is `err`;
+///   stdin (if any) is echoed after the JSON; exit code 3;
+/// - `stat`/`list`: a file named after the path; `/missing` → `not_found`;
+/// - `spawn` → pid 42; `list_procs` → pid 42; `wait` → `timeout`; `kill`, `mkdir`, `chmod`,
+///   `remove` → done; `write_file` swallows the upload; `read_file` sends `hello`.
+async fn fake_agent(stream: UnixStream) {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut stdin: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+    let mut pending_exec: std::collections::HashMap<u32, warren_proto::ExecSpec> =
+        Default::default();
+    while let Ok(f) = Frame::read_async(&mut rd).await {
+        let mut out = Vec::new();
+        let ev = |out: &mut Vec<Frame>, id, e: Event| out.push(Frame::json(id, Kind::Event, &e));
+        match f.kind {
+            Kind::Call => {
+                let Ok(call) = f.parse::<Call>() else {
+                    continue;
+                };
+                let id = f.stream;
+                match call {
+                    Call::Ping => ev(&mut out, id, Event::Pong { version: 1, pid: 1 }),
+                    Call::Exec { spec } => {
+                        ev(&mut out, id, Event::Started { pid: 7 });
+                        if spec.stdin {
+                            pending_exec.insert(id, spec);
+                        } else {
+                            finish_exec(&mut out, id, &spec, &[]);
+                        }
+                    }
+                    Call::Spawn { .. } => ev(&mut out, id, Event::Started { pid: 42 }),
+                    Call::ListProcs => ev(
+                        &mut out,
+                        id,
+                        Event::Procs {
+                            procs: vec![ProcessInfo {
+                                pid: 42,
+                                argv: vec!["sleep".into()],
+                                state: ProcessState::Running,
+                                exit_code: None,
+                                signal: None,
+                                started_at_ms: 1,
+                            }],
+                        },
+                    ),
+                    Call::Wait { .. } => ev(
+                        &mut out,
+                        id,
+                        Event::error(warren_types::ErrorCode::Timeout, "still running"),
+                    ),
+                    Call::Stat { path } | Call::List { path } if path == "/missing" => ev(
+                        &mut out,
+                        id,
+                        Event::error(
+                            warren_types::ErrorCode::NotFound,
+                            format!("{path}: no such file"),
+                        ),
+                    ),
+                    Call::Stat { path } => ev(&mut out, id, Event::Stat { stat: stat(&path) }),
+                    Call::List { path } => ev(
+                        &mut out,
+                        id,
+                        Event::Entries {
+                            entries: vec![stat(&path)],
+                        },
+                    ),
+                    Call::ReadFile { .. } => {
+                        out.push(Frame::new(id, Kind::Stdout, Bytes::from_static(b"hello")));
+                        ev(&mut out, id, Event::Done);
+                    }
+                    Call::WriteFile { .. } => {
+                        stdin.insert(id, Vec::new());
+                    }
+                    Call::Kill { .. }
+                    | Call::Mkdir { .. }
+                    | Call::Remove { .. }
+                    | Call::Chmod { .. } => ev(&mut out, id, Event::Done),
+                    Call::Pty { .. } => ev(
+                        &mut out,
+                        id,
+                        Event::error(warren_types::ErrorCode::InvalidRequest, "no terminals here"),
+                    ),
+                }
+            }
+            Kind::Stdin => {
+                stdin
+                    .entry(f.stream)
+                    .or_default()
+                    .extend_from_slice(&f.payload);
+            }
+            Kind::Eof => {
+                let data = stdin.remove(&f.stream).unwrap_or_default();
+                match pending_exec.remove(&f.stream) {
+                    Some(spec) => finish_exec(&mut out, f.stream, &spec, &data),
+                    None => ev(&mut out, f.stream, Event::Done),
+                }
+            }
+            _ => {}
+        }
+        for f in out {
+            if f.write_async(&mut wr).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn finish_exec(out: &mut Vec<Frame>, id: u32, spec: &warren_proto::ExecSpec, stdin: &[u8]) {
+    let mut stdout = serde_json::to_vec(spec).unwrap();
+    stdout.extend_from_slice(stdin);
+    let len = stdout.len() as u64;
+    out.push(Frame::new(id, Kind::Stdout, stdout));
+    out.push(Frame::new(id, Kind::Stderr, Bytes::from_static(b"err")));
+    out.push(Frame::json(
+        id,
+        Kind::Event,
+        &Event::Exited {
+            exit_code: Some(3),
+            signal: None,
+            timed_out: false,
+            stdout_bytes: len,
+            stderr_bytes: 3,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_us: 1500,
+        },
+    ));
+}
+
+fn stat(path: &str) -> FileStat {
+    FileStat {
+        name: path.into(),
+        kind: FileKind::File,
+        size: 5,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        mtime_ms: 0,
+        link_target: None,
+    }
+}
+
+/// A sandbox of the fake runtime.
+pub struct FakeInstance {
+    id: SandboxId,
+    agent: AgentConn,
+    agent_task: tokio::task::JoinHandle<()>,
+    pub destroyed: AtomicBool,
+}
+
+impl FakeInstance {
+    fn start(id: SandboxId) -> Arc<FakeInstance> {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let agent_task = tokio::spawn(fake_agent(theirs));
+        Arc::new(FakeInstance {
+            id,
+            agent: AgentConn::new(ours),
+            agent_task,
+            destroyed: AtomicBool::new(false),
+        })
+    }
+
+    /// The agent dies on its own.
+    pub fn kill_agent(&self) {
+        self.agent_task.abort();
+    }
+}
+
+#[async_trait]
+impl Instance for FakeInstance {
+    fn id(&self) -> &SandboxId {
+        &self.id
+    }
+    fn record(&self) -> serde_json::Value {
+        serde_json::json!({"fake": self.id.as_str()})
+    }
+    fn agent(&self) -> &AgentConn {
+        &self.agent
+    }
+    async fn destroy(&self) -> Result<(), RuntimeError> {
+        self.destroyed.store(true, Ordering::SeqCst);
+        self.agent_task.abort();
+        Ok(())
+    }
+    async fn lost(&self) {
+        self.agent.closed().await
+    }
+}
+
+/// A runtime that records what it was asked to do.
+#[derive(Default)]
+pub struct FakeRuntime {
+    pub fail_create: AtomicBool,
+    pub fail_adopt: AtomicBool,
+    pub created: Mutex<Vec<SandboxSpec>>,
+    pub instances: Mutex<Vec<Arc<FakeInstance>>>,
+    pub adopted: Mutex<Vec<(SandboxId, serde_json::Value)>>,
+    pub destroyed_records: Mutex<Vec<(SandboxId, Option<serde_json::Value>)>>,
+    pub reconciled: Mutex<Vec<Vec<SandboxId>>>,
+}
+
+impl FakeRuntime {
+    pub fn instance(&self, id: &str) -> Arc<FakeInstance> {
+        self.instances
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|i| i.id.as_str() == id)
+            .cloned()
+            .expect("instance exists")
+    }
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    fn substrate(&self) -> Substrate {
+        Substrate::Container
+    }
+    async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
+        self.created.lock().unwrap().push(spec.clone());
+        if self.fail_create.load(Ordering::SeqCst) {
+            return Err(RuntimeError::StartFailed("fake start failure".into()));
+        }
+        let i = FakeInstance::start(spec.id.clone());
+        self.instances.lock().unwrap().push(i.clone());
+        Ok(i)
+    }
+    async fn adopt(
+        &self,
+        spec: &SandboxSpec,
+        record: &serde_json::Value,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        self.adopted
+            .lock()
+            .unwrap()
+            .push((spec.id.clone(), record.clone()));
+        if self.fail_adopt.load(Ordering::SeqCst) {
+            return Err(RuntimeError::Adopt("agent socket gone".into()));
+        }
+        let i = FakeInstance::start(spec.id.clone());
+        self.instances.lock().unwrap().push(i.clone());
+        Ok(i)
+    }
+    async fn destroy_record(
+        &self,
+        id: &SandboxId,
+        record: Option<&serde_json::Value>,
+    ) -> Result<(), RuntimeError> {
+        self.destroyed_records
+            .lock()
+            .unwrap()
+            .push((id.clone(), record.cloned()));
+        Ok(())
+    }
+    async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
+        self.reconciled.lock().unwrap().push(known.to_vec());
+        Ok(vec!["cgroup warren-n1/stray".into()])
+    }
+}
+
+/// A manager over a fresh fake runtime with its state in `dir`.
+pub fn manager_in(
+    dir: &std::path::Path,
+    cfg: impl FnOnce(&mut NodeConfig),
+) -> (Manager, Arc<FakeRuntime>) {
+    let rt = Arc::new(FakeRuntime::default());
+    (manager_with(dir, rt.clone(), cfg), rt)
+}
+
+/// A manager over `rt` with its state in `dir`.
+pub fn manager_with(
+    dir: &std::path::Path,
+    rt: Arc<FakeRuntime>,
+    cfg: impl FnOnce(&mut NodeConfig),
+) -> Manager {
+    let node: NodeId = "n1".parse().unwrap();
+    let mut c = NodeConfig::new(node);
+    cfg(&mut c);
+    let store = Store::open(dir.join("state.redb")).unwrap();
+    Manager::new(c, vec![rt], store)
+}

@@ -1,0 +1,148 @@
+//! The contract test: `api/openapi.yaml` and the router must describe the same routes, the
+//! spec must list every error code, and its schemas must name the same fields as the types
+//! the daemon serializes.
+
+use std::collections::BTreeSet;
+use warren_node::ROUTES;
+use warren_types::{
+    ChmodRequest, CreateSandboxRequest, ErrorCode, ExecRequest, ExecResult, FileKind, FileStat,
+    MkdirRequest,
+};
+
+fn spec() -> serde_yaml::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../api/openapi.yaml");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    serde_yaml::from_str(&text).expect("openapi.yaml is YAML")
+}
+
+fn schema<'a>(spec: &'a serde_yaml::Value, name: &str) -> &'a serde_yaml::Value {
+    &spec["components"]["schemas"][name]
+}
+
+#[test]
+fn routes_match_the_spec_both_ways() {
+    let spec = spec();
+    let mut in_spec = BTreeSet::new();
+    let paths = spec["paths"].as_mapping().expect("paths");
+    for (path, item) in paths {
+        let path = path.as_str().unwrap();
+        for (method, _) in item.as_mapping().expect("path item") {
+            let method = method.as_str().unwrap();
+            if [
+                "get", "put", "post", "delete", "patch", "head", "options", "trace",
+            ]
+            .contains(&method)
+            {
+                in_spec.insert((method.to_uppercase(), path.to_string()));
+            }
+        }
+    }
+    let in_code: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    let missing_in_spec: Vec<_> = in_code.difference(&in_spec).collect();
+    let missing_in_code: Vec<_> = in_spec.difference(&in_code).collect();
+    assert!(
+        missing_in_spec.is_empty(),
+        "routes served but not in api/openapi.yaml: {missing_in_spec:?}"
+    );
+    assert!(
+        missing_in_code.is_empty(),
+        "routes in api/openapi.yaml but not served: {missing_in_code:?}"
+    );
+}
+
+#[test]
+fn every_error_code_is_in_the_spec() {
+    let spec = spec();
+    let listed: BTreeSet<String> = schema(&spec, "ErrorCode")["enum"]
+        .as_sequence()
+        .expect("ErrorCode enum")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let known: BTreeSet<String> = ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        listed, known,
+        "ErrorCode enum in api/openapi.yaml differs from warren_types::ErrorCode"
+    );
+}
+
+fn fields_of<T: serde::Serialize>(value: &T) -> BTreeSet<String> {
+    serde_json::to_value(value)
+        .unwrap()
+        .as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn properties(spec: &serde_yaml::Value, name: &str) -> BTreeSet<String> {
+    schema(spec, name)["properties"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("schema {name} has properties"))
+        .keys()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn schemas_name_the_serialized_fields() {
+    let spec = spec();
+    let stat = FileStat {
+        name: "/a".into(),
+        kind: FileKind::File,
+        size: 0,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        mtime_ms: 0,
+        link_target: Some("/b".into()),
+    };
+    let cases: Vec<(&str, BTreeSet<String>)> = vec![
+        (
+            "CreateSandboxRequest",
+            fields_of(&CreateSandboxRequest::default()),
+        ),
+        ("ExecRequest", fields_of(&ExecRequest::default())),
+        ("ExecResult", fields_of(&ExecResult::default())),
+        ("Limits", fields_of(&warren_types::Limits::default())),
+        ("FileStat", fields_of(&stat)),
+        (
+            "MkdirRequest",
+            fields_of(&MkdirRequest {
+                path: "/".into(),
+                parents: false,
+                mode: None,
+            }),
+        ),
+        (
+            "ChmodRequest",
+            fields_of(&ChmodRequest {
+                path: "/".into(),
+                mode: 0,
+            }),
+        ),
+    ];
+    for (name, fields) in cases {
+        assert_eq!(
+            properties(&spec, name),
+            fields,
+            "schema {name} differs from the type's fields"
+        );
+    }
+    let info: warren_types::SandboxInfo = serde_json::from_value(serde_json::json!({
+        "id": "n1-01jd0m7x4e8k0k9yq1w2e3r4t5", "substrate": "container", "state": "running",
+        "image": ["default"], "limits": {"cpus": 1.0, "memory_mb": 1, "disk_mb": 1, "pids": 8},
+        "labels": {}, "env": {}, "workdir": null, "user": null, "network": "none",
+        "created_at_ms": 0, "expires_at_ms": null, "idle_timeout_secs": null,
+        "last_activity_ms": 0, "reason": null, "idempotency_key": null
+    }))
+    .expect("the spec's SandboxInfo example is a SandboxInfo");
+    assert_eq!(properties(&spec, "SandboxInfo"), fields_of(&info));
+}
