@@ -49,7 +49,8 @@ struct Args {
         default_value = "/var/lib/warren/images"
     )]
     image_store: PathBuf,
-    /// This node's id (1-16 chars of [a-z0-9]); it prefixes every sandbox id.
+    /// This node's id (1-16 chars of [a-z0-9]); it prefixes every sandbox id and names the
+    /// node's cgroups, so it must be unique on the host.
     #[arg(long, default_value = "n1")]
     node: NodeId,
     /// The warren-agent executable (default: next to this executable).
@@ -135,6 +136,25 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
+/// Holds an exclusive lock on `/run/warren/node-<id>.lock` for the daemon's life.
+fn lock_node(node: &NodeId) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let dir = Path::new("/run/warren");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("node-{node}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        anyhow::anyhow!(
+            "another daemon runs as node {node} on this host ({}: {e}); pick another --node",
+            path.display()
+        )
+    })
+}
+
 async fn shutdown_signal() -> Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -147,6 +167,12 @@ async fn shutdown_signal() -> Result<&'static str> {
 
 async fn run(args: Args) -> Result<()> {
     check_socket(&args.socket)?;
+    // Before anything touches host objects: one daemon per node id per host (they share the
+    // node's cgroups, and recovery removes cgroups no known sandbox owns).
+    let _node_lock = lock_node(&args.node)?;
+    let state = args.state_dir.join("state.redb");
+    let store = Store::open(&state)
+        .with_context(|| format!("opening the state store {}", state.display()))?;
     let agent = match args.agent {
         Some(a) => a,
         None => default_agent()?,
@@ -161,10 +187,6 @@ async fn run(args: Args) -> Result<()> {
     )
     .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
-    let state = args.state_dir.join("state.redb");
-    let store = Store::open(&state)
-        .with_context(|| format!("opening the state store {}", state.display()))?;
-
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
