@@ -67,6 +67,11 @@ async fn park_for_reconnect() -> Option<UnixStream> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().ok()?;
     warren_sys::fd::dup_to(&theirs, crate::RECONNECT_FD).ok()?;
     drop(theirs);
+    // dup2 cleared close-on-exec: without it every command started from now on would inherit
+    // the daemon's end and could forge calls.
+    let parked = warren_sys::fd::inherited(crate::RECONNECT_FD).ok()?;
+    warren_sys::fd::set_cloexec(&parked, true).ok()?;
+    std::mem::forget(parked);
     ours.set_nonblocking(true).ok()?;
     let mut conn = UnixStream::from_std(ours).ok()?;
     loop {

@@ -148,10 +148,20 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         .as_ref()
         .map(|(_, _, g)| g.clone())
         .unwrap_or_default();
-    // SAFETY: the closure only makes async-signal-safe syscalls (setsid, ioctl, setgroups,
-    // setresgid, setresuid) and allocates nothing (the group list is prepared before fork).
+    // SAFETY: the closure only makes async-signal-safe syscalls (open, write, close, setsid,
+    // ioctl, setgroups, setresgid, setresuid) and allocates nothing (the group list and the
+    // path are prepared before fork).
     unsafe {
         cmd.pre_exec(move || {
+            // The agent may run with a protective OOM score; its commands must not inherit it.
+            let fd = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+            }
             if setup.new_session && libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }

@@ -170,6 +170,11 @@ async fn start(
         }
     };
     let t_child = t0.elapsed();
+    // Make the OOM killer prefer the sandbox's processes over its agent (needs
+    // CAP_SYS_RESOURCE; hosts without it keep the default score).
+    if let Err(e) = std::fs::write(format!("/proc/{agent_pid}/oom_score_adj"), "-900") {
+        tracing::trace!(error = %e, "cannot protect the agent from the OOM killer");
+    }
     match recv(&mut stream, "root filesystem").await? {
         InitReply::Ready { .. } => {}
         other => {
