@@ -132,12 +132,22 @@ impl Store {
         what: &'static str,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
-        let tx = self
-            .db
-            .begin_write()
-            .map_err(|e| self.db_err(what)(e.into()))?;
-        f(&tx).map_err(self.db_err(what))?;
-        tx.commit().map_err(|e| self.db_err(what)(e.into()))
+        let run = || {
+            let tx = self
+                .db
+                .begin_write()
+                .map_err(|e| self.db_err(what)(e.into()))?;
+            f(&tx).map_err(self.db_err(what))?;
+            tx.commit().map_err(|e| self.db_err(what)(e.into()))
+        };
+        // A commit waits for fsync; on a multi-threaded runtime let the worker's other tasks
+        // move to another thread meanwhile.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(run)
+            }
+            _ => run(),
+        }
     }
 
     /// Writes (or replaces) a sandbox and, when given, its idempotency key, in one transaction.

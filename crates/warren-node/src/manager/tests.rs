@@ -63,7 +63,8 @@ async fn other_substrates_are_unsupported() {
     );
 }
 
-#[tokio::test]
+// Multi-threaded: store commits then run through `block_in_place`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_builds_the_spec_and_records_running() {
     let dir = tempfile::tempdir().unwrap();
     let (m, rt) = manager_in(dir.path(), |_| {});
