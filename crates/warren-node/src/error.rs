@@ -36,6 +36,12 @@ pub enum NodeError {
         #[source]
         source: RuntimeError,
     },
+    /// The runtime could not start the sandbox; nothing of it was kept.
+    #[error("cannot create the sandbox: {source}")]
+    CreateFailed {
+        #[source]
+        source: RuntimeError,
+    },
     /// Boxed: redb's errors are large and this one is rare.
     #[error("state store: {0}")]
     Store(Box<StoreError>),
@@ -62,7 +68,7 @@ impl NodeError {
             NodeError::UnsupportedSubstrate { .. } => ErrorCode::UnsupportedSubstrate,
             NodeError::TooManySandboxes { .. } => ErrorCode::LimitExceeded,
             NodeError::IdempotencyConflict { .. } => ErrorCode::Conflict,
-            NodeError::Runtime { source, .. } => source.code(),
+            NodeError::Runtime { source, .. } | NodeError::CreateFailed { source } => source.code(),
             NodeError::Store(_) => ErrorCode::Internal,
         }
     }

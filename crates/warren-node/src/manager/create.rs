@@ -148,7 +148,7 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
-                return Err(NodeError::runtime(&sb.id, e));
+                return Err(NodeError::CreateFailed { source: e });
             }
         };
 
