@@ -265,9 +265,22 @@ impl AgentConn {
 
     /// Starts a background process and returns its pid inside the sandbox.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<u32, RuntimeError> {
-        match self.simple(Call::Spawn { spec }).await? {
-            Event::Started { pid } => Ok(pid),
-            other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+        // `Started` is the last event of a spawn (the process outlives the call).
+        let mut s = self.open(&Call::Spawn { spec }).await?;
+        loop {
+            let f = s.next_frame().await?;
+            if f.kind != Kind::Event {
+                continue;
+            }
+            s.done = true;
+            return match f
+                .parse::<Event>()
+                .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+            {
+                Event::Started { pid } => Ok(pid),
+                Event::Error { code, message } => Err(from_event_error(&code, message)),
+                other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+            };
         }
     }
 

@@ -74,6 +74,7 @@ fn main() -> Result<()> {
     // status so none stays a zombie. Nothing in the daemon waits for a child itself.
     warren_sys::process::set_child_subreaper().context("becoming a child subreaper")?;
     start_reaper_thread()?;
+    raise_fd_limit();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -81,6 +82,20 @@ fn main() -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(run(args))
+}
+
+/// Every sandbox costs the daemon a socket (its agent connection) plus a few fds per call in
+/// flight: lift the soft fd limit to the hard one.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+            }
+        }
+        tracing::info!(limit = hard.max(soft), "open-file limit");
+    }
 }
 
 fn start_reaper_thread() -> Result<()> {

@@ -5,7 +5,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use warren_types::{CreateSandboxRequest, SandboxInfo, SandboxState};
+use warren_types::{ApiError, CreateSandboxRequest, SandboxInfo, SandboxState};
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{JsonBody, QueryPairs, SandboxParam};
@@ -46,7 +46,11 @@ pub async fn create(
     State(m): State<Manager>,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
-    let created = m.create(req).await?;
+    // Run to completion even if the client goes away: a create cut off half-way would leave
+    // a sandbox stuck in `creating`.
+    let created = tokio::spawn(async move { m.create(req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("create task: {e}")))??;
     let status = if created.created {
         StatusCode::CREATED
     } else {
@@ -98,6 +102,9 @@ pub async fn delete(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
 ) -> HttpResult<StatusCode> {
-    m.delete(&id).await?;
+    // Like create: a delete, once started, finishes even if the client disconnects.
+    tokio::spawn(async move { m.delete(&id).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("delete task: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
