@@ -305,7 +305,10 @@ async fn recovery_adopts_or_tears_down_and_never_leaks() {
         let report = m.recover().await.unwrap();
         let mut adopted = report.adopted.clone();
         adopted.sort();
-        assert_eq!(adopted, vec![a.clone(), b.clone()]);
+        // Ids made in the same millisecond do not sort in creation order.
+        let mut expected = vec![a.clone(), b.clone()];
+        expected.sort();
+        assert_eq!(adopted, expected);
         assert_eq!(report.orphans_removed, ["cgroup warren-n1/stray"]);
         assert_eq!(m.get(&a).unwrap().state, SandboxState::Running);
         let out = m.exec(&a, ExecRequest::argv(["true"])).await.unwrap();
