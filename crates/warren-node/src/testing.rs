@@ -199,6 +199,9 @@ impl Instance for FakeInstance {
     async fn lost(&self) {
         self.agent.closed().await
     }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// A runtime that records what it was asked to do.

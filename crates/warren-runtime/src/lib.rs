@@ -58,6 +58,32 @@ pub trait Runtime: Send + Sync + 'static {
     /// Removes host objects (cgroups, processes, ...) that belong to this runtime but to no
     /// sandbox in `known`. Returns a description of what was removed.
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError>;
+
+    /// Creates `children.len()` new sandboxes from `parent`: the same image stack and a copy
+    /// of its writable layer (process state is not copied). `parent` may be running or
+    /// paused; it is left as it was. On error no child is left behind.
+    async fn fork(
+        &self,
+        parent: &Arc<dyn Instance>,
+        children: &[SandboxSpec],
+    ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
+        let _ = (parent, children);
+        Err(RuntimeError::Unsupported(format!(
+            "{} sandboxes cannot fork",
+            self.substrate().as_str()
+        )))
+    }
+}
+
+/// What a pause achieved.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PauseStats {
+    /// Resident memory of the sandbox (its cgroup) before and after.
+    pub memory_before_bytes: u64,
+    pub memory_after_bytes: u64,
+    pub duration_ms: f64,
+    /// Why memory could not all be pushed out, when it could not (e.g. no swap on the host).
+    pub note: Option<String>,
 }
 
 /// A live sandbox.
@@ -81,6 +107,29 @@ pub trait Instance: Send + Sync + 'static {
     fn usage(&self) -> Usage {
         Usage::default()
     }
+
+    /// Freezes every process of the sandbox and pushes its memory out of RAM as far as the
+    /// host allows. Idempotent.
+    async fn pause(&self) -> Result<PauseStats, RuntimeError> {
+        Err(RuntimeError::Unsupported(
+            "this substrate cannot pause".into(),
+        ))
+    }
+
+    /// Thaws a paused sandbox. Idempotent.
+    async fn resume(&self) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported(
+            "this substrate cannot resume".into(),
+        ))
+    }
+
+    /// True while frozen.
+    fn is_paused(&self) -> bool {
+        false
+    }
+
+    /// For runtimes that need their own type back (fork).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// Resource use of one sandbox.

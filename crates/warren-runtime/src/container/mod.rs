@@ -140,6 +140,10 @@ impl Instance for Container {
     fn usage(&self) -> Usage {
         self.cgroups.usage()
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 #[async_trait]
