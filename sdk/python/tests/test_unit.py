@@ -1,0 +1,260 @@
+"""Tests that need no node: parsing, error mapping, retry policy, the sync wrapper."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import time
+from typing import Any, Callable, List
+
+import httpx
+import pytest
+
+import warren
+from warren._client import _parse_url
+
+
+def test_parse_mib() -> None:
+    assert warren.parse_mib(64) == 64
+    assert warren.parse_mib("512M") == 512
+    assert warren.parse_mib("512MiB") == 512
+    assert warren.parse_mib("1G") == 1024
+    assert warren.parse_mib("1.5GiB") == 1536
+    assert warren.parse_mib("2gb") == 2048
+    assert warren.parse_mib("65536K") == 64
+    assert warren.parse_mib("1T") == 1024 * 1024
+    assert warren.parse_mib(None) is None
+    for bad in ["", "lots", "12X", "-5M", "0.1K", True, 0, -3]:
+        with pytest.raises(ValueError):
+            warren.parse_mib(bad)  # type: ignore[arg-type]
+
+
+def test_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WARREN_URL", raising=False)
+    assert _parse_url(None) == ("http://warren", "/run/warren/warren.sock")
+    assert _parse_url("unix:///tmp/x.sock") == ("http://warren", "/tmp/x.sock")
+    assert _parse_url("/tmp/y.sock") == ("http://warren", "/tmp/y.sock")
+    assert _parse_url("http://127.0.0.1:7070/") == ("http://127.0.0.1:7070", None)
+    monkeypatch.setenv("WARREN_URL", "http://10.0.0.1:80")
+    assert _parse_url(None) == ("http://10.0.0.1:80", None)
+    assert warren.AsyncClient().url == "http://10.0.0.1:80"
+    for bad in ["ftp://x", "unix://relative", "localhost:80"]:
+        with pytest.raises(ValueError):
+            _parse_url(bad)
+
+
+CODES = {
+    "invalid_request": (warren.InvalidRequest, 400),
+    "invalid_path": (warren.InvalidPath, 400),
+    "not_found": (warren.NotFound, 404),
+    "invalid_state": (warren.InvalidState, 409),
+    "conflict": (warren.Conflict, 409),
+    "limit_exceeded": (warren.LimitExceeded, 429),
+    "busy": (warren.Busy, 429),
+    "timeout": (warren.Timeout, 504),
+    "unsupported_substrate": (warren.UnsupportedSubstrate, 501),
+    "start_failed": (warren.StartFailed, 502),
+    "sandbox_lost": (warren.SandboxLost, 502),
+    "file_error": (warren.FileError, 422),
+    "internal": (warren.ServerError, 500),
+}
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_error_codes_map_to_classes(code: str) -> None:
+    cls, status = CODES[code]
+    body = {"error": {"code": code, "message": "m", "retry_after": 3}}
+    e = warren._errors.error_from_body(status, body)
+    assert type(e) is cls
+    assert isinstance(e, warren.WarrenError)
+    assert (e.code, e.message, e.status, e.retry_after) == (code, "m", status, 3.0)
+    assert str(e) == f"{code}: m"
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is cls and back.code == code and back.retry_after == 3.0
+
+
+def test_error_hierarchy_and_fallbacks() -> None:
+    assert issubclass(warren.InvalidPath, warren.InvalidRequest)
+    assert issubclass(warren.InvalidState, warren.Conflict)
+    assert issubclass(warren.UnsupportedSubstrate, warren.Unsupported)
+    assert issubclass(warren.Timeout, TimeoutError)
+    assert issubclass(warren.ConnectionError, ConnectionError)
+    f = warren._errors.error_from_body
+    assert type(f(404, {"error": {"code": "brand_new", "message": "x"}})) is warren.NotFound
+    assert type(f(503, "<html>bad gateway</html>")) is warren.ServerError
+    assert type(f(418, None)) is warren.WarrenError
+    e = f(429, {"error": {"code": "busy", "message": "full"}}, "7")
+    assert e.retry_after == 7.0
+    assert f(500, {}).message == "HTTP 500"
+
+
+def test_exec_body_shapes() -> None:
+    from warren._client import _exec_body
+
+    assert _exec_body("echo hi", None, None, None, None, None, None) == {"shell": "echo hi"}
+    body = _exec_body(["ls", "-l"], "/tmp", {"A": "1"}, b"in", "root", 1.5, 100)
+    assert body == {
+        "argv": ["ls", "-l"],
+        "cwd": "/tmp",
+        "env": {"A": "1"},
+        "stdin": "in",
+        "timeout_secs": 1.5,
+        "max_output_bytes": 100,
+        "user": "root",
+    }
+    with pytest.raises(ValueError):
+        _exec_body("cat", None, None, b"\xff\xfe", None, None, None)
+    with pytest.raises(TypeError):
+        _exec_body(b"ls", None, None, None, None, None, None)  # type: ignore[arg-type]
+
+
+def _mock(client: warren.AsyncClient, handler: Callable[[httpx.Request], httpx.Response]) -> None:
+    client._http.client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
+
+
+INFO = {
+    "id": "n1-01jd0m7x4e8k0k9yq1w2e3r4t5",
+    "substrate": "container",
+    "state": "running",
+    "image": ["default"],
+    "limits": {"cpus": 1.0, "memory_mb": 64, "disk_mb": 1024, "pids": 512},
+    "labels": {},
+    "env": {},
+    "workdir": None,
+    "user": None,
+    "network": "none",
+    "created_at_ms": 1,
+    "expires_at_ms": None,
+    "idle_timeout_secs": None,
+    "last_activity_ms": 1,
+    "reason": None,
+    "idempotency_key": "k",
+    "future_field": 1,
+}
+BUSY = {"error": {"code": "busy", "message": "saturated", "retry_after": 0}}
+
+
+async def test_safe_calls_retry_on_busy_and_transport_errors() -> None:
+    calls: List[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.method)
+        if len(calls) == 1:
+            raise httpx.ConnectError("refused")
+        if len(calls) == 2:
+            return httpx.Response(429, json=BUSY)
+        return httpx.Response(200, json=INFO)
+
+    c = warren.AsyncClient("unix:///nonexistent.sock")
+    _mock(c, handler)
+    sb = await c.get(INFO["id"])
+    assert sb.id == INFO["id"] and len(calls) == 3
+    assert sb.info.extra == {"future_field": 1}
+    calls.clear()
+    sb2 = await c.create(memory="64M", idempotency_key="k")
+    assert sb2.id == INFO["id"] and calls == ["POST"] * 3
+
+
+async def test_retry_after_is_honoured() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        if n == 1:
+            return httpx.Response(429, json={"error": {"code": "busy", "message": "m", "retry_after": 0.3}})
+        return httpx.Response(200, json={"status": "ok", "node": "n1", "version": "0", "substrates": ["container"]})
+
+    c = warren.AsyncClient("unix:///nonexistent.sock")
+    _mock(c, handler)
+    t0 = time.monotonic()
+    h = await c.health()
+    assert h.node == "n1" and time.monotonic() - t0 >= 0.3
+
+
+async def test_unsafe_calls_are_not_retried() -> None:
+    calls: List[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        if req.url.path == "/v1/sandboxes/" + INFO["id"]:
+            return httpx.Response(200, json=INFO)
+        if req.url.path.endswith("/exec"):
+            raise httpx.ReadError("connection reset")
+        return httpx.Response(429, json=BUSY)
+
+    c = warren.AsyncClient("unix:///nonexistent.sock", max_retries=3)
+    _mock(c, handler)
+    with pytest.raises(warren.Busy) as ei:
+        await c.create()  # no idempotency key: never retried
+    assert ei.value.retry_after == 0 and ei.value.status == 429
+    sb = await c.get(INFO["id"])
+    calls.clear()
+    with pytest.raises(warren.ConnectionError):
+        await sb.exec("true")
+    with pytest.raises(warren.Busy):
+        await sb.spawn("sleep 1")
+    with pytest.raises(warren.Busy):
+        await sb.files.write("/x", b"1")
+    assert len(calls) == 3
+
+
+async def test_retries_give_up() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        raise httpx.ConnectError("refused")
+
+    c = warren.AsyncClient("unix:///nonexistent.sock", max_retries=2)
+    _mock(c, handler)
+    with pytest.raises(warren.ConnectionError) as ei:
+        await c.health()
+    assert n == 3 and ei.value.code == "connection" and ei.value.status is None
+
+
+async def test_unreachable_node_is_a_connection_error() -> None:
+    async with warren.AsyncClient("unix:///nonexistent/warren.sock", max_retries=0) as c:
+        with pytest.raises(warren.ConnectionError):
+            await c.health()
+    with warren.Client("unix:///nonexistent/warren.sock", max_retries=0) as sc:
+        with pytest.raises(warren.ConnectionError):
+            sc.health()
+
+
+def _public_methods(cls: type) -> List[str]:
+    return [n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)]
+
+
+@pytest.mark.parametrize(
+    "sync_cls,async_cls",
+    [
+        (warren.Client, warren.AsyncClient),
+        (warren.Sandbox, warren.AsyncSandbox),
+        (warren.Files, warren.AsyncFiles),
+        (warren.Process, warren.AsyncProcess),
+        (warren.Pty, warren.AsyncPty),
+    ],
+)
+def test_sync_api_is_made_from_the_async_one(sync_cls: type, async_cls: type) -> None:
+    for name in _public_methods(async_cls):
+        if name == "aclose":
+            continue
+        assert hasattr(sync_cls, name), f"{sync_cls.__name__} lacks {name}"
+        s, a = getattr(sync_cls, name), getattr(async_cls, name)
+        assert s.__doc__ == a.__doc__, name
+        assert inspect.signature(s).parameters.keys() == inspect.signature(a).parameters.keys(), name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in warren.__all__:
+        obj: Any = getattr(warren, name)
+        if name.startswith("__") or name in ("DEFAULT_URL", "Command"):
+            continue
+        assert inspect.getdoc(obj), name
+        if inspect.isclass(obj):
+            for attr, v in vars(obj).items():
+                if attr.startswith("_") or not (callable(v) or isinstance(v, property)):
+                    continue
+                assert inspect.getdoc(v), f"{name}.{attr}"

@@ -1,0 +1,90 @@
+"""Warren: sandboxes for RL agents.
+
+Blocking use::
+
+    import warren
+
+    with warren.Client() as client, client.create(memory="256M") as sb:
+        print(sb.exec("python3 -c 'print(6 * 7)'").stdout)
+
+asyncio use: :class:`AsyncClient` and :class:`AsyncSandbox` take the same arguments. The
+node's address comes from ``url``, else ``WARREN_URL``, else ``unix:///run/warren/warren.sock``.
+"""
+
+from ._client import (
+    DEFAULT_URL,
+    AsyncClient,
+    AsyncExecStream,
+    AsyncFiles,
+    AsyncProcess,
+    AsyncPty,
+    AsyncSandbox,
+    Command,
+    parse_mib,
+)
+from ._errors import (
+    Busy,
+    CommandError,
+    Conflict,
+    ConnectionError,
+    FileError,
+    InvalidPath,
+    InvalidRequest,
+    InvalidState,
+    LimitExceeded,
+    NotFound,
+    SandboxLost,
+    ServerError,
+    StartFailed,
+    Timeout,
+    Unsupported,
+    UnsupportedSubstrate,
+    WarrenError,
+)
+from ._models import ExecResult, FileStat, Health, Limits, OutputChunk, ProcessInfo, SandboxInfo
+from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_URL",
+    "AsyncClient",
+    "AsyncExecStream",
+    "AsyncFiles",
+    "AsyncProcess",
+    "AsyncPty",
+    "AsyncSandbox",
+    "Busy",
+    "Client",
+    "Command",
+    "CommandError",
+    "Conflict",
+    "ConnectionError",
+    "ExecResult",
+    "ExecStream",
+    "FileError",
+    "FileStat",
+    "Files",
+    "Health",
+    "InvalidPath",
+    "InvalidRequest",
+    "InvalidState",
+    "LimitExceeded",
+    "Limits",
+    "NotFound",
+    "OutputChunk",
+    "Process",
+    "ProcessInfo",
+    "Pty",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxLost",
+    "ServerError",
+    "StartFailed",
+    "Timeout",
+    "Unsupported",
+    "UnsupportedSubstrate",
+    "WarrenError",
+    "parse_mib",
+    "__version__",
+]

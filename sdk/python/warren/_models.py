@@ -1,0 +1,314 @@
+"""Plain dataclasses for the API's answers. Field names follow the JSON of the v1 API."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+__all__ = [
+    "Health",
+    "Limits",
+    "SandboxInfo",
+    "ExecResult",
+    "OutputChunk",
+    "ProcessInfo",
+    "FileStat",
+]
+
+
+@dataclass
+class Health:
+    """What ``GET /v1/health`` says about a node.
+
+    Attributes:
+        status: ``"ok"`` when the node serves requests.
+        node: The node's id; it prefixes every sandbox id it makes.
+        version: The daemon's version.
+        substrates: The substrates this node serves (``["container"]``, ...).
+        sandboxes: How many sandboxes the node holds, in any state.
+    """
+
+    status: str
+    node: str
+    version: str
+    substrates: List[str]
+    sandboxes: int = 0
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Health":
+        """Builds a :class:`Health` from the decoded JSON answer."""
+        return cls(
+            status=d.get("status", ""),
+            node=d.get("node", ""),
+            version=d.get("version", ""),
+            substrates=list(d.get("substrates", [])),
+            sandboxes=int(d.get("sandboxes", 0)),
+        )
+
+
+@dataclass
+class Limits:
+    """Resource limits of a sandbox after the node's defaults were applied.
+
+    Attributes:
+        cpus: CPU cores (fractions allowed), enforced as a CFS quota.
+        memory_mb: Memory limit in MiB; the writable layer counts against it.
+        disk_mb: Size limit of the writable layer in MiB.
+        pids: Maximum number of processes and threads.
+    """
+
+    cpus: float
+    memory_mb: int
+    disk_mb: int
+    pids: int
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Limits":
+        """Builds :class:`Limits` from decoded JSON."""
+        return cls(
+            cpus=float(d.get("cpus", 0)),
+            memory_mb=int(d.get("memory_mb", 0)),
+            disk_mb=int(d.get("disk_mb", 0)),
+            pids=int(d.get("pids", 0)),
+        )
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as the node shows it (``SandboxInfo`` in the API).
+
+    Attributes:
+        id: ``<node>-<ulid>``, e.g. ``n1-01jd0m7x4e8k0k9yq1w2e3r4t5``.
+        substrate: ``"container"``, ``"function"``, ``"microvm"`` or ``"vm"``.
+        state: ``"creating"``, ``"running"``, ``"paused"``, ``"stopped"`` or ``"failed"``.
+        image: The image refs as requested, lowest layer first.
+        limits: The resolved resource limits.
+        labels: The labels given at create.
+        env: The environment of every command.
+        workdir: The default working directory, if one was given.
+        user: The default user, if one was given.
+        network: The network policy (``"none"``).
+        created_at_ms: Creation time, Unix milliseconds.
+        expires_at_ms: When the TTL deletes the sandbox, if it has one.
+        idle_timeout_secs: The idle timeout, if one was given.
+        last_activity_ms: Time of the last call, Unix milliseconds.
+        reason: Why the sandbox stopped or failed, when it did.
+        idempotency_key: The key given at create, if any.
+        extra: Fields of the answer this SDK version does not know.
+    """
+
+    id: str
+    substrate: str
+    state: str
+    image: List[str]
+    limits: Limits
+    labels: Dict[str, str] = field(default_factory=dict)
+    env: Dict[str, str] = field(default_factory=dict)
+    workdir: Optional[str] = None
+    user: Optional[str] = None
+    network: str = "none"
+    created_at_ms: int = 0
+    expires_at_ms: Optional[int] = None
+    idle_timeout_secs: Optional[int] = None
+    last_activity_ms: int = 0
+    reason: Optional[str] = None
+    idempotency_key: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    _KNOWN = frozenset(
+        "id substrate state image limits labels env workdir user network created_at_ms "
+        "expires_at_ms idle_timeout_secs last_activity_ms reason idempotency_key".split()
+    )
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
+        """Builds a :class:`SandboxInfo` from decoded JSON."""
+        image = d.get("image", [])
+        return cls(
+            id=d["id"],
+            substrate=d.get("substrate", "container"),
+            state=d.get("state", ""),
+            image=[image] if isinstance(image, str) else list(image),
+            limits=Limits.from_json(d.get("limits") or {}),
+            labels=dict(d.get("labels") or {}),
+            env=dict(d.get("env") or {}),
+            workdir=d.get("workdir"),
+            user=d.get("user"),
+            network=d.get("network") or "none",
+            created_at_ms=int(d.get("created_at_ms") or 0),
+            expires_at_ms=d.get("expires_at_ms"),
+            idle_timeout_secs=d.get("idle_timeout_secs"),
+            last_activity_ms=int(d.get("last_activity_ms") or 0),
+            reason=d.get("reason"),
+            idempotency_key=d.get("idempotency_key"),
+            extra={k: v for k, v in d.items() if k not in cls._KNOWN},
+        )
+
+
+def _text(value: str, encoding: str) -> str:
+    if encoding == "base64" and value:
+        return base64.b64decode(value).decode("utf-8", "replace")
+    return value
+
+
+@dataclass
+class ExecResult:
+    """The outcome of a finished command.
+
+    Attributes:
+        exit_code: Exit status when the command exited normally, else ``None``.
+        signal: Signal number when the command was killed by a signal, else ``None``.
+        stdout: Captured standard output (up to the output cap), decoded as UTF-8.
+        stderr: Captured standard error (up to the output cap), decoded as UTF-8.
+        stdout_truncated: True when stdout went past the cap and the rest was dropped.
+        stderr_truncated: True when stderr went past the cap and the rest was dropped.
+        timed_out: True when the command's timeout fired and its process tree was killed.
+        duration: Wall time of the command in seconds, measured by the node.
+        stdout_bytes: Total bytes written to stdout, captured or not.
+        stderr_bytes: Total bytes written to stderr, captured or not.
+    """
+
+    exit_code: Optional[int]
+    signal: Optional[int]
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+    duration: float = 0.0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        """True when either output stream was cut at the cap."""
+        return self.stdout_truncated or self.stderr_truncated
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.exit_code == 0
+
+    @property
+    def output(self) -> str:
+        """``stdout`` followed by ``stderr``."""
+        return self.stdout + self.stderr
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ExecResult":
+        """Builds an :class:`ExecResult` from decoded JSON (either output encoding)."""
+        enc = d.get("encoding", "utf8")
+        return cls(
+            exit_code=d.get("exit_code"),
+            signal=d.get("signal"),
+            stdout=_text(d.get("stdout", ""), enc),
+            stderr=_text(d.get("stderr", ""), enc),
+            stdout_truncated=bool(d.get("stdout_truncated", False)),
+            stderr_truncated=bool(d.get("stderr_truncated", False)),
+            timed_out=bool(d.get("timed_out", False)),
+            duration=float(d.get("duration_ms", 0.0)) / 1000.0,
+            stdout_bytes=int(d.get("stdout_bytes", 0)),
+            stderr_bytes=int(d.get("stderr_bytes", 0)),
+        )
+
+
+@dataclass
+class OutputChunk:
+    """A piece of a streamed command's output.
+
+    Attributes:
+        stream: ``"stdout"`` or ``"stderr"``.
+        data: The text of this piece (UTF-8; a multi-byte character may be split only where
+            the command itself split it).
+    """
+
+    stream: str
+    data: str
+
+
+@dataclass
+class ProcessInfo:
+    """A background process (``ProcessInfo`` in the API).
+
+    Attributes:
+        pid: The process id inside the sandbox.
+        argv: The command line.
+        state: ``"running"`` or ``"exited"``.
+        exit_code: Exit status once exited normally.
+        signal: Signal number once killed by a signal.
+        started_at_ms: Start time, Unix milliseconds.
+    """
+
+    pid: int
+    argv: List[str]
+    state: str
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    started_at_ms: int = 0
+
+    @property
+    def running(self) -> bool:
+        """True while the process runs."""
+        return self.state == "running"
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ProcessInfo":
+        """Builds a :class:`ProcessInfo` from decoded JSON."""
+        return cls(
+            pid=int(d["pid"]),
+            argv=list(d.get("argv", [])),
+            state=d.get("state", ""),
+            exit_code=d.get("exit_code"),
+            signal=d.get("signal"),
+            started_at_ms=int(d.get("started_at_ms") or 0),
+        )
+
+
+@dataclass
+class FileStat:
+    """Metadata of one path inside a sandbox (symlinks are not followed).
+
+    Attributes:
+        name: The full path for ``stat``, the base name for ``list`` entries.
+        kind: ``"file"``, ``"dir"``, ``"symlink"`` or ``"other"``.
+        size: Size in bytes.
+        mode: Permission bits (the ``0o7777`` part of ``st_mode``).
+        uid: Owner user id.
+        gid: Owner group id.
+        mtime_ms: Modification time, Unix milliseconds.
+        link_target: Where a symlink points, for symlinks.
+    """
+
+    name: str
+    kind: str
+    size: int
+    mode: int
+    uid: int = 0
+    gid: int = 0
+    mtime_ms: int = 0
+    link_target: Optional[str] = None
+
+    @property
+    def is_dir(self) -> bool:
+        """True for a directory."""
+        return self.kind == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        """True for a regular file."""
+        return self.kind == "file"
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "FileStat":
+        """Builds a :class:`FileStat` from decoded JSON."""
+        return cls(
+            name=d.get("name", ""),
+            kind=d.get("kind", "other"),
+            size=int(d.get("size", 0)),
+            mode=int(d.get("mode", 0)),
+            uid=int(d.get("uid", 0)),
+            gid=int(d.get("gid", 0)),
+            mtime_ms=int(d.get("mtime_ms", 0)),
+            link_target=d.get("link_target"),
+        )
