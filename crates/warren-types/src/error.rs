@@ -33,6 +33,9 @@ pub enum ErrorCode {
     FileError,
     /// A bug or an unexpected host failure.
     Internal,
+    /// The request names a trajectory step that was already logged with a different request,
+    /// or a step lower than one already logged. Nothing ran.
+    StepConflict,
 }
 
 impl ErrorCode {
@@ -41,7 +44,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
-            ErrorCode::InvalidState | ErrorCode::Conflict => 409,
+            ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
             ErrorCode::FileError => 422,
             ErrorCode::LimitExceeded | ErrorCode::Busy => 429,
             ErrorCode::Timeout => 504,
@@ -67,11 +70,12 @@ impl ErrorCode {
             ErrorCode::SandboxLost => "sandbox_lost",
             ErrorCode::FileError => "file_error",
             ErrorCode::Internal => "internal",
+            ErrorCode::StepConflict => "step_conflict",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -85,6 +89,7 @@ impl ErrorCode {
         ErrorCode::SandboxLost,
         ErrorCode::FileError,
         ErrorCode::Internal,
+        ErrorCode::StepConflict,
     ];
 }
 

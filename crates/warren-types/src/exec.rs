@@ -51,6 +51,11 @@ pub struct ExecRequest {
     pub user: Option<String>,
     #[serde(default)]
     pub encoding: OutputEncoding,
+    /// The caller's step index in its trajectory. A step already logged with the same
+    /// request answers the recorded result without running anything (`replayed`); one logged
+    /// with a different request answers `step_conflict`.
+    #[serde(default)]
+    pub step: Option<u64>,
 }
 
 impl ExecRequest {
@@ -160,6 +165,10 @@ pub struct ExecResult {
     pub stderr_bytes: u64,
     pub encoding: OutputEncoding,
     pub duration_ms: f64,
+    /// True when this result was recorded by an earlier call of the same step and nothing
+    /// ran now.
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 impl ExecResult {

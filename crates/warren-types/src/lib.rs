@@ -1,5 +1,5 @@
-//! Warren's public vocabulary: sandbox ids, create/exec/file requests and results, and the
-//! stable error codes of the HTTP API.
+//! Warren's public vocabulary: sandbox ids, create/exec/file requests and results, trajectory
+//! entries, and the stable error codes of the HTTP API.
 //!
 //! This crate owns the *shape* of the API and the validation rules that every edge applies
 //! (HTTP server, CLI, agent). It never does I/O and never depends on another Warren crate.
@@ -9,6 +9,7 @@ pub mod exec;
 pub mod files;
 pub mod id;
 pub mod sandbox;
+pub mod trajectory;
 pub mod validate;
 
 pub use error::{ApiError, ErrorBody, ErrorCode};
@@ -16,5 +17,7 @@ pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, 
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
 pub use sandbox::{
-    CreateSandboxRequest, ImageRef, Limits, NetworkPolicy, SandboxInfo, SandboxState, Substrate,
+    CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy, PauseStats,
+    SandboxInfo, SandboxState, Substrate,
 };
+pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};

@@ -298,6 +298,55 @@ pub struct SandboxInfo {
     pub idempotency_key: Option<String>,
 }
 
+/// `POST /v1/sandboxes/{id}/pause`: what pausing achieved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PauseStats {
+    /// Resident memory of the sandbox before and after the pause, in bytes.
+    pub memory_before_bytes: u64,
+    pub memory_after_bytes: u64,
+    pub duration_ms: f64,
+    /// Why memory could not all be pushed out of RAM, when it could not.
+    pub note: Option<String>,
+}
+
+/// Most children one fork call makes.
+pub const MAX_FORK: u32 = 64;
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many children, 1 to [`MAX_FORK`].
+    pub n: u32,
+    /// Labels of the children, merged over the parent's.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ForkRequest {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if !(1..=MAX_FORK).contains(&self.n) {
+            return Err(ApiError::invalid(format!(
+                "n must be between 1 and {MAX_FORK}, got {}",
+                self.n
+            )));
+        }
+        if self.labels.len() > 64 {
+            return Err(ApiError::invalid("at most 64 labels"));
+        }
+        for (k, v) in &self.labels {
+            validate::label(k, v)?;
+        }
+        Ok(())
+    }
+}
+
+/// The answer to a fork: the new sandboxes, running.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkResult {
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +384,17 @@ mod tests {
         ] {
             assert!(v(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn fork_requests_are_bounded() {
+        let ok: ForkRequest = serde_json::from_str(r#"{"n":3,"labels":{"a":"b"}}"#).unwrap();
+        ok.validate().unwrap();
+        for bad in [r#"{"n":0}"#, r#"{"n":65}"#, r#"{"n":1,"labels":{"":"x"}}"#] {
+            let r: ForkRequest = serde_json::from_str(bad).unwrap();
+            assert!(r.validate().is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<ForkRequest>(r#"{"n":1,"x":1}"#).is_err());
     }
 
     #[test]

@@ -1,0 +1,182 @@
+//! Trajectory entries: what a node logs for every call that changes a sandbox (exec, spawn,
+//! kill, file writes, mkdir, remove, chmod, fork), as `GET /v1/sandboxes/{id}/trajectory`
+//! exports them (one JSON object per line).
+//!
+//! An entry carries the request as it was made (content and stdin by sha256 digest and size,
+//! never inline), the digest the node compares when a step is retried, and the result. Output
+//! is inline in the export whatever its size; the node stores large output once by digest.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::error::ApiError;
+use crate::exec::{ExecResult, OutputEncoding, ProcessInfo};
+
+/// An exec or spawn request as logged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ExecCall {
+    pub argv: Option<Vec<String>>,
+    pub shell: Option<String>,
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub user: Option<String>,
+    pub timeout_secs: Option<f64>,
+    pub max_output_bytes: Option<u64>,
+    pub encoding: OutputEncoding,
+    /// sha256 (hex) of the stdin bytes, when stdin was given.
+    pub stdin_sha256: Option<String>,
+    pub stdin_bytes: u64,
+    /// True when the output was streamed (`/exec/stream`). Not part of the request digest:
+    /// a streamed and a one-shot exec of the same command are the same step.
+    #[serde(default)]
+    pub streamed: bool,
+}
+
+/// What was called: `kind` and `request` of an entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "request", rename_all = "snake_case")]
+pub enum TrajectoryCall {
+    Exec(ExecCall),
+    Spawn(ExecCall),
+    Kill {
+        pid: u32,
+        signal: i32,
+    },
+    WriteFile {
+        path: String,
+        mode: Option<u32>,
+        /// sha256 (hex) of the content written.
+        sha256: String,
+        size: u64,
+    },
+    Mkdir {
+        path: String,
+        parents: bool,
+        mode: Option<u32>,
+    },
+    Remove {
+        path: String,
+        recursive: bool,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    /// Logged by a parent: these sandboxes were forked from it here.
+    Fork {
+        children: Vec<String>,
+    },
+    /// The first entry of a forked sandbox: its files are the parent's as of the parent's
+    /// entry `parent_seq` (0 when the parent had logged nothing).
+    ForkedFrom {
+        parent: String,
+        parent_seq: u64,
+    },
+}
+
+impl TrajectoryCall {
+    /// The stable name of the kind (`exec`, `write_file`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TrajectoryCall::Exec(_) => "exec",
+            TrajectoryCall::Spawn(_) => "spawn",
+            TrajectoryCall::Kill { .. } => "kill",
+            TrajectoryCall::WriteFile { .. } => "write_file",
+            TrajectoryCall::Mkdir { .. } => "mkdir",
+            TrajectoryCall::Remove { .. } => "remove",
+            TrajectoryCall::Chmod { .. } => "chmod",
+            TrajectoryCall::Fork { .. } => "fork",
+            TrajectoryCall::ForkedFrom { .. } => "forked_from",
+        }
+    }
+}
+
+/// The result of an exec as logged: the API result (output in the request's encoding) and the
+/// sha256 (hex) of the captured output bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecOutcome {
+    #[serde(flatten)]
+    pub result: ExecResult,
+    pub stdout_sha256: String,
+    pub stderr_sha256: String,
+}
+
+/// The result part of an entry (exec and spawn have one; the other kinds only succeed or fail).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TrajectoryResult {
+    Exec(ExecOutcome),
+    Process(ProcessInfo),
+}
+
+/// One line of a trajectory export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryEntry {
+    /// Position in the sandbox's log, from 1, in the order calls finished.
+    pub seq: u64,
+    /// The caller's step index, when the call named one.
+    pub step: Option<u64>,
+    #[serde(flatten)]
+    pub call: TrajectoryCall,
+    /// sha256 (hex) of the canonical request; a retried step must match it.
+    pub request_sha256: String,
+    /// Unix time in milliseconds.
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    pub duration_ms: f64,
+    pub result: Option<TrajectoryResult>,
+    /// Set when the call failed after it reached the sandbox.
+    pub error: Option<ApiError>,
+    /// True when the caller went away before the call finished and it was stopped.
+    #[serde(default)]
+    pub cancelled: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_with_kind_and_request() {
+        let e = TrajectoryEntry {
+            seq: 2,
+            step: Some(7),
+            call: TrajectoryCall::WriteFile {
+                path: "/a".into(),
+                mode: None,
+                sha256: "00".into(),
+                size: 1,
+            },
+            request_sha256: "ab".into(),
+            started_at_ms: 1,
+            ended_at_ms: 2,
+            duration_ms: 1.0,
+            result: None,
+            error: None,
+            cancelled: false,
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["kind"], "write_file");
+        assert_eq!(v["request"]["path"], "/a");
+        let back: TrajectoryEntry = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+
+        let exec = TrajectoryEntry {
+            call: TrajectoryCall::Exec(ExecCall::default()),
+            result: Some(TrajectoryResult::Exec(ExecOutcome {
+                result: ExecResult {
+                    exit_code: Some(0),
+                    stdout: "hi".into(),
+                    ..Default::default()
+                },
+                stdout_sha256: "x".into(),
+                stderr_sha256: "y".into(),
+            })),
+            ..e
+        };
+        let v = serde_json::to_value(&exec).unwrap();
+        assert_eq!(v["result"]["stdout"], "hi");
+        let back: TrajectoryEntry = serde_json::from_value(v).unwrap();
+        assert_eq!(back, exec);
+    }
+}
