@@ -314,3 +314,15 @@ async def test_context_managers_delete(aclient: warren.AsyncClient) -> None:
             raise RuntimeError("boom")
     with pytest.raises(warren.NotFound):
         await aclient.get(sid)
+
+
+async def test_pool_bounds_concurrent_calls(url: str) -> None:
+    """max_connections caps calls in flight; the rest wait their turn (no error)."""
+    async with warren.AsyncClient(url, max_connections=2) as c:
+        async with await c.create(memory=SMALL) as sb:
+            t0 = asyncio.get_running_loop().time()
+            results = await asyncio.gather(*(sb.exec("sleep 0.3") for _ in range(6)))
+            took = asyncio.get_running_loop().time() - t0
+            assert all(r.ok for r in results)
+            assert took >= 0.85, f"6 calls of 0.3 s through 2 connections took only {took:.2f} s"
+            assert len(c._http.client._transport._idle) <= 2  # type: ignore[attr-defined]

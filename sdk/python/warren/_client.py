@@ -498,12 +498,28 @@ class AsyncFiles:
         """Returns the file at ``path`` decoded as text."""
         return (await self.read(path)).decode(encoding, errors)
 
-    async def iter_read(self, path: str, chunk_size: int = _CHUNK) -> AsyncIterator[bytes]:
-        """Yields the file at ``path`` in chunks of up to ``chunk_size`` bytes, never holding it whole."""
+    async def iter_read(self, path: str, chunk_size: Optional[int] = _CHUNK) -> AsyncIterator[bytes]:
+        """Yields the file at ``path`` in chunks, never holding it whole.
+
+        Chunks are about ``chunk_size`` bytes (the last one is smaller); ``None`` yields the
+        pieces as they arrive from the node.
+        """
         resp = await self._http.stream("GET", self._path, params={"path": path}, retry=True)
         try:
-            async for chunk in resp.aiter_bytes(chunk_size):
-                yield chunk
+            if not chunk_size:
+                async for piece in resp.aiter_raw():
+                    yield piece
+                return
+            pieces: List[bytes] = []
+            size = 0
+            async for piece in resp.aiter_raw():
+                pieces.append(piece)
+                size += len(piece)
+                if size >= chunk_size:
+                    yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                    pieces, size = [], 0
+            if pieces:
+                yield b"".join(pieces)
         except httpx.TransportError as e:
             raise _transport_error(e, f"reading {path}") from e
         finally:
@@ -563,11 +579,20 @@ class AsyncFiles:
         f = open(local_path, "wb")
         ok = False
         try:
-            async for chunk in self.iter_read(remote_path):
-                await loop.run_in_executor(None, f.write, chunk)
+            # One write in flight while the next chunk arrives; at most two chunks in memory.
+            pending: Optional["asyncio.Future[Any]"] = None
+            async for chunk in self.iter_read(remote_path, _CHUNK):
+                if pending is not None:
+                    await pending
+                pending = loop.run_in_executor(None, f.write, chunk)
                 total += len(chunk)
+            if pending is not None:
+                await pending
+                pending = None
             ok = True
         finally:
+            if pending is not None:
+                await asyncio.gather(pending, return_exceptions=True)
             f.close()
             if not ok:
                 try:
@@ -613,13 +638,18 @@ class AsyncFiles:
 
 async def _aiter_file(f: IO[bytes], close: bool = False, chunk_size: int = _CHUNK) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
+    # The next read runs while the current chunk is being sent.
+    fut = loop.run_in_executor(None, f.read, chunk_size)
     try:
         while True:
-            chunk = await loop.run_in_executor(None, f.read, chunk_size)
+            chunk = await fut
             if not chunk:
                 return
+            fut = loop.run_in_executor(None, f.read, chunk_size)
             yield chunk
     finally:
+        if not fut.done():
+            await asyncio.gather(fut, return_exceptions=True)
         if close:
             f.close()
 

@@ -158,7 +158,7 @@ class Files:
     chmod = _sync(AsyncFiles.chmod)
 
     @functools.wraps(AsyncFiles.iter_read)
-    def iter_read(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    def iter_read(self, path: str, chunk_size: Optional[int] = 1 << 20) -> Iterator[bytes]:
         agen = self._async.iter_read(path, chunk_size)
         try:
             while True:
