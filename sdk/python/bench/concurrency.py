@@ -36,7 +36,7 @@ async def run(args: argparse.Namespace) -> int:
     async with warren.AsyncClient(args.url, max_connections=max(args.sandboxes, 64)) as client:
         t0 = time.monotonic()
 
-        async def make() -> "warren.AsyncSandbox | None":
+        async def make() -> warren.AsyncSandbox | None:
             try:
                 return await client.create(memory=args.memory, labels={"bench": "concurrency", "run": tag})
             except warren.WarrenError as e:

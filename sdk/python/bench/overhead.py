@@ -48,7 +48,9 @@ async def main_async(args: argparse.Namespace) -> int:
             raw_async = httpx.AsyncClient(
                 base_url=base, transport=httpx.AsyncHTTPTransport(uds=uds) if uds else None, timeout=None
             )
-            raw_sync = httpx.Client(base_url=base, transport=httpx.HTTPTransport(uds=uds) if uds else None, timeout=None)
+            raw_sync = httpx.Client(
+                base_url=base, transport=httpx.HTTPTransport(uds=uds) if uds else None, timeout=None
+            )
             sync_client = warren.Client(args.url)
             ssb = sync_client.get(sb.id)
             loop = asyncio.get_running_loop()
@@ -125,7 +127,9 @@ async def main_async(args: argparse.Namespace) -> int:
     cs = await client_side(max(2000, args.calls))
     print()
     print("client-side cost per call, node replaced by a canned answer (p50):")
-    print(f"  raw httpx {cs['raw httpx']:.3f} ms, SDK {cs['SDK']:.3f} ms, SDK layer {cs['SDK'] - cs['raw httpx']:+.3f} ms")
+    print(
+        f"  raw httpx {cs['raw httpx']:.3f} ms, SDK {cs['SDK']:.3f} ms, SDK layer {cs['SDK'] - cs['raw httpx']:+.3f} ms"
+    )
     ok = over_async <= 0.5
     print("overhead target (async p50 <= 0.5 ms):", "met" if ok else "MISSED")
     return 0 if ok or not args.strict else 1

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import SMALL, agent_pids, node_name, start_node, stop_node
 
 import warren
-from conftest import SMALL, agent_pids, node_name, start_node, stop_node
 
 
 async def test_invalid_request(aclient: warren.AsyncClient, asb: warren.AsyncSandbox) -> None:

@@ -8,10 +8,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import SMALL
 
 import warren
-
-from conftest import SMALL
 
 # A spawn that never answers must fail the test, not hang the suite.
 SPAWN_DEADLINE = 15.0

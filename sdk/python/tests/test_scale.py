@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SMALL
 
 import warren
-from conftest import SMALL
 
 CONCURRENT = int(os.environ.get("WARREN_TEST_CONCURRENT", "500"))
 
@@ -115,5 +115,8 @@ async def test_one_gib_round_trip(aclient: warren.AsyncClient, tmp_path: Path) -
             got.update(b)
     assert got.hexdigest() == want.hexdigest()
     grew_mb = (vm_hwm_kib() - base) / 1024
-    print(f"\n1 GiB: upload {size / up / 1e6:.0f} MB/s, download {size / down / 1e6:.0f} MB/s, peak RSS growth {grew_mb:.0f} MB")
+    print(
+        f"\n1 GiB: upload {size / up / 1e6:.0f} MB/s, download {size / down / 1e6:.0f} MB/s, "
+        f"peak RSS growth {grew_mb:.0f} MB"
+    )
     assert grew_mb < 200, f"RSS grew {grew_mb:.0f} MB while streaming 1 GiB"

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from conftest import SMALL
 
 import warren
-from conftest import SMALL
 
 
 def strip(r: warren.ExecResult) -> Dict[str, Any]:
@@ -37,7 +37,9 @@ async def test_sync_and_async_agree(client: warren.Client, aclient: warren.Async
         assert s.files.stat("/tmp/f") == await a.files.stat("/tmp/f")
         assert s.files.list("/tmp") == await a.files.list("/tmp")
         assert s.files.read("/tmp/f") == await a.files.read("/tmp/f")
-        assert [x.id for x in client.list(labels={"agree": tag})] == [x.id for x in await aclient.list(labels={"agree": tag})]
+        assert [x.id for x in client.list(labels={"agree": tag})] == [
+            x.id for x in await aclient.list(labels={"agree": tag})
+        ]
         assert client.health().node == (await aclient.health()).node
         for sync_call, async_call in [
             (lambda: client.get("bad"), aclient.get("bad")),

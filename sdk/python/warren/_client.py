@@ -11,6 +11,7 @@ import re
 from typing import (
     IO,
     Any,
+    AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
     Dict,
@@ -35,8 +36,8 @@ from ._errors import (
     WarrenError,
     error_from_body,
 )
-from ._pool import PoolTransport
 from ._models import ExecResult, FileStat, Health, OutputChunk, ProcessInfo, SandboxInfo
+from ._pool import PoolTransport
 
 __all__ = [
     "AsyncClient",
@@ -147,7 +148,9 @@ def _exec_body(
     elif isinstance(cmd, (bytes, bytearray)):
         raise TypeError("cmd must be a str (shell) or a list of str (argv), not bytes")
     else:
-        body = {"argv": [a if isinstance(a, str) else os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in cmd]}
+        body = {
+            "argv": [a if isinstance(a, str) else os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in cmd]
+        }
     if cwd is not None:
         body["cwd"] = cwd
     if env:
@@ -334,7 +337,7 @@ class AsyncExecStream:
     command.
     """
 
-    def __init__(self, sandbox: "AsyncSandbox", body: Dict[str, Any], check: bool) -> None:
+    def __init__(self, sandbox: AsyncSandbox, body: Dict[str, Any], check: bool) -> None:
         self._sandbox = sandbox
         self._body = body
         self._check = check
@@ -354,7 +357,9 @@ class AsyncExecStream:
             "POST",
             self._sandbox._path + "/exec/stream",
             json=self._body,
-            timeout=http.call_timeout(self._body.get("timeout_secs")) if "timeout_secs" in self._body else http.call_timeout(None),
+            timeout=http.call_timeout(self._body.get("timeout_secs"))
+            if "timeout_secs" in self._body
+            else http.call_timeout(None),
         )
         self._lines = self._resp.aiter_lines()
 
@@ -368,7 +373,7 @@ class AsyncExecStream:
         buf.append(text)
         self._sizes[which] += len(text)
 
-    def __aiter__(self) -> "AsyncExecStream":
+    def __aiter__(self) -> AsyncExecStream:
         return self
 
     async def __anext__(self) -> OutputChunk:
@@ -425,7 +430,7 @@ class AsyncExecStream:
         if self._resp is not None:
             await self._resp.aclose()
 
-    async def __aenter__(self) -> "AsyncExecStream":
+    async def __aenter__(self) -> AsyncExecStream:
         if self._resp is None:
             await self._start()
         return self
@@ -443,7 +448,7 @@ class AsyncProcess:
         argv: The command line, when known.
     """
 
-    def __init__(self, sandbox: "AsyncSandbox", pid: int, argv: Optional[List[str]] = None) -> None:
+    def __init__(self, sandbox: AsyncSandbox, pid: int, argv: Optional[List[str]] = None) -> None:
         self.sandbox = sandbox
         self.pid = int(pid)
         self.argv = argv or []
@@ -481,7 +486,7 @@ class AsyncProcess:
 class AsyncFiles:
     """File calls of one sandbox (``sandbox.files``). Paths are absolute inside the sandbox."""
 
-    def __init__(self, sandbox: "AsyncSandbox") -> None:
+    def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox
         self._path = sandbox._path + "/files"
 
@@ -498,7 +503,7 @@ class AsyncFiles:
         """Returns the file at ``path`` decoded as text."""
         return (await self.read(path)).decode(encoding, errors)
 
-    async def iter_read(self, path: str, chunk_size: Optional[int] = _CHUNK) -> AsyncIterator[bytes]:
+    async def iter_read(self, path: str, chunk_size: Optional[int] = _CHUNK) -> AsyncGenerator[bytes, None]:
         """Yields the file at ``path`` in chunks, never holding it whole.
 
         Chunks are about ``chunk_size`` bytes (the last one is smaller); ``None`` yields the
@@ -551,9 +556,13 @@ class AsyncFiles:
             content = _aiter_file(data)  # type: ignore[arg-type]
         else:
             content = data
-        await self._http.request("PUT", self._path, params=params, content=content, timeout=self._http.call_timeout(None))
+        await self._http.request(
+            "PUT", self._path, params=params, content=content, timeout=self._http.call_timeout(None)
+        )
 
-    async def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str, mode: Optional[int] = None) -> int:
+    async def upload(
+        self, local_path: Union[str, os.PathLike[str]], remote_path: str, mode: Optional[int] = None
+    ) -> int:
         """Copies a local file into the sandbox, streamed in 1 MiB chunks. Returns the byte count.
 
         Memory stays flat whatever the file's size.
@@ -569,7 +578,7 @@ class AsyncFiles:
         await self.write(remote_path, chunks(), mode=mode)
         return sent
 
-    async def download(self, remote_path: str, local_path: Union[str, "os.PathLike[str]"]) -> int:
+    async def download(self, remote_path: str, local_path: Union[str, os.PathLike[str]]) -> int:
         """Copies a file out of the sandbox to ``local_path``, streamed. Returns the byte count.
 
         Memory stays flat whatever the file's size. A failed transfer removes the partial file.
@@ -580,7 +589,7 @@ class AsyncFiles:
         ok = False
         try:
             # One write in flight while the next chunk arrives; at most two chunks in memory.
-            pending: Optional["asyncio.Future[Any]"] = None
+            pending: Optional[asyncio.Future[Any]] = None
             async for chunk in self.iter_read(remote_path, _CHUNK):
                 if pending is not None:
                     await pending
@@ -740,7 +749,7 @@ class AsyncPty:
             pass
         return self.exit_code
 
-    def __aiter__(self) -> "AsyncPty":
+    def __aiter__(self) -> AsyncPty:
         return self
 
     async def __anext__(self) -> bytes:
@@ -755,7 +764,7 @@ class AsyncPty:
             self._closed = True
             await self._ws.close()
 
-    async def __aenter__(self) -> "AsyncPty":
+    async def __aenter__(self) -> AsyncPty:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -774,7 +783,7 @@ class AsyncSandbox:
         files: File calls (:class:`AsyncFiles`).
     """
 
-    def __init__(self, client: "AsyncClient", info: SandboxInfo) -> None:
+    def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
         self._client = client
         self.id: str = info.id
         self.info: SandboxInfo = info
@@ -785,7 +794,7 @@ class AsyncSandbox:
         return f"<Sandbox {self.id} {self.info.state}>"
 
     @property
-    def client(self) -> "AsyncClient":
+    def client(self) -> AsyncClient:
         """The client this sandbox talks through."""
         return self._client
 
@@ -925,14 +934,20 @@ class AsyncSandbox:
 
     async def _feature(self, name: str, body: Any = None) -> Any:
         try:
-            resp = await self._client._http.request("POST", f"{self._path}/{name}", json=body, timeout=self._client._http.call_timeout(300))
+            resp = await self._client._http.request(
+                "POST", f"{self._path}/{name}", json=body, timeout=self._client._http.call_timeout(300)
+            )
         except NotFound as e:
             if e.message.startswith("no route"):
-                raise Unsupported(f"this node does not serve {name} yet ({e.message})", code=e.code, status=e.status) from None
+                raise Unsupported(
+                    f"this node does not serve {name} yet ({e.message})", code=e.code, status=e.status
+                ) from None
             raise
         except WarrenError as e:
             if e.status == 405:
-                raise Unsupported(f"this node does not serve {name} yet ({e.message})", code=e.code, status=e.status) from None
+                raise Unsupported(
+                    f"this node does not serve {name} yet ({e.message})", code=e.code, status=e.status
+                ) from None
             raise
         if resp.status_code == 204 or not resp.content:
             return None
@@ -953,7 +968,7 @@ class AsyncSandbox:
         """Resumes a paused sandbox. Raises :class:`~warren.Unsupported` where not served yet."""
         self._update(await self._feature("resume"))
 
-    async def fork(self, n: int = 1) -> List["AsyncSandbox"]:
+    async def fork(self, n: int = 1) -> List[AsyncSandbox]:
         """Makes ``n`` copies of the running sandbox (files and memory) and returns them.
 
         Raises :class:`~warren.Unsupported` on nodes that do not serve forking yet.
@@ -982,7 +997,7 @@ class AsyncSandbox:
             if not missing_ok:
                 raise
 
-    async def __aenter__(self) -> "AsyncSandbox":
+    async def __aenter__(self) -> AsyncSandbox:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -1121,7 +1136,9 @@ class AsyncClient:
         resp = await self._http.request("GET", "/v1/sandboxes", params=params, retry=True)
         return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in resp.json().get("sandboxes", [])]
 
-    async def delete_all(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, concurrency: int = 64) -> int:
+    async def delete_all(
+        self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, concurrency: int = 64
+    ) -> int:
         """Deletes every sandbox :meth:`list` finds with these filters; returns how many.
 
         Without ``labels`` or ``state`` this deletes every sandbox on the node.
@@ -1140,7 +1157,7 @@ class AsyncClient:
         """Closes the connection pool."""
         await self._http.client.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

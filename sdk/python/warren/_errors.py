@@ -68,7 +68,9 @@ class WarrenError(Exception):
         )
 
 
-def _rebuild(cls: Type[WarrenError], message: str, code: str, status: Any, retry_after: Any, state: Dict[str, Any]) -> WarrenError:
+def _rebuild(
+    cls: Type[WarrenError], message: str, code: str, status: Any, retry_after: Any, state: Dict[str, Any]
+) -> WarrenError:
     e = cls.__new__(cls)
     WarrenError.__init__(e, message, code=code, status=status, retry_after=retry_after)
     e.__dict__.update(state)
@@ -175,7 +177,7 @@ class CommandError(WarrenError):
 
     default_code = "command_failed"
 
-    def __init__(self, command: Any, result: "ExecResult") -> None:
+    def __init__(self, command: Any, result: ExecResult) -> None:
         if result.timed_out:
             how = "timed out"
         elif result.signal is not None:

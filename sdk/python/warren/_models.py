@@ -36,7 +36,7 @@ class Health:
     sandboxes: int = 0
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "Health":
+    def from_json(cls, d: Dict[str, Any]) -> Health:
         """Builds a :class:`Health` from the decoded JSON answer."""
         return cls(
             status=d.get("status", ""),
@@ -64,7 +64,7 @@ class Limits:
     pids: int
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "Limits":
+    def from_json(cls, d: Dict[str, Any]) -> Limits:
         """Builds :class:`Limits` from decoded JSON."""
         return cls(
             cpus=float(d.get("cpus", 0)),
@@ -122,7 +122,7 @@ class SandboxInfo:
     )
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
+    def from_json(cls, d: Dict[str, Any]) -> SandboxInfo:
         """Builds a :class:`SandboxInfo` from decoded JSON."""
         image = d.get("image", [])
         return cls(
@@ -196,7 +196,7 @@ class ExecResult:
         return self.stdout + self.stderr
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "ExecResult":
+    def from_json(cls, d: Dict[str, Any]) -> ExecResult:
         """Builds an :class:`ExecResult` from decoded JSON (either output encoding)."""
         enc = d.get("encoding", "utf8")
         return cls(
@@ -253,7 +253,7 @@ class ProcessInfo:
         return self.state == "running"
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "ProcessInfo":
+    def from_json(cls, d: Dict[str, Any]) -> ProcessInfo:
         """Builds a :class:`ProcessInfo` from decoded JSON."""
         return cls(
             pid=int(d["pid"]),
@@ -300,7 +300,7 @@ class FileStat:
         return self.kind == "file"
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "FileStat":
+    def from_json(cls, d: Dict[str, Any]) -> FileStat:
         """Builds a :class:`FileStat` from decoded JSON."""
         return cls(
             name=d.get("name", ""),

@@ -28,7 +28,7 @@ def _map_error(e: Exception) -> Exception:
 
 
 class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream: Any, pool: "PoolTransport", conn: httpcore.AsyncHTTPConnection) -> None:
+    def __init__(self, stream: Any, pool: PoolTransport, conn: httpcore.AsyncHTTPConnection) -> None:
         self._stream = stream
         self._pool = pool
         self._conn: Optional[httpcore.AsyncHTTPConnection] = conn
@@ -139,7 +139,7 @@ class PoolTransport(httpx.AsyncBaseTransport):
                 target=request.url.raw_path,
             ),
             headers=request.headers.raw,
-            content=request.stream,  # type: ignore[arg-type]
+            content=request.stream,
             extensions=request.extensions,
         )
         try:

@@ -8,7 +8,7 @@ import asyncio
 import functools
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Iterator, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
 
 from ._client import (
     AsyncClient,
@@ -25,6 +25,10 @@ __all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Pty"]
 T = TypeVar("T")
 
 
+async def _as_coroutine(aw: Awaitable[T]) -> T:
+    return await aw
+
+
 class _Portal:
     """An event loop running forever on a daemon thread; blocking callers submit coroutines."""
 
@@ -38,7 +42,8 @@ class _Portal:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, aw: Awaitable[T]) -> T:
+        coro = aw if asyncio.iscoroutine(aw) else _as_coroutine(aw)
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("a blocking warren call was made from inside the SDK's own event loop")
@@ -100,13 +105,19 @@ if TYPE_CHECKING:  # precise types for checkers; at run time these are _blocking
 
     def _sync(fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> Callable[Concatenate[Any, P], R]: ...
 
-    def _sync_sandbox(fn: Callable[Concatenate[Any, P], Awaitable[Any]]) -> Callable[Concatenate[Any, P], "Sandbox"]: ...
+    def _sync_sandbox(
+        fn: Callable[Concatenate[Any, P], Awaitable[Any]],
+    ) -> Callable[Concatenate[Any, P], Sandbox]: ...
 
-    def _sync_sandboxes(fn: Callable[Concatenate[Any, P], Awaitable[Any]]) -> Callable[Concatenate[Any, P], List["Sandbox"]]: ...
+    def _sync_sandboxes(
+        fn: Callable[Concatenate[Any, P], Awaitable[Any]],
+    ) -> Callable[Concatenate[Any, P], List[Sandbox]]: ...
 
-    def _sync_process(fn: Callable[Concatenate[Any, P], Awaitable[Any]]) -> Callable[Concatenate[Any, P], "Process"]: ...
+    def _sync_process(
+        fn: Callable[Concatenate[Any, P], Awaitable[Any]],
+    ) -> Callable[Concatenate[Any, P], Process]: ...
 
-    def _sync_pty(fn: Callable[Concatenate[Any, P], Awaitable[Any]]) -> Callable[Concatenate[Any, P], "Pty"]: ...
+    def _sync_pty(fn: Callable[Concatenate[Any, P], Awaitable[Any]]) -> Callable[Concatenate[Any, P], Pty]: ...
 
 else:
     _sync = _sync_sandbox = _sync_sandboxes = _sync_process = _sync_pty = _blocking
@@ -184,7 +195,7 @@ class ExecStream:
         """The command's result once the stream has ended, else ``None``."""
         return self._async.result
 
-    def __iter__(self) -> "ExecStream":
+    def __iter__(self) -> ExecStream:
         return self
 
     def __next__(self) -> OutputChunk:
@@ -196,7 +207,7 @@ class ExecStream:
     wait = _sync(AsyncExecStream.wait)
     close = _sync(AsyncExecStream.aclose)
 
-    def __enter__(self) -> "ExecStream":
+    def __enter__(self) -> ExecStream:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -239,7 +250,7 @@ class Pty:
                 return
             yield data
 
-    def __enter__(self) -> "Pty":
+    def __enter__(self) -> Pty:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -255,12 +266,14 @@ class Sandbox:
     """
 
     _async: AsyncSandbox
+    _portal: _Portal
+    files: Files
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("sandboxes come from Client.create, Client.get or Client.list")
 
     @classmethod
-    def _of(cls, asb: AsyncSandbox, portal: _Portal) -> "Sandbox":
+    def _of(cls, asb: AsyncSandbox, portal: _Portal) -> Sandbox:
         self = object.__new__(cls)
         self._async = asb
         self._portal = portal
@@ -299,7 +312,7 @@ class Sandbox:
     def process(self, pid: int) -> Process:
         return Process(self._async.process(pid), self._portal)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -332,7 +345,7 @@ class Client:
         """Closes the connection pool."""
         self._portal.run(self._async.aclose())
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
