@@ -81,26 +81,23 @@ async def main_async(args: argparse.Namespace) -> int:
             for _ in range(rounds):
                 # Alternate call by call so drift on the node hits both paths alike.
                 ra, sa = samples["raw async"], samples["SDK async"]
-                for _ in range(args.round):
-                    t0 = time.perf_counter()
-                    await raw_a()
-                    t1 = time.perf_counter()
-                    await sdk_a()
-                    t2 = time.perf_counter()
-                    ra.append(t1 - t0)
-                    sa.append(t2 - t1)
+                for i in range(args.round):
+                    # Alternate which path goes first, too.
+                    order = ((raw_a, ra), (sdk_a, sa)) if i % 2 == 0 else ((sdk_a, sa), (raw_a, ra))
+                    for fn, xs in order:
+                        t0 = time.perf_counter()
+                        await fn()
+                        xs.append(time.perf_counter() - t0)
 
                 # Blocking calls run off this loop, as in a plain blocking program.
                 def run_sync() -> None:
                     rs, ss = samples["raw sync"], samples["SDK sync"]
-                    for _ in range(args.round):
-                        t0 = time.perf_counter()
-                        raw_s()
-                        t1 = time.perf_counter()
-                        sdk_s()
-                        t2 = time.perf_counter()
-                        rs.append(t1 - t0)
-                        ss.append(t2 - t1)
+                    for i in range(args.round):
+                        order = ((raw_s, rs), (sdk_s, ss)) if i % 2 == 0 else ((sdk_s, ss), (raw_s, rs))
+                        for fn, xs in order:
+                            t0 = time.perf_counter()
+                            fn()
+                            xs.append(time.perf_counter() - t0)
 
                 await loop.run_in_executor(None, run_sync)
             await raw_async.aclose()
