@@ -113,7 +113,23 @@ def stop_node(node: Node) -> None:
         except subprocess.TimeoutExpired:
             node.proc.kill()
             node.proc.wait(10)
+    remove_node_cgroups(node.name)
     shutil.rmtree(node.tmp, ignore_errors=True)
+
+
+def remove_node_cgroups(name: str) -> None:
+    """Removes the node's own cgroup directories once empty.
+
+    warrend leaves its per-node parent cgroup (``warren-<node>`` in every hierarchy) behind
+    when it stops; with a fresh node name per test run these would pile up on the host.
+    ``rmdir`` only succeeds on an empty cgroup, so nothing in use is touched.
+    """
+    root = Path("/sys/fs/cgroup")
+    for d in [root / f"warren-{name}", *root.glob(f"*/warren-{name}")]:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def node_name(prefix: str = "py") -> str:

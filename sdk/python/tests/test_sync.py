@@ -136,3 +136,25 @@ def test_sync_client_from_many_threads(client: warren.Client) -> None:
 def test_sandbox_is_not_built_by_hand() -> None:
     with pytest.raises(TypeError):
         warren.Sandbox()
+
+
+def test_fork_needs_a_new_client(client: warren.Client) -> None:
+    """A Client from before fork() fails clearly in the child; a new one works there."""
+    with client.create(memory=SMALL) as sb:
+        pid = os.fork()
+        if pid == 0:  # child: exit status tells the parent what happened
+            code = 1
+            try:
+                try:
+                    sb.exec("true")
+                except RuntimeError as e:
+                    if "fork" in str(e):
+                        code = 2
+                if code == 2:
+                    with warren.Client(client.url) as c2:
+                        code = 0 if c2.get(sb.id).exec("echo ok").stdout == "ok\n" else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert sb.exec("true").ok  # the parent's client is unaffected

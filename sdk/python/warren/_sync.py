@@ -44,6 +44,12 @@ class _Portal:
 
     def run(self, aw: Awaitable[T]) -> T:
         coro = aw if asyncio.iscoroutine(aw) else _as_coroutine(aw)
+        if self.pid != os.getpid():
+            coro.close()
+            raise RuntimeError(
+                "this warren.Client was made before os.fork(); its connections belong to the parent. "
+                "Make a new warren.Client in the child process."
+            )
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("a blocking warren call was made from inside the SDK's own event loop")
