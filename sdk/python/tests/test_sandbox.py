@@ -103,6 +103,7 @@ async def test_exec(asb: warren.AsyncSandbox) -> None:
     r = await asb.exec("echo out; echo err >&2; exit 3")
     assert (r.exit_code, r.signal, r.stdout, r.stderr) == (3, None, "out\n", "err\n")
     assert not r.ok and not r.truncated and not r.timed_out and r.duration > 0
+    assert r.output == "out\nerr\n" and asb.client.url.startswith("unix://")
     r = await asb.exec(["printf", "%s|", "a b", "$HOME"])
     assert r.stdout == "a b|$HOME|" and r.ok
     r = await asb.exec("cat; pwd; echo $X", stdin="from stdin\n", cwd="/etc", env={"X": "y"})
