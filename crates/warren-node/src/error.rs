@@ -30,6 +30,12 @@ pub enum NodeError {
     TooManySandboxes { max: usize },
     #[error("idempotency key {key:?} was used by a different request (sandbox {id})")]
     IdempotencyConflict { key: String, id: SandboxId },
+    #[error("sandbox {id}: step {step} cannot run: {why}")]
+    StepConflict {
+        id: SandboxId,
+        step: u64,
+        why: String,
+    },
     #[error("sandbox {id}: {source}")]
     Runtime {
         id: SandboxId,
@@ -45,6 +51,9 @@ pub enum NodeError {
     /// Boxed: redb's errors are large and this one is rare.
     #[error("state store: {0}")]
     Store(Box<StoreError>),
+    /// An API error as it was recorded (a replayed step that failed) or reported.
+    #[error("{0}")]
+    Api(ApiError),
 }
 
 impl NodeError {
@@ -58,7 +67,7 @@ impl NodeError {
     /// The stable API code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            NodeError::Invalid(e) => e.code,
+            NodeError::Invalid(e) | NodeError::Api(e) => e.code,
             NodeError::SandboxNotFound { .. } => ErrorCode::NotFound,
             NodeError::NotRunning {
                 state: SandboxState::Failed,
@@ -68,6 +77,7 @@ impl NodeError {
             NodeError::UnsupportedSubstrate { .. } => ErrorCode::UnsupportedSubstrate,
             NodeError::TooManySandboxes { .. } => ErrorCode::LimitExceeded,
             NodeError::IdempotencyConflict { .. } => ErrorCode::Conflict,
+            NodeError::StepConflict { .. } => ErrorCode::StepConflict,
             NodeError::Runtime { source, .. } | NodeError::CreateFailed { source } => source.code(),
             NodeError::Store(_) => ErrorCode::Internal,
         }
@@ -76,7 +86,7 @@ impl NodeError {
     /// The error as the API shows it.
     pub fn to_api(&self) -> ApiError {
         match self {
-            NodeError::Invalid(e) => e.clone(),
+            NodeError::Invalid(e) | NodeError::Api(e) => e.clone(),
             // The agent's own messages (file errors, timeouts) are already worded for the caller.
             NodeError::Runtime {
                 source: RuntimeError::Agent { code, message },

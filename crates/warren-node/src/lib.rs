@@ -3,6 +3,8 @@
 //! - [`manager`] owns every sandbox of the node: create/delete, exec, files and terminals as
 //!   typed calls, the TTL/idle reaper, lost-agent detection and restart recovery;
 //! - [`store`] keeps the durable state (a `redb` file) the manager recovers from;
+//! - [`trajectory`] logs every call that changes a sandbox, durably, and answers retried
+//!   steps from the log;
 //! - [`api`] is the HTTP edge: it parses requests into manager calls and never decides
 //!   anything itself;
 //! - [`metrics`] counts what happens and renders `/metrics`.
@@ -18,6 +20,7 @@ pub mod metrics;
 pub mod store;
 #[cfg(test)]
 mod testing;
+pub mod trajectory;
 
 pub use api::{router, ROUTES};
 pub use config::NodeConfig;

@@ -24,6 +24,13 @@ pub struct Metrics {
     pub lost: AtomicU64,
     pub execs: AtomicU64,
     pub exec_errors: AtomicU64,
+    pub pauses: AtomicU64,
+    pub paused_idle: AtomicU64,
+    pub resumes: AtomicU64,
+    pub forks: AtomicU64,
+    pub replays: AtomicU64,
+    pub step_conflicts: AtomicU64,
+    pub trajectory_appends: AtomicU64,
     exec_buckets: [AtomicU64; EXEC_BUCKETS.len()],
     exec_count: AtomicU64,
     exec_sum_us: AtomicU64,
@@ -32,6 +39,10 @@ pub struct Metrics {
 impl Metrics {
     pub fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn inc_by(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Records one finished exec's wall time.
@@ -55,7 +66,7 @@ impl Metrics {
         for (state, n) in states {
             let _ = writeln!(out, "warren_sandboxes{{state=\"{}\"}} {n}", state.as_str());
         }
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 15] = [
             (
                 "warren_sandbox_creates_total",
                 "Sandboxes created.",
@@ -95,6 +106,41 @@ impl Metrics {
                 "warren_exec_errors_total",
                 "Exec calls that failed before the command exited.",
                 &self.exec_errors,
+            ),
+            (
+                "warren_sandbox_pauses_total",
+                "Sandboxes paused (by a call or the idle timeout).",
+                &self.pauses,
+            ),
+            (
+                "warren_sandbox_idle_paused_total",
+                "Sandboxes paused because they were idle.",
+                &self.paused_idle,
+            ),
+            (
+                "warren_sandbox_resumes_total",
+                "Sandboxes resumed (by a call, or by a call reaching a paused sandbox).",
+                &self.resumes,
+            ),
+            (
+                "warren_sandbox_forks_total",
+                "Sandboxes made by fork.",
+                &self.forks,
+            ),
+            (
+                "warren_trajectory_replays_total",
+                "Calls answered from the trajectory log without running.",
+                &self.replays,
+            ),
+            (
+                "warren_trajectory_step_conflicts_total",
+                "Calls refused because their step was logged with a different request.",
+                &self.step_conflicts,
+            ),
+            (
+                "warren_trajectory_appends_total",
+                "Trajectory entries written.",
+                &self.trajectory_appends,
             ),
         ];
         for (name, help, c) in counters {

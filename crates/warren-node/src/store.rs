@@ -7,6 +7,10 @@
 //! - `idempotency`: key → [`StoredKey`] (the sandbox it created and the request, so a
 //!   different request reusing the key is refused).
 //!
+//! The same file holds the trajectory tables, written through [`Store::journal`]
+//! (see [`crate::trajectory::journal`]); removing a sandbox removes its trajectory in the
+//! same transaction.
+//!
 //! The store is written on every state transition, never on every call (`last_activity_ms`
 //! is only as fresh as the last transition; the idle clock restarts on recovery). It never
 //! talks to a runtime and never decides anything: the manager does.
@@ -17,7 +21,10 @@
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo};
+
+use crate::trajectory::{journal, Journal};
 
 const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
@@ -47,6 +54,9 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// A trajectory append was not committed.
+    #[error("trajectory ({path}): {message}")]
+    Append { path: PathBuf, message: String },
 }
 
 /// One sandbox as persisted.
@@ -80,8 +90,9 @@ pub struct Loaded {
 
 /// The state file.
 pub struct Store {
-    db: Database,
+    db: Arc<Database>,
     path: PathBuf,
+    journal: Journal,
 }
 
 impl std::fmt::Debug for Store {
@@ -105,18 +116,28 @@ impl Store {
             path: path.clone(),
             source: Box::new(e.into()),
         })?;
-        let store = Store { db, path };
-        // Create both tables so readers never meet a missing table.
+        let db = Arc::new(db);
+        let store = Store {
+            journal: Journal::start(db.clone(), path.clone()),
+            db,
+            path,
+        };
+        // Create every table so readers never meet a missing one.
         store.write("create tables", |tx| {
             tx.open_table(SANDBOXES)?;
             tx.open_table(IDEMPOTENCY)?;
-            Ok(())
+            journal::create_tables(tx)
         })?;
         Ok(store)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The trajectory tables.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     fn db_err(&self, what: &'static str) -> impl Fn(redb::Error) -> StoreError + '_ {
@@ -180,10 +201,46 @@ impl Store {
         })
     }
 
-    /// Removes a sandbox and its idempotency key (if any), in one transaction.
+    /// Writes (or replaces) several sandboxes in one transaction.
+    pub fn put_sandboxes(&self, all: &[StoredSandbox]) -> Result<(), StoreError> {
+        let values = all
+            .iter()
+            .map(|s| {
+                serde_json::to_vec(s)
+                    .map(|v| (s.info.id.as_str(), v))
+                    .map_err(|source| StoreError::Encode {
+                        what: "sandbox",
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.write("write sandboxes", |tx| {
+            let mut t = tx.open_table(SANDBOXES)?;
+            for (id, v) in &values {
+                t.insert(*id, v.as_slice())?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes several sandboxes (without idempotency keys) and their trajectories, in one
+    /// transaction.
+    pub fn remove_sandboxes(&self, ids: &[SandboxId]) -> Result<(), StoreError> {
+        self.write("remove sandboxes", |tx| {
+            for id in ids {
+                tx.open_table(SANDBOXES)?.remove(id.as_str())?;
+                journal::clear_in(tx, id)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a sandbox, its trajectory and its idempotency key (if any), in one
+    /// transaction.
     pub fn remove_sandbox(&self, id: &SandboxId, key: Option<&str>) -> Result<(), StoreError> {
         self.write("remove sandbox", |tx| {
             tx.open_table(SANDBOXES)?.remove(id.as_str())?;
+            journal::clear_in(tx, id)?;
             if let Some(k) = key {
                 tx.open_table(IDEMPOTENCY)?.remove(k)?;
             }

@@ -3,23 +3,46 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::UnixStream;
 use warren_proto::{Call, Event, Frame, Kind};
-use warren_runtime::{AgentConn, Instance, Runtime, RuntimeError, SandboxSpec};
+use warren_runtime::{AgentConn, Instance, PauseStats, Runtime, RuntimeError, SandboxSpec};
 use warren_types::{FileKind, FileStat, NodeId, ProcessInfo, ProcessState, SandboxId, Substrate};
 
 use crate::{Manager, NodeConfig, Store};
 
+/// What every fake agent and instance of one [`FakeRuntime`] counts.
+#[derive(Default)]
+pub struct FakeShared {
+    /// Commands the agents were asked to run.
+    pub execs: AtomicU64,
+    /// Calls that change files or processes (write, mkdir, remove, chmod, kill).
+    pub changes: AtomicU64,
+    pub pauses: AtomicU64,
+    pub resumes: AtomicU64,
+    /// Sandboxes frozen now (survives "daemon restarts": adopt reads it).
+    pub paused: Mutex<HashSet<SandboxId>>,
+}
+
 /// Answers calls the way the real agent would, without running anything:
 /// - `exec`: stdout is the [`warren_proto::ExecSpec`] it received, as JSON; stderr is `err`;
-///   stdin (if any) is echoed after the JSON; exit code 3;
+///   stdin (if any) is echoed after the JSON; exit code 3; a command named `slow` answers
+///   after 200 ms;
 /// - `stat`/`list`: a file named after the path; `/missing` → `not_found`;
 /// - `spawn` → pid 42; `list_procs` → pid 42; `wait` → `timeout`; `kill`, `mkdir`, `chmod`,
 ///   `remove` → done; `write_file` swallows the upload; `read_file` sends `hello`.
-async fn fake_agent(stream: UnixStream) {
+async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
     let (mut rd, mut wr) = stream.into_split();
+    let (frames, mut outbox) = tokio::sync::mpsc::unbounded_channel::<Frame>();
+    tokio::spawn(async move {
+        while let Some(f) = outbox.recv().await {
+            if f.write_async(&mut wr).await.is_err() {
+                return;
+            }
+        }
+    });
     let mut stdin: std::collections::HashMap<u32, Vec<u8>> = Default::default();
     let mut pending_exec: std::collections::HashMap<u32, warren_proto::ExecSpec> =
         Default::default();
@@ -35,8 +58,19 @@ async fn fake_agent(stream: UnixStream) {
                 match call {
                     Call::Ping => ev(&mut out, id, Event::Pong { version: 1, pid: 1 }),
                     Call::Exec { spec } => {
+                        shared.execs.fetch_add(1, Ordering::SeqCst);
                         ev(&mut out, id, Event::Started { pid: 7 });
-                        if spec.stdin {
+                        if spec.argv.first().is_some_and(|a| a == "slow") {
+                            let frames = frames.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                let mut out = Vec::new();
+                                finish_exec(&mut out, id, &spec, &[]);
+                                for f in out {
+                                    let _ = frames.send(f);
+                                }
+                            });
+                        } else if spec.stdin {
                             pending_exec.insert(id, spec);
                         } else {
                             finish_exec(&mut out, id, &spec, &[]);
@@ -83,12 +117,16 @@ async fn fake_agent(stream: UnixStream) {
                         ev(&mut out, id, Event::Done);
                     }
                     Call::WriteFile { .. } => {
+                        shared.changes.fetch_add(1, Ordering::SeqCst);
                         stdin.insert(id, Vec::new());
                     }
                     Call::Kill { .. }
                     | Call::Mkdir { .. }
                     | Call::Remove { .. }
-                    | Call::Chmod { .. } => ev(&mut out, id, Event::Done),
+                    | Call::Chmod { .. } => {
+                        shared.changes.fetch_add(1, Ordering::SeqCst);
+                        ev(&mut out, id, Event::Done)
+                    }
                     Call::Pty { .. } => ev(
                         &mut out,
                         id,
@@ -112,7 +150,7 @@ async fn fake_agent(stream: UnixStream) {
             _ => {}
         }
         for f in out {
-            if f.write_async(&mut wr).await.is_err() {
+            if frames.send(f).is_err() {
                 return;
             }
         }
@@ -160,17 +198,21 @@ pub struct FakeInstance {
     agent: AgentConn,
     agent_task: tokio::task::JoinHandle<()>,
     pub destroyed: AtomicBool,
+    pausable: bool,
+    shared: Arc<FakeShared>,
 }
 
 impl FakeInstance {
-    fn start(id: SandboxId) -> Arc<FakeInstance> {
+    fn start(id: SandboxId, pausable: bool, shared: Arc<FakeShared>) -> Arc<FakeInstance> {
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let agent_task = tokio::spawn(fake_agent(theirs));
+        let agent_task = tokio::spawn(fake_agent(theirs, shared.clone()));
         Arc::new(FakeInstance {
             id,
             agent: AgentConn::new(ours),
             agent_task,
             destroyed: AtomicBool::new(false),
+            pausable,
+            shared,
         })
     }
 
@@ -199,6 +241,30 @@ impl Instance for FakeInstance {
     async fn lost(&self) {
         self.agent.closed().await
     }
+    async fn pause(&self) -> Result<PauseStats, RuntimeError> {
+        if !self.pausable {
+            return Err(RuntimeError::Unsupported("this fake cannot pause".into()));
+        }
+        self.shared.pauses.fetch_add(1, Ordering::SeqCst);
+        self.shared.paused.lock().unwrap().insert(self.id.clone());
+        Ok(PauseStats {
+            memory_before_bytes: 1000,
+            memory_after_bytes: 100,
+            duration_ms: 1.0,
+            note: None,
+        })
+    }
+    async fn resume(&self) -> Result<(), RuntimeError> {
+        if !self.pausable {
+            return Err(RuntimeError::Unsupported("this fake cannot resume".into()));
+        }
+        self.shared.resumes.fetch_add(1, Ordering::SeqCst);
+        self.shared.paused.lock().unwrap().remove(&self.id);
+        Ok(())
+    }
+    fn is_paused(&self) -> bool {
+        self.shared.paused.lock().unwrap().contains(&self.id)
+    }
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -209,6 +275,12 @@ impl Instance for FakeInstance {
 pub struct FakeRuntime {
     pub fail_create: AtomicBool,
     pub fail_adopt: AtomicBool,
+    pub fail_fork: AtomicBool,
+    /// Instances made from now on cannot pause (like a substrate without a freezer).
+    pub no_pause: AtomicBool,
+    pub shared: Arc<FakeShared>,
+    /// (parent, children) of every fork.
+    pub forked: Mutex<Vec<(SandboxId, Vec<SandboxId>)>>,
     pub created: Mutex<Vec<SandboxSpec>>,
     pub instances: Mutex<Vec<Arc<FakeInstance>>>,
     pub adopted: Mutex<Vec<(SandboxId, serde_json::Value)>>,
@@ -226,6 +298,13 @@ impl FakeRuntime {
             .cloned()
             .expect("instance exists")
     }
+
+    fn start(&self, id: &SandboxId) -> Arc<FakeInstance> {
+        let pausable = !self.no_pause.load(Ordering::SeqCst);
+        let i = FakeInstance::start(id.clone(), pausable, self.shared.clone());
+        self.instances.lock().unwrap().push(i.clone());
+        i
+    }
 }
 
 #[async_trait]
@@ -238,9 +317,7 @@ impl Runtime for FakeRuntime {
         if self.fail_create.load(Ordering::SeqCst) {
             return Err(RuntimeError::StartFailed("fake start failure".into()));
         }
-        let i = FakeInstance::start(spec.id.clone());
-        self.instances.lock().unwrap().push(i.clone());
-        Ok(i)
+        Ok(self.start(&spec.id))
     }
     async fn adopt(
         &self,
@@ -254,9 +331,7 @@ impl Runtime for FakeRuntime {
         if self.fail_adopt.load(Ordering::SeqCst) {
             return Err(RuntimeError::Adopt("agent socket gone".into()));
         }
-        let i = FakeInstance::start(spec.id.clone());
-        self.instances.lock().unwrap().push(i.clone());
-        Ok(i)
+        Ok(self.start(&spec.id))
     }
     async fn destroy_record(
         &self,
@@ -272,6 +347,23 @@ impl Runtime for FakeRuntime {
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
         self.reconciled.lock().unwrap().push(known.to_vec());
         Ok(vec!["cgroup warren-n1/stray".into()])
+    }
+    async fn fork(
+        &self,
+        parent: &Arc<dyn Instance>,
+        children: &[SandboxSpec],
+    ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
+        if self.fail_fork.load(Ordering::SeqCst) {
+            return Err(RuntimeError::StartFailed("fake fork failure".into()));
+        }
+        self.forked.lock().unwrap().push((
+            parent.id().clone(),
+            children.iter().map(|c| c.id.clone()).collect(),
+        ));
+        Ok(children
+            .iter()
+            .map(|c| self.start(&c.id) as Arc<dyn Instance>)
+            .collect())
     }
 }
 

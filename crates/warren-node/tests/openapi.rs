@@ -1,12 +1,12 @@
 //! The contract test: `api/openapi.yaml` and the router must describe the same routes, the
-//! spec must list every error code, and its schemas must name the same fields as the types
-//! the daemon serializes.
+//! spec must list every error code and trajectory entry kind, and its schemas must name the
+//! same fields as the types the daemon serializes.
 
 use std::collections::BTreeSet;
 use warren_node::ROUTES;
 use warren_types::{
-    ChmodRequest, CreateSandboxRequest, ErrorCode, ExecRequest, ExecResult, FileKind, FileStat,
-    MkdirRequest,
+    ChmodRequest, CreateSandboxRequest, ErrorCode, ExecCall, ExecRequest, ExecResult, FileKind,
+    FileStat, ForkRequest, MkdirRequest, PauseStats, TrajectoryCall, TrajectoryEntry,
 };
 
 fn spec() -> serde_yaml::Value {
@@ -56,6 +56,46 @@ fn routes_match_the_spec_both_ways() {
 #[test]
 fn every_error_code_is_in_the_spec() {
     let spec = spec();
+    let kinds: BTreeSet<String> = schema(&spec, "TrajectoryKind")["enum"]
+        .as_sequence()
+        .expect("TrajectoryKind enum")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let calls = [
+        TrajectoryCall::Exec(ExecCall::default()),
+        TrajectoryCall::Spawn(ExecCall::default()),
+        TrajectoryCall::Kill { pid: 1, signal: 9 },
+        TrajectoryCall::WriteFile {
+            path: "/".into(),
+            mode: None,
+            sha256: String::new(),
+            size: 0,
+        },
+        TrajectoryCall::Mkdir {
+            path: "/".into(),
+            parents: false,
+            mode: None,
+        },
+        TrajectoryCall::Remove {
+            path: "/".into(),
+            recursive: false,
+        },
+        TrajectoryCall::Chmod {
+            path: "/".into(),
+            mode: 0,
+        },
+        TrajectoryCall::Fork { children: vec![] },
+        TrajectoryCall::ForkedFrom {
+            parent: String::new(),
+            parent_seq: 0,
+        },
+    ];
+    let known: BTreeSet<String> = calls.iter().map(|c| c.kind().to_string()).collect();
+    assert_eq!(
+        kinds, known,
+        "TrajectoryKind enum differs from the entry kinds"
+    );
     let listed: BTreeSet<String> = schema(&spec, "ErrorCode")["enum"]
         .as_sequence()
         .expect("ErrorCode enum")
@@ -126,6 +166,30 @@ fn schemas_name_the_serialized_fields() {
             fields_of(&ChmodRequest {
                 path: "/".into(),
                 mode: 0,
+            }),
+        ),
+        ("PauseStats", fields_of(&PauseStats::default())),
+        (
+            "ForkRequest",
+            fields_of(&ForkRequest {
+                n: 1,
+                labels: Default::default(),
+            }),
+        ),
+        ("ExecCall", fields_of(&ExecCall::default())),
+        (
+            "TrajectoryEntry",
+            fields_of(&TrajectoryEntry {
+                seq: 1,
+                step: None,
+                call: TrajectoryCall::Kill { pid: 1, signal: 9 },
+                request_sha256: String::new(),
+                started_at_ms: 0,
+                ended_at_ms: 0,
+                duration_ms: 0.0,
+                result: None,
+                error: None,
+                cancelled: false,
             }),
         ),
     ];

@@ -12,12 +12,25 @@ use super::error::HttpResult;
 use super::extract::{JsonBody, OptionalJsonBody, ProcessParam, QueryPairs, SandboxParam};
 use crate::manager::Manager;
 
+/// Adds [`super::REPLAYED_HEADER`] when the call was answered from the log.
+pub(crate) fn mark_replayed(mut resp: Response, replayed: bool) -> Response {
+    if replayed {
+        resp.headers_mut().insert(
+            super::REPLAYED_HEADER,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    resp
+}
+
 pub async fn exec(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ExecRequest>,
-) -> HttpResult<Json<ExecResult>> {
-    Ok(Json(m.exec(&id, req).await?))
+) -> HttpResult<Response> {
+    let r: ExecResult = m.exec(&id, req).await?;
+    let replayed = r.replayed;
+    Ok(mark_replayed(Json(r).into_response(), replayed))
 }
 
 pub async fn exec_stream(
@@ -27,7 +40,7 @@ pub async fn exec_stream(
 ) -> HttpResult<Response> {
     let events = m.exec_stream(&id, req).await?;
     // One JSON object per line; the client disconnecting drops the stream, which kills the
-    // command.
+    // command (unless it runs as a step: then it runs on and is logged).
     let lines = futures::stream::unfold(events, |mut events| async move {
         let ev = events.next().await?;
         let mut line = serde_json::to_vec(&ev).unwrap_or_default();
@@ -46,8 +59,11 @@ pub async fn spawn(
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> HttpResult<Response> {
-    let p = m.spawn(&id, req).await?;
-    Ok((StatusCode::CREATED, Json(p)).into_response())
+    let (p, replayed) = m.spawn(&id, req).await?;
+    Ok(mark_replayed(
+        (StatusCode::CREATED, Json(p)).into_response(),
+        replayed,
+    ))
 }
 
 #[derive(Debug, Serialize)]
@@ -102,8 +118,14 @@ impl Default for KillRequest {
 pub async fn kill_proc(
     State(m): State<Manager>,
     ProcessParam(id, pid): ProcessParam,
+    q: QueryPairs,
     OptionalJsonBody(req): OptionalJsonBody<KillRequest>,
-) -> HttpResult<StatusCode> {
-    m.kill_proc(&id, pid, req.signal).await?;
-    Ok(StatusCode::NO_CONTENT)
+) -> HttpResult<Response> {
+    q.only(&["step"], &[])?;
+    let step = q.parsed::<u64>("step", "a step number")?;
+    let replayed = m.kill_proc(&id, pid, req.signal, step).await?;
+    Ok(mark_replayed(
+        StatusCode::NO_CONTENT.into_response(),
+        replayed,
+    ))
 }

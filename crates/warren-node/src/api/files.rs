@@ -1,4 +1,5 @@
-//! File routes: streamed download and upload, remove, stat, list, mkdir, chmod.
+//! File routes: streamed download and upload, remove, stat, list, mkdir, chmod. The routes
+//! that change files take `?step=N` (see the trajectory log).
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -10,8 +11,17 @@ use warren_types::validate::sandbox_path;
 use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 
 use super::error::HttpResult;
+use super::exec::mark_replayed;
 use super::extract::{JsonBody, QueryPairs, RawBody, SandboxParam};
 use crate::manager::Manager;
+
+fn step(q: &QueryPairs) -> HttpResult<Option<u64>> {
+    q.parsed::<u64>("step", "a step number")
+}
+
+fn done(replayed: bool) -> Response {
+    mark_replayed(StatusCode::NO_CONTENT.into_response(), replayed)
+}
 
 fn path_query(q: &QueryPairs, allowed: &[&str]) -> HttpResult<String> {
     q.only(allowed, &[])?;
@@ -44,22 +54,25 @@ pub async fn upload(
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     body: RawBody,
-) -> HttpResult<StatusCode> {
-    let path = path_query(&q, &["path", "mode"])?;
+) -> HttpResult<Response> {
+    let path = path_query(&q, &["path", "mode", "step"])?;
     let mode = q.parsed::<u32>("mode", "a decimal permission number (e.g. 420 for 0o644)")?;
-    m.write_file(&id, &path, mode, body.into_data_stream())
+    let replayed = m
+        .write_file(&id, &path, mode, step(&q)?, body.into_data_stream())
         .await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(done(replayed))
 }
 
 pub async fn remove(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
-) -> HttpResult<StatusCode> {
-    let path = path_query(&q, &["path", "recursive"])?;
-    m.remove(&id, &path, q.flag("recursive")?).await?;
-    Ok(StatusCode::NO_CONTENT)
+) -> HttpResult<Response> {
+    let path = path_query(&q, &["path", "recursive", "step"])?;
+    let replayed = m
+        .remove(&id, &path, q.flag("recursive")?, step(&q)?)
+        .await?;
+    Ok(done(replayed))
 }
 
 pub async fn stat(
@@ -90,19 +103,25 @@ pub async fn list(
 pub async fn mkdir(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
+    q: QueryPairs,
     JsonBody(req): JsonBody<MkdirRequest>,
-) -> HttpResult<StatusCode> {
+) -> HttpResult<Response> {
+    q.only(&["step"], &[])?;
     let path = sandbox_path(&req.path)?;
-    m.mkdir(&id, &path, req.parents, req.mode).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let replayed = m
+        .mkdir(&id, &path, req.parents, req.mode, step(&q)?)
+        .await?;
+    Ok(done(replayed))
 }
 
 pub async fn chmod(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
+    q: QueryPairs,
     JsonBody(req): JsonBody<ChmodRequest>,
-) -> HttpResult<StatusCode> {
+) -> HttpResult<Response> {
+    q.only(&["step"], &[])?;
     let path = sandbox_path(&req.path)?;
-    m.chmod(&id, &path, req.mode).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let replayed = m.chmod(&id, &path, req.mode, step(&q)?).await?;
+    Ok(done(replayed))
 }

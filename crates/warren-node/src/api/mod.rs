@@ -14,6 +14,7 @@ mod pty;
 mod sandboxes;
 #[cfg(test)]
 mod tests;
+mod trajectory;
 
 use axum::extract::Request;
 use axum::handler::Handler;
@@ -27,6 +28,10 @@ use crate::manager::Manager;
 pub use error::{HttpError, HttpResult};
 pub use extract::MAX_JSON_BODY;
 
+/// Response header set (to `true`) when a call's step was answered from the trajectory log
+/// and nothing ran.
+pub const REPLAYED_HEADER: &str = "warren-replayed";
+
 /// Every route of the API, `(method, path)` in axum/OpenAPI path syntax.
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/health"),
@@ -35,6 +40,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes/{id}"),
     ("DELETE", "/v1/sandboxes/{id}"),
+    ("POST", "/v1/sandboxes/{id}/pause"),
+    ("POST", "/v1/sandboxes/{id}/resume"),
+    ("POST", "/v1/sandboxes/{id}/fork"),
+    ("GET", "/v1/sandboxes/{id}/trajectory"),
     ("POST", "/v1/sandboxes/{id}/exec"),
     ("POST", "/v1/sandboxes/{id}/exec/stream"),
     ("POST", "/v1/sandboxes/{id}/processes"),
@@ -105,6 +114,10 @@ pub fn router(manager: Manager) -> Router {
     .add("GET", "/v1/sandboxes", sandboxes::list)
     .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
     .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
+    .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
+    .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
+    .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
+    .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
     .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
     .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
     .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)

@@ -1,11 +1,13 @@
-//! Node and lifecycle routes: health, metrics, create, list, get, delete.
+//! Node and lifecycle routes: health, metrics, create, list, get, delete, pause, resume, fork.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use warren_types::{ApiError, CreateSandboxRequest, SandboxInfo, SandboxState};
+use warren_types::{
+    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxInfo, SandboxState,
+};
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{JsonBody, QueryPairs, SandboxParam};
@@ -107,4 +109,42 @@ pub async fn delete(
         .await
         .map_err(|e| ApiError::internal(format!("delete task: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Runs a lifecycle call in its own task: once started it finishes even if the client goes
+/// away (a pause or fork cut off half-way would leave the sandbox between states).
+async fn detached<T: Send + 'static>(
+    what: &'static str,
+    f: impl std::future::Future<Output = Result<T, crate::NodeError>> + Send + 'static,
+) -> HttpResult<T> {
+    Ok(tokio::spawn(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("{what} task: {e}")))??)
+}
+
+pub async fn pause(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+) -> HttpResult<Json<PauseStats>> {
+    Ok(Json(
+        detached("pause", async move { m.pause(&id).await }).await?,
+    ))
+}
+
+pub async fn resume(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+) -> HttpResult<Json<SandboxInfo>> {
+    Ok(Json(
+        detached("resume", async move { m.resume(&id).await }).await?,
+    ))
+}
+
+pub async fn fork(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ForkRequest>,
+) -> HttpResult<Response> {
+    let sandboxes = detached("fork", async move { m.fork(&id, req).await }).await?;
+    Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
 }

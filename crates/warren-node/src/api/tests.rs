@@ -12,6 +12,8 @@ use crate::testing::manager_in;
 struct Answer {
     status: StatusCode,
     content_type: Option<String>,
+    /// The `Warren-Replayed` header was set.
+    replayed: bool,
     body: Vec<u8>,
 }
 
@@ -51,6 +53,7 @@ async fn call(
         .headers()
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_string());
+    let replayed = resp.headers().get(super::REPLAYED_HEADER).is_some();
     let body = resp
         .into_body()
         .collect()
@@ -61,6 +64,7 @@ async fn call(
     Answer {
         status,
         content_type,
+        replayed,
         body,
     }
 }
@@ -637,6 +641,150 @@ async fn well_formed_requests_reach_the_manager() {
     );
     let gone = call(&app, Method::GET, &sb, None, "").await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn steps_pause_fork_and_the_trajectory_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, rt) = manager_in(dir.path(), |_| {});
+    let app = super::router(m.clone());
+    let info: SandboxInfo = call(&app, Method::POST, "/v1/sandboxes", JSON, "{}")
+        .await
+        .json();
+    let sb = format!("/v1/sandboxes/{}", info.id);
+    let exec = format!("{sb}/exec");
+
+    let a = call(
+        &app,
+        Method::POST,
+        &exec,
+        JSON,
+        r#"{"shell":"echo a","step":0}"#,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    let first: ExecResult = a.json();
+    assert!(!first.replayed && !a.replayed);
+    let b = call(
+        &app,
+        Method::POST,
+        &exec,
+        JSON,
+        r#"{"shell":"echo a","step":0}"#,
+    )
+    .await;
+    assert_eq!(b.status, StatusCode::OK);
+    assert!(b.replayed);
+    assert!(b.json::<ExecResult>().replayed);
+    let c = call(
+        &app,
+        Method::POST,
+        &exec,
+        JSON,
+        r#"{"shell":"echo b","step":0}"#,
+    )
+    .await;
+    assert_eq!(c.status, StatusCode::CONFLICT);
+    assert_eq!(c.error().error.code, ErrorCode::StepConflict);
+    assert_eq!(rt.shared.execs.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let put = |step: u64| format!("{sb}/files?path=/f&step={step}");
+    let w = call(&app, Method::PUT, &put(1), None, "abc").await;
+    assert_eq!(w.status, StatusCode::NO_CONTENT);
+    let w = call(&app, Method::PUT, &put(1), None, "abc").await;
+    assert_eq!(w.status, StatusCode::NO_CONTENT);
+    assert!(w.replayed);
+    let w = call(&app, Method::PUT, &put(1), None, "abd").await;
+    assert_eq!(w.error().error.code, ErrorCode::StepConflict);
+    let bad = call(
+        &app,
+        Method::PUT,
+        &format!("{sb}/files?path=/f&step=x"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let mk = call(
+        &app,
+        Method::POST,
+        &format!("{sb}/files/mkdir?step=2"),
+        JSON,
+        r#"{"path":"/d"}"#,
+    )
+    .await;
+    assert_eq!(mk.status, StatusCode::NO_CONTENT);
+
+    let p = call(&app, Method::POST, &format!("{sb}/pause"), None, "").await;
+    assert_eq!(p.status, StatusCode::OK);
+    let stats: serde_json::Value = p.json();
+    assert_eq!(stats["memory_after_bytes"], 100);
+    let got: SandboxInfo = call(&app, Method::GET, &sb, None, "").await.json();
+    assert_eq!(got.state, warren_types::SandboxState::Paused);
+    let r = call(&app, Method::POST, &format!("{sb}/resume"), None, "").await;
+    assert_eq!(
+        r.json::<SandboxInfo>().state,
+        warren_types::SandboxState::Running
+    );
+
+    let f = call(
+        &app,
+        Method::POST,
+        &format!("{sb}/fork"),
+        JSON,
+        r#"{"n":2,"labels":{"child":"1"}}"#,
+    )
+    .await;
+    assert_eq!(f.status, StatusCode::CREATED);
+    let kids: warren_types::ForkResult = f.json();
+    assert_eq!(kids.sandboxes.len(), 2);
+    for bad in [r#"{"n":0}"#, r#"{"n":65}"#, r#"{"n":1,"x":2}"#] {
+        let e = call(&app, Method::POST, &format!("{sb}/fork"), JSON, bad).await;
+        assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+
+    let t = call(&app, Method::GET, &format!("{sb}/trajectory"), None, "").await;
+    assert_eq!(t.status, StatusCode::OK);
+    assert_eq!(t.content_type.as_deref(), Some("application/x-ndjson"));
+    let lines: Vec<warren_types::TrajectoryEntry> = String::from_utf8(t.body)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|e| e.call.kind()).collect();
+    assert_eq!(kinds, ["exec", "write_file", "mkdir", "fork"]);
+    let t = call(
+        &app,
+        Method::GET,
+        &format!("{sb}/trajectory?from_seq=3"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(String::from_utf8(t.body).unwrap().lines().count(), 2);
+    let t = call(
+        &app,
+        Method::GET,
+        &format!("{sb}/trajectory?seq=3"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(t.status, StatusCode::BAD_REQUEST);
+    let kid = &kids.sandboxes[0].id;
+    let t = call(
+        &app,
+        Method::GET,
+        &format!("/v1/sandboxes/{kid}/trajectory"),
+        None,
+        "",
+    )
+    .await;
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8(t.body).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "forked_from");
+    assert_eq!(first["request"]["parent"], info.id.as_str());
+    assert_eq!(first["request"]["parent_seq"], 3);
 }
 
 #[test]

@@ -1,15 +1,14 @@
 //! Create: validate, reserve (node limit, idempotency key), record `creating`, start through
 //! the substrate's runtime, record `running`. A failed start leaves no record behind.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
-use super::{now_ms, Entry, KeyEntry, Manager, Sandbox};
+use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
 use crate::store::{StoredKey, StoredSandbox, FORMAT};
+use crate::trajectory::SandboxLog;
 
 /// The answer to a create.
 #[derive(Debug, Clone)]
@@ -76,21 +75,12 @@ impl Manager {
                 reason: None,
                 idempotency_key: req.idempotency_key.clone(),
             };
-            let sb = Arc::new(Sandbox {
-                id: id.clone(),
-                runtime: runtime.clone(),
-                hostname: req
-                    .hostname
-                    .clone()
-                    .unwrap_or_else(|| cfg.default_hostname.clone()),
-                active: AtomicU64::new(0),
-                state: Mutex::new(Entry {
-                    info,
-                    instance: None,
-                    record: None,
-                    deleting: false,
-                }),
-            });
+            let hostname = req
+                .hostname
+                .clone()
+                .unwrap_or_else(|| cfg.default_hostname.clone());
+            let log = SandboxLog::empty(&id);
+            let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
             map.insert(id.clone(), sb.clone());
             if let Some(key) = &req.idempotency_key {
                 keys.insert(

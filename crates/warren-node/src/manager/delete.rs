@@ -1,5 +1,6 @@
-//! Delete: destroy the sandbox's instance (or what is left of it), then drop its record and
-//! idempotency key. Used by `DELETE /v1/sandboxes/{id}` and by the reaper.
+//! Delete: destroy the sandbox's instance (or what is left of it, paused or not), then drop
+//! its record, its trajectory and its idempotency key. Used by `DELETE /v1/sandboxes/{id}`
+//! and by the reaper.
 
 use std::sync::Arc;
 use tracing::{info, warn};
@@ -20,6 +21,8 @@ impl Manager {
 
     /// Tears a sandbox down and removes it; `why` is logged and kept for later 404s.
     pub(crate) async fn end(&self, sb: &Arc<Sandbox>, why: &str) -> Result<(), NodeError> {
+        // Not in the middle of a pause, resume or fork.
+        let _lifecycle = sb.lifecycle.lock().await;
         let (instance, record, key) = {
             let mut st = sb.lock();
             if st.info.state == SandboxState::Creating {

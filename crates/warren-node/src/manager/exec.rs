@@ -2,22 +2,28 @@
 //!
 //! The sandbox's defaults are merged here (env: sandbox then request; cwd: request, else the
 //! sandbox workdir; user: request, else the sandbox user) into the agent's [`ExecSpec`], and
-//! the agent's answers are turned into API results (output as UTF-8 or base64).
+//! the agent's answers are turned into API results (output as UTF-8 or base64). Exec, streamed
+//! exec, spawn and kill are logged in the trajectory (see [`super::logged`]); terminals,
+//! listings and waits are not.
 
 use base64::Engine;
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::mpsc;
 use warren_proto::ExecSpec;
 use warren_runtime::agent::{PtyInput, PtyOutput};
 use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StreamItem};
 use warren_types::{
     ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState,
-    SandboxId, SandboxInfo,
+    SandboxId, SandboxInfo, TrajectoryCall,
 };
 
-use super::{now_ms, ActivityGuard, Manager};
+use super::logged::{exec_call, Done, Step};
+use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
+use crate::trajectory::{request_digest, Answer, StepGuard};
 
 /// Default program of a terminal.
 pub const DEFAULT_SHELL: &str = "/bin/sh";
@@ -68,6 +74,7 @@ pub(crate) fn exec_result(
         stderr_bytes: exit.stderr_bytes,
         encoding,
         duration_ms: exit.duration_us as f64 / 1000.0,
+        replayed: false,
     }
 }
 
@@ -75,23 +82,28 @@ fn output_result(out: &ExecOutput, encoding: OutputEncoding) -> ExecResult {
     exec_result(&out.stdout, &out.stderr, &out.exit, encoding)
 }
 
+/// A step whose record answers another kind of call (cannot happen: the kind is part of the
+/// request digest).
+pub(crate) fn mismatch(id: &SandboxId, step: Option<u64>, got: &Answer) -> NodeError {
+    NodeError::Api(ApiError::internal(format!(
+        "sandbox {id}: step {step:?} answered {got:?}, another kind of call"
+    )))
+}
+
 /// A streamed command: [`ExecEvent`]s as they come, ending with `exit` or `error`.
-/// Dropping it before the end kills the command.
+///
+/// The command is driven by its own task, which logs it when it ends. Dropping this before
+/// the end stops a command without a step (logged as cancelled); a command with a step runs
+/// on to its end and is logged, so that a retry of the step gets its result.
 pub struct ExecEvents {
-    stream: ExecStream,
-    encoding: OutputEncoding,
-    started: Instant,
-    manager: Manager,
+    rx: mpsc::Receiver<ExecEvent>,
     id: SandboxId,
-    done: bool,
-    _guard: ActivityGuard,
 }
 
 impl std::fmt::Debug for ExecEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecEvents")
             .field("sandbox", &self.id)
-            .field("done", &self.done)
             .finish()
     }
 }
@@ -99,42 +111,129 @@ impl std::fmt::Debug for ExecEvents {
 impl ExecEvents {
     /// The next event; `None` after the last one.
     pub async fn next(&mut self) -> Option<ExecEvent> {
-        if self.done {
-            return None;
+        self.rx.recv().await
+    }
+
+    /// A recorded result, as the events a stream would have sent.
+    fn replay(id: SandboxId, mut r: ExecResult) -> ExecEvents {
+        let (tx, rx) = mpsc::channel(3);
+        let (out, err) = (std::mem::take(&mut r.stdout), std::mem::take(&mut r.stderr));
+        if !out.is_empty() {
+            let _ = tx.try_send(ExecEvent::Stdout { data: out });
         }
-        let item = self.stream.next().await;
+        if !err.is_empty() {
+            let _ = tx.try_send(ExecEvent::Stderr { data: err });
+        }
+        let _ = tx.try_send(ExecEvent::Exit { result: r });
+        ExecEvents { rx, id }
+    }
+}
+
+/// Keeps up to `cap` bytes of a stream's output for the log.
+fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64, over: &mut bool) {
+    let room = (cap as usize).saturating_sub(buf.len());
+    if chunk.len() > room {
+        *over = true;
+    }
+    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+}
+
+/// What the task driving a streamed command needs.
+struct Drive {
+    manager: Manager,
+    sandbox: Arc<Sandbox>,
+    guard: Option<StepGuard>,
+    call: TrajectoryCall,
+    encoding: OutputEncoding,
+    cap: u64,
+    started_ms: u64,
+    _busy: ActivityGuard,
+}
+
+impl Drive {
+    async fn run(self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
         let m = &self.manager.inner.metrics;
-        match item {
-            Some(Ok(StreamItem::Stdout(b))) => Some(ExecEvent::Stdout {
-                data: encode(&b, self.encoding),
-            }),
-            Some(Ok(StreamItem::Stderr(b))) => Some(ExecEvent::Stderr {
-                data: encode(&b, self.encoding),
-            }),
-            Some(Ok(StreamItem::Exit(exit))) => {
-                self.done = true;
-                m.observe_exec(self.started.elapsed());
-                Some(ExecEvent::Exit {
-                    result: exec_result(&[], &[], &exit, self.encoding),
-                })
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                Metrics::inc(&m.exec_errors);
-                Some(ExecEvent::Error {
-                    error: NodeError::runtime(&self.id, e).to_api(),
-                })
-            }
-            None => {
-                self.done = true;
-                Metrics::inc(&m.exec_errors);
-                Some(ExecEvent::Error {
-                    error: ApiError::new(
+        let started = Instant::now();
+        let runs_to_end = self.guard.is_some();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut out_over, mut err_over) = (false, false);
+        let mut listening = true;
+        let outcome = loop {
+            let (event, buf, over) = match stream.next().await {
+                Some(Ok(StreamItem::Stdout(b))) => {
+                    let ev = ExecEvent::Stdout {
+                        data: encode(&b, self.encoding),
+                    };
+                    (ev, (&mut out, b), &mut out_over)
+                }
+                Some(Ok(StreamItem::Stderr(b))) => {
+                    let ev = ExecEvent::Stderr {
+                        data: encode(&b, self.encoding),
+                    };
+                    (ev, (&mut err, b), &mut err_over)
+                }
+                Some(Ok(StreamItem::Exit(mut exit))) => {
+                    m.observe_exec(started.elapsed());
+                    exit.stdout_truncated |= out_over;
+                    exit.stderr_truncated |= err_over;
+                    break Some(Ok(Done::Exec(ExecOutput {
+                        stdout: out,
+                        stderr: err,
+                        exit,
+                    })));
+                }
+                Some(Err(e)) => {
+                    Metrics::inc(&m.exec_errors);
+                    break Some(Err(NodeError::runtime(&self.sandbox.id, e)));
+                }
+                None => {
+                    Metrics::inc(&m.exec_errors);
+                    break Some(Err(NodeError::Api(ApiError::new(
                         warren_types::ErrorCode::SandboxLost,
                         "the command's stream ended without an exit",
-                    ),
-                })
+                    ))));
+                }
+            };
+            keep(buf.0, &buf.1, self.cap, over);
+            if listening && tx.send(event).await.is_err() {
+                listening = false;
+                if !runs_to_end {
+                    break None;
+                }
             }
+        };
+        // Stops the command when it is still running (its caller went away).
+        drop(stream);
+        let Some(outcome) = outcome else {
+            self.manager
+                .log_cancelled(&self.sandbox, self.call, self.started_ms)
+                .await;
+            return;
+        };
+        let last = match self
+            .manager
+            .log_outcome(
+                &self.sandbox,
+                self.guard,
+                self.call,
+                self.started_ms,
+                outcome,
+            )
+            .await
+        {
+            Ok(Answer::Exec(mut r)) => {
+                // The output went out as it came.
+                r.stdout.clear();
+                r.stderr.clear();
+                ExecEvent::Exit { result: r }
+            }
+            Ok(_) => ExecEvent::Error {
+                error: ApiError::internal("a streamed exec logged another kind of answer"),
+            },
+            Err(e) => ExecEvent::Error { error: e.to_api() },
+        };
+        if listening {
+            let _ = tx.send(last).await;
         }
     }
 }
@@ -163,55 +262,97 @@ pub struct PtyRequest {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes/{id}/exec`.
+    /// `POST /v1/sandboxes/{id}/exec`. With a step, see [`super::logged`].
     pub async fn exec(&self, id: &SandboxId, req: ExecRequest) -> Result<ExecResult, NodeError> {
         req.validate()?;
-        let (instance, info, _guard) = self.running(id)?;
-        let spec = exec_spec(&info, &req);
-        let stdin = req.stdin.map(Bytes::from);
-        let started = Instant::now();
-        Metrics::inc(&self.inner.metrics.execs);
-        let out = instance.agent().exec(spec, stdin).await.map_err(|e| {
-            Metrics::inc(&self.inner.metrics.exec_errors);
-            NodeError::runtime(id, e)
-        })?;
-        self.inner.metrics.observe_exec(started.elapsed());
-        Ok(output_result(&out, req.encoding))
+        let call = TrajectoryCall::Exec(exec_call(&req, false));
+        let (m, sid) = (self.clone(), id.clone());
+        let step = req.step;
+        let logged = self
+            .logged(id, step, call, move |instance, info| async move {
+                let spec = exec_spec(&info, &req);
+                let stdin = req.stdin.map(Bytes::from);
+                let started = Instant::now();
+                Metrics::inc(&m.inner.metrics.execs);
+                let out = instance.agent().exec(spec, stdin).await.map_err(|e| {
+                    Metrics::inc(&m.inner.metrics.exec_errors);
+                    NodeError::runtime(&sid, e)
+                })?;
+                m.inner.metrics.observe_exec(started.elapsed());
+                Ok(Done::Exec(out))
+            })
+            .await?;
+        match logged.answer {
+            Answer::Exec(mut r) => {
+                r.replayed = logged.replayed;
+                Ok(r)
+            }
+            other => Err(mismatch(id, step, &other)),
+        }
     }
 
     /// `POST /v1/sandboxes/{id}/exec/stream`. Errors before the command starts are returned
-    /// here; later ones arrive as the stream's last event.
+    /// here; later ones arrive as the stream's last event. A replayed step sends its recorded
+    /// output as one `stdout` and one `stderr` event.
     pub async fn exec_stream(
         &self,
         id: &SandboxId,
         req: ExecRequest,
     ) -> Result<ExecEvents, NodeError> {
         req.validate()?;
-        let (instance, info, guard) = self.running(id)?;
+        let sb = self.lookup(id)?;
+        let call = TrajectoryCall::Exec(exec_call(&req, true));
+        let digest = request_digest(&call);
+        let guard = match self.claim_step(&sb, req.step, Some(digest)).await? {
+            Step::Known {
+                digest: known,
+                answer,
+            } => {
+                let step = req.step.unwrap_or(0);
+                return match self.settle(id, step, &digest, &known, answer)? {
+                    Answer::Exec(r) => Ok(ExecEvents::replay(id.clone(), r)),
+                    other => Err(mismatch(id, req.step, &other)),
+                };
+            }
+            Step::Run(guard) => guard,
+        };
+        let (instance, info, busy) = self.ready_sb(&sb).await?;
         let spec = exec_spec(&info, &req);
-        let stdin = req.stdin.map(Bytes::from);
+        let stdin = req.stdin.clone().map(Bytes::from);
+        let started_ms = now_ms();
         Metrics::inc(&self.inner.metrics.execs);
-        let stream = instance
-            .agent()
-            .exec_stream(spec, stdin)
-            .await
-            .map_err(|e| {
+        let stream = match instance.agent().exec_stream(spec, stdin).await {
+            Ok(s) => s,
+            Err(e) => {
                 Metrics::inc(&self.inner.metrics.exec_errors);
-                NodeError::runtime(id, e)
-            })?;
-        Ok(ExecEvents {
-            stream,
-            encoding: req.encoding,
-            started: Instant::now(),
+                let e = NodeError::runtime(id, e);
+                return match self.log_outcome(&sb, guard, call, started_ms, Err(e)).await {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(NodeError::Api(ApiError::internal("exec failed"))),
+                };
+            }
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let drive = Drive {
             manager: self.clone(),
-            id: id.clone(),
-            done: false,
-            _guard: guard,
-        })
+            sandbox: sb,
+            guard,
+            call,
+            encoding: req.encoding,
+            cap: req.output_cap(),
+            started_ms,
+            _busy: busy,
+        };
+        tokio::spawn(drive.run(stream, tx));
+        Ok(ExecEvents { rx, id: id.clone() })
     }
 
-    /// `POST /v1/sandboxes/{id}/processes`.
-    pub async fn spawn(&self, id: &SandboxId, req: ExecRequest) -> Result<ProcessInfo, NodeError> {
+    /// `POST /v1/sandboxes/{id}/processes`. The bool is true when the step was replayed.
+    pub async fn spawn(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+    ) -> Result<(ProcessInfo, bool), NodeError> {
         req.validate()?;
         if req.stdin.is_some() {
             return Err(ApiError::invalid(
@@ -219,27 +360,37 @@ impl Manager {
             )
             .into());
         }
-        let (instance, info, _guard) = self.running(id)?;
-        let spec = exec_spec(&info, &req);
-        let argv = spec.argv.clone();
-        let pid = instance
-            .agent()
-            .spawn(spec)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
-        Ok(ProcessInfo {
-            pid,
-            argv,
-            state: ProcessState::Running,
-            exit_code: None,
-            signal: None,
-            started_at_ms: now_ms(),
-        })
+        let call = TrajectoryCall::Spawn(exec_call(&req, false));
+        let sid = id.clone();
+        let step = req.step;
+        let logged = self
+            .logged(id, step, call, move |instance, info| async move {
+                let spec = exec_spec(&info, &req);
+                let argv = spec.argv.clone();
+                let pid = instance
+                    .agent()
+                    .spawn(spec)
+                    .await
+                    .map_err(|e| NodeError::runtime(&sid, e))?;
+                Ok(Done::Process(ProcessInfo {
+                    pid,
+                    argv,
+                    state: ProcessState::Running,
+                    exit_code: None,
+                    signal: None,
+                    started_at_ms: now_ms(),
+                }))
+            })
+            .await?;
+        match logged.answer {
+            Answer::Process(p) => Ok((p, logged.replayed)),
+            other => Err(mismatch(id, step, &other)),
+        }
     }
 
     /// `GET /v1/sandboxes/{id}/processes`.
     pub async fn list_procs(&self, id: &SandboxId) -> Result<Vec<ProcessInfo>, NodeError> {
-        let (instance, _, _guard) = self.running(id)?;
+        let (instance, _, _guard) = self.ready(id).await?;
         instance
             .agent()
             .list_procs()
@@ -271,7 +422,7 @@ impl Manager {
                 return Err(ApiError::invalid("timeout_secs must be between 0 and 7 days").into());
             }
         }
-        let (instance, _, _guard) = self.running(id)?;
+        let (instance, _, _guard) = self.ready(id).await?;
         let timeout_ms = timeout_secs.map(|t| (t * 1000.0).ceil() as u64);
         let out = instance
             .agent()
@@ -281,17 +432,30 @@ impl Manager {
         Ok(output_result(&out, OutputEncoding::Utf8))
     }
 
-    /// `POST /v1/sandboxes/{id}/processes/{pid}/kill`.
-    pub async fn kill_proc(&self, id: &SandboxId, pid: u32, signal: i32) -> Result<(), NodeError> {
+    /// `POST /v1/sandboxes/{id}/processes/{pid}/kill`. True when the step was replayed.
+    pub async fn kill_proc(
+        &self,
+        id: &SandboxId,
+        pid: u32,
+        signal: i32,
+        step: Option<u64>,
+    ) -> Result<bool, NodeError> {
         if !(1..=64).contains(&signal) {
             return Err(ApiError::invalid(format!("signal must be 1-64, got {signal}")).into());
         }
-        let (instance, _, _guard) = self.running(id)?;
-        instance
-            .agent()
-            .kill(pid, signal)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))
+        let call = TrajectoryCall::Kill { pid, signal };
+        let sid = id.clone();
+        let logged = self
+            .logged(id, step, call, move |instance, _| async move {
+                instance
+                    .agent()
+                    .kill(pid, signal)
+                    .await
+                    .map_err(|e| NodeError::runtime(&sid, e))?;
+                Ok(Done::Unit)
+            })
+            .await?;
+        Ok(logged.replayed)
     }
 
     /// `GET /v1/sandboxes/{id}/pty`: starts a terminal.
@@ -304,7 +468,7 @@ impl Manager {
         if req.cols == 0 || req.rows == 0 {
             return Err(ApiError::invalid("cols and rows must be at least 1").into());
         }
-        let (instance, info, guard) = self.running(id)?;
+        let (instance, info, guard) = self.ready(id).await?;
         let mut spec = exec_spec(&info, &exec);
         if !spec.env.iter().any(|(k, _)| k == "TERM") {
             spec.env.push(("TERM".into(), "xterm-256color".into()));

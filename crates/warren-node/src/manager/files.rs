@@ -1,15 +1,68 @@
 //! Files: streamed download and upload, stat, list, mkdir, remove, chmod. Every path is
 //! checked with [`warren_types::validate::sandbox_path`] (the agent resolves it again inside
 //! the sandbox's root, so this is a first line, not the only one).
+//!
+//! Upload, mkdir, remove and chmod are logged in the trajectory and may name a step (see
+//! [`super::logged`]). An upload's content digest is only known once its body is read, so a
+//! retried upload step reads (and hashes) its body before it is compared; an upload whose body
+//! breaks off is logged as cancelled and frees its step.
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use sha2::{Digest as _, Sha256};
 use warren_runtime::FileReader;
 use warren_types::validate::sandbox_path;
-use warren_types::{ApiError, FileStat, SandboxId};
+use warren_types::{ApiError, FileStat, SandboxId, TrajectoryCall};
 
-use super::{ActivityGuard, Manager};
+use super::logged::{Done, Step};
+use super::{now_ms, ActivityGuard, Manager};
 use crate::error::NodeError;
+use crate::trajectory::{hex, request_digest};
+
+/// Hashes what is left of an upload's body.
+struct Hashed {
+    hasher: Sha256,
+    size: u64,
+}
+
+impl Hashed {
+    fn new() -> Hashed {
+        Hashed {
+            hasher: Sha256::new(),
+            size: 0,
+        }
+    }
+
+    fn add(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+    }
+
+    async fn drain<S, E>(&mut self, body: &mut S) -> Result<(), NodeError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(interrupted)?;
+            self.add(&chunk);
+        }
+        Ok(())
+    }
+
+    fn call(self, path: &str, mode: Option<u32>) -> TrajectoryCall {
+        TrajectoryCall::WriteFile {
+            path: path.to_string(),
+            mode,
+            sha256: hex(&self.hasher.finalize().into()),
+            size: self.size,
+        }
+    }
+}
+
+fn interrupted(e: impl std::fmt::Display) -> NodeError {
+    ApiError::invalid(format!("upload interrupted: {e}")).into()
+}
 
 /// A file streaming out of a sandbox.
 pub struct FileDownload {
@@ -41,7 +94,7 @@ impl Manager {
     /// any byte is sent.
     pub async fn read_file(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
         let path = sandbox_path(path)?;
-        let (instance, _, guard) = self.running(id)?;
+        let (instance, _, guard) = self.ready(id).await?;
         let reader = instance
             .agent()
             .read_file(&path)
@@ -55,14 +108,16 @@ impl Manager {
     }
 
     /// `PUT /v1/sandboxes/{id}/files`: creates or truncates `path` and writes `body` to it
-    /// chunk by chunk (any size; nothing is held beyond one chunk).
+    /// chunk by chunk (any size; nothing is held beyond one chunk). True when the step was
+    /// replayed (then nothing was written).
     pub async fn write_file<S, E>(
         &self,
         id: &SandboxId,
         path: &str,
         mode: Option<u32>,
+        step: Option<u64>,
         mut body: S,
-    ) -> Result<(), NodeError>
+    ) -> Result<bool, NodeError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
         E: std::fmt::Display,
@@ -71,28 +126,67 @@ impl Manager {
         if mode.is_some_and(|m| m > 0o7777) {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
-        let (instance, _, _guard) = self.running(id)?;
-        let mut w = instance
-            .agent()
-            .write_file(&path, mode)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
-        while let Some(chunk) = body.next().await {
-            // Dropping the writer on an interrupted upload cancels it inside the sandbox.
-            let chunk = chunk.map_err(|e| ApiError::invalid(format!("upload interrupted: {e}")))?;
-            if !chunk.is_empty() {
-                w.write(chunk)
-                    .await
-                    .map_err(|e| NodeError::runtime(id, e))?;
+        let sb = self.lookup(id)?;
+        let mut hashed = Hashed::new();
+        let guard = match self.claim_step(&sb, step, None).await? {
+            Step::Known {
+                digest: known,
+                answer,
+            } => {
+                hashed.drain(&mut body).await?;
+                let own = request_digest(&hashed.call(&path, mode));
+                self.settle(id, step.unwrap_or(0), &own, &known, answer)?;
+                return Ok(true);
             }
-        }
-        w.finish().await.map_err(|e| NodeError::runtime(id, e))
+            Step::Run(guard) => guard,
+        };
+        let (instance, _, _busy) = self.ready_sb(&sb).await?;
+        let started_ms = now_ms();
+        let outcome = match instance.agent().write_file(&path, mode).await {
+            Ok(mut w) => {
+                let mut failed = None;
+                while let Some(chunk) = body.next().await {
+                    let chunk = match chunk {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Dropping the writer cancels the upload inside the sandbox.
+                            drop(w);
+                            let call = hashed.call(&path, mode);
+                            self.log_cancelled(&sb, call, started_ms).await;
+                            return Err(interrupted(e));
+                        }
+                    };
+                    hashed.add(&chunk);
+                    if failed.is_none() && !chunk.is_empty() {
+                        if let Err(e) = w.write(chunk).await {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => w.finish().await,
+                }
+            }
+            Err(e) => {
+                // Read the body anyway: the entry names the content it was asked to write.
+                hashed.drain(&mut body).await?;
+                Err(e)
+            }
+        };
+        let call = hashed.call(&path, mode);
+        let outcome = outcome
+            .map(|()| Done::Unit)
+            .map_err(|e| NodeError::runtime(id, e));
+        self.log_outcome(&sb, guard, call, started_ms, outcome)
+            .await?;
+        Ok(false)
     }
 
     /// `GET /v1/sandboxes/{id}/files/stat`.
     pub async fn stat(&self, id: &SandboxId, path: &str) -> Result<FileStat, NodeError> {
         let path = sandbox_path(path)?;
-        let (instance, _, _guard) = self.running(id)?;
+        let (instance, _, _guard) = self.ready(id).await?;
         instance
             .agent()
             .stat(&path)
@@ -103,7 +197,7 @@ impl Manager {
     /// `GET /v1/sandboxes/{id}/files/list`.
     pub async fn list_dir(&self, id: &SandboxId, path: &str) -> Result<Vec<FileStat>, NodeError> {
         let path = sandbox_path(path)?;
-        let (instance, _, _guard) = self.running(id)?;
+        let (instance, _, _guard) = self.ready(id).await?;
         instance
             .agent()
             .list(&path)
@@ -111,33 +205,46 @@ impl Manager {
             .map_err(|e| NodeError::runtime(id, e))
     }
 
-    /// `POST /v1/sandboxes/{id}/files/mkdir`.
+    /// `POST /v1/sandboxes/{id}/files/mkdir`. True when the step was replayed.
     pub async fn mkdir(
         &self,
         id: &SandboxId,
         path: &str,
         parents: bool,
         mode: Option<u32>,
-    ) -> Result<(), NodeError> {
+        step: Option<u64>,
+    ) -> Result<bool, NodeError> {
         let path = sandbox_path(path)?;
         if mode.is_some_and(|m| m > 0o7777) {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
-        let (instance, _, _guard) = self.running(id)?;
-        instance
-            .agent()
-            .mkdir(&path, parents, mode)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))
+        let call = TrajectoryCall::Mkdir {
+            path: path.clone(),
+            parents,
+            mode,
+        };
+        let sid = id.clone();
+        let logged = self
+            .logged(id, step, call, move |instance, _| async move {
+                instance
+                    .agent()
+                    .mkdir(&path, parents, mode)
+                    .await
+                    .map_err(|e| NodeError::runtime(&sid, e))?;
+                Ok(Done::Unit)
+            })
+            .await?;
+        Ok(logged.replayed)
     }
 
-    /// `DELETE /v1/sandboxes/{id}/files`.
+    /// `DELETE /v1/sandboxes/{id}/files`. True when the step was replayed.
     pub async fn remove(
         &self,
         id: &SandboxId,
         path: &str,
         recursive: bool,
-    ) -> Result<(), NodeError> {
+        step: Option<u64>,
+    ) -> Result<bool, NodeError> {
         let path = sandbox_path(path)?;
         if path == "/" {
             return Err(ApiError::new(
@@ -146,25 +253,51 @@ impl Manager {
             )
             .into());
         }
-        let (instance, _, _guard) = self.running(id)?;
-        instance
-            .agent()
-            .remove(&path, recursive)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))
+        let call = TrajectoryCall::Remove {
+            path: path.clone(),
+            recursive,
+        };
+        let sid = id.clone();
+        let logged = self
+            .logged(id, step, call, move |instance, _| async move {
+                instance
+                    .agent()
+                    .remove(&path, recursive)
+                    .await
+                    .map_err(|e| NodeError::runtime(&sid, e))?;
+                Ok(Done::Unit)
+            })
+            .await?;
+        Ok(logged.replayed)
     }
 
-    /// `POST /v1/sandboxes/{id}/files/chmod`.
-    pub async fn chmod(&self, id: &SandboxId, path: &str, mode: u32) -> Result<(), NodeError> {
+    /// `POST /v1/sandboxes/{id}/files/chmod`. True when the step was replayed.
+    pub async fn chmod(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        mode: u32,
+        step: Option<u64>,
+    ) -> Result<bool, NodeError> {
         let path = sandbox_path(path)?;
         if mode > 0o7777 {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
-        let (instance, _, _guard) = self.running(id)?;
-        instance
-            .agent()
-            .chmod(&path, mode)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))
+        let call = TrajectoryCall::Chmod {
+            path: path.clone(),
+            mode,
+        };
+        let sid = id.clone();
+        let logged = self
+            .logged(id, step, call, move |instance, _| async move {
+                instance
+                    .agent()
+                    .chmod(&path, mode)
+                    .await
+                    .map_err(|e| NodeError::runtime(&sid, e))?;
+                Ok(Done::Unit)
+            })
+            .await?;
+        Ok(logged.replayed)
     }
 }

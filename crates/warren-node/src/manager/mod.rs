@@ -1,10 +1,12 @@
 //! The sandbox manager: owns every sandbox of this node, from create to delete.
 //!
 //! It holds the map id → sandbox (its API record, its live [`Instance`] while it runs, the
-//! runtime's re-adoption record), writes every state transition to the [`Store`], enforces the
-//! node limits, and runs the reaper (TTL, idle timeout) and one watcher per sandbox that notices
-//! when its agent dies. Each verb lives in its own file: `create`, `delete`, `exec`, `files`,
-//! `recover`, `reaper`.
+//! runtime's re-adoption record, its trajectory log), writes every state transition to the
+//! [`Store`], enforces the node limits, and runs the reaper (TTL, idle timeout → pause) and one
+//! watcher per sandbox that notices when its agent dies. Each verb lives in its own file:
+//! `create`, `delete`, `exec`, `files`, `pause` (pause, resume, and the transparent resume of
+//! every call), `fork`, `logged` (calls that change a sandbox, through the trajectory log and
+//! its steps), `trajectory` (export), `recover`, `reaper`.
 //!
 //! It never sees HTTP: callers hand it typed requests and get typed answers or a
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
@@ -14,10 +16,18 @@ mod create;
 mod delete;
 mod exec;
 mod files;
+mod fork;
+mod logged;
+mod pause;
 mod reaper;
 mod recover;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_pause;
+#[cfg(test)]
+mod tests_steps;
+mod trajectory;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,12 +39,15 @@ use crate::config::NodeConfig;
 use crate::error::NodeError;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoredSandbox, FORMAT};
+use crate::trajectory::{Journal, SandboxLog};
 
 pub use create::Created;
+pub(crate) use exec::encode;
 pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::FileDownload;
-pub use reaper::{AGENT_EXITED, IDLE_TIMEOUT, TTL_EXPIRED};
+pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
+pub use trajectory::TrajectoryPages;
 
 /// How many recently deleted sandboxes keep their reason for a friendlier 404.
 const TOMBSTONES: usize = 4096;
@@ -73,6 +86,9 @@ pub(crate) struct Sandbox {
     /// Calls in flight (exec, streams, terminals, transfers); the idle reaper waits for zero.
     active: AtomicU64,
     state: Mutex<Entry>,
+    /// Held by pause, resume, fork and delete, one at a time.
+    lifecycle: tokio::sync::Mutex<()>,
+    log: Arc<SandboxLog>,
 }
 
 /// The mutable part of a sandbox.
@@ -82,9 +98,36 @@ struct Entry {
     record: Option<serde_json::Value>,
     /// Set once a delete (call or reaper) has started; the lost-watcher then stays quiet.
     deleting: bool,
+    /// Set while a pause is under way: calls wait for it and resume the sandbox after.
+    pausing: bool,
 }
 
 impl Sandbox {
+    fn new(
+        id: SandboxId,
+        info: SandboxInfo,
+        runtime: Arc<dyn Runtime>,
+        hostname: String,
+        record: Option<serde_json::Value>,
+        log: Arc<SandboxLog>,
+    ) -> Arc<Sandbox> {
+        Arc::new(Sandbox {
+            id,
+            runtime,
+            hostname,
+            active: AtomicU64::new(0),
+            state: Mutex::new(Entry {
+                info,
+                instance: None,
+                record,
+                deleting: false,
+                pausing: false,
+            }),
+            lifecycle: tokio::sync::Mutex::new(()),
+            log,
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Entry> {
         self.state.lock().expect("sandbox lock")
     }
@@ -205,6 +248,10 @@ impl Manager {
         self.inner.runtimes.iter().map(|r| r.substrate()).collect()
     }
 
+    pub(crate) fn journal(&self) -> &Journal {
+        self.inner.store.journal()
+    }
+
     fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
         self.inner
             .runtimes
@@ -248,33 +295,6 @@ impl Manager {
             id: id.clone(),
             why,
         })
-    }
-
-    /// A running sandbox's instance, marking the sandbox busy for the guard's life.
-    pub(crate) fn running(
-        &self,
-        id: &SandboxId,
-    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
-        let sb = self.lookup(id)?;
-        let (instance, info) = {
-            let st = sb.lock();
-            match (&st.instance, st.info.state) {
-                (Some(i), SandboxState::Running) if !st.deleting => (i.clone(), st.info.clone()),
-                _ => {
-                    let state = if st.deleting {
-                        SandboxState::Stopped
-                    } else {
-                        st.info.state
-                    };
-                    return Err(NodeError::NotRunning {
-                        id: id.clone(),
-                        state,
-                        reason: st.info.reason.clone(),
-                    });
-                }
-            }
-        };
-        Ok((instance, info, ActivityGuard::new(sb)))
     }
 
     /// Writes a sandbox's current record to the store.

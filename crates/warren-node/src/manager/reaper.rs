@@ -1,5 +1,6 @@
-//! Background work: the reaper (TTL and idle timeout, every `reap_interval`) and one watcher
-//! per live sandbox that notices when its agent dies on its own.
+//! Background work: the reaper (every `reap_interval`: TTL → delete; idle timeout → pause,
+//! or delete where the substrate cannot pause) and one watcher per live sandbox that notices
+//! when its agent dies on its own.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use tracing::{info, warn};
 use warren_runtime::Instance;
 use warren_types::{SandboxId, SandboxState};
 
+use super::pause::PauseBy;
 use super::{now_ms, Manager, Sandbox};
 use crate::metrics::Metrics;
 
@@ -14,6 +16,8 @@ use crate::metrics::Metrics;
 pub const AGENT_EXITED: &str = "sandbox agent exited";
 pub const TTL_EXPIRED: &str = "ttl expired";
 pub const IDLE_TIMEOUT: &str = "idle timeout";
+/// What the reaper reports for a sandbox it paused after its idle timeout.
+pub const IDLE_PAUSED: &str = "idle timeout: paused";
 
 impl Manager {
     /// Starts the reaper task. It stops when the manager's last handle is dropped.
@@ -31,8 +35,10 @@ impl Manager {
         })
     }
 
-    /// Deletes every running sandbox whose TTL passed or that was idle too long at `now`
-    /// (ms since the epoch). Returns what was deleted and why.
+    /// Deletes every running or paused sandbox whose TTL passed, and pauses every running one
+    /// that was idle too long, at `now` (ms since the epoch). Where the substrate cannot pause,
+    /// an idle sandbox is deleted. Returns what was done and why ([`TTL_EXPIRED`],
+    /// [`IDLE_PAUSED`], [`IDLE_TIMEOUT`]).
     pub async fn reap(&self, now: u64) -> Vec<(SandboxId, &'static str)> {
         if self.stopping() {
             return Vec::new();
@@ -41,20 +47,44 @@ impl Manager {
         let mut due = Vec::new();
         for sb in all {
             let st = sb.lock();
-            if st.info.state != SandboxState::Running || st.deleting {
+            let live = matches!(st.info.state, SandboxState::Running | SandboxState::Paused);
+            if !live || st.deleting {
                 continue;
             }
             if st.info.expires_at_ms.is_some_and(|e| e <= now) {
                 due.push((sb.clone(), TTL_EXPIRED));
             } else if let Some(idle) = st.info.idle_timeout_secs {
                 let busy = sb.active.load(Ordering::SeqCst) > 0;
-                if !busy && st.info.last_activity_ms.saturating_add(idle * 1000) <= now {
+                if st.info.state == SandboxState::Running
+                    && !busy
+                    && !st.pausing
+                    && st.info.last_activity_ms.saturating_add(idle * 1000) <= now
+                {
                     due.push((sb.clone(), IDLE_TIMEOUT));
                 }
             }
         }
         let mut done = Vec::new();
         for (sb, why) in due {
+            if why == IDLE_TIMEOUT {
+                match self.pause_sb(&sb, PauseBy::Idle).await {
+                    Ok(Some(_)) => {
+                        Metrics::inc(&self.inner.metrics.paused_idle);
+                        done.push((sb.id.clone(), IDLE_PAUSED));
+                        continue;
+                    }
+                    // A call came in meanwhile.
+                    Ok(None) => continue,
+                    Err(e) if e.code() == warren_types::ErrorCode::UnsupportedSubstrate => {
+                        // Cannot pause: delete, as before pausing existed.
+                    }
+                    Err(e) => {
+                        warn!(sandbox = %sb.id, error = %e, "idle pause failed; trying again after another idle period");
+                        sb.touch();
+                        continue;
+                    }
+                }
+            }
             match self.end(&sb, why).await {
                 Ok(()) => {
                     let c = if why == TTL_EXPIRED {

@@ -1,16 +1,16 @@
-//! Start-up recovery: re-adopt every sandbox an earlier daemon left running, tear down the
-//! ones that cannot be adopted (marking them failed, never leaking them), and let each
-//! runtime remove host objects that belong to no known sandbox.
+//! Start-up recovery: re-adopt every sandbox an earlier daemon left running or paused (a
+//! paused one stays paused), tear down the ones that cannot be adopted (marking them failed,
+//! never leaking them), and let each runtime remove host objects that belong to no known
+//! sandbox. Each sandbox's trajectory log continues where it stopped.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 use warren_types::{SandboxId, SandboxState};
 
-use super::{now_ms, Entry, KeyEntry, Manager, Sandbox};
+use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::store::StoredSandbox;
+use crate::trajectory::SandboxLog;
 
 /// What recovery did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -40,7 +40,7 @@ impl Manager {
             warn!(entry = %s, "state entry skipped");
         }
         for stored in loaded.sandboxes {
-            self.recover_one(stored, &mut report).await;
+            self.recover_one(stored, &mut report).await?;
         }
 
         let mut keys: HashMap<String, KeyEntry> = HashMap::new();
@@ -83,7 +83,11 @@ impl Manager {
         Ok(report)
     }
 
-    async fn recover_one(&self, stored: StoredSandbox, report: &mut RecoveryReport) {
+    async fn recover_one(
+        &self,
+        stored: StoredSandbox,
+        report: &mut RecoveryReport,
+    ) -> Result<(), NodeError> {
         let StoredSandbox {
             info,
             hostname,
@@ -94,7 +98,7 @@ impl Manager {
             Ok(id) => id,
             Err(e) => {
                 report.skipped.push(format!("sandbox {:?}: {e}", info.id));
-                return;
+                return Ok(());
             }
         };
         let runtime = match self.runtime_for(info.substrate) {
@@ -103,21 +107,12 @@ impl Manager {
                 // Not ours to touch with another runtime; keep it visible so a person notices.
                 warn!(sandbox = %id, error = %e, "sandbox of a substrate this daemon does not serve");
                 report.skipped.push(format!("sandbox {id}: {e}"));
-                return;
+                return Ok(());
             }
         };
-        let sb = Arc::new(Sandbox {
-            id: id.clone(),
-            runtime: runtime.clone(),
-            hostname,
-            active: AtomicU64::new(0),
-            state: Mutex::new(Entry {
-                info,
-                instance: None,
-                record,
-                deleting: false,
-            }),
-        });
+        // The log goes on where it stopped (a store that cannot be read stops the start).
+        let log = SandboxLog::open(self.journal(), &id)?;
+        let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, record, log);
         let (state, spec, record) = {
             let st = sb.lock();
             (st.info.state, sb.spec(&st.info), st.record.clone())
@@ -128,7 +123,13 @@ impl Manager {
                     Ok(instance) => {
                         {
                             let mut st = sb.lock();
-                            st.info.state = SandboxState::Running;
+                            // A sandbox paused before the restart is still frozen: it stays
+                            // paused until a call resumes it.
+                            st.info.state = if instance.is_paused() {
+                                SandboxState::Paused
+                            } else {
+                                SandboxState::Running
+                            };
                             st.info.last_activity_ms = now_ms();
                             st.record = Some(instance.record());
                             st.instance = Some(instance.clone());
@@ -175,5 +176,6 @@ impl Manager {
             report.failed.push((id.clone(), reason));
         }
         self.map_mut().insert(id, sb);
+        Ok(())
     }
 }

@@ -195,6 +195,8 @@ async fn list_filters_by_every_label_and_state() {
 async fn ttl_and_idle_timeouts_delete_sandboxes() {
     let dir = tempfile::tempdir().unwrap();
     let (m, rt) = manager_in(dir.path(), |_| {});
+    // A substrate that cannot pause: idle sandboxes are deleted.
+    rt.no_pause.store(true, Ordering::SeqCst);
     let ttl = m
         .create(CreateSandboxRequest {
             ttl_secs: Some(10),
@@ -221,7 +223,7 @@ async fn ttl_and_idle_timeouts_delete_sandboxes() {
 
     // Idle: a call in flight keeps it alive; a call resets the clock.
     {
-        let (_, _, _guard) = m.running(&id_of(&idle)).unwrap();
+        let (_, _, _guard) = m.ready(&id_of(&idle)).await.unwrap();
         assert!(m.reap(now + 6_000).await.is_empty());
     }
     let done = m.reap(now_ms() + 6_000).await;
@@ -472,9 +474,9 @@ async fn processes_and_files_reach_the_agent() {
         m.wait_proc(&id, 42, Some(0.1)).await.unwrap_err().code(),
         ErrorCode::Timeout
     );
-    m.kill_proc(&id, 42, 15).await.unwrap();
+    m.kill_proc(&id, 42, 15, None).await.unwrap();
     assert_eq!(
-        m.kill_proc(&id, 42, 0).await.unwrap_err().code(),
+        m.kill_proc(&id, 42, 0, None).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
 
@@ -488,20 +490,22 @@ async fn processes_and_files_reach_the_agent() {
         ErrorCode::InvalidPath
     );
     assert_eq!(
-        m.remove(&id, "/", true).await.unwrap_err().code(),
+        m.remove(&id, "/", true, None).await.unwrap_err().code(),
         ErrorCode::InvalidPath
     );
     let chunks = futures::stream::iter(
         (0..3).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"abc"))),
     );
-    m.write_file(&id, "/f", Some(0o644), chunks).await.unwrap();
+    m.write_file(&id, "/f", Some(0o644), None, chunks)
+        .await
+        .unwrap();
     let mut dl = m.read_file(&id, "/f").await.unwrap();
     assert_eq!(dl.next().await.unwrap().unwrap(), "hello");
     assert!(dl.next().await.is_none());
-    m.mkdir(&id, "/d", true, None).await.unwrap();
-    m.chmod(&id, "/d", 0o755).await.unwrap();
+    m.mkdir(&id, "/d", true, None, None).await.unwrap();
+    m.chmod(&id, "/d", 0o755, None).await.unwrap();
     assert_eq!(
-        m.chmod(&id, "/d", 0o17777).await.unwrap_err().code(),
+        m.chmod(&id, "/d", 0o17777, None).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
     assert_eq!(m.list_dir(&id, "/d").await.unwrap().len(), 1);

@@ -1,0 +1,195 @@
+//! Fork: n new sandboxes from a running or paused one, through the substrate's
+//! [`warren_runtime::Runtime::fork`] (a copy of the writable layer, the same image stack; no
+//! process state). Children get new ids, the parent's settings and labels (merged with the
+//! request's), the rest of the parent's lifetime, and their own trajectory, which starts with
+//! a `forked_from` entry naming the parent and its last entry at the time of the fork. The
+//! parent logs a `fork` entry naming the children. A failed fork leaves no child behind.
+
+use futures::future::join_all;
+use std::sync::Arc;
+use tracing::{info, warn};
+use warren_types::{ForkRequest, SandboxId, SandboxInfo, SandboxState, TrajectoryCall};
+
+use super::{now_ms, ActivityGuard, Manager, Sandbox};
+use crate::error::NodeError;
+use crate::metrics::Metrics;
+use crate::store::{StoredSandbox, FORMAT};
+use crate::trajectory::{SandboxLog, StoredEntry};
+
+/// A child's record, from the parent's.
+fn child_info(id: &SandboxId, parent: &SandboxInfo, req: &ForkRequest, now: u64) -> SandboxInfo {
+    let mut labels = parent.labels.clone();
+    labels.extend(req.labels.clone());
+    SandboxInfo {
+        id: id.to_string(),
+        state: SandboxState::Creating,
+        labels,
+        created_at_ms: now,
+        // The same lifetime as the parent was given, counted from now.
+        expires_at_ms: parent
+            .expires_at_ms
+            .map(|e| now + e.saturating_sub(parent.created_at_ms)),
+        last_activity_ms: now,
+        reason: None,
+        idempotency_key: None,
+        ..parent.clone()
+    }
+}
+
+fn stored(sb: &Sandbox) -> StoredSandbox {
+    let st = sb.lock();
+    StoredSandbox {
+        format: FORMAT,
+        info: st.info.clone(),
+        hostname: sb.hostname.clone(),
+        record: st.record.clone(),
+    }
+}
+
+impl Manager {
+    /// `POST /v1/sandboxes/{id}/fork`: the children, running.
+    pub async fn fork(
+        &self,
+        id: &SandboxId,
+        req: ForkRequest,
+    ) -> Result<Vec<SandboxInfo>, NodeError> {
+        req.validate()?;
+        let parent = self.lookup(id)?;
+        let _busy = ActivityGuard::new(parent.clone());
+        // No pause, resume or delete of the parent meanwhile.
+        let _lifecycle = parent.lifecycle.lock().await;
+        let (instance, pinfo) = {
+            let st = parent.lock();
+            match (&st.instance, st.info.state) {
+                (Some(i), SandboxState::Running | SandboxState::Paused) if !st.deleting => {
+                    (i.clone(), st.info.clone())
+                }
+                (_, state) => {
+                    return Err(NodeError::NotRunning {
+                        id: id.clone(),
+                        state: if st.deleting {
+                            SandboxState::Stopped
+                        } else {
+                            state
+                        },
+                        reason: st.info.reason.clone(),
+                    })
+                }
+            }
+        };
+        let parent_seq = parent.log.last_seq();
+
+        let cfg = &self.inner.cfg;
+        let children: Vec<Arc<Sandbox>> = {
+            let mut map = self.map_mut();
+            if map.len() + req.n as usize > cfg.max_sandboxes {
+                return Err(NodeError::TooManySandboxes {
+                    max: cfg.max_sandboxes,
+                });
+            }
+            let now = now_ms();
+            (0..req.n)
+                .map(|_| {
+                    let cid = SandboxId::generate(&cfg.node);
+                    let info = child_info(&cid, &pinfo, &req, now);
+                    let sb = Sandbox::new(
+                        cid.clone(),
+                        info,
+                        parent.runtime.clone(),
+                        parent.hostname.clone(),
+                        None,
+                        SandboxLog::empty(&cid),
+                    );
+                    map.insert(cid, sb.clone());
+                    sb
+                })
+                .collect()
+        };
+        let ids: Vec<SandboxId> = children.iter().map(|c| c.id.clone()).collect();
+        let forget = |m: &Manager| {
+            for c in &ids {
+                m.forget(c, None);
+            }
+            if let Err(e) = m.inner.store.remove_sandboxes(&ids) {
+                warn!(parent = %id, error = %e, "cannot remove the records of a failed fork");
+            }
+        };
+        let records: Vec<StoredSandbox> = children.iter().map(|c| stored(c)).collect();
+        if let Err(e) = self.inner.store.put_sandboxes(&records) {
+            forget(self);
+            return Err(e.into());
+        }
+
+        let specs: Vec<_> = children.iter().map(|c| c.spec(&c.lock().info)).collect();
+        let started = std::time::Instant::now();
+        let instances = match parent.runtime.fork(&instance, &specs).await {
+            Ok(v) if v.len() == specs.len() => v,
+            Ok(v) => {
+                for i in v {
+                    let _ = i.destroy().await;
+                }
+                forget(self);
+                return Err(NodeError::Api(warren_types::ApiError::internal(
+                    "the runtime forked a different number of sandboxes than asked",
+                )));
+            }
+            Err(e) => {
+                warn!(parent = %id, error = %e, "fork failed");
+                forget(self);
+                return Err(NodeError::runtime(id, e));
+            }
+        };
+        for (c, i) in children.iter().zip(&instances) {
+            let mut st = c.lock();
+            st.info.state = SandboxState::Running;
+            st.info.last_activity_ms = now_ms();
+            st.record = Some(i.record());
+            st.instance = Some(i.clone());
+        }
+        let records: Vec<StoredSandbox> = children.iter().map(|c| stored(c)).collect();
+        if let Err(e) = self.inner.store.put_sandboxes(&records) {
+            warn!(parent = %id, error = %e, "cannot record the forked sandboxes; destroying them");
+            for i in &instances {
+                let _ = i.destroy().await;
+            }
+            forget(self);
+            return Err(e.into());
+        }
+        for (c, i) in children.iter().zip(instances) {
+            self.watch_lost(c.clone(), i);
+        }
+
+        // The trajectories: one group commit for all of them.
+        let now = now_ms();
+        let origin = TrajectoryCall::ForkedFrom {
+            parent: id.to_string(),
+            parent_seq,
+        };
+        let fork = TrajectoryCall::Fork {
+            children: ids.iter().map(|c| c.to_string()).collect(),
+        };
+        let journal = self.journal();
+        let appends = children
+            .iter()
+            .map(|c| {
+                c.log.append(
+                    journal,
+                    StoredEntry::new(origin.clone(), None, now),
+                    None,
+                    Vec::new(),
+                )
+            })
+            .chain(std::iter::once(parent.log.append(
+                journal,
+                StoredEntry::new(fork, None, now),
+                None,
+                Vec::new(),
+            )));
+        for r in join_all(appends).await {
+            r?;
+        }
+        Metrics::inc_by(&self.inner.metrics.forks, ids.len() as u64);
+        info!(parent = %id, n = ids.len(), ms = started.elapsed().as_millis() as u64, "sandbox forked");
+        Ok(children.iter().map(|c| c.lock().info.clone()).collect())
+    }
+}

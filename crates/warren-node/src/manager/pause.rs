@@ -1,0 +1,204 @@
+//! Pause and resume, and [`Manager::ready`]: how every call reaches a live sandbox, resuming
+//! it first when it is paused (or being paused), so a paused sandbox looks like a running one
+//! to everything but `GET` and the metrics.
+//!
+//! Pause, resume, fork and delete of one sandbox take its `lifecycle` lock in turn. A pause
+//! marks the sandbox `pausing` first; calls arriving then wait for the lock and resume it.
+//! Calls already in flight when a sandbox is paused by a call freeze with it and go on after
+//! the resume. The idle pause of the reaper only starts when no call is in flight.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tracing::{info, warn};
+use warren_runtime::Instance;
+use warren_types::{PauseStats, SandboxId, SandboxInfo, SandboxState};
+
+use super::{now_ms, ActivityGuard, Manager, Sandbox};
+use crate::error::NodeError;
+use crate::metrics::Metrics;
+
+/// Clears `pausing` however the pause ends (error, or the caller going away).
+struct Pausing<'a>(&'a Sandbox);
+
+impl Drop for Pausing<'_> {
+    fn drop(&mut self) {
+        self.0.lock().pausing = false;
+    }
+}
+
+fn stats(s: warren_runtime::PauseStats) -> PauseStats {
+    PauseStats {
+        memory_before_bytes: s.memory_before_bytes,
+        memory_after_bytes: s.memory_after_bytes,
+        duration_ms: s.duration_ms,
+        note: s.note,
+    }
+}
+
+/// Who asked for a pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PauseBy {
+    Call,
+    /// The reaper: only when no call is in flight.
+    Idle,
+}
+
+impl Manager {
+    /// `POST /v1/sandboxes/{id}/pause`: freezes the sandbox and pushes its memory out of RAM
+    /// as far as the host allows. Pausing a paused sandbox pauses it again (the runtime makes
+    /// that a no-op) and answers what it reports.
+    pub async fn pause(&self, id: &SandboxId) -> Result<PauseStats, NodeError> {
+        let sb = self.lookup(id)?;
+        match self.pause_sb(&sb, PauseBy::Call).await? {
+            Some(s) => Ok(s),
+            None => Err(NodeError::NotRunning {
+                id: id.clone(),
+                state: SandboxState::Running,
+                reason: Some("busy".into()),
+            }),
+        }
+    }
+
+    /// Pauses `sb`; `None` when `by` is [`PauseBy::Idle`] and a call is in flight.
+    pub(crate) async fn pause_sb(
+        &self,
+        sb: &Arc<Sandbox>,
+        by: PauseBy,
+    ) -> Result<Option<PauseStats>, NodeError> {
+        let _lifecycle = sb.lifecycle.lock().await;
+        let (instance, was) = {
+            let mut st = sb.lock();
+            let live = st.instance.clone().filter(|_| !st.deleting);
+            match (live, st.info.state) {
+                (Some(i), s @ (SandboxState::Running | SandboxState::Paused)) => {
+                    if by == PauseBy::Idle
+                        && (s == SandboxState::Paused || sb.active.load(Ordering::SeqCst) > 0)
+                    {
+                        return Ok(None);
+                    }
+                    st.pausing = true;
+                    (i, s)
+                }
+                (_, state) => {
+                    return Err(NodeError::NotRunning {
+                        id: sb.id.clone(),
+                        state: if st.deleting {
+                            SandboxState::Stopped
+                        } else {
+                            state
+                        },
+                        reason: st.info.reason.clone(),
+                    })
+                }
+            }
+        };
+        let pausing = Pausing(sb);
+        let s = instance
+            .pause()
+            .await
+            .map_err(|e| NodeError::runtime(&sb.id, e))?;
+        {
+            let mut st = sb.lock();
+            st.info.state = SandboxState::Paused;
+            if let Err(e) = self.persist(sb, &st) {
+                warn!(sandbox = %sb.id, error = %e, "cannot record the pause");
+            }
+        }
+        drop(pausing);
+        if was == SandboxState::Running {
+            Metrics::inc(&self.inner.metrics.pauses);
+            info!(sandbox = %sb.id, ?by, before = s.memory_before_bytes, after = s.memory_after_bytes,
+                  ms = s.duration_ms, note = s.note.as_deref().unwrap_or(""), "sandbox paused");
+        }
+        Ok(Some(stats(s)))
+    }
+
+    /// `POST /v1/sandboxes/{id}/resume`: thaws a paused sandbox (a running one is left as it
+    /// is).
+    pub async fn resume(&self, id: &SandboxId) -> Result<SandboxInfo, NodeError> {
+        let sb = self.lookup(id)?;
+        self.resume_sb(&sb).await?;
+        let info = sb.lock().info.clone();
+        Ok(info)
+    }
+
+    async fn resume_sb(&self, sb: &Arc<Sandbox>) -> Result<(), NodeError> {
+        let _lifecycle = sb.lifecycle.lock().await;
+        let instance = {
+            let st = sb.lock();
+            match (&st.instance, st.info.state) {
+                (Some(_), SandboxState::Running) if !st.deleting => return Ok(()),
+                (Some(i), SandboxState::Paused) if !st.deleting => i.clone(),
+                (_, state) => {
+                    return Err(NodeError::NotRunning {
+                        id: sb.id.clone(),
+                        state: if st.deleting {
+                            SandboxState::Stopped
+                        } else {
+                            state
+                        },
+                        reason: st.info.reason.clone(),
+                    })
+                }
+            }
+        };
+        let started = std::time::Instant::now();
+        instance
+            .resume()
+            .await
+            .map_err(|e| NodeError::runtime(&sb.id, e))?;
+        {
+            let mut st = sb.lock();
+            st.info.state = SandboxState::Running;
+            st.info.last_activity_ms = now_ms();
+            if let Err(e) = self.persist(sb, &st) {
+                warn!(sandbox = %sb.id, error = %e, "cannot record the resume");
+            }
+        }
+        Metrics::inc(&self.inner.metrics.resumes);
+        info!(sandbox = %sb.id, us = started.elapsed().as_micros() as u64, "sandbox resumed");
+        Ok(())
+    }
+
+    /// A live sandbox's instance, resumed first when paused, marking the sandbox busy for the
+    /// guard's life.
+    pub(crate) async fn ready(
+        &self,
+        id: &SandboxId,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        let sb = self.lookup(id)?;
+        self.ready_sb(&sb).await
+    }
+
+    pub(crate) async fn ready_sb(
+        &self,
+        sb: &Arc<Sandbox>,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        // Busy first: from here on the reaper does not start an idle pause.
+        let guard = ActivityGuard::new(sb.clone());
+        loop {
+            {
+                let st = sb.lock();
+                match (&st.instance, st.info.state) {
+                    (Some(i), SandboxState::Running) if !st.deleting && !st.pausing => {
+                        return Ok((i.clone(), st.info.clone(), guard));
+                    }
+                    (Some(_), SandboxState::Running | SandboxState::Paused) if !st.deleting => {}
+                    (_, state) => {
+                        return Err(NodeError::NotRunning {
+                            id: sb.id.clone(),
+                            state: if st.deleting {
+                                SandboxState::Stopped
+                            } else {
+                                state
+                            },
+                            reason: st.info.reason.clone(),
+                        });
+                    }
+                }
+            }
+            // Paused, or a pause is under way: wait for it, then thaw.
+            self.resume_sb(sb).await?;
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Trajectory export: a sandbox's log, page by page, in the order it was written. Reading
+//! never waits for the writer and never resumes a paused sandbox.
+
+use warren_types::{SandboxId, TrajectoryEntry};
+
+use super::Manager;
+use crate::error::NodeError;
+
+/// Entries read per page.
+const PAGE: usize = 256;
+
+/// The pages of one export.
+pub struct TrajectoryPages {
+    manager: Manager,
+    id: SandboxId,
+    next_seq: u64,
+    done: bool,
+}
+
+impl std::fmt::Debug for TrajectoryPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrajectoryPages")
+            .field("sandbox", &self.id)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl TrajectoryPages {
+    /// The next entries; `None` after the last page. Entries appended while the export runs
+    /// are included when they come before its end.
+    pub async fn next_page(&mut self) -> Option<Result<Vec<TrajectoryEntry>, NodeError>> {
+        if self.done {
+            return None;
+        }
+        let (m, id, from) = (self.manager.clone(), self.id.clone(), self.next_seq);
+        let read = tokio::task::spawn_blocking(move || {
+            let (entries, blobs) = m.journal().read()?.entries(&id, from, PAGE)?;
+            Ok::<_, NodeError>(entries.iter().map(|e| e.export(&blobs)).collect::<Vec<_>>())
+        })
+        .await;
+        let page = match read {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+            Err(e) => {
+                self.done = true;
+                return Some(Err(NodeError::Api(warren_types::ApiError::internal(
+                    format!("trajectory read task: {e}"),
+                ))));
+            }
+        };
+        match page.last() {
+            Some(last) if page.len() == PAGE => self.next_seq = last.seq + 1,
+            _ => self.done = true,
+        }
+        if page.is_empty() {
+            return None;
+        }
+        Some(Ok(page))
+    }
+}
+
+impl Manager {
+    /// `GET /v1/sandboxes/{id}/trajectory`: the sandbox's log from `from_seq` on.
+    pub fn trajectory(&self, id: &SandboxId, from_seq: u64) -> Result<TrajectoryPages, NodeError> {
+        self.lookup(id)?;
+        Ok(TrajectoryPages {
+            manager: self.clone(),
+            id: id.clone(),
+            next_seq: from_seq.max(1),
+            done: false,
+        })
+    }
+
+    /// The whole log of a sandbox (tests and small logs).
+    pub async fn trajectory_entries(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+    ) -> Result<Vec<TrajectoryEntry>, NodeError> {
+        let mut pages = self.trajectory(id, from_seq)?;
+        let mut out = Vec::new();
+        while let Some(p) = pages.next_page().await {
+            out.extend(p?);
+        }
+        Ok(out)
+    }
+}

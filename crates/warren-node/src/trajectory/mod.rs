@@ -1,0 +1,312 @@
+//! The trajectory log: every call that changes a sandbox (exec, spawn, kill, file writes,
+//! mkdir, remove, chmod, fork), in the order the calls finished, durable before the call
+//! answers.
+//!
+//! - [`journal`] owns the redb tables (entries, the step index, output blobs) and the one
+//!   writer thread that commits appends in groups (one fsync for every append waiting);
+//! - [`steps`] owns a sandbox's in-memory side: the next sequence number and which steps are
+//!   running now, so a step is run at most once however many times it is asked for;
+//! - this file owns the stored entry format and the request digest.
+//!
+//! Output larger than [`INLINE_MAX`] is stored once by sha256 in the blob table and counted
+//! by reference; smaller output is inline in the entry. A sandbox's trajectory is deleted with
+//! the sandbox (in the same transaction): export it before deleting.
+//!
+//! This module never runs anything in a sandbox and never decides whether a call may run;
+//! the manager does, with [`steps::Claim`].
+
+pub mod journal;
+pub mod steps;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use warren_types::{
+    ApiError, ExecOutcome, ExecResult, OutputEncoding, ProcessInfo, TrajectoryCall,
+    TrajectoryEntry, TrajectoryResult,
+};
+
+pub use journal::Journal;
+pub use steps::{Claim, Finished, SandboxLog, StepGuard};
+
+/// Format version of stored entries.
+pub const FORMAT: u32 = 1;
+
+/// Output up to this many bytes is kept inline in its entry; larger output goes to the blob
+/// table, once per distinct content.
+pub const INLINE_MAX: usize = 4096;
+
+/// A sha256.
+pub type Digest = [u8; 32];
+
+pub fn sha256(bytes: &[u8]) -> Digest {
+    Sha256::digest(bytes).into()
+}
+
+pub fn hex(d: &Digest) -> String {
+    hex::encode(d)
+}
+
+/// The digest a retried step is compared by: the canonical JSON of the call. For execs the
+/// `streamed` flag is left out (a streamed and a one-shot run of a command are one step).
+pub fn request_digest(call: &TrajectoryCall) -> Digest {
+    let canonical = match call {
+        TrajectoryCall::Exec(e) if e.streamed => {
+            let mut e = e.clone();
+            e.streamed = false;
+            serde_json::to_vec(&TrajectoryCall::Exec(e))
+        }
+        other => serde_json::to_vec(other),
+    };
+    // Serializing these types cannot fail (string keys, no maps with other keys).
+    sha256(&canonical.unwrap_or_default())
+}
+
+/// What a call answers; shared with callers that waited for the same step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Exec(ExecResult),
+    Process(ProcessInfo),
+    Done,
+}
+
+impl Answer {
+    /// The same answer, marked as not run by this call.
+    pub fn replayed(self) -> Answer {
+        match self {
+            Answer::Exec(mut r) => {
+                r.replayed = true;
+                Answer::Exec(r)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Captured output as stored: its digest and size, and the bytes themselves (base64) when
+/// small enough to be inline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredOutput {
+    pub sha256: String,
+    pub len: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+}
+
+/// A blob to store with an entry: digest (hex) and bytes.
+pub type Blob = (String, bytes::Bytes);
+
+/// Blobs read back: digest (hex) → bytes.
+pub type Blobs = HashMap<String, Vec<u8>>;
+
+impl StoredOutput {
+    /// Stores `bytes` inline, or returns the blob to write.
+    pub fn new(bytes: &[u8], blobs: &mut Vec<Blob>) -> StoredOutput {
+        let digest = hex(&sha256(bytes));
+        let inline = if bytes.len() <= INLINE_MAX {
+            Some(base64::engine::general_purpose::STANDARD.encode(bytes))
+        } else {
+            if !blobs.iter().any(|(d, _)| *d == digest) {
+                blobs.push((digest.clone(), bytes::Bytes::copy_from_slice(bytes)));
+            }
+            None
+        };
+        StoredOutput {
+            sha256: digest,
+            len: bytes.len() as u64,
+            inline,
+        }
+    }
+
+    /// The bytes, from the entry or from `blobs` (digest → bytes, read by the caller).
+    pub fn bytes(&self, blobs: &Blobs) -> Vec<u8> {
+        match &self.inline {
+            Some(b64) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap_or_default(),
+            None => blobs.get(&self.sha256).cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// An exec's result as stored (output raw, encoded again on the way out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredExec {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout: StoredOutput,
+    pub stderr: StoredOutput,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub duration_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoredResult {
+    Exec(StoredExec),
+    Process(ProcessInfo),
+}
+
+/// One entry as stored under `(sandbox id, seq)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEntry {
+    pub format: u32,
+    pub seq: u64,
+    pub step: Option<u64>,
+    #[serde(flatten)]
+    pub call: TrajectoryCall,
+    pub request_sha256: String,
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    pub duration_ms: f64,
+    pub result: Option<StoredResult>,
+    pub error: Option<ApiError>,
+    #[serde(default)]
+    pub cancelled: bool,
+}
+
+impl StoredEntry {
+    /// A new entry (its `seq` is set when it is appended).
+    pub fn new(call: TrajectoryCall, step: Option<u64>, started_at_ms: u64) -> StoredEntry {
+        let ended = crate::manager::now_ms();
+        StoredEntry {
+            format: FORMAT,
+            seq: 0,
+            step,
+            request_sha256: hex(&request_digest(&call)),
+            call,
+            started_at_ms,
+            ended_at_ms: ended,
+            duration_ms: ended.saturating_sub(started_at_ms) as f64,
+            result: None,
+            error: None,
+            cancelled: false,
+        }
+    }
+
+    /// Digests of the blobs this entry refers to.
+    pub fn blob_refs(&self) -> Vec<&str> {
+        match &self.result {
+            Some(StoredResult::Exec(e)) => [&e.stdout, &e.stderr]
+                .into_iter()
+                .filter(|o| o.inline.is_none())
+                .map(|o| o.sha256.as_str())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn encoding(&self) -> OutputEncoding {
+        match &self.call {
+            TrajectoryCall::Exec(e) | TrajectoryCall::Spawn(e) => e.encoding,
+            _ => OutputEncoding::Utf8,
+        }
+    }
+
+    /// The exec result as the API shows it.
+    fn exec_result(&self, e: &StoredExec, blobs: &Blobs) -> ExecResult {
+        let encoding = self.encoding();
+        ExecResult {
+            exit_code: e.exit_code,
+            signal: e.signal,
+            timed_out: e.timed_out,
+            stdout: crate::manager::encode(&e.stdout.bytes(blobs), encoding),
+            stderr: crate::manager::encode(&e.stderr.bytes(blobs), encoding),
+            stdout_truncated: e.stdout_truncated,
+            stderr_truncated: e.stderr_truncated,
+            stdout_bytes: e.stdout_bytes,
+            stderr_bytes: e.stderr_bytes,
+            encoding,
+            duration_ms: e.duration_ms,
+            replayed: false,
+        }
+    }
+
+    /// What the call answered (not yet marked as replayed).
+    pub fn answer(&self, blobs: &Blobs) -> Result<Answer, ApiError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        Ok(match &self.result {
+            Some(StoredResult::Exec(e)) => Answer::Exec(self.exec_result(e, blobs)),
+            Some(StoredResult::Process(p)) => Answer::Process(p.clone()),
+            None => Answer::Done,
+        })
+    }
+
+    /// The entry as exported.
+    pub fn export(&self, blobs: &Blobs) -> TrajectoryEntry {
+        let result = self.result.as_ref().map(|r| match r {
+            StoredResult::Exec(e) => TrajectoryResult::Exec(ExecOutcome {
+                result: self.exec_result(e, blobs),
+                stdout_sha256: e.stdout.sha256.clone(),
+                stderr_sha256: e.stderr.sha256.clone(),
+            }),
+            StoredResult::Process(p) => TrajectoryResult::Process(p.clone()),
+        });
+        TrajectoryEntry {
+            seq: self.seq,
+            step: self.step,
+            call: self.call.clone(),
+            request_sha256: self.request_sha256.clone(),
+            started_at_ms: self.started_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            duration_ms: self.duration_ms,
+            result,
+            error: self.error.clone(),
+            cancelled: self.cancelled,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::ExecCall;
+
+    #[test]
+    fn digests_ignore_streaming_but_not_the_command() {
+        let a = ExecCall {
+            argv: Some(vec!["echo".into(), "hi".into()]),
+            ..Default::default()
+        };
+        let streamed = ExecCall {
+            streamed: true,
+            ..a.clone()
+        };
+        let other = ExecCall {
+            argv: Some(vec!["echo".into(), "ho".into()]),
+            ..Default::default()
+        };
+        let d = |c: &ExecCall| request_digest(&TrajectoryCall::Exec(c.clone()));
+        assert_eq!(d(&a), d(&streamed));
+        assert_ne!(d(&a), d(&other));
+        assert_ne!(
+            d(&a),
+            request_digest(&TrajectoryCall::Spawn(a.clone())),
+            "the kind is part of the request"
+        );
+    }
+
+    #[test]
+    fn large_output_goes_to_one_blob() {
+        let mut blobs = Vec::new();
+        let small = StoredOutput::new(b"hi", &mut blobs);
+        assert!(small.inline.is_some() && blobs.is_empty());
+        let big = vec![7u8; INLINE_MAX + 1];
+        let a = StoredOutput::new(&big, &mut blobs);
+        let b = StoredOutput::new(&big, &mut blobs);
+        assert_eq!(blobs.len(), 1);
+        assert_eq!(a, b);
+        assert!(a.inline.is_none());
+        let map: HashMap<String, Vec<u8>> =
+            blobs.into_iter().map(|(d, b)| (d, b.to_vec())).collect();
+        assert_eq!(a.bytes(&map), big);
+        assert_eq!(small.bytes(&map), b"hi");
+    }
+}
