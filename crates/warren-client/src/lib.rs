@@ -31,6 +31,7 @@ mod files;
 mod pty;
 mod sandboxes;
 mod stream;
+mod trajectory;
 mod transport;
 
 pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS};
@@ -42,6 +43,7 @@ pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
     ApiError, ChmodRequest, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
-    ExecResult, FileKind, FileStat, ImageRef, Limits, MkdirRequest, OutputEncoding, ProcessInfo,
-    ProcessState, SandboxInfo, SandboxState, Substrate,
+    ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding,
+    PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
+    TrajectoryEntry,
 };

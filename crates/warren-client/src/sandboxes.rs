@@ -1,10 +1,13 @@
-//! Node and sandbox lifecycle routes: health, create, get, list, delete, metrics.
+//! Node and sandbox lifecycle routes: health, create, get, list, delete, pause, resume, fork,
+//! metrics.
 
 use std::collections::BTreeMap;
 
 use hyper::Method;
 use serde::{Deserialize, Serialize};
-use warren_types::{CreateSandboxRequest, SandboxInfo, SandboxState};
+use warren_types::{
+    CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxInfo, SandboxState,
+};
 
 use crate::client::{empty_body, enc, seg, Client};
 use crate::error::ClientError;
@@ -92,6 +95,30 @@ impl Client {
     pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
         let path = format!("/v1/sandboxes/{}", seg(id));
         self.call_empty(Method::DELETE, &path, None::<&()>).await
+    }
+
+    /// `POST /v1/sandboxes/{id}/pause`: freezes the sandbox and pushes its memory out of RAM.
+    /// Any later call that needs the sandbox resumes it.
+    pub async fn pause(&self, id: &str) -> Result<PauseStats, ClientError> {
+        let path = format!("/v1/sandboxes/{}/pause", seg(id));
+        self.call_json(Method::POST, &path, None::<&()>, "the pause stats")
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/resume`.
+    pub async fn resume(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        let path = format!("/v1/sandboxes/{}/resume", seg(id));
+        self.call_json(Method::POST, &path, None::<&()>, "the sandbox")
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/fork`: `req.n` new sandboxes with a copy of this one's files.
+    pub async fn fork(&self, id: &str, req: &ForkRequest) -> Result<Vec<SandboxInfo>, ClientError> {
+        let path = format!("/v1/sandboxes/{}/fork", seg(id));
+        let r: ForkResult = self
+            .call_json(Method::POST, &path, Some(req), "the forked sandboxes")
+            .await?;
+        Ok(r.sandboxes)
     }
 
     /// `GET /metrics`: the Prometheus text.
