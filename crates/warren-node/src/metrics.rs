@@ -13,6 +13,61 @@ const EXEC_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0,
 ];
 
+/// Upper bounds (seconds) of the trajectory append latency buckets: from the queue to the
+/// commit (fsync) being done.
+const APPEND_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+    1.0,
+];
+
+/// A latency histogram with fixed buckets.
+#[derive(Debug)]
+struct Histogram<const N: usize> {
+    buckets: [AtomicU64; N],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl<const N: usize> Default for Histogram<N> {
+    fn default() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<const N: usize> Histogram<N> {
+    fn observe(&self, bounds: &[f64; N], d: Duration) {
+        let secs = d.as_secs_f64();
+        for (i, le) in bounds.iter().enumerate() {
+            if secs <= *le {
+                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str, bounds: &[f64; N]) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, le) in bounds.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{le}\"}} {}",
+                get(&self.buckets[i])
+            );
+        }
+        let count = get(&self.count);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {}", get(&self.sum_us) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
 /// Every counter the node exports.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -34,6 +89,7 @@ pub struct Metrics {
     exec_buckets: [AtomicU64; EXEC_BUCKETS.len()],
     exec_count: AtomicU64,
     exec_sum_us: AtomicU64,
+    appends: Histogram<{ APPEND_BUCKETS.len() }>,
 }
 
 impl Metrics {
@@ -56,6 +112,11 @@ impl Metrics {
         self.exec_count.fetch_add(1, Ordering::Relaxed);
         self.exec_sum_us
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Records how long one trajectory append waited for its commit.
+    pub fn observe_append(&self, d: Duration) {
+        self.appends.observe(&APPEND_BUCKETS, d);
     }
 
     /// The Prometheus text format, with `states` the number of sandboxes per state.
@@ -169,6 +230,12 @@ impl Metrics {
             get(&self.exec_sum_us) as f64 / 1e6
         );
         let _ = writeln!(out, "warren_exec_duration_seconds_count {count}");
+        self.appends.render(
+            &mut out,
+            "warren_trajectory_append_seconds",
+            "Wait of a call for its trajectory entry to be committed (fsync included).",
+            &APPEND_BUCKETS,
+        );
         out
     }
 }
@@ -183,7 +250,11 @@ mod tests {
         m.observe_exec(Duration::from_millis(3));
         m.observe_exec(Duration::from_secs(2));
         Metrics::inc(&m.creates);
+        m.observe_append(Duration::from_micros(250));
         let text = m.render(&[(SandboxState::Running, 2)]);
+        assert!(text.contains("warren_trajectory_append_seconds_bucket{le=\"0.0002\"} 0\n"));
+        assert!(text.contains("warren_trajectory_append_seconds_bucket{le=\"0.0003\"} 1\n"));
+        assert!(text.contains("warren_trajectory_append_seconds_count 1\n"));
         assert!(text.contains("warren_sandboxes{state=\"running\"} 2\n"));
         assert!(text.contains("warren_sandbox_creates_total 1\n"));
         assert!(text.contains("warren_exec_duration_seconds_bucket{le=\"0.001\"} 0\n"));

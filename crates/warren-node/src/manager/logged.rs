@@ -269,9 +269,11 @@ impl Manager {
                 Err(e)
             }
         };
+        let t = std::time::Instant::now();
         sb.log
             .append(self.journal(), entry, Some(digest), blobs)
             .await?;
+        self.inner.metrics.observe_append(t.elapsed());
         Metrics::inc(&self.inner.metrics.trajectory_appends);
         if let Some(g) = guard {
             g.finish(
