@@ -47,6 +47,14 @@ enum Command {
     Shell(commands::shell::Args),
     /// List the background processes of a sandbox.
     Ps(commands::ps::Args),
+    /// Freeze sandboxes and push their memory out of RAM (any call resumes them).
+    Pause(commands::pause::Args),
+    /// Thaw paused sandboxes.
+    Resume(commands::resume::Args),
+    /// Make N new sandboxes with a copy of one sandbox's files; print their ids.
+    Fork(commands::fork::Args),
+    /// Write a sandbox's trajectory (every call that changed it) to stdout as JSONL.
+    Trajectory(commands::trajectory::Args),
     /// Run a small reinforcement-learning style rollout in N sandboxes at once.
     Demo(commands::demo::Args),
     /// Measure create latency, exec latency, throughput and density.
@@ -66,6 +74,10 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Rm(a) => commands::rm::run(&ctx, a).await,
         Command::Shell(a) => commands::shell::run(&ctx, a).await,
         Command::Ps(a) => commands::ps::run(&ctx, a).await,
+        Command::Pause(a) => commands::pause::run(&ctx, a).await,
+        Command::Resume(a) => commands::resume::run(&ctx, a).await,
+        Command::Fork(a) => commands::fork::run(&ctx, a).await,
+        Command::Trajectory(a) => commands::trajectory::run(&ctx, a).await,
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
         Command::Bench(a) => commands::bench::run(&ctx, a).await,
         Command::Image(a) => commands::image::run(&ctx, a).await,
@@ -152,5 +164,16 @@ mod tests {
         assert!(Cli::try_parse_from(["warren", "rm"]).is_err());
         assert!(Cli::try_parse_from(["warren", "create", "--env", "novalue"]).is_err());
         assert!(Cli::try_parse_from(["warren", "bench", "density", "--n", "10"]).is_ok());
+
+        let cli =
+            Cli::try_parse_from(["warren", "fork", "n1-x", "-n", "3", "--label", "a=b"]).unwrap();
+        let Command::Fork(a) = cli.command else {
+            panic!("not fork")
+        };
+        assert_eq!((a.id.as_str(), a.n), ("n1-x", 3));
+        assert_eq!(a.labels, [("a".to_string(), "b".to_string())]);
+        assert!(Cli::try_parse_from(["warren", "pause"]).is_err());
+        assert!(Cli::try_parse_from(["warren", "pause", "n1-x", "n1-y"]).is_ok());
+        assert!(Cli::try_parse_from(["warren", "trajectory", "n1-x", "--from-seq", "4"]).is_ok());
     }
 }

@@ -6,12 +6,16 @@ pub mod cp;
 pub mod create;
 pub mod demo;
 pub mod exec;
+pub mod fork;
 pub mod health;
 pub mod image;
 pub mod ls;
+pub mod pause;
 pub mod ps;
+pub mod resume;
 pub mod rm;
 pub mod shell;
+pub mod trajectory;
 pub mod up;
 
 use std::collections::BTreeMap;

@@ -8,9 +8,12 @@
 //! | throughput | creations/s from 4 concurrent clients | ≥ 200/s |
 //! | density | host memory per idle sandbox | ≤ 1 MiB |
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
+//! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
+//! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 
 mod baselines;
 mod measure;
+mod replay;
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -28,6 +31,7 @@ pub enum Which {
     Exec,
     Throughput,
     Density,
+    Replay,
     All,
 }
 
@@ -37,7 +41,7 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -100,6 +104,8 @@ pub struct Report {
     pub throughput: Option<Throughput>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub density: Option<Density>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -132,6 +138,30 @@ impl Report {
                 "",
                 0.0,
             ));
+        }
+        if let Some(r) = &self.replay {
+            checks.push(Check::at_most(
+                "replay per 1000 steps",
+                r.replay_secs * 1000.0 / r.steps.max(1) as f64,
+                "s",
+                0.5,
+            ));
+            checks.push(Check::at_most(
+                "commands run by replay",
+                r.executed_during_replay as f64,
+                "",
+                0.0,
+            ));
+            checks.push(Check {
+                metric: "side effects after replay".into(),
+                value: r.side_effects as f64,
+                unit: "",
+                target: format!("= {}", r.steps),
+                pass: r.side_effects == r.steps as u64,
+            });
+            if let Some(p50) = r.append_p50_ms {
+                checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
+            }
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
             let p50 = p.p50().unwrap_or(0.0);
@@ -218,6 +248,12 @@ impl Report {
                     "density: creation stopped at the first refusal: {e}\n"
                 ));
             }
+        }
+        if let Some(r) = &self.replay {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&r.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -311,6 +347,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Density {
         stop.check()?;
         report.density = Some(measure::density(setup, n(5000), c(16)).await?);
+    }
+    if all || args.which == Which::Replay {
+        stop.check()?;
+        report.replay = Some(replay::replay(setup, n(1000)).await?);
     }
     if args.baselines {
         stop.check()?;
