@@ -342,3 +342,37 @@ impl Reader<'_> {
         t.len().map_err(|e| self.err(e))
     }
 }
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// How long one append waits for its commit, alone (no group to share the fsync with):
+    /// `cargo test -p warren-node --release -- --ignored append_latency --nocapture`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn append_latency() {
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        let store = crate::Store::open(dir.path().join("state.redb")).unwrap();
+        let id: SandboxId = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5".parse().unwrap();
+        let log = crate::trajectory::SandboxLog::empty(&id);
+        let mut ts = Vec::new();
+        for i in 0..2000u64 {
+            let e = StoredEntry::new(
+                warren_types::TrajectoryCall::Kill { pid: 1, signal: 9 },
+                None,
+                i,
+            );
+            let t = std::time::Instant::now();
+            log.append(store.journal(), e, None, Vec::new())
+                .await
+                .unwrap();
+            ts.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        ts.sort_by(f64::total_cmp);
+        println!(
+            "append p50 {:.3} ms p90 {:.3} ms p99 {:.3} ms",
+            ts[1000], ts[1800], ts[1980]
+        );
+    }
+}
