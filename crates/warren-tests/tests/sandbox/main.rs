@@ -1,0 +1,10 @@
+//! Real sandboxes through a real daemon: isolation, resource limits, the exec API and the
+//! file API. Each test starts its own `warrend`; see `common` for the skip rule.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod exec;
+mod files;
+mod isolation;
+mod limits;
