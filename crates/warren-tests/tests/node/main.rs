@@ -1,0 +1,12 @@
+//! The node as a whole: daemon restarts with live sandboxes, crashed sandboxes, many
+//! concurrent creates, malformed requests, and lifecycle features (idempotency keys, TTL,
+//! labels). Each test starts its own `warrend`; see `common` for the skip rule.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod concurrency;
+mod crash;
+mod lifecycle;
+mod malformed;
+mod restart;
