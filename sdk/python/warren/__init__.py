@@ -19,6 +19,7 @@ from ._client import (
     AsyncProcess,
     AsyncPty,
     AsyncSandbox,
+    AsyncTrajectory,
     Command,
     parse_mib,
 )
@@ -36,13 +37,14 @@ from ._errors import (
     SandboxLost,
     ServerError,
     StartFailed,
+    StepConflict,
     Timeout,
     Unsupported,
     UnsupportedSubstrate,
     WarrenError,
 )
 from ._models import ExecResult, FileStat, Health, Limits, OutputChunk, ProcessInfo, SandboxInfo
-from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox
+from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox, Trajectory
 
 __version__ = "0.1.0"
 
@@ -54,6 +56,7 @@ __all__ = [
     "AsyncProcess",
     "AsyncPty",
     "AsyncSandbox",
+    "AsyncTrajectory",
     "Busy",
     "Client",
     "Command",
@@ -81,7 +84,9 @@ __all__ = [
     "SandboxLost",
     "ServerError",
     "StartFailed",
+    "StepConflict",
     "Timeout",
+    "Trajectory",
     "Unsupported",
     "UnsupportedSubstrate",
     "WarrenError",

@@ -14,12 +14,15 @@ from typing import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
+    Awaitable,
+    Callable,
     Dict,
     List,
     Mapping,
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 from urllib.parse import quote, urlencode, urlsplit
@@ -46,9 +49,12 @@ __all__ = [
     "AsyncProcess",
     "AsyncExecStream",
     "AsyncPty",
+    "AsyncTrajectory",
     "DEFAULT_URL",
     "Command",
 ]
+
+T = TypeVar("T")
 
 #: Where the SDK looks for a node when neither ``url`` nor ``WARREN_URL`` says.
 DEFAULT_URL = "unix:///run/warren/warren.sock"
@@ -142,6 +148,7 @@ def _exec_body(
     user: Optional[str],
     timeout: Optional[float],
     max_output: Optional[int],
+    step: Optional[int] = None,
 ) -> Dict[str, Any]:
     if isinstance(cmd, str):
         body: Dict[str, Any] = {"shell": cmd}
@@ -168,7 +175,15 @@ def _exec_body(
         body["max_output_bytes"] = int(max_output)
     if user is not None:
         body["user"] = user
+    if step is not None:
+        body["step"] = int(step)
     return body
+
+
+def _step_params(params: Dict[str, Any], step: Optional[int]) -> Dict[str, Any]:
+    if step is not None:
+        params["step"] = str(int(step))
+    return params
 
 
 def _backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> float:
@@ -535,6 +550,8 @@ class AsyncFiles:
         path: str,
         data: Union[bytes, bytearray, memoryview, str, IO[bytes], AsyncIterable[bytes]],
         mode: Optional[int] = None,
+        *,
+        step: Optional[int] = None,
     ) -> None:
         """Creates or truncates the file at ``path`` and writes ``data`` to it.
 
@@ -543,8 +560,10 @@ class AsyncFiles:
             data: Bytes, text (written as UTF-8), a binary file object (read in chunks) or an
                 async iterable of bytes (streamed as it comes).
             mode: Permission bits, e.g. ``0o755``; the node's default when ``None``.
+            step: The caller's trajectory step (see :meth:`AsyncSandbox.exec`). A step already
+                logged with the same path, mode and content writes nothing.
         """
-        params: Dict[str, Any] = {"path": path}
+        params: Dict[str, Any] = _step_params({"path": path}, step)
         if mode is not None:
             params["mode"] = str(int(mode))
         content: Any
@@ -561,7 +580,12 @@ class AsyncFiles:
         )
 
     async def upload(
-        self, local_path: Union[str, os.PathLike[str]], remote_path: str, mode: Optional[int] = None
+        self,
+        local_path: Union[str, os.PathLike[str]],
+        remote_path: str,
+        mode: Optional[int] = None,
+        *,
+        step: Optional[int] = None,
     ) -> int:
         """Copies a local file into the sandbox, streamed in 1 MiB chunks. Returns the byte count.
 
@@ -575,7 +599,7 @@ class AsyncFiles:
                 sent += len(chunk)
                 yield chunk
 
-        await self.write(remote_path, chunks(), mode=mode)
+        await self.write(remote_path, chunks(), mode=mode, step=step)
         return sent
 
     async def download(self, remote_path: str, local_path: Union[str, os.PathLike[str]]) -> int:
@@ -628,21 +652,33 @@ class AsyncFiles:
         except NotFound:
             return False
 
-    async def remove(self, path: str, recursive: bool = False) -> None:
-        """Removes a file, or with ``recursive=True`` a directory tree."""
-        params = {"path": path, "recursive": "true" if recursive else "false"}
+    async def remove(self, path: str, recursive: bool = False, *, step: Optional[int] = None) -> None:
+        """Removes a file, or with ``recursive=True`` a directory tree. ``step``: see
+        :meth:`AsyncSandbox.exec`."""
+        params = _step_params({"path": path, "recursive": "true" if recursive else "false"}, step)
         await self._http.request("DELETE", self._path, params=params, retry=True)
 
-    async def mkdir(self, path: str, parents: bool = False, mode: Optional[int] = None) -> None:
-        """Creates a directory; ``parents=True`` also creates missing parents (and accepts an existing one)."""
+    async def mkdir(
+        self, path: str, parents: bool = False, mode: Optional[int] = None, *, step: Optional[int] = None
+    ) -> None:
+        """Creates a directory; ``parents=True`` also creates missing parents (and accepts an existing one).
+        ``step``: see :meth:`AsyncSandbox.exec`."""
         body: Dict[str, Any] = {"path": path, "parents": bool(parents)}
         if mode is not None:
             body["mode"] = int(mode)
-        await self._http.request("POST", self._path + "/mkdir", json=body)
+        await self._http.request(
+            "POST", self._path + "/mkdir", json=body, params=_step_params({}, step), retry=step is not None
+        )
 
-    async def chmod(self, path: str, mode: int) -> None:
-        """Sets the permission bits of ``path`` (e.g. ``0o755``)."""
-        await self._http.request("POST", self._path + "/chmod", json={"path": path, "mode": int(mode)})
+    async def chmod(self, path: str, mode: int, *, step: Optional[int] = None) -> None:
+        """Sets the permission bits of ``path`` (e.g. ``0o755``). ``step``: see :meth:`AsyncSandbox.exec`."""
+        await self._http.request(
+            "POST",
+            self._path + "/chmod",
+            json={"path": path, "mode": int(mode)},
+            params=_step_params({}, step),
+            retry=step is not None,
+        )
 
 
 async def _aiter_file(f: IO[bytes], close: bool = False, chunk_size: int = _CHUNK) -> AsyncIterator[bytes]:
@@ -815,6 +851,7 @@ class AsyncSandbox:
         user: Optional[str] = None,
         max_output: Optional[int] = None,
         check: bool = False,
+        step: Optional[int] = None,
     ) -> ExecResult:
         """Runs a command to completion and returns its :class:`ExecResult`.
 
@@ -829,17 +866,28 @@ class AsyncSandbox:
             max_output: Cap per output stream in bytes (node default 1 MiB, at most 64 MiB);
                 the rest is dropped and ``truncated`` is set.
             check: Raise :class:`~warren.CommandError` unless the command exits with status 0.
+            step: The caller's step index in the sandbox's trajectory. The node runs a step at
+                most once: a step already logged with the same request answers the recorded
+                result (``replayed=True``) and runs nothing; one logged with a different
+                request raises :class:`~warren.StepConflict`. Steps need not be contiguous but
+                only go forward. See :meth:`trajectory_session`.
 
-        Exec calls are never retried: a command may have side effects.
+        Exec calls without a step are never retried: a command may have side effects. With a
+        step, a call cut off by a connection failure is retried: the node answers the one run.
         """
         http = self._client._http
-        body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output)
-        try:
-            resp = await http.client.post(self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
-        except httpx.TransportError as e:
-            raise _transport_error(e, "exec") from e
-        if resp.status_code >= 400:
-            _raise_for(resp)
+        body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step)
+        if step is not None:
+            resp = await http.request(
+                "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
+            )
+        else:
+            try:
+                resp = await http.client.post(self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
+            except httpx.TransportError as e:
+                raise _transport_error(e, "exec") from e
+            if resp.status_code >= 400:
+                _raise_for(resp)
         result = ExecResult.from_json(resp.json())
         if check and (result.exit_code != 0 or result.timed_out):
             raise CommandError(cmd, result)
@@ -856,15 +904,18 @@ class AsyncSandbox:
         user: Optional[str] = None,
         max_output: Optional[int] = None,
         check: bool = False,
+        step: Optional[int] = None,
     ) -> AsyncExecStream:
         """Runs a command and streams its output as :class:`OutputChunk` s.
 
         Takes the arguments of :meth:`exec`. Not a coroutine: iterate the returned
         :class:`AsyncExecStream` (``async for chunk in sandbox.exec_stream(...)``), then read its
         ``result``; or ``await stream.wait()``. With ``check=True`` the end of the iteration
-        raises :class:`~warren.CommandError` on a non-zero exit.
+        raises :class:`~warren.CommandError` on a non-zero exit. With a ``step``, the command runs
+        to its end even if the stream is closed early, and a replayed step streams its recorded
+        output at once.
         """
-        return AsyncExecStream(self, _exec_body(cmd, cwd, env, stdin, user, timeout, max_output), check)
+        return AsyncExecStream(self, _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step), check)
 
     async def spawn(
         self,
@@ -875,14 +926,15 @@ class AsyncSandbox:
         env: Optional[Mapping[str, str]] = None,
         user: Optional[str] = None,
         max_output: Optional[int] = None,
+        step: Optional[int] = None,
     ) -> AsyncProcess:
         """Starts a command in the background and returns its :class:`AsyncProcess`.
 
         The node keeps its output (up to ``max_output`` per stream) until :meth:`AsyncProcess.wait`.
         Background processes take no stdin.
         """
-        body = _exec_body(cmd, cwd, env, None, user, timeout, max_output)
-        resp = await self._client._http.request("POST", self._path + "/processes", json=body)
+        body = _exec_body(cmd, cwd, env, None, user, timeout, max_output, step)
+        resp = await self._client._http.request("POST", self._path + "/processes", json=body, retry=step is not None)
         info = ProcessInfo.from_json(resp.json())
         return AsyncProcess(self, info.pid, info.argv)
 
@@ -957,28 +1009,55 @@ class AsyncSandbox:
         if isinstance(data, dict) and "id" in data and data.get("id") == self.id:
             self.info = SandboxInfo.from_json(data)
 
-    async def pause(self) -> None:
-        """Pauses the sandbox (its processes stop running; memory is kept).
+    async def pause(self) -> Optional[Dict[str, Any]]:
+        """Pauses the sandbox: its processes are frozen and its memory is pushed out of RAM as
+        far as the host allows. Any later call that needs the sandbox resumes it. Returns the
+        node's pause stats (``memory_before_bytes``, ``memory_after_bytes``, ``duration_ms``,
+        ``note``).
 
-        Raises :class:`~warren.Unsupported` on nodes that do not serve pausing yet.
+        Raises :class:`~warren.Unsupported` on nodes or substrates that cannot pause.
         """
-        self._update(await self._feature("pause"))
+        stats: Optional[Dict[str, Any]] = await self._feature("pause")
+        self._update(stats)
+        if isinstance(stats, dict) and "id" not in stats:
+            await self.refresh()
+        return stats
 
     async def resume(self) -> None:
         """Resumes a paused sandbox. Raises :class:`~warren.Unsupported` where not served yet."""
         self._update(await self._feature("resume"))
 
-    async def fork(self, n: int = 1) -> List[AsyncSandbox]:
-        """Makes ``n`` copies of the running sandbox (files and memory) and returns them.
+    async def fork(self, n: int = 1, labels: Optional[Mapping[str, str]] = None) -> List[AsyncSandbox]:
+        """Makes ``n`` (1-64) new sandboxes with a copy of this one's files (running or paused;
+        processes are not copied) and returns them. They carry this sandbox's labels merged with
+        ``labels``; each one's trajectory starts with a ``forked_from`` entry naming this sandbox.
 
         Raises :class:`~warren.Unsupported` on nodes that do not serve forking yet.
         """
-        data = await self._feature("fork", {"count": int(n)})
+        body: Dict[str, Any] = {"n": int(n)}
+        if labels:
+            body["labels"] = dict(labels)
+        data = await self._feature("fork", body)
         if isinstance(data, dict):
             items = data.get("sandboxes", [data] if "id" in data else [])
         else:
             items = data or []
         return [AsyncSandbox(self._client, SandboxInfo.from_json(d)) for d in items]
+
+    async def trajectory(self, from_seq: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The sandbox's trajectory: one dict per call that changed it (exec, spawn, kill, file
+        writes, mkdir, remove, chmod, fork), oldest first, as the node logged them (``seq``,
+        ``step``, ``kind``, ``request``, ``request_sha256``, ``result``, ``error``, times). Does not
+        resume a paused sandbox."""
+        params = {} if from_seq is None else {"from_seq": str(int(from_seq))}
+        resp = await self._client._http.request(
+            "GET", self._path + "/trajectory", params=params, retry=True, timeout=self._client._http.call_timeout(None)
+        )
+        return [_json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+    def trajectory_session(self, start: int = 0) -> AsyncTrajectory:
+        """A :class:`AsyncTrajectory` that numbers this sandbox's calls as steps from ``start``."""
+        return AsyncTrajectory(self, start)
 
     async def snapshot(self) -> Dict[str, Any]:
         """Snapshots the sandbox and returns the node's description of the snapshot.
@@ -1002,6 +1081,79 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.delete()
+
+
+class AsyncTrajectory:
+    """Numbers one sandbox's calls as trajectory steps, so a rollout can be replayed after a
+    crash: made by :meth:`AsyncSandbox.trajectory_session`.
+
+    Each call takes the next step (``start``, ``start + 1``, ...). A process that restarts makes
+    a new session with the same ``start`` and issues the same calls again: the steps already
+    logged answer their recorded results without running (``replayed``), and the rollout goes
+    on from where it stopped. A call that differs from what was logged at its step raises
+    :class:`~warren.StepConflict`. A call cut off by a connection failure is retried with the
+    same step; a call the node answered (result or error) moves to the next step.
+
+    Attributes:
+        sandbox: The sandbox the calls go to.
+        step: The step the next call will take.
+    """
+
+    def __init__(self, sandbox: AsyncSandbox, start: int = 0) -> None:
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        self.sandbox = sandbox
+        self.step = int(start)
+
+    def __repr__(self) -> str:
+        return f"<Trajectory {self.sandbox.id} next step {self.step}>"
+
+    async def _run(self, call: Callable[[int], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            try:
+                out = await call(self.step)
+            except ConnectionError:
+                if attempt >= self.sandbox._client._http.max_retries:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+                attempt += 1
+                continue
+            except WarrenError:
+                self.step += 1
+                raise
+            self.step += 1
+            return out
+
+    def skip(self, n: int = 1) -> None:
+        """Leaves ``n`` steps unused (steps need not be contiguous)."""
+        self.step += int(n)
+
+    async def exec(self, cmd: Command, **kwargs: Any) -> ExecResult:
+        """:meth:`AsyncSandbox.exec` at the next step."""
+        return await self._run(lambda s: self.sandbox.exec(cmd, step=s, **kwargs))
+
+    async def spawn(self, cmd: Command, **kwargs: Any) -> AsyncProcess:
+        """:meth:`AsyncSandbox.spawn` at the next step."""
+        return await self._run(lambda s: self.sandbox.spawn(cmd, step=s, **kwargs))
+
+    async def write(
+        self, path: str, data: Union[bytes, bytearray, memoryview, str], mode: Optional[int] = None
+    ) -> None:
+        """:meth:`AsyncFiles.write` at the next step (bytes or text: a retry sends them again)."""
+        await self._run(lambda s: self.sandbox.files.write(path, data, mode, step=s))
+
+    async def mkdir(self, path: str, parents: bool = False, mode: Optional[int] = None) -> None:
+        """:meth:`AsyncFiles.mkdir` at the next step."""
+        await self._run(lambda s: self.sandbox.files.mkdir(path, parents, mode, step=s))
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """:meth:`AsyncFiles.remove` at the next step."""
+        await self._run(lambda s: self.sandbox.files.remove(path, recursive, step=s))
+
+    async def chmod(self, path: str, mode: int) -> None:
+        """:meth:`AsyncFiles.chmod` at the next step."""
+        await self._run(lambda s: self.sandbox.files.chmod(path, mode, step=s))
 
 
 class AsyncClient:

@@ -155,6 +155,13 @@ class FileError(WarrenError):
     default_code = "file_error"
 
 
+class StepConflict(Conflict):
+    """The trajectory step was already logged with a different request, or comes before a
+    step already logged. Nothing ran."""
+
+    default_code = "step_conflict"
+
+
 class ServerError(WarrenError):
     """A bug or an unexpected host failure on the node (``internal``, HTTP 500, or any other 5xx)."""
 
@@ -205,6 +212,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "sandbox_lost": SandboxLost,
     "file_error": FileError,
     "internal": ServerError,
+    "step_conflict": StepConflict,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {

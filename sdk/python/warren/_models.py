@@ -167,6 +167,8 @@ class ExecResult:
         duration: Wall time of the command in seconds, measured by the node.
         stdout_bytes: Total bytes written to stdout, captured or not.
         stderr_bytes: Total bytes written to stderr, captured or not.
+        replayed: True when the call named a trajectory step that was already logged with the
+            same request: this is the recorded result and nothing ran now.
     """
 
     exit_code: Optional[int]
@@ -179,6 +181,7 @@ class ExecResult:
     duration: float = 0.0
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    replayed: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -210,6 +213,7 @@ class ExecResult:
             duration=float(d.get("duration_ms", 0.0)) / 1000.0,
             stdout_bytes=int(d.get("stdout_bytes", 0)),
             stderr_bytes=int(d.get("stderr_bytes", 0)),
+            replayed=bool(d.get("replayed", False)),
         )
 
 

@@ -17,10 +17,12 @@ from ._client import (
     AsyncProcess,
     AsyncPty,
     AsyncSandbox,
+    AsyncTrajectory,
+    Command,
 )
 from ._models import ExecResult, OutputChunk, SandboxInfo
 
-__all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Pty"]
+__all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Pty", "Trajectory"]
 
 T = TypeVar("T")
 
@@ -263,6 +265,41 @@ class Pty:
         self.close()
 
 
+class Trajectory:
+    """Numbers one sandbox's calls as trajectory steps (blocking twin of
+    :class:`~warren.AsyncTrajectory`; made by :meth:`Sandbox.trajectory_session`)."""
+
+    def __init__(self, atraj: AsyncTrajectory, sandbox: Sandbox) -> None:
+        self._async = atraj
+        self._portal = sandbox._portal
+        self.sandbox = sandbox
+
+    @property
+    def step(self) -> int:
+        """The step the next call will take."""
+        return self._async.step
+
+    def __repr__(self) -> str:
+        return repr(self._async)
+
+    @functools.wraps(AsyncTrajectory.skip)
+    def skip(self, n: int = 1) -> None:
+        self._async.skip(n)
+
+    @functools.wraps(AsyncTrajectory.exec)
+    def exec(self, cmd: Command, **kwargs: Any) -> ExecResult:
+        return self._portal.run(self._async.exec(cmd, **kwargs))
+
+    @functools.wraps(AsyncTrajectory.spawn)
+    def spawn(self, cmd: Command, **kwargs: Any) -> Process:
+        return Process(self._portal.run(self._async.spawn(cmd, **kwargs)), self._portal)
+
+    write = _sync(AsyncTrajectory.write)
+    mkdir = _sync(AsyncTrajectory.mkdir)
+    remove = _sync(AsyncTrajectory.remove)
+    chmod = _sync(AsyncTrajectory.chmod)
+
+
 class Sandbox:
     """One sandbox (blocking twin of :class:`~warren.AsyncSandbox`). ``with`` deletes it when
     the block ends.
@@ -307,8 +344,13 @@ class Sandbox:
     pause = _sync(AsyncSandbox.pause)
     resume = _sync(AsyncSandbox.resume)
     fork = _sync_sandboxes(AsyncSandbox.fork)
+    trajectory = _sync(AsyncSandbox.trajectory)
     snapshot = _sync(AsyncSandbox.snapshot)
     delete = _sync(AsyncSandbox.delete)
+
+    @functools.wraps(AsyncSandbox.trajectory_session)
+    def trajectory_session(self, start: int = 0) -> Trajectory:
+        return Trajectory(self._async.trajectory_session(start), self)
 
     @functools.wraps(AsyncSandbox.exec_stream)
     def exec_stream(self, *args: Any, **kwargs: Any) -> ExecStream:
