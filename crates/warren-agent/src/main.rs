@@ -25,6 +25,25 @@ fn send(ctl: &mut std::os::unix::net::UnixStream, reply: &InitReply) {
     let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);
 }
 
+/// Creates a user namespace for the daemon to map and keep (it idmaps image layers with it
+/// before any sandbox exists), then waits until the daemon hangs up.
+fn hold_userns(mut ctl: std::os::unix::net::UnixStream) -> ! {
+    use std::io::{Read, Write};
+    let code = match warren_sys::ns::unshare(warren_sys::ns::Namespaces::CLONE_NEWUSER) {
+        Ok(()) => {
+            let _ = ctl.write_all(b"u");
+            let mut b = [0u8; 1];
+            while matches!(ctl.read(&mut b), Ok(n) if n > 0) {}
+            0
+        }
+        Err(e) => {
+            let _ = ctl.write_all(format!("!{e}").as_bytes());
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
 fn main() {
     let _ = warren_sys::process::set_non_dumpable();
     let ctl: OwnedFd = match warren_sys::fd::inherited(CONTROL_FD) {
@@ -37,6 +56,9 @@ fn main() {
     warren_sys::fd::close_fds_from(CONTROL_FD + 1, &[]);
     let _ = warren_sys::fd::set_cloexec(&ctl, true);
     let mut ctl = std::os::unix::net::UnixStream::from(ctl);
+    if std::env::args().nth(1).as_deref() == Some("hold-userns") {
+        hold_userns(ctl);
+    }
 
     let first = match Frame::read_blocking(&mut ctl).and_then(|f| f.parse::<Init>()) {
         Ok(m) => m,

@@ -91,6 +91,7 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     for d in ["upper", "work", "root"] {
         std::fs::create_dir(t.join(d)).map_err(e("mkdir in writable layer"))?;
     }
+    keep_upper_handle(&t.join("upper"))?;
     let root = t.join("root");
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
@@ -219,6 +220,26 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     std::env::set_current_dir("/").map_err(e("chdir /"))?;
     warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
     warren_sys::net::loopback_up().map_err(|x| x.to_string())?;
+    Ok(())
+}
+
+/// Keeps an `O_PATH` handle on the upper directory at [`warren_proto::UPPER_FD`]: after
+/// `pivot_root` nothing in the sandbox can name it, but the daemon can take the handle with
+/// `pidfd_getfd` to snapshot the writable layer (fork).
+fn keep_upper_handle(upper: &Path) -> R<()> {
+    use nix::fcntl::OFlag;
+    let fd = nix::fcntl::open(
+        upper,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(e("open upper dir"))?;
+    let owned = warren_sys::fd::inherited(fd).map_err(|x| x.to_string())?;
+    warren_sys::fd::dup_to(&owned, warren_proto::UPPER_FD).map_err(|x| x.to_string())?;
+    drop(owned);
+    let kept = warren_sys::fd::inherited(warren_proto::UPPER_FD).map_err(|x| x.to_string())?;
+    warren_sys::fd::set_cloexec(&kept, true).map_err(|x| x.to_string())?;
+    std::mem::forget(kept);
     Ok(())
 }
 

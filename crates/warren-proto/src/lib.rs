@@ -31,5 +31,9 @@ pub const CONTROL_FD: i32 = 3;
 /// for a restarted daemon to take with `pidfd_getfd`.
 pub const RECONNECT_FD: i32 = 100;
 
+/// The fd where a container's agent keeps an `O_PATH` handle on its writable layer's upper
+/// directory, for the daemon to take with `pidfd_getfd` (fork, snapshots).
+pub const UPPER_FD: i32 = 101;
+
 /// Bumped on any incompatible change; the agent refuses a daemon with another major version.
 pub const PROTOCOL_VERSION: u32 = 1;

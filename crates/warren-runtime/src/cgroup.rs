@@ -104,6 +104,13 @@ impl Hierarchy {
         )
     }
 
+    /// Removes the node's parent groups if no sandbox group is left in them.
+    pub fn remove_parents_if_empty(&self) {
+        for (_, p) in &self.parents {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+
     /// The groups of one sandbox (not created yet).
     pub fn set_for(&self, name: &str) -> CgroupSet {
         CgroupSet {
@@ -266,6 +273,99 @@ impl CgroupSet {
             }
         }
         Ok(())
+    }
+
+    fn freezer(&self) -> Option<(bool, &PathBuf)> {
+        if let Some((_, d)) = self
+            .dirs
+            .iter()
+            .find(|(c, d)| *c == Ctl::Unified && d.join("cgroup.freeze").exists())
+        {
+            return Some((true, d));
+        }
+        self.dirs
+            .iter()
+            .find(|(c, _)| *c == Ctl::Freezer)
+            .map(|(_, d)| (false, d))
+    }
+
+    /// True if the sandbox is frozen.
+    pub fn is_frozen(&self) -> bool {
+        match self.freezer() {
+            Some((true, d)) => {
+                std::fs::read_to_string(d.join("cgroup.freeze")).is_ok_and(|s| s.trim() == "1")
+            }
+            Some((false, d)) => {
+                std::fs::read_to_string(d.join("freezer.state")).is_ok_and(|s| s.trim() != "THAWED")
+            }
+            None => false,
+        }
+    }
+
+    /// Freezes (or thaws) every process and waits (up to 5 s) until the kernel says so.
+    pub async fn freeze(&self, frozen: bool) -> Result<(), RuntimeError> {
+        let Some((v2, d)) = self.freezer() else {
+            return Err(RuntimeError::Unsupported(
+                "no cgroup freezer on this host".into(),
+            ));
+        };
+        if v2 {
+            write(d, "cgroup.freeze", if frozen { "1" } else { "0" })?;
+        } else {
+            write(d, "freezer.state", if frozen { "FROZEN" } else { "THAWED" })?;
+        }
+        for _ in 0..500 {
+            let done = if v2 {
+                std::fs::read_to_string(d.join("cgroup.events"))
+                    .map(|s| {
+                        s.lines()
+                            .any(|l| l == if frozen { "frozen 1" } else { "frozen 0" })
+                    })
+                    .unwrap_or(true)
+            } else {
+                std::fs::read_to_string(d.join("freezer.state"))
+                    .map(|s| s.trim() == if frozen { "FROZEN" } else { "THAWED" })
+                    .unwrap_or(true)
+            };
+            if done {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(RuntimeError::io(
+            "freeze",
+            std::io::Error::other(format!("cgroup {} did not settle", d.display())),
+        ))
+    }
+
+    /// Resident memory of the sandbox in bytes (processes, page cache, writable layer).
+    pub fn memory_bytes(&self) -> u64 {
+        self.usage().memory_bytes.unwrap_or(0)
+    }
+
+    /// Asks the kernel to reclaim the sandbox's memory: `memory.reclaim` on v2; on v1, a
+    /// brief squeeze of the limit (the kernel reclaims to fit, then the limit is restored).
+    pub fn reclaim(&self) {
+        for (ctl, d) in &self.dirs {
+            match ctl {
+                Ctl::Unified if self.v2_only => {
+                    let cur = read_u64(d.join("memory.current")).unwrap_or(0);
+                    let _ = std::fs::write(d.join("memory.reclaim"), cur.to_string());
+                }
+                Ctl::Memory => {
+                    let Some(limit) = read_u64(d.join("memory.limit_in_bytes")) else {
+                        continue;
+                    };
+                    let usage = read_u64(d.join("memory.usage_in_bytes")).unwrap_or(0);
+                    let target = (usage / 10).max(4 << 20);
+                    if target < usage {
+                        let _ = std::fs::write(d.join("memory.limit_in_bytes"), target.to_string());
+                        let _ = std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Memory, CPU and pid counts.

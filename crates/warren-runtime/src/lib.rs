@@ -10,6 +10,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod container;
 pub mod error;
+pub mod reaper;
 
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -58,6 +59,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// Removes host objects (cgroups, processes, ...) that belong to this runtime but to no
     /// sandbox in `known`. Returns a description of what was removed.
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError>;
+
+    /// Called when the daemon stops: release node-wide host objects that no live sandbox
+    /// needs (sandboxes themselves keep running).
+    fn shutdown(&self) {}
 
     /// Creates `children.len()` new sandboxes from `parent`: the same image stack and a copy
     /// of its writable layer (process state is not copied). `parent` may be running or

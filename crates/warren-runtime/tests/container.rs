@@ -39,7 +39,10 @@ fn setup() -> Option<(ContainerRuntime, NodeId)> {
         );
         store.build_layer(&rootfs, "default").unwrap();
     }
-    let node: NodeId = format!("rt{}", std::process::id() % 100000)
+    // One node name per test: tests run side by side and reconcile their own node only.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let node: NodeId = format!("rt{}x{n}", std::process::id() % 100000)
         .parse()
         .unwrap();
     let rt = ContainerRuntime::new(ContainerConfig::new(node.clone(), agent), store).unwrap();
@@ -121,5 +124,96 @@ async fn container_runs_commands_in_isolation() {
     let st = sb.agent().stat("/etc/newfile").await.unwrap();
     assert_eq!(st.size, 5);
     sb.destroy().await.unwrap();
-    assert!(rt.reconcile(&[]).await.unwrap().is_empty());
+    let left = rt.reconcile(&[]).await.unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+async fn run(
+    sb: &std::sync::Arc<dyn warren_runtime::Instance>,
+    cmd: &str,
+) -> (Option<i32>, String) {
+    let out = sb.agent().exec(sh(cmd), None).await.unwrap();
+    (
+        out.exit.exit_code,
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_keep_files_and_processes() {
+    let Some((rt, node)) = setup() else { return };
+    warren_runtime::reaper::start().unwrap();
+    let sb = rt.create(&spec(&node)).await.expect("create");
+    let counter = ExecSpec {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done".into(),
+        ],
+        output_cap: 1024,
+        ..Default::default()
+    };
+    sb.agent().spawn(counter).await.unwrap();
+    run(
+        &sb,
+        "head -c 20000000 /dev/urandom > /root/blob && sha256sum /root/blob > /root/sum",
+    )
+    .await;
+    for _ in 0..3 {
+        let stats = sb.pause().await.unwrap();
+        assert!(sb.is_paused());
+        eprintln!("pause: {stats:?}");
+        sb.resume().await.unwrap();
+        assert!(!sb.is_paused());
+    }
+    let (code, _) = run(&sb, "sha256sum -c /root/sum").await;
+    assert_eq!(code, Some(0));
+    let (_, a) = run(&sb, "cat /tmp/count").await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, b) = run(&sb, "cat /tmp/count").await;
+    assert!(
+        b.parse::<u64>().unwrap() > a.parse::<u64>().unwrap(),
+        "the background counter kept running ({a} -> {b})"
+    );
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_children_start_from_the_parent_and_stay_isolated() {
+    let Some((rt, node)) = setup() else { return };
+    warren_runtime::reaper::start().unwrap();
+    let parent = rt.create(&spec(&node)).await.expect("create");
+    let (code, _) = run(
+        &parent,
+        "mkdir -p /work && echo parent > /work/a.txt && rm /etc/issue && chmod 0600 /work/a.txt",
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    let specs: Vec<SandboxSpec> = (0..3).map(|_| spec(&node)).collect();
+    let kids = rt.fork(&parent, &specs).await.expect("fork");
+    assert_eq!(kids.len(), 3);
+    for k in &kids {
+        assert_eq!(run(k, "cat /work/a.txt").await.1, "parent");
+        assert_eq!(run(k, "stat -c %a /work/a.txt").await.1, "600");
+        assert_eq!(
+            run(k, "test -e /etc/issue; echo $?").await.1,
+            "1",
+            "a deletion in the parent stays deleted"
+        );
+        assert_eq!(
+            run(k, "stat -c %U /usr/bin/python3 /work/a.txt | sort -u")
+                .await
+                .1,
+            "root"
+        );
+    }
+    run(&kids[0], "echo mine > /work/b.txt").await;
+    assert_eq!(run(&kids[1], "test -e /work/b.txt; echo $?").await.1, "1");
+    assert_eq!(run(&parent, "test -e /work/b.txt; echo $?").await.1, "1");
+    run(&parent, "echo later > /work/c.txt").await;
+    assert_eq!(run(&kids[2], "test -e /work/c.txt; echo $?").await.1, "1");
+    for k in kids {
+        k.destroy().await.unwrap();
+    }
+    parent.destroy().await.unwrap();
 }

@@ -214,3 +214,44 @@ pub fn become_user(uid: u32, gid: u32) -> Result<()> {
         .map_err(|e| SysError::errno("setresuid", e))?;
     Ok(())
 }
+
+/// `MADV_PAGEOUT`: reclaim the pages now (to swap for anonymous memory).
+pub const MADV_PAGEOUT: i32 = 21;
+
+/// `process_madvise(2)` over `ranges` (start, length) of the process behind `pidfd`.
+/// Returns the number of bytes advised. Needs CAP_SYS_NICE and ptrace-read rights.
+pub fn process_madvise(
+    pidfd: &std::os::fd::OwnedFd,
+    ranges: &[(usize, usize)],
+    advice: i32,
+) -> Result<usize> {
+    use std::os::fd::AsRawFd;
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|(start, len)| libc::iovec {
+            iov_base: *start as *mut libc::c_void,
+            iov_len: *len,
+        })
+        .collect();
+    let mut total = 0usize;
+    // The kernel takes at most UIO_MAXIOV (1024) vectors per call.
+    for chunk in iov.chunks(1024) {
+        // SAFETY: the iovecs describe address ranges of *another* process; the kernel reads
+        // only the iovec array, which lives across the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                chunk.as_ptr(),
+                chunk.len(),
+                advice,
+                0u32,
+            )
+        };
+        if r < 0 {
+            return Err(SysError::last("process_madvise"));
+        }
+        total += r as usize;
+    }
+    Ok(total)
+}

@@ -71,9 +71,9 @@ fn main() -> Result<()> {
         .init();
 
     // Orphans of sandboxes are re-parented to us; the reaper thread collects every child's
-    // status so none stays a zombie. Nothing in the daemon waits for a child itself.
-    warren_sys::process::set_child_subreaper().context("becoming a child subreaper")?;
-    start_reaper_thread()?;
+    // status so none stays a zombie. Code that needs a status spawns through
+    // `reaper::spawn_wait`; nothing calls `wait` itself.
+    warren_runtime::reaper::start().context("starting the child reaper")?;
     raise_fd_limit();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -98,24 +98,6 @@ fn raise_fd_limit() {
     }
 }
 
-fn start_reaper_thread() -> Result<()> {
-    use nix::errno::Errno;
-    use nix::sys::wait::waitpid;
-    std::thread::Builder::new()
-        .name("reaper".into())
-        .spawn(|| loop {
-            match waitpid(None, None) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(Errno::ECHILD) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => {
-                    warn!(error = %e, "waitpid failed");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        })
-        .context("starting the reaper thread")?;
-    Ok(())
-}
 
 fn default_agent() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("finding this executable")?;

@@ -229,6 +229,9 @@ impl Manager {
     /// left running for the next start to re-adopt.
     pub fn shutdown(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
+        for r in &self.inner.runtimes {
+            r.shutdown();
+        }
     }
 
     fn stopping(&self) -> bool {

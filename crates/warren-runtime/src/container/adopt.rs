@@ -37,6 +37,27 @@ pub async fn adopt(
             "the agent is not in the sandbox's cgroup".into(),
         ));
     }
+    // A paused sandbox's agent is frozen and cannot answer: thaw it for the handshake and
+    // freeze it again afterwards.
+    let was_frozen = cgroups.is_frozen();
+    if was_frozen {
+        cgroups.freeze(false).await?;
+    }
+    let result = reconnect(&rec).await;
+    if was_frozen {
+        cgroups.freeze(true).await?;
+    }
+    let stream = result?;
+    Ok(Container {
+        id: spec.id.clone(),
+        agent: AgentConn::new(stream),
+        cgroups,
+        record: rec,
+        paused: was_frozen.into(),
+    })
+}
+
+async fn reconnect(rec: &ContainerRecord) -> Result<UnixStream, RuntimeError> {
     let pidfd = warren_sys::pidfd::open(rec.agent_pid)?;
     let started = Instant::now();
     let fd = loop {
@@ -78,10 +99,5 @@ pub async fn adopt(
             )))
         }
     }
-    Ok(Container {
-        id: spec.id.clone(),
-        agent: AgentConn::new(stream),
-        cgroups,
-        record: rec,
-    })
+    Ok(stream)
 }

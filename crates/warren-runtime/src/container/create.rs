@@ -84,6 +84,19 @@ async fn start(
         })
         .collect::<Result<Vec<_>, _>>()?;
 
+    // Layers are mounted before the agent exists: its mount namespace is a copy of the
+    // host's taken at `unshare`, and must already hold them.
+    for d in layers {
+        let images = rt.images.clone();
+        let d = d.clone();
+        let userns = rt
+            .idmap
+            .try_clone()
+            .map_err(|e| RuntimeError::io("dup userns fd", e))?;
+        tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
+            .await
+            .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
+    }
     let (ours, theirs) = warren_sys::fd::socketpair()?;
     let agent = rt.cfg.agent_bin.display().to_string();
     // stdin/stdout/stderr are /dev/null: nothing of the daemon's terminal or logs leaks in,
@@ -147,18 +160,6 @@ async fn start(
         count: 65536,
     };
     warren_sys::ns::write_id_maps(pid, range, range)?;
-    let userns = warren_sys::ns::open_ns(pid, "user")?;
-    for d in layers {
-        let images = rt.images.clone();
-        let d = d.clone();
-        let userns = userns
-            .try_clone()
-            .map_err(|e| RuntimeError::io("dup userns fd", e))?;
-        tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
-            .await
-            .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
-    }
-    drop(userns);
     let t_mapped = t0.elapsed();
     send(&mut stream, &Init::Mapped).await?;
     let agent_pid = match recv(&mut stream, "fork").await? {
@@ -202,5 +203,6 @@ async fn start(
         agent: AgentConn::new(stream),
         cgroups: cgroups.clone(),
         record,
+        paused: Default::default(),
     })
 }

@@ -15,6 +15,8 @@
 mod adopt;
 mod create;
 mod destroy;
+mod fork;
+mod pause;
 mod record;
 
 use async_trait::async_trait;
@@ -83,6 +85,10 @@ pub struct ContainerRuntime {
     cfg: ContainerConfig,
     images: Arc<ImageStore>,
     hierarchy: Hierarchy,
+    /// A user namespace with the sandboxes' id maps, used to idmap image layers *before* a
+    /// sandbox's agent copies the host's mount table (a layer mounted later would be missing
+    /// from that copy).
+    idmap: std::os::fd::OwnedFd,
 }
 
 impl ContainerRuntime {
@@ -94,10 +100,12 @@ impl ContainerRuntime {
             )));
         }
         let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
+        let idmap = idmap_userns(&cfg)?;
         Ok(ContainerRuntime {
             cfg,
             images,
             hierarchy,
+            idmap,
         })
     }
 
@@ -107,12 +115,62 @@ impl ContainerRuntime {
     }
 }
 
+/// Makes a user namespace mapped like every sandbox's (root → `id_base`) with the agent's
+/// `hold-userns` mode, and keeps a handle on it.
+fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeError> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let (ours, theirs) = warren_sys::fd::socketpair()?;
+    let agent = cfg.agent_bin.display().to_string();
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let null = devnull.as_raw_fd();
+    let pid = warren_sys::process::spawn_with_fds(
+        &agent,
+        &[agent.clone(), "hold-userns".into()],
+        &[],
+        &[
+            (null, 0),
+            (null, 1),
+            (null, 2),
+            (theirs.as_raw_fd(), warren_proto::CONTROL_FD),
+        ],
+    )?;
+    drop(theirs);
+    let mut s = std::os::unix::net::UnixStream::from(ours);
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut buf = [0u8; 256];
+    let n = s
+        .read(&mut buf)
+        .map_err(|e| RuntimeError::io("user namespace helper", e))?;
+    if n == 0 || buf[0] != b'u' {
+        return Err(RuntimeError::StartFailed(format!(
+            "cannot create a user namespace: {}",
+            String::from_utf8_lossy(&buf[..n]).trim_start_matches('!')
+        )));
+    }
+    let range = warren_sys::ns::IdRange {
+        inside: 0,
+        outside: cfg.id_base,
+        count: 65536,
+    };
+    warren_sys::ns::write_id_maps(pid, range, range)?;
+    let fd = warren_sys::ns::open_ns(pid, "user")?;
+    // Hanging up lets the helper exit; the fd keeps the namespace alive.
+    drop(s);
+    Ok(fd)
+}
+
 /// A live container sandbox.
 pub struct Container {
     id: SandboxId,
     agent: AgentConn,
     cgroups: CgroupSet,
     record: ContainerRecord,
+    paused: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
@@ -139,6 +197,18 @@ impl Instance for Container {
 
     fn usage(&self) -> Usage {
         self.cgroups.usage()
+    }
+
+    async fn pause(&self) -> Result<crate::PauseStats, RuntimeError> {
+        pause::pause(self).await
+    }
+
+    async fn resume(&self) -> Result<(), RuntimeError> {
+        pause::resume(self).await
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -175,5 +245,23 @@ impl Runtime for ContainerRuntime {
 
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
         destroy::reconcile(&self.hierarchy, known).await
+    }
+
+    /// Removes the node's (empty) parent cgroups; groups of live sandboxes stay.
+    fn shutdown(&self) {
+        self.hierarchy.remove_parents_if_empty();
+    }
+
+    async fn fork(
+        &self,
+        parent: &Arc<dyn Instance>,
+        children: &[SandboxSpec],
+    ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
+        let Some(p) = parent.as_any().downcast_ref::<Container>() else {
+            return Err(RuntimeError::Unsupported(
+                "a container can only fork from a container".into(),
+            ));
+        };
+        fork::fork(self, p, children).await
     }
 }
