@@ -47,7 +47,13 @@ impl Manager {
             Some(i) => i.destroy().await,
             None => sb.runtime.destroy_record(&sb.id, record.as_ref()).await,
         };
+        // Calls that were in flight end now; their entries must land before the trajectory
+        // is deleted, and none after.
+        if let Err(e) = sb.log.close(self.journal()).await {
+            warn!(sandbox = %sb.id, error = %e, "trajectory barrier failed");
+        }
         if let Err(e) = destroyed {
+            sb.log.reopen();
             warn!(sandbox = %sb.id, error = %e, "destroy failed; the sandbox stays as failed");
             let mut st = sb.lock();
             st.deleting = false;

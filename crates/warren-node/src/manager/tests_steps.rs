@@ -312,3 +312,31 @@ async fn a_streamed_step_replays_its_output() {
     // One-shot and streamed execs of one command are the same step.
     assert!(m.exec(&id, req).await.unwrap().replayed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_leaves_no_trajectory_behind_even_with_calls_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager_in(dir.path(), |_| {});
+    let id = sandbox(&m).await;
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let (m, id) = (m.clone(), id.clone());
+            tokio::spawn(async move {
+                let req = ExecRequest {
+                    step: (i % 2 == 0).then_some(i),
+                    ..ExecRequest::argv(["slow"])
+                };
+                m.exec(&id, req).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    m.delete(&id).await.unwrap();
+    // (The fake's slow commands may still answer after the destroy.)
+    for c in calls {
+        let _ = c.await.unwrap();
+    }
+    // Whatever the calls logged as they failed went with the sandbox.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(m.journal().read().unwrap().tail(&id).unwrap(), (0, None));
+}

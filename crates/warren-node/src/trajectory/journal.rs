@@ -43,7 +43,8 @@ pub struct Append {
 }
 
 struct Job {
-    append: Append,
+    /// `None`: a barrier, answered once everything queued before it is committed.
+    append: Option<Append>,
     done: oneshot::Sender<Result<(), String>>,
 }
 
@@ -140,8 +141,7 @@ fn write_group(db: &Database, group: &[Job]) -> Result<(), redb::Error> {
         let mut steps = tx.open_table(STEPS)?;
         let mut blobs = tx.open_table(BLOBS)?;
         let mut blob_refs = tx.open_table(BLOB_REFS)?;
-        for job in group {
-            let a = &job.append;
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
             entries.insert((id, a.seq), a.entry.as_slice())?;
             if let Some((step, digest)) = &a.step {
@@ -214,9 +214,25 @@ impl Journal {
         let jobs = self.jobs.lock().expect("journal lock");
         jobs.as_ref()
             .ok_or_else(|| self.gone())?
-            .send(Job { append, done })
+            .send(Job {
+                append: Some(append),
+                done,
+            })
             .map_err(|_| self.gone())?;
         Ok(rx)
+    }
+
+    /// Waits until every append queued before this call is committed.
+    pub async fn barrier(&self) -> Result<(), StoreError> {
+        let (done, rx) = oneshot::channel();
+        {
+            let jobs = self.jobs.lock().expect("journal lock");
+            jobs.as_ref()
+                .ok_or_else(|| self.gone())?
+                .send(Job { append: None, done })
+                .map_err(|_| self.gone())?;
+        }
+        self.committed(rx).await
     }
 
     /// Waits for a queued append to be committed.

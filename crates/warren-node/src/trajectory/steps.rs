@@ -44,6 +44,8 @@ struct State {
     next_seq: u64,
     max_logged_step: Option<u64>,
     running: HashMap<u64, Running>,
+    /// The sandbox is being deleted: nothing more is appended.
+    closed: bool,
 }
 
 /// A sandbox's trajectory state in memory.
@@ -125,6 +127,7 @@ impl SandboxLog {
                 next_seq: last_seq + 1,
                 max_logged_step: max_step,
                 running: HashMap::new(),
+                closed: false,
             }),
         }))
     }
@@ -137,12 +140,25 @@ impl SandboxLog {
                 next_seq: 1,
                 max_logged_step: None,
                 running: HashMap::new(),
+                closed: false,
             }),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("trajectory lock")
+    }
+
+    /// Stops appends (the sandbox is being deleted) and waits for those already queued, so
+    /// that deleting the trajectory after this leaves nothing behind.
+    pub async fn close(&self, journal: &Journal) -> Result<(), StoreError> {
+        self.lock().closed = true;
+        journal.barrier().await
+    }
+
+    /// Lets appends go on again (a delete that failed).
+    pub fn reopen(&self) {
+        self.lock().closed = false;
     }
 
     /// The last sequence number given out (0 when none).
@@ -192,7 +208,8 @@ impl SandboxLog {
         }))
     }
 
-    /// Appends `entry` (its `seq` is set here) and waits until it is on disk. Returns the seq.
+    /// Appends `entry` (its `seq` is set here) and waits until it is on disk. Returns the seq,
+    /// or 0 when the log is closed (the sandbox is being deleted; nothing is written).
     pub async fn append(
         &self,
         journal: &Journal,
@@ -203,6 +220,9 @@ impl SandboxLog {
         let step = entry.step;
         let (seq, rx) = {
             let mut st = self.lock();
+            if st.closed {
+                return Ok(0);
+            }
             let seq = st.next_seq;
             entry.seq = seq;
             let bytes = serde_json::to_vec(&entry).map_err(|source| StoreError::Encode {
