@@ -126,6 +126,7 @@ async fn container_runs_commands_in_isolation() {
     sb.destroy().await.unwrap();
     let left = rt.reconcile(&[]).await.unwrap();
     assert!(left.is_empty(), "left behind: {left:?}");
+    rt.shutdown();
 }
 
 async fn run(
@@ -176,6 +177,7 @@ async fn pause_and_resume_keep_files_and_processes() {
         "the background counter kept running ({a} -> {b})"
     );
     sb.destroy().await.unwrap();
+    rt.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,4 +218,5 @@ async fn fork_children_start_from_the_parent_and_stay_isolated() {
         k.destroy().await.unwrap();
     }
     parent.destroy().await.unwrap();
+    rt.shutdown();
 }
