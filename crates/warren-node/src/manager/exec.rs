@@ -159,7 +159,16 @@ impl Drive {
         let (mut out_over, mut err_over) = (false, false);
         let mut listening = true;
         let outcome = loop {
-            let (event, buf, over) = match stream.next().await {
+            let item = if listening && !runs_to_end {
+                // A caller that goes away stops the command at once, not at its next output.
+                tokio::select! {
+                    item = stream.next() => item,
+                    _ = tx.closed() => break None,
+                }
+            } else {
+                stream.next().await
+            };
+            let (event, buf, over) = match item {
                 Some(Ok(StreamItem::Stdout(b))) => {
                     let ev = ExecEvent::Stdout {
                         data: encode(&b, self.encoding),

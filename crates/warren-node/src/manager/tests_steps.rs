@@ -340,3 +340,19 @@ async fn a_delete_leaves_no_trajectory_behind_even_with_calls_in_flight() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(m.journal().read().unwrap().tail(&id).unwrap(), (0, None));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_dropped_by_its_caller_stops_at_once_and_is_logged_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager_in(dir.path(), |_| {});
+    let id = sandbox(&m).await;
+    let events = m
+        .exec_stream(&id, ExecRequest::argv(["slow"]))
+        .await
+        .unwrap();
+    drop(events);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(log[0].cancelled && log[0].result.is_none());
+}
