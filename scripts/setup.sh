@@ -61,4 +61,7 @@ log "$(cargo nextest --version 2>/dev/null | head -n 1)"
 log "default image rootfs"
 scripts/build-default-image.sh --rootfs-only
 
+log "swap for paused sandboxes"
+scripts/setup-swap.sh
+
 log "done"

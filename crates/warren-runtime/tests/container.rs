@@ -220,3 +220,63 @@ async fn fork_children_start_from_the_parent_and_stay_isolated() {
     parent.destroy().await.unwrap();
     rt.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_pushes_anonymous_memory_out_when_the_host_has_swap() {
+    let Some((rt, node)) = setup() else { return };
+    let swap = std::fs::read_to_string("/proc/swaps")
+        .map(|s| s.lines().count() > 1)
+        .unwrap_or(false);
+    let mut sp = spec(&node);
+    sp.limits.memory_mb = 1024;
+    let sb = rt.create(&sp).await.expect("create");
+    let hog = ExecSpec {
+        argv: vec![
+            "python3".into(),
+            "-c".into(),
+            "import os,time\nb=bytearray(os.urandom(1<<20))*512\nopen('/tmp/ready','w').close()\ntime.sleep(3600)".into(),
+        ],
+        output_cap: 1024,
+        ..Default::default()
+    };
+    sb.agent().spawn(hog).await.unwrap();
+    for _ in 0..200 {
+        if run(&sb, "test -e /tmp/ready && echo y").await.1 == "y" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let stats = sb.pause().await.unwrap();
+    let out = stats
+        .memory_before_bytes
+        .saturating_sub(stats.memory_after_bytes);
+    eprintln!(
+        "pause of a 512 MiB sandbox: {:.0} ms, {} MiB -> {} MiB ({:.0}% out), swap: {swap}, note: {:?}",
+        stats.duration_ms,
+        stats.memory_before_bytes >> 20,
+        stats.memory_after_bytes >> 20,
+        100.0 * out as f64 / stats.memory_before_bytes.max(1) as f64,
+        stats.note
+    );
+    assert!(stats.memory_before_bytes > 500 << 20);
+    if swap {
+        assert!(
+            stats.memory_after_bytes < stats.memory_before_bytes / 10,
+            "{stats:?}"
+        );
+        assert!(stats.note.is_none());
+    } else {
+        eprintln!("SKIP part: no swap on this host, memory stays in RAM (the note says so)");
+        assert!(stats.note.is_some());
+    }
+    let t = std::time::Instant::now();
+    sb.resume().await.unwrap();
+    let (code, _) = run(&sb, "true").await;
+    eprintln!(
+        "resume to first exec: {:.1} ms",
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(code, Some(0));
+    sb.destroy().await.unwrap();
+    rt.shutdown();
+}
