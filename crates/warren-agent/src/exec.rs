@@ -14,7 +14,7 @@ use warren_proto::{Control, Event, ExecSpec, Frame, Kind, ProcEntry};
 use warren_sys::process::ChildSetup;
 use warren_types::{ErrorCode, ProcessState};
 
-use crate::reaper::{kill_tree, Exit};
+use crate::reaper::{kill_command, kill_tree, start_ticks, Exit};
 use crate::serve::{event, Inbox, Out, State};
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -190,6 +190,9 @@ pub async fn foreground(
     };
     let pid = child.id();
     let mut exit_rx = state.reaper.watch(pid);
+    let since = start_ticks(pid);
+    state.active.borrow_mut().insert(pid);
+    let kill_all = || kill_command(pid, since, &state.others(pid));
     let _ = event(out, id, &Event::Started { pid }).await;
     let mut stdout = child.stdout.take().and_then(receiver);
     let mut stderr = child.stderr.take().and_then(receiver);
@@ -234,7 +237,7 @@ pub async fn foreground(
                     if keep > 0 {
                         credit = credit.map(|c| c.saturating_sub(keep as u64));
                         if out.send(Frame::new(id, Kind::Stdout, bo[..keep].to_vec())).await.is_err() {
-                            kill_tree(pid);
+                            kill_all();
                         }
                     }
                 }
@@ -246,7 +249,7 @@ pub async fn foreground(
                     if keep > 0 {
                         credit = credit.map(|c| c.saturating_sub(keep as u64));
                         if out.send(Frame::new(id, Kind::Stderr, be[..keep].to_vec())).await.is_err() {
-                            kill_tree(pid);
+                            kill_all();
                         }
                     }
                 }
@@ -268,19 +271,20 @@ pub async fn foreground(
                     Kind::Stdin => pending.push_back(f.payload),
                     Kind::Eof => { stdin_eof = true; if pending.is_empty() { stdin = None; } }
                     Kind::Credit => { if let (Some(c), Ok(n)) = (credit.as_mut(), f.credit_value()) { *c += u64::from(n); } }
-                    Kind::Cancel => kill_tree(pid),
+                    Kind::Cancel => kill_all(),
                     _ => {}
                 },
-                None => { inbox_open = false; kill_tree(pid); }
+                None => { inbox_open = false; kill_all(); }
             },
             _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() && !timed_out && exit.is_none() => {
                 timed_out = true;
-                kill_tree(pid);
+                kill_all();
             },
             _ = tokio::time::sleep_until((exited_at + DRAIN_GRACE).into()), if exit.is_some() => break,
         }
     }
     drop(child);
+    state.active.borrow_mut().remove(&pid);
     exited(exit, timed_out, po, pe, started)
 }
 
@@ -304,6 +308,16 @@ pub struct Procs {
 }
 
 impl Procs {
+    /// Pids of background processes still running.
+    pub fn running(&self) -> Vec<u32> {
+        self.map
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.exit.get().is_none())
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
     pub fn list(&self) -> Vec<ProcEntry> {
         let mut v: Vec<ProcEntry> = self
             .map

@@ -65,9 +65,28 @@ impl Reaper {
     }
 }
 
-/// Kills a command's whole tree: its process group, plus every process still in its session
-/// (descendants that moved to another group).
-pub fn kill_tree(leader: u32) {
+/// Fields of /proc/PID/stat after the command name: (ppid, pgrp, session, starttime).
+fn stat_fields(pid: u32) -> Option<(u32, u32, u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((
+        f.get(1)?.parse().ok()?,
+        f.get(2)?.parse().ok()?,
+        f.get(3)?.parse().ok()?,
+        f.get(19)?.parse().ok()?,
+    ))
+}
+
+/// Start time of a process in clock ticks since boot.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    stat_fields(pid).map(|f| f.3)
+}
+
+/// Kills a command's whole tree: its process group, every process still in its session, and
+/// (when `since` is given) every orphan started after the command began that left its session
+/// (`setsid`, double fork) — unless it belongs to another live command in `protect`.
+pub fn kill_command(leader: u32, since: Option<u64>, protect: &[u32]) {
     let _ = warren_sys::process::kill_group(leader, libc::SIGKILL);
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
@@ -79,20 +98,24 @@ pub fn kill_tree(leader: u32) {
         if pid == 1 {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some((ppid, pgrp, session, started)) = stat_fields(pid) else {
             continue;
         };
-        // Fields after the ")" of the command name: state ppid pgrp session ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let (pgrp, session) = (
-            f.get(2).and_then(|s| s.parse::<u32>().ok()),
-            f.get(3).and_then(|s| s.parse::<u32>().ok()),
-        );
-        if pgrp == Some(leader) || session == Some(leader) {
+        let ours = pgrp == leader || session == leader;
+        let stray = since.is_some_and(|s| {
+            ppid == 1
+                && started >= s
+                && !protect.contains(&pgrp)
+                && !protect.contains(&session)
+                && !protect.contains(&pid)
+        });
+        if ours || stray {
             let _ = warren_sys::process::kill(pid, libc::SIGKILL);
         }
     }
+}
+
+/// Kills a command's process group and session.
+pub fn kill_tree(leader: u32) {
+    kill_command(leader, None, &[]);
 }

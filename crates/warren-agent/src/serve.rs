@@ -24,6 +24,23 @@ pub type Inbox = mpsc::Receiver<Frame>;
 pub struct State {
     pub reaper: Rc<Reaper>,
     pub procs: Procs,
+    /// Leaders of running foreground commands.
+    pub active: RefCell<std::collections::HashSet<u32>>,
+}
+
+impl State {
+    /// Leaders of every other live command, whose processes a timeout must spare.
+    pub fn others(&self, leader: u32) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .active
+            .borrow()
+            .iter()
+            .copied()
+            .filter(|p| *p != leader)
+            .collect();
+        v.extend(self.procs.running().into_iter().filter(|p| *p != leader));
+        v
+    }
 }
 
 /// Sends an event; false when the daemon is gone.
@@ -47,6 +64,7 @@ pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
         let state = Rc::new(State {
             reaper: Reaper::start(),
             procs: Procs::default(),
+            active: RefCell::default(),
         });
         ctl.set_nonblocking(true)
             .expect("nonblocking control socket");

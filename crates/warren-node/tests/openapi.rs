@@ -149,7 +149,13 @@ fn schemas_name_the_serialized_fields() {
             "CreateSandboxRequest",
             fields_of(&CreateSandboxRequest::default()),
         ),
-        ("ExecRequest", fields_of(&ExecRequest::default())),
+        (
+            "ExecRequest",
+            fields_of(&ExecRequest {
+                step: Some(0),
+                ..ExecRequest::default()
+            }),
+        ),
         ("ExecResult", fields_of(&ExecResult::default())),
         ("Limits", fields_of(&warren_types::Limits::default())),
         ("FileStat", fields_of(&stat)),

@@ -54,7 +54,7 @@ pub struct ExecRequest {
     /// The caller's step index in its trajectory. A step already logged with the same
     /// request answers the recorded result without running anything (`replayed`); one logged
     /// with a different request answers `step_conflict`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
 }
 

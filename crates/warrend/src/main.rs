@@ -98,7 +98,6 @@ fn raise_fd_limit() {
     }
 }
 
-
 fn default_agent() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("finding this executable")?;
     Ok(exe.with_file_name("warren-agent"))

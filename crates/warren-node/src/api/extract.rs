@@ -54,6 +54,12 @@ async fn read_body(req: Request) -> Result<axum::body::Bytes, HttpError> {
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+    // Every request body is a JSON object. serde would also accept a struct written as an
+    // array (`[]` would be a create with all defaults), so the top level is checked first.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(HttpError::invalid("the JSON body must be an object"));
+    }
     serde_json::from_slice(bytes).map_err(|e| HttpError::invalid(format!("bad JSON body: {e}")))
 }
 
