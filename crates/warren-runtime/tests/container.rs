@@ -160,10 +160,9 @@ async fn pause_and_resume_keep_files_and_processes() {
         "head -c 20000000 /dev/urandom > /root/blob && sha256sum /root/blob > /root/sum",
     )
     .await;
-    for _ in 0..3 {
+    for _ in 0..100 {
         let stats = sb.pause().await.unwrap();
         assert!(sb.is_paused());
-        eprintln!("pause: {stats:?}");
         sb.resume().await.unwrap();
         assert!(!sb.is_paused());
     }
@@ -278,5 +277,36 @@ async fn pause_pushes_anonymous_memory_out_when_the_host_has_swap() {
     );
     assert_eq!(code, Some(0));
     sb.destroy().await.unwrap();
+    rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_16_of_a_200_mib_writable_layer() {
+    let Some((rt, node)) = setup() else { return };
+    warren_runtime::reaper::start().unwrap();
+    let mut sp = spec(&node);
+    sp.limits.memory_mb = 1024;
+    sp.limits.disk_mb = 1024;
+    let parent = rt.create(&sp).await.expect("create");
+    let (code, _) = run(&parent, "mkdir -p /data && head -c 209715200 /dev/urandom > /data/blob && sha256sum /data/blob > /data/sum").await;
+    assert_eq!(code, Some(0));
+    let specs: Vec<SandboxSpec> = (0..16).map(|_| spec(&node)).collect();
+    let t = std::time::Instant::now();
+    let kids = rt.fork(&parent, &specs).await.expect("fork");
+    eprintln!(
+        "fork(16) of a 200 MiB writable layer: {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(kids.len(), 16);
+    for k in [&kids[0], &kids[15]] {
+        assert_eq!(
+            run(k, "sha256sum -c /data/sum >/dev/null; echo $?").await.1,
+            "0"
+        );
+    }
+    for k in kids {
+        k.destroy().await.unwrap();
+    }
+    parent.destroy().await.unwrap();
     rt.shutdown();
 }
