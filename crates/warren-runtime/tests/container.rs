@@ -161,7 +161,7 @@ async fn pause_and_resume_keep_files_and_processes() {
     )
     .await;
     for _ in 0..100 {
-        let stats = sb.pause().await.unwrap();
+        sb.pause().await.unwrap();
         assert!(sb.is_paused());
         sb.resume().await.unwrap();
         assert!(!sb.is_paused());

@@ -1,9 +1,8 @@
 //! Creating a container sandbox: the start-up handshake with its agent.
 
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 use tokio::net::UnixStream;
-use warren_proto::{ContainerInit, Frame, Init, InitReply, Kind, CONTROL_FD, PROTOCOL_VERSION};
+use warren_proto::{ContainerInit, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_sys::ns::IdRange;
 
 use super::record::{start_time, ContainerRecord, RECORD_VERSION};
@@ -98,27 +97,7 @@ async fn start(
             .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
     }
     let (ours, theirs) = warren_sys::fd::socketpair()?;
-    let agent = rt.cfg.agent_bin.display().to_string();
-    // stdin/stdout/stderr are /dev/null: nothing of the daemon's terminal or logs leaks in,
-    // and start-up failures are reported over the control socket instead.
-    let devnull = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
-    let null = devnull.as_raw_fd();
-    let stage1 = warren_sys::process::spawn_with_fds(
-        &agent,
-        &[agent.clone(), "container".into()],
-        &[],
-        &[
-            (null, 0),
-            (null, 1),
-            (null, 2),
-            (theirs.as_raw_fd(), CONTROL_FD),
-        ],
-    )?;
-    drop(devnull);
+    let stage1 = super::spawn_agent(&rt.cfg, "container", &theirs)?;
     drop(theirs);
     // From here on the agent is owned by the sandbox's cgroups: killing them kills it.
     cgroups.add_pid(stage1)?;

@@ -115,12 +115,14 @@ impl ContainerRuntime {
     }
 }
 
-/// Makes a user namespace mapped like every sandbox's (root → `id_base`) with the agent's
-/// `hold-userns` mode, and keeps a handle on it.
-fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeError> {
-    use std::io::Read;
+/// Starts `warren-agent MODE` with `ctl` as its control socket and /dev/null on 0-2: nothing of
+/// the daemon's terminal or logs leaks in; start-up failures come back over the socket.
+fn spawn_agent(
+    cfg: &ContainerConfig,
+    mode: &str,
+    ctl: &std::os::fd::OwnedFd,
+) -> Result<u32, RuntimeError> {
     use std::os::fd::AsRawFd;
-    let (ours, theirs) = warren_sys::fd::socketpair()?;
     let agent = cfg.agent_bin.display().to_string();
     let devnull = std::fs::OpenOptions::new()
         .read(true)
@@ -130,15 +132,24 @@ fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeEr
     let null = devnull.as_raw_fd();
     let pid = warren_sys::process::spawn_with_fds(
         &agent,
-        &[agent.clone(), "hold-userns".into()],
+        &[agent.clone(), mode.to_string()],
         &[],
         &[
             (null, 0),
             (null, 1),
             (null, 2),
-            (theirs.as_raw_fd(), warren_proto::CONTROL_FD),
+            (ctl.as_raw_fd(), warren_proto::CONTROL_FD),
         ],
     )?;
+    Ok(pid)
+}
+
+/// Makes a user namespace mapped like every sandbox's (root → `id_base`) with the agent's
+/// `hold-userns` mode, and keeps a handle on it.
+fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeError> {
+    use std::io::Read;
+    let (ours, theirs) = warren_sys::fd::socketpair()?;
+    let pid = spawn_agent(cfg, "hold-userns", &theirs)?;
     drop(theirs);
     let mut s = std::os::unix::net::UnixStream::from(ours);
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
