@@ -366,7 +366,7 @@ mod bench {
     /// How long one append waits for its commit, alone (no group to share the fsync with):
     /// `cargo test -p warren-node --release -- --ignored append_latency --nocapture`
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore]
+    #[ignore = "a measurement, not a check: run by hand with --ignored"]
     async fn append_latency() {
         let dir = tempfile::tempdir_in("/tmp").unwrap();
         let store = crate::Store::open(dir.path().join("state.redb")).unwrap();
