@@ -497,6 +497,56 @@ impl Stream {
     }
 }
 
+/// What an output stream yields next.
+enum Output {
+    Data(Kind, Bytes),
+    /// The stream's last event (not `Error`, which is returned as `Err`).
+    Final(Event),
+}
+
+impl Stream {
+    /// The next STDOUT/STDERR chunk or the final event, skipping `Started`. Marks the stream
+    /// done when it ends, by final event or error; `None` once done.
+    async fn next_output(&mut self) -> Option<Result<Output, RuntimeError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let f = match self.next_frame().await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            match f.kind {
+                Kind::Stdout | Kind::Stderr => return Some(Ok(Output::Data(f.kind, f.payload))),
+                Kind::Event => match f.parse::<Event>() {
+                    Ok(Event::Started { .. }) => {}
+                    Ok(Event::Error { code, message }) => {
+                        self.done = true;
+                        return Some(Err(from_event_error(&code, message)));
+                    }
+                    Ok(ev) => {
+                        self.done = true;
+                        return Some(Ok(Output::Final(ev)));
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(RuntimeError::Protocol(e.to_string())));
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets the agent send `n` more bytes on this stream.
+    async fn credit(&self, n: usize) {
+        let _ = self.send(Frame::credit(self.id, n as u32)).await;
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         self.conn
@@ -524,47 +574,22 @@ pub struct ExecStream {
 impl ExecStream {
     /// The next chunk or the exit; `None` after the exit.
     pub async fn next(&mut self) -> Option<Result<StreamItem, RuntimeError>> {
-        if self.s.done {
-            return None;
-        }
-        if self.owed > 0 {
-            let _ = self.s.send(Frame::credit(self.s.id, self.owed)).await;
+        // Credit for the previous chunk is granted only now that the consumer asks for more.
+        if self.owed > 0 && !self.s.done {
+            self.s.credit(self.owed as usize).await;
             self.owed = 0;
         }
-        loop {
-            let f = match self.s.next_frame().await {
-                Ok(f) => f,
-                Err(e) => {
-                    self.s.done = true;
-                    return Some(Err(e));
-                }
-            };
-            match f.kind {
-                Kind::Stdout => {
-                    self.owed = f.payload.len() as u32;
-                    return Some(Ok(StreamItem::Stdout(f.payload)));
-                }
-                Kind::Stderr => {
-                    self.owed = f.payload.len() as u32;
-                    return Some(Ok(StreamItem::Stderr(f.payload)));
-                }
-                Kind::Event => match f.parse::<Event>() {
-                    Ok(Event::Started { .. }) => {}
-                    Ok(Event::Error { code, message }) => {
-                        self.s.done = true;
-                        return Some(Err(from_event_error(&code, message)));
-                    }
-                    Ok(ev) => {
-                        self.s.done = true;
-                        return exit_info(&ev).map(|e| Ok(StreamItem::Exit(e)));
-                    }
-                    Err(e) => {
-                        self.s.done = true;
-                        return Some(Err(RuntimeError::Protocol(e.to_string())));
-                    }
-                },
-                _ => {}
+        match self.s.next_output().await? {
+            Ok(Output::Data(kind, data)) => {
+                self.owed = data.len() as u32;
+                Some(Ok(if kind == Kind::Stderr {
+                    StreamItem::Stderr(data)
+                } else {
+                    StreamItem::Stdout(data)
+                }))
             }
+            Ok(Output::Final(ev)) => exit_info(&ev).map(|e| Ok(StreamItem::Exit(e))),
+            Err(e) => Some(Err(e)),
         }
     }
 
@@ -643,36 +668,15 @@ pub struct PtyOutput {
 impl PtyOutput {
     /// Screen bytes, then the exit; `None` after the exit.
     pub async fn next(&mut self) -> Option<Result<StreamItem, RuntimeError>> {
-        if self.s.done {
-            return None;
-        }
         loop {
-            let f = match self.s.next_frame().await {
-                Ok(f) => f,
-                Err(e) => {
-                    self.s.done = true;
-                    return Some(Err(e));
+            match self.s.next_output().await? {
+                Ok(Output::Data(Kind::Stdout, data)) => {
+                    self.s.credit(data.len()).await;
+                    return Some(Ok(StreamItem::Stdout(data)));
                 }
-            };
-            match f.kind {
-                Kind::Stdout => {
-                    let _ = self
-                        .s
-                        .send(Frame::credit(self.s.id, f.payload.len() as u32))
-                        .await;
-                    return Some(Ok(StreamItem::Stdout(f.payload)));
-                }
-                Kind::Event => {
-                    self.s.done = true;
-                    return match f.parse::<Event>() {
-                        Ok(Event::Error { code, message }) => {
-                            Some(Err(from_event_error(&code, message)))
-                        }
-                        Ok(ev) => exit_info(&ev).map(|e| Ok(StreamItem::Exit(e))),
-                        Err(e) => Some(Err(RuntimeError::Protocol(e.to_string()))),
-                    };
-                }
-                _ => {}
+                Ok(Output::Data(..)) => {}
+                Ok(Output::Final(ev)) => return exit_info(&ev).map(|e| Ok(StreamItem::Exit(e))),
+                Err(e) => return Some(Err(e)),
             }
         }
     }
@@ -688,38 +692,18 @@ impl FileReader {
     /// The next chunk; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<Bytes, RuntimeError>> {
         if let Some(p) = self.pending.take() {
-            let _ = self.s.send(Frame::credit(self.s.id, p.len() as u32)).await;
+            self.s.credit(p.len()).await;
             return Some(Ok(p));
         }
-        if self.s.done {
-            return None;
-        }
         loop {
-            let f = match self.s.next_frame().await {
-                Ok(f) => f,
-                Err(e) => {
-                    self.s.done = true;
-                    return Some(Err(e));
+            match self.s.next_output().await? {
+                Ok(Output::Data(Kind::Stdout, data)) => {
+                    self.s.credit(data.len()).await;
+                    return Some(Ok(data));
                 }
-            };
-            match f.kind {
-                Kind::Stdout => {
-                    let _ = self
-                        .s
-                        .send(Frame::credit(self.s.id, f.payload.len() as u32))
-                        .await;
-                    return Some(Ok(f.payload));
-                }
-                Kind::Event => {
-                    self.s.done = true;
-                    return match f.parse::<Event>() {
-                        Ok(Event::Error { code, message }) => {
-                            Some(Err(from_event_error(&code, message)))
-                        }
-                        _ => None,
-                    };
-                }
-                _ => {}
+                Ok(Output::Data(..)) => {}
+                Ok(Output::Final(_)) => return None,
+                Err(e) => return Some(Err(e)),
             }
         }
     }
