@@ -10,6 +10,7 @@ pub mod caps;
 pub mod fd;
 pub mod mount;
 pub mod net;
+pub mod nft;
 pub mod ns;
 pub mod pidfd;
 pub mod process;

@@ -17,7 +17,7 @@ pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
-pub use network::{AllowRule, NetworkMode, NetworkPolicy, Ports, Protocol};
+pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
     CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
     SandboxInfo, SandboxState, Substrate,

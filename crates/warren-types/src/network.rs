@@ -305,6 +305,16 @@ impl NetworkPolicy {
     }
 }
 
+/// `GET/PUT /v1/sandboxes/{id}/network`: the policy in force and the sandbox's link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkStatus {
+    pub policy: NetworkPolicy,
+    /// The sandbox's `eth0` address, when it has a link (policy not `none`).
+    pub address: Option<String>,
+    /// Its gateway, which is also its resolver.
+    pub gateway: Option<String>,
+}
+
 /// A service name: 1-63 of `[a-z0-9_-]`.
 pub fn service_name(s: &str) -> Result<(), ApiError> {
     let ok = !s.is_empty()

@@ -59,6 +59,11 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Network configuration (TOML, or JSON by extension): named services, static host
+    /// entries, the sandbox address pool, the upstream resolver. Without it, policies can
+    /// still allow raw networks and domains (pool 10.200.0.0/16).
+    #[arg(long)]
+    network_config: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -186,6 +191,23 @@ async fn run(args: Args) -> Result<()> {
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
+    let net_cfg = match &args.network_config {
+        Some(p) => warren_net::NetConfig::load(p)?,
+        None => warren_net::NetConfig::default(),
+    };
+    let network = Arc::new(
+        warren_net::Network::new(args.node.as_str(), net_cfg).context("network configuration")?,
+    );
+    // Removes links and the table an earlier run left; recovery re-attaches adopted sandboxes.
+    match network.start().await {
+        Ok(removed) => {
+            for r in removed {
+                warn!(removed = %r, "stale network object removed");
+            }
+        }
+        Err(e) => warn!(error = %e, "sandbox networking unavailable: only policy none is accepted"),
+    }
+    manager.set_network(network.clone());
     let report = manager
         .recover()
         .await
@@ -228,6 +250,8 @@ async fn run(args: Args) -> Result<()> {
         }
     }
     manager.shutdown();
+    // Links and rules go with the daemon (sandboxes keep loopback); the next start restores them.
+    network.shutdown().await;
     let _ = stop_tx.send(true);
     if tokio::time::timeout(DRAIN, async {
         while servers.join_next().await.is_some() {}
