@@ -535,13 +535,16 @@ async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything() {
     let b = w.sandbox(mirror_on()).await;
     let b_ip = w.d.client().get_network(&b).await.unwrap().address.unwrap();
     // B serves HTTP on its eth0 for a few seconds (bounded), A tries to reach it.
-    let serve = w.d.client().spawn(&b, &warren_types::ExecRequest::shell(
-        "python3 /tmp/probe.py 1 serve 8000 8 >/dev/null 2>&1",
-    ));
-    let _pid = serve.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let local = w.d.sh_ok(&b, "python3 /tmp/probe.py 2 tcp 127.0.0.1 8000").await;
-    assert!(local.starts_with("ok"), "B's server is not up: {local}");
+    let serve = warren_types::ExecRequest::shell(
+        "python3 /tmp/probe.py 1 serve 8000 20 >/dev/null 2>&1",
+    );
+    w.d.client().spawn(&b, &serve).await.unwrap();
+    let up = common::wait_for(Duration::from_secs(10), || async {
+        let local = w.d.sh_ok(&b, "python3 /tmp/probe.py 2 tcp 127.0.0.1 8000").await;
+        local.starts_with("ok").then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "B's server did not come up");
     w.expect_blocked(&a, &format!("tcp {b_ip} 8000")).await;
     // B is unaffected and still reaches its own service.
     w.expect_ok(&b, &format!("http http://{}:8080/", w.mirror_ip()))

@@ -26,7 +26,7 @@ use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
 
 pub use config::{NetConfig, Service};
 pub use error::NetError;
-use resolver::{Answers, Learn, Resolver};
+use resolver::{Answers, Learn, NameRule, Resolver};
 use rules::{Elem, LinkRules, Proto, Table};
 
 /// Runs nft batches through libnftables (the library of the `nft` tool), one kept context.
@@ -269,10 +269,23 @@ impl Network {
     }
 
     /// Names the resolver answers under a policy.
-    fn allowed_names(&self, policy: &NetworkPolicy) -> Vec<String> {
-        let mut names = policy.domains.clone();
+    fn allowed_names(&self, policy: &NetworkPolicy) -> Vec<NameRule> {
+        let mut names: Vec<NameRule> = policy
+            .domains
+            .iter()
+            .map(|d| NameRule {
+                pattern: d.clone(),
+                covered: Vec::new(),
+            })
+            .collect();
         for s in policy.enabled_services() {
-            names.extend(self.cfg.services[s].hostnames.iter().cloned());
+            let svc = &self.cfg.services[s];
+            let covered: Vec<(Ipv4Addr, u8)> =
+                svc.cidrs.iter().filter_map(|c| parse_cidr(c).ok()).collect();
+            names.extend(svc.hostnames.iter().map(|h| NameRule {
+                pattern: h.clone(),
+                covered: covered.clone(),
+            }));
         }
         names
     }

@@ -29,10 +29,34 @@ pub trait Learn: Send + Sync + 'static {
     fn learn(&self, addrs: &[Ipv4Addr], ttl: u32) -> Result<(), NetError>;
 }
 
+/// A name a policy allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameRule {
+    /// A name or a wildcard (`*.example.test`).
+    pub pattern: String,
+    /// For a service's hostname: the service's networks. Answers inside them are already
+    /// open on the service's ports and are not added; answers outside them are. Empty for a
+    /// domain of the policy: its answers are opened (every port).
+    pub covered: Vec<(Ipv4Addr, u8)>,
+}
+
+impl NameRule {
+    fn covers(&self, a: Ipv4Addr) -> bool {
+        self.covered.iter().any(|(net, len)| {
+            let mask = if *len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(*len))
+            };
+            u32::from(a) & mask == u32::from(*net)
+        })
+    }
+}
+
 /// What a resolver may answer and where it finds answers.
 pub struct Answers {
-    /// Allowed names and wildcards (`*.example.test`).
-    pub allowed: RwLock<Vec<String>>,
+    /// Allowed names.
+    pub allowed: RwLock<Vec<NameRule>>,
     pub hosts: std::collections::BTreeMap<String, Vec<Ipv4Addr>>,
     pub hosts_ttl: u32,
     pub upstream: Option<SocketAddr>,
@@ -40,12 +64,15 @@ pub struct Answers {
 }
 
 impl Answers {
-    fn allows(&self, name: &str) -> bool {
+    /// The rules matching `name` (none: the name is not allowed).
+    fn matching(&self, name: &str) -> Vec<NameRule> {
         self.allowed
             .read()
             .expect("resolver lock")
             .iter()
-            .any(|p| domain_matches(p, name))
+            .filter(|r| domain_matches(&r.pattern, name))
+            .cloned()
+            .collect()
     }
 
     /// The A records for an allowed name: static entries first, then upstream.
@@ -114,7 +141,8 @@ impl Answers {
 
     async fn answer_one(&self, q: &Query, resp: &mut Message) -> ResponseCode {
         let name = q.name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
-        if !self.allows(&name) {
+        let rules = self.matching(&name);
+        if rules.is_empty() {
             return ResponseCode::NXDomain;
         }
         match q.query_type {
@@ -130,8 +158,16 @@ impl Answers {
             return ResponseCode::NoError;
         }
         let ttl = found.iter().map(|f| f.1).min().unwrap_or(MIN_TTL);
-        let addrs: Vec<Ipv4Addr> = found.iter().map(|f| f.0).collect();
-        if let Err(e) = self.learn.learn(&addrs, ttl.max(MIN_TTL)) {
+        // A domain of the policy opens what it resolves to; a service's hostname only what
+        // lies outside the service's own (already open) networks.
+        let addrs: Vec<Ipv4Addr> = found
+            .iter()
+            .map(|f| f.0)
+            .filter(|a| !rules.iter().all(|r| r.covers(*a)))
+            .collect();
+        if addrs.is_empty() {
+            // Nothing to open.
+        } else if let Err(e) = self.learn.learn(&addrs, ttl.max(MIN_TTL)) {
             tracing::warn!(error = %e, name, "cannot open resolved addresses");
             return ResponseCode::ServFail;
         }
@@ -259,8 +295,21 @@ mod tests {
         let mut hosts = std::collections::BTreeMap::new();
         hosts.insert("a.mirror.test".to_string(), vec!["10.254.0.9".parse().unwrap()]);
         hosts.insert("b.other.test".to_string(), vec!["10.254.0.10".parse().unwrap()]);
+        hosts.insert(
+            "svc.other.test".to_string(),
+            vec!["10.254.0.11".parse().unwrap(), "10.9.0.1".parse().unwrap()],
+        );
         let ans = Answers {
-            allowed: RwLock::new(vec!["*.mirror.test".into()]),
+            allowed: RwLock::new(vec![
+                NameRule {
+                    pattern: "*.mirror.test".into(),
+                    covered: vec![],
+                },
+                NameRule {
+                    pattern: "svc.other.test".into(),
+                    covered: vec![("10.254.0.0".parse().unwrap(), 24)],
+                },
+            ]),
             hosts,
             hosts_ttl: 60,
             upstream: None,
@@ -282,5 +331,11 @@ mod tests {
         assert_eq!(r.metadata.response_code, ResponseCode::NXDomain);
         assert_eq!(rec.0.lock().unwrap().len(), 1);
         assert!(ans.answer(b"garbage").await.is_none());
+        // A service hostname: answered in full, but only the address outside the service's
+        // networks is opened.
+        let r = Message::from_vec(&ans.answer(&ask("svc.other.test.", RecordType::A)).await.unwrap()).unwrap();
+        assert_eq!(r.answers.len(), 2);
+        assert_eq!(rec.0.lock().unwrap().last().unwrap().0, "10.9.0.1".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(rec.0.lock().unwrap().len(), 2);
     }
 }
