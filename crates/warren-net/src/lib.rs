@@ -342,6 +342,7 @@ impl Network {
     }
 
     async fn attach(&self, id: &str, pid: u32, policy: &NetworkPolicy) -> Result<LinkInfo, NetError> {
+        let t0 = std::time::Instant::now();
         let layers = rules::layers(self.elements(policy)?);
         let index = self.alloc()?;
         let base = self.pool_base + index * 4;
@@ -375,6 +376,7 @@ impl Network {
         if let Err(e) = added {
             return fail(e).await;
         }
+        let t_rules = t0.elapsed();
         let undo_rules = |e: NetError| {
             let _ = self.run(&self.table.remove_link(&rules));
             e
@@ -382,6 +384,7 @@ impl Network {
         if let Err(e) = link::create(&rules.ifname, pid, rules.host, rules.peer).await {
             return fail(undo_rules(e)).await;
         }
+        let t_link = t0.elapsed();
         if let Err(e) = enable_forwarding() {
             return fail(undo_rules(e)).await;
         }
@@ -400,6 +403,13 @@ impl Network {
             Ok(r) => r,
             Err(e) => return fail(undo_rules(e)).await,
         };
+        tracing::debug!(
+            sandbox = id,
+            rules_us = t_rules.as_micros() as u64,
+            link_us = t_link.as_micros() as u64,
+            total_us = t0.elapsed().as_micros() as u64,
+            "sandbox link attached"
+        );
         let info = LinkInfo {
             ifname: rules.ifname.clone(),
             gateway: rules.host,

@@ -54,11 +54,7 @@ impl Proto {
 
 impl Elem {
     fn last(&self) -> u32 {
-        if self.len == 0 {
-            u32::MAX
-        } else {
-            self.net | (u32::MAX >> self.len)
-        }
+        self.net | u32::MAX.checked_shr(u32::from(self.len)).unwrap_or(0)
     }
     fn overlaps(&self, o: &Elem) -> bool {
         self.proto == o.proto
@@ -259,10 +255,13 @@ mod tests {
             e("10.1.0.0", 16, Proto::Udp, 80, 90),        // other protocol: same layer
             e("10.1.2.0", 24, Proto::Udp, 85, 100),       // overlaps the udp one: new layer
             e("192.168.0.0", 16, Proto::Tcp, 443, 443),
+            e("192.168.1.7", 32, Proto::Tcp, 80, 90),     // host routes and /0 too
+            e("192.168.1.7", 32, Proto::Tcp, 85, 85),
+            e("0.0.0.0", 0, Proto::Udp, 53, 53),
         ];
         let ls = layers(all);
         assert_eq!(ls.len(), 2);
-        assert_eq!(ls.iter().map(Vec::len).sum::<usize>(), 4);
+        assert_eq!(ls.iter().map(Vec::len).sum::<usize>(), 6);
         for l in &ls {
             for (i, a) in l.iter().enumerate() {
                 for b in &l[i + 1..] {

@@ -30,7 +30,7 @@ pub struct Setup {
 }
 
 impl Setup {
-    fn request(&self, kind: &str) -> CreateSandboxRequest {
+    pub(super) fn request(&self, kind: &str) -> CreateSandboxRequest {
         CreateSandboxRequest {
             image: ImageRef::Name(self.image.clone()),
             labels: BTreeMap::from([
@@ -41,7 +41,7 @@ impl Setup {
         }
     }
 
-    fn note(&self, msg: impl std::fmt::Display) {
+    pub(super) fn note(&self, msg: impl std::fmt::Display) {
         if self.progress {
             eprintln!("bench: {msg}");
         }

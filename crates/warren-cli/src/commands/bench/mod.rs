@@ -10,9 +10,11 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
 
 mod baselines;
 mod measure;
+mod net;
 mod replay;
 
 use anyhow::Context as _;
@@ -32,6 +34,7 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    Net,
     All,
 }
 
@@ -41,7 +44,7 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, net 100]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -106,6 +109,8 @@ pub struct Report {
     pub density: Option<Density>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -162,6 +167,14 @@ impl Report {
             if let Some(p50) = r.append_p50_ms {
                 checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
             }
+        }
+        if let Some(n) = &self.net {
+            checks.push(Check::at_most(
+                "allow-list create p50 - none p50",
+                n.extra_p50_ms,
+                "ms",
+                5.0,
+            ));
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
             let p50 = p.p50().unwrap_or(0.0);
@@ -254,6 +267,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&r.render());
+        }
+        if let Some(n) = &self.net {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&n.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -351,6 +370,11 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Replay {
         stop.check()?;
         report.replay = Some(replay::replay(setup, n(1000)).await?);
+    }
+    // Not part of `all`: it needs a node whose network is available.
+    if args.which == Which::Net {
+        stop.check()?;
+        report.net = Some(net::net(setup, n(100)).await?);
     }
     if args.baselines {
         stop.check()?;
