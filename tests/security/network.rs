@@ -180,21 +180,42 @@ impl World {
         must("ip", &["netns", "add", &ns]);
         must(
             "ip",
-            &["link", "add", &veth, "type", "veth", "peer", "name", "m0", "netns", &ns],
+            &[
+                "link", "add", &veth, "type", "veth", "peer", "name", "m0", "netns", &ns,
+            ],
         );
-        must("ip", &["addr", "add", &format!("10.254.{s}.1/24"), "dev", &veth]);
+        must(
+            "ip",
+            &["addr", "add", &format!("10.254.{s}.1/24"), "dev", &veth],
+        );
         must("ip", &["link", "set", &veth, "up"]);
         for a in [2, 3] {
             must(
                 "ip",
-                &["-n", &ns, "addr", "add", &format!("10.254.{s}.{a}/24"), "dev", "m0"],
+                &[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("10.254.{s}.{a}/24"),
+                    "dev",
+                    "m0",
+                ],
             );
         }
         must("ip", &["-n", &ns, "link", "set", "m0", "up"]);
         must("ip", &["-n", &ns, "link", "set", "lo", "up"]);
         must(
             "ip",
-            &["-n", &ns, "route", "add", "default", "via", &format!("10.254.{s}.1")],
+            &[
+                "-n",
+                &ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.254.{s}.1"),
+            ],
         );
 
         let host_listener = tokio::net::TcpListener::bind("0.0.0.0:0")
@@ -296,13 +317,19 @@ hostnames = ["npm.mirror.test"]
 
     async fn expect_ok(&self, id: &str, args: &str) -> String {
         let r = self.probe(id, args).await;
-        assert!(r.starts_with("ok"), "`{args}` in {id} should work, got: {r}");
+        assert!(
+            r.starts_with("ok"),
+            "`{args}` in {id} should work, got: {r}"
+        );
         r
     }
 
     async fn expect_blocked(&self, id: &str, args: &str) {
         let r = self.probe(id, args).await;
-        assert!(r.starts_with("fail"), "`{args}` in {id} must be blocked, got: {r}");
+        assert!(
+            r.starts_with("fail"),
+            "`{args}` in {id} must be blocked, got: {r}"
+        );
     }
 
     /// The host and the mirror are fine: the mirror answers the host directly.
@@ -317,7 +344,10 @@ hostnames = ["npm.mirror.test"]
                 ),
             ],
         );
-        assert!(ok && out.contains("mirror 8080"), "the mirror is broken: {out}");
+        assert!(
+            ok && out.contains("mirror 8080"),
+            "the mirror is broken: {out}"
+        );
     }
 
     fn udp_seen(&self) -> String {
@@ -342,7 +372,11 @@ hostnames = ["npm.mirror.test"]
     }
 
     fn table_exists(&self) -> bool {
-        run("nft", &["list", "table", "inet", &format!("warren-{}", self.d.node)]).0
+        run(
+            "nft",
+            &["list", "table", "inet", &format!("warren-{}", self.d.node)],
+        )
+        .0
     }
 
     async fn finish(mut self) {
@@ -351,7 +385,10 @@ hostnames = ["npm.mirror.test"]
         }
         assert!(self.links().is_empty(), "links left: {:?}", self.links());
         self.d.stop().await;
-        assert!(!self.table_exists(), "the nftables table outlived its daemon");
+        assert!(
+            !self.table_exists(),
+            "the nftables table outlived its daemon"
+        );
         self.teardown();
     }
 
@@ -401,7 +438,10 @@ async fn policy_none_has_no_link_no_route_no_resolver() {
     assert_eq!(ifaces.split_whitespace().collect::<Vec<_>>(), ["lo"]);
     // Policy none costs nothing on the host: no link, no table.
     assert!(w.links().is_empty());
-    assert!(!w.table_exists(), "a node with only policy none made a table");
+    assert!(
+        !w.table_exists(),
+        "a node with only policy none made a table"
+    );
     w.host_unaffected();
     w.finish().await;
 }
@@ -454,7 +494,9 @@ async fn resolver_answers_only_allowed_names() {
     w.expect_blocked(&id, &format!("tcp {} 9090", w.mirror_ip()))
         .await;
     w.expect_ok(&id, "dns files.mirror.test").await;
-    let r = w.expect_ok(&id, "http http://files.mirror.test:9090/").await;
+    let r = w
+        .expect_ok(&id, "http http://files.mirror.test:9090/")
+        .await;
     assert!(r.contains("mirror 9090"), "{r}");
     // The denied name's address stays closed.
     w.expect_blocked(&id, &format!("tcp {} 8080", w.other_ip()))
@@ -485,7 +527,11 @@ async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol() {
         w.udp_seen().contains("hello-udp").then_some(())
     })
     .await;
-    assert!(seen.is_some(), "allowed UDP did not arrive: {}", w.udp_seen());
+    assert!(
+        seen.is_some(),
+        "allowed UDP did not arrive: {}",
+        w.udp_seen()
+    );
     // No resolver answers for anything: the policy names no domain.
     w.expect_blocked(&id, "dns files.mirror.test").await;
     w.host_unaffected();
@@ -511,12 +557,11 @@ async fn policy_change_at_runtime_applies_to_the_next_connection() {
         .await;
     w.expect_blocked(&id, "dns pypi.mirror.test").await;
     // → none: the link goes away with the policy.
-    let st = w
-        .d
-        .client()
-        .set_network(&id, &NetworkPolicy::none())
-        .await
-        .unwrap();
+    let st =
+        w.d.client()
+            .set_network(&id, &NetworkPolicy::none())
+            .await
+            .unwrap();
     assert!(st.address.is_none());
     w.expect_blocked(&id, &format!("http http://{}:8080/", w.other_ip()))
         .await;
@@ -535,12 +580,13 @@ async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything() {
     let b = w.sandbox(mirror_on()).await;
     let b_ip = w.d.client().get_network(&b).await.unwrap().address.unwrap();
     // B serves HTTP on its eth0 for a few seconds (bounded), A tries to reach it.
-    let serve = warren_types::ExecRequest::shell(
-        "python3 /tmp/probe.py 1 serve 8000 20 >/dev/null 2>&1",
-    );
+    let serve =
+        warren_types::ExecRequest::shell("python3 /tmp/probe.py 1 serve 8000 20 >/dev/null 2>&1");
     w.d.client().spawn(&b, &serve).await.unwrap();
     let up = common::wait_for(Duration::from_secs(10), || async {
-        let local = w.d.sh_ok(&b, "python3 /tmp/probe.py 2 tcp 127.0.0.1 8000").await;
+        let local =
+            w.d.sh_ok(&b, "python3 /tmp/probe.py 2 tcp 127.0.0.1 8000")
+                .await;
         local.starts_with("ok").then_some(())
     })
     .await;
@@ -561,13 +607,21 @@ async fn node_api_and_host_ports_are_unreachable() {
     let Some(w) = World::new().await else { return };
     let all = World::policy(serde_json::json!({"allow": [{"cidr": "0.0.0.0/0"}]}));
     let id = w.sandbox(all).await;
-    let gw = w.d.client().get_network(&id).await.unwrap().gateway.unwrap();
+    let gw =
+        w.d.client()
+            .get_network(&id)
+            .await
+            .unwrap()
+            .gateway
+            .unwrap();
     // The host's listener on every address: not via the gateway, not via the host's address
     // on the mirror link, not via the daemon's API port.
-    w.expect_blocked(&id, &format!("tcp {gw} {}", w.host_port)).await;
+    w.expect_blocked(&id, &format!("tcp {gw} {}", w.host_port))
+        .await;
     w.expect_blocked(&id, &format!("tcp {} {}", w.host_ip(), w.host_port))
         .await;
-    w.expect_blocked(&id, &format!("tcp {gw} {}", w.api_port)).await;
+    w.expect_blocked(&id, &format!("tcp {gw} {}", w.api_port))
+        .await;
     // The sandbox's loopback is its own: the daemon's loopback API is not there.
     w.expect_blocked(&id, &format!("tcp 127.0.0.1 {}", w.api_port))
         .await;
@@ -594,38 +648,59 @@ async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
     let Some(w) = World::new().await else { return };
     let id = w.sandbox(mirror_on()).await;
     let other = w.sandbox(mirror_on()).await;
-    let other_ip = w.d.client().get_network(&other).await.unwrap().address.unwrap();
+    let other_ip =
+        w.d.client()
+            .get_network(&other)
+            .await
+            .unwrap()
+            .address
+            .unwrap();
     // No CAP_NET_ADMIN: addresses and routes cannot change.
     let r = w.probe(&id, &format!("setaddr {}", w.other_ip())).await;
-    assert!(r.contains("PermissionError"), "changing eth0's address: {r}");
+    assert!(
+        r.contains("PermissionError"),
+        "changing eth0's address: {r}"
+    );
     let r = w.probe(&id, &format!("route 10.201.{}.0", w.s())).await;
     assert!(r.contains("PermissionError"), "adding a route: {r}");
     // Raw sockets are allowed (ping-like tools), but a forged source address is dropped at
     // the host: a sandbox cannot borrow another sandbox's policy or hide behind its address.
     w.expect_ok(
         &id,
-        &format!("spoof {other_ip} {} 5353 forged-from-neighbour", w.mirror_ip()),
+        &format!(
+            "spoof {other_ip} {} 5353 forged-from-neighbour",
+            w.mirror_ip()
+        ),
     )
     .await;
     // The mirror's UDP port is not allowed for either sandbox; allow it for the neighbour
     // only, then try again with the neighbour's address.
     let udp_for_other = World::policy(serde_json::json!({
         "allow": [{"cidr": w.mirror_ip(), "ports": 5353, "protocol": "udp"}]}));
-    w.d.client().set_network(&other, &udp_for_other).await.unwrap();
+    w.d.client()
+        .set_network(&other, &udp_for_other)
+        .await
+        .unwrap();
     w.expect_ok(
         &id,
         &format!("spoof {other_ip} {} 5353 forged-again", w.mirror_ip()),
     )
     .await;
-    w.expect_ok(&other, &format!("udp {} 5353 legit-from-other", w.mirror_ip()))
-        .await;
+    w.expect_ok(
+        &other,
+        &format!("udp {} 5353 legit-from-other", w.mirror_ip()),
+    )
+    .await;
     let seen = common::wait_for(Duration::from_secs(5), || async {
         w.udp_seen().contains("legit-from-other").then_some(())
     })
     .await;
     assert!(seen.is_some(), "the neighbour's allowed UDP did not arrive");
     let log = w.udp_seen();
-    assert!(!log.contains("forged"), "a forged packet got through: {log}");
+    assert!(
+        !log.contains("forged"),
+        "a forged packet got through: {log}"
+    );
     // Both sandboxes keep working as their policies say.
     w.expect_ok(&id, &format!("http http://{}:8080/", w.mirror_ip()))
         .await;
@@ -635,14 +710,21 @@ async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn restart_restores_links_and_teardown_leaves_nothing() {
-    let Some(mut w) = World::new().await else { return };
+    let Some(mut w) = World::new().await else {
+        return;
+    };
     let id = w.sandbox(mirror_on()).await;
-    let forked = w
-        .d
-        .client()
-        .fork(&id, &warren_types::ForkRequest { n: 1, labels: Default::default() })
-        .await
-        .unwrap();
+    let forked =
+        w.d.client()
+            .fork(
+                &id,
+                &warren_types::ForkRequest {
+                    n: 1,
+                    labels: Default::default(),
+                },
+            )
+            .await
+            .unwrap();
     let child = forked[0].id.clone();
     assert_eq!(w.links().len(), 2, "{:?}", w.links());
     w.expect_ok(&child, &format!("http http://{}:8080/", w.mirror_ip()))
@@ -656,7 +738,11 @@ async fn restart_restores_links_and_teardown_leaves_nothing() {
         .await;
     w.d.client().delete(&child).await.unwrap();
     assert_eq!(w.links().len(), 1, "{:?}", w.links());
-    let chains = run("nft", &["list", "table", "inet", &format!("warren-{}", w.d.node)]).1;
+    let chains = run(
+        "nft",
+        &["list", "table", "inet", &format!("warren-{}", w.d.node)],
+    )
+    .1;
     assert_eq!(chains.matches("chain sb_").count(), 1, "{chains}");
     w.host_unaffected();
     w.finish().await;

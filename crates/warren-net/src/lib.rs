@@ -280,8 +280,11 @@ impl Network {
             .collect();
         for s in policy.enabled_services() {
             let svc = &self.cfg.services[s];
-            let covered: Vec<(Ipv4Addr, u8)> =
-                svc.cidrs.iter().filter_map(|c| parse_cidr(c).ok()).collect();
+            let covered: Vec<(Ipv4Addr, u8)> = svc
+                .cidrs
+                .iter()
+                .filter_map(|c| parse_cidr(c).ok())
+                .collect();
             names.extend(svc.hostnames.iter().map(|h| NameRule {
                 pattern: h.clone(),
                 covered: covered.clone(),
@@ -341,7 +344,12 @@ impl Network {
         }
     }
 
-    async fn attach(&self, id: &str, pid: u32, policy: &NetworkPolicy) -> Result<LinkInfo, NetError> {
+    async fn attach(
+        &self,
+        id: &str,
+        pid: u32,
+        policy: &NetworkPolicy,
+    ) -> Result<LinkInfo, NetError> {
         let t0 = std::time::Instant::now();
         let layers = rules::layers(self.elements(policy)?);
         let index = self.alloc()?;
@@ -457,7 +465,12 @@ impl Network {
 
     /// Sandboxes that have a link.
     pub fn attached(&self) -> Vec<String> {
-        self.links.lock().expect("links lock").keys().cloned().collect()
+        self.links
+            .lock()
+            .expect("links lock")
+            .keys()
+            .cloned()
+            .collect()
     }
 }
 

@@ -74,7 +74,12 @@ fn libc_enodev() -> i32 {
 }
 
 /// Creates the veth pair of a sandbox and configures both ends.
-pub async fn create(ifname: &str, pid: u32, host: Ipv4Addr, peer: Ipv4Addr) -> Result<(), NetError> {
+pub async fn create(
+    ifname: &str,
+    pid: u32,
+    host: Ipv4Addr,
+    peer: Ipv4Addr,
+) -> Result<(), NetError> {
     let ifname = ifname.to_string();
     on_thread(move || async move {
         let h = connect("host netlink socket")?;

@@ -293,8 +293,14 @@ mod tests {
     async fn answers_allowed_names_only_and_learns_their_addresses() {
         let rec = Arc::new(Rec(Mutex::new(Vec::new())));
         let mut hosts = std::collections::BTreeMap::new();
-        hosts.insert("a.mirror.test".to_string(), vec!["10.254.0.9".parse().unwrap()]);
-        hosts.insert("b.other.test".to_string(), vec!["10.254.0.10".parse().unwrap()]);
+        hosts.insert(
+            "a.mirror.test".to_string(),
+            vec!["10.254.0.9".parse().unwrap()],
+        );
+        hosts.insert(
+            "b.other.test".to_string(),
+            vec!["10.254.0.10".parse().unwrap()],
+        );
         hosts.insert(
             "svc.other.test".to_string(),
             vec!["10.254.0.11".parse().unwrap(), "10.9.0.1".parse().unwrap()],
@@ -315,27 +321,58 @@ mod tests {
             upstream: None,
             learn: Box::new(rec.clone()),
         };
-        let r = Message::from_vec(&ans.answer(&ask("A.Mirror.Test.", RecordType::A)).await.unwrap()).unwrap();
+        let r = Message::from_vec(
+            &ans.answer(&ask("A.Mirror.Test.", RecordType::A))
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.metadata.response_code, ResponseCode::NoError);
         assert_eq!(r.metadata.id, 7);
         assert_eq!(r.answers.len(), 1);
-        assert_eq!(*rec.0.lock().unwrap(), vec![("10.254.0.9".parse().unwrap(), 60)]);
-        let r = Message::from_vec(&ans.answer(&ask("b.other.test.", RecordType::A)).await.unwrap()).unwrap();
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec![("10.254.0.9".parse().unwrap(), 60)]
+        );
+        let r = Message::from_vec(
+            &ans.answer(&ask("b.other.test.", RecordType::A))
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.metadata.response_code, ResponseCode::NXDomain);
         assert!(r.answers.is_empty());
-        let r = Message::from_vec(&ans.answer(&ask("a.mirror.test.", RecordType::AAAA)).await.unwrap()).unwrap();
+        let r = Message::from_vec(
+            &ans.answer(&ask("a.mirror.test.", RecordType::AAAA))
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.metadata.response_code, ResponseCode::NoError);
         assert!(r.answers.is_empty());
         // Allowed but unknown without an upstream: NXDOMAIN.
-        let r = Message::from_vec(&ans.answer(&ask("c.mirror.test.", RecordType::A)).await.unwrap()).unwrap();
+        let r = Message::from_vec(
+            &ans.answer(&ask("c.mirror.test.", RecordType::A))
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.metadata.response_code, ResponseCode::NXDomain);
         assert_eq!(rec.0.lock().unwrap().len(), 1);
         assert!(ans.answer(b"garbage").await.is_none());
         // A service hostname: answered in full, but only the address outside the service's
         // networks is opened.
-        let r = Message::from_vec(&ans.answer(&ask("svc.other.test.", RecordType::A)).await.unwrap()).unwrap();
+        let r = Message::from_vec(
+            &ans.answer(&ask("svc.other.test.", RecordType::A))
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.answers.len(), 2);
-        assert_eq!(rec.0.lock().unwrap().last().unwrap().0, "10.9.0.1".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(
+            rec.0.lock().unwrap().last().unwrap().0,
+            "10.9.0.1".parse::<Ipv4Addr>().unwrap()
+        );
         assert_eq!(rec.0.lock().unwrap().len(), 2);
     }
 }

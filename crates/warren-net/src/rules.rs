@@ -190,7 +190,9 @@ impl Table {
                 "add rule inet {t} sb_{i} ip daddr . meta l4proto . th dport @a{i}_{n} accept\n"
             );
         }
-        s += &format!("add rule inet {t} sb_{i} meta l4proto {{ tcp, udp }} ip daddr @d{i} accept\n");
+        s += &format!(
+            "add rule inet {t} sb_{i} meta l4proto {{ tcp, udp }} ip daddr @d{i} accept\n"
+        );
         s += &format!("add rule inet {t} sb_{i} drop\n");
         s += &format!(
             "add element inet {t} links {{ \"{}\" : jump sb_{i} }}\n",
@@ -251,11 +253,11 @@ mod tests {
     fn layers_have_no_overlaps_and_drop_contained_elements() {
         let all = vec![
             e("10.0.0.0", 8, Proto::Tcp, 0, 65535),
-            e("10.1.0.0", 16, Proto::Tcp, 80, 80),        // inside the first: dropped
-            e("10.1.0.0", 16, Proto::Udp, 80, 90),        // other protocol: same layer
-            e("10.1.2.0", 24, Proto::Udp, 85, 100),       // overlaps the udp one: new layer
+            e("10.1.0.0", 16, Proto::Tcp, 80, 80), // inside the first: dropped
+            e("10.1.0.0", 16, Proto::Udp, 80, 90), // other protocol: same layer
+            e("10.1.2.0", 24, Proto::Udp, 85, 100), // overlaps the udp one: new layer
             e("192.168.0.0", 16, Proto::Tcp, 443, 443),
-            e("192.168.1.7", 32, Proto::Tcp, 80, 90),     // host routes and /0 too
+            e("192.168.1.7", 32, Proto::Tcp, 80, 90), // host routes and /0 too
             e("192.168.1.7", 32, Proto::Tcp, 85, 85),
             e("0.0.0.0", 0, Proto::Udp, 53, 53),
         ];
@@ -294,6 +296,8 @@ mod tests {
         for obj in ["sb_3", "a3_0", "d3", "links", "dns"] {
             assert!(rm.contains(obj), "{obj}");
         }
-        assert!(t.learn(3, &["10.254.1.5".parse().unwrap()], 0).contains("timeout 1s"));
+        assert!(t
+            .learn(3, &["10.254.1.5".parse().unwrap()], 0)
+            .contains("timeout 1s"));
     }
 }

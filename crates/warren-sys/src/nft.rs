@@ -92,7 +92,10 @@ impl Nft {
                     CStr::from_ptr(p).to_string_lossy().into_owned()
                 }
             };
-            (copy((self.get_output)(self.ctx)), copy((self.get_error)(self.ctx)))
+            (
+                copy((self.get_output)(self.ctx)),
+                copy((self.get_error)(self.ctx)),
+            )
         };
         if rc == 0 {
             Ok(out)

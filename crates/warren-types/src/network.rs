@@ -420,9 +420,18 @@ mod tests {
             (r#"{"allow":[{"cidr":"fd00::/8"}]}"#, "only IPv4"),
             (r#"{"allow":[{"cidr":"example.test"}]}"#, "not an IPv4"),
             (r#"{"allow":[{"cidr":"10.0.0.1","ports":0}]}"#, "ports must"),
-            (r#"{"allow":[{"cidr":"10.0.0.1","ports":70000}]}"#, "ports must"),
-            (r#"{"allow":[{"cidr":"10.0.0.1","ports":"9-3"}]}"#, "reversed"),
-            (r#"{"allow":[{"cidr":"10.0.0.1","protocol":"icmp"}]}"#, "unknown variant"),
+            (
+                r#"{"allow":[{"cidr":"10.0.0.1","ports":70000}]}"#,
+                "ports must",
+            ),
+            (
+                r#"{"allow":[{"cidr":"10.0.0.1","ports":"9-3"}]}"#,
+                "reversed",
+            ),
+            (
+                r#"{"allow":[{"cidr":"10.0.0.1","protocol":"icmp"}]}"#,
+                "unknown variant",
+            ),
             (r#"{"services":{"Py Pi":true}}"#, "service name"),
             (r#"{"domains":["Example.test"]}"#, "domain"),
             (r#"{"domains":["localhost"]}"#, "domain"),

@@ -115,7 +115,12 @@ fn print(st: &NetworkStatus, json: bool) -> anyhow::Result<()> {
         st.gateway.as_deref().unwrap_or("-")
     );
     for r in &p.allow {
-        println!("  allow   {} ports {} {}", r.cidr, r.ports, r.protocol.as_str());
+        println!(
+            "  allow   {} ports {} {}",
+            r.cidr,
+            r.ports,
+            r.protocol.as_str()
+        );
     }
     for (s, on) in &p.services {
         println!("  service {s} {}", if *on { "on" } else { "off" });

@@ -143,10 +143,7 @@ impl Manager {
             }
         };
 
-        if let Err(e) = self
-            .apply_network(&sb.id, &instance, &req.network)
-            .await
-        {
+        if let Err(e) = self.apply_network(&sb.id, &instance, &req.network).await {
             warn!(sandbox = %sb.id, error = %e, "cannot give the sandbox its network; destroying it");
             if let Err(de) = instance.destroy().await {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");

@@ -147,9 +147,9 @@ impl Manager {
     ) -> Result<(), NodeError> {
         // A paused sandbox's netns is there; only the resolv.conf write needs the agent, and
         // the address is the same kind, so write it only when running.
-        let net = self.network().ok_or_else(|| {
-            NodeError::Network(warren_net::NetError::Policy("no network".into()))
-        })?;
+        let net = self
+            .network()
+            .ok_or_else(|| NodeError::Network(warren_net::NetError::Policy("no network".into())))?;
         let pid = instance.netns_pid().ok_or_else(|| {
             NodeError::Network(warren_net::NetError::Policy("no network namespace".into()))
         })?;
@@ -164,7 +164,9 @@ impl Manager {
             w.write(bytes::Bytes::from(text))
                 .await
                 .map_err(|e| NodeError::runtime(&sb.id, e))?;
-            w.finish().await.map_err(|e| NodeError::runtime(&sb.id, e))?;
+            w.finish()
+                .await
+                .map_err(|e| NodeError::runtime(&sb.id, e))?;
         }
         Ok(())
     }

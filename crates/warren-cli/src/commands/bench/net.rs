@@ -79,13 +79,17 @@ async fn sample(s: &Setup, policy: &NetworkPolicy) -> anyhow::Result<f64> {
 
 /// `n` samples of each policy, alternating, after 3 warm-up pairs.
 pub async fn net(s: &Setup, n: usize) -> anyhow::Result<NetBench> {
-    s.note(format!("net: {n} creates with policy none and {n} with an allow list, alternating"));
+    s.note(format!(
+        "net: {n} creates with policy none and {n} with an allow list, alternating"
+    ));
     let allow = allow_policy();
     let none = NetworkPolicy::none();
     for _ in 0..3 {
         s.stop.check()?;
         sample(s, &none).await?;
-        sample(s, &allow).await.context("a create with an allow-list policy")?;
+        sample(s, &allow)
+            .await
+            .context("a create with an allow-list policy")?;
     }
     let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n {
