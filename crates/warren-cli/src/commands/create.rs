@@ -88,7 +88,6 @@ pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
             None | Some("none") => Default::default(),
             Some(j) => serde_json::from_str(j).context("--network")?,
         },
-        ..Default::default()
     })
 }
 
