@@ -1127,6 +1127,9 @@ class AsyncSandbox:
         Returns the same as :meth:`network`. Unknown services raise
         :class:`~warren.InvalidRequest`."""
         body = network_policy(policy, allow=allow, services=services, domains=domains)
+        if isinstance(body, str):
+            # Request bodies are JSON objects: "none" in its object form.
+            body = {"mode": body}
         resp = await self._client._http.request("PUT", self._path + "/network", json=body, retry=True)
         data: Dict[str, Any] = resp.json()
         self.info.network = data.get("policy", body) if not _is_none_policy(data.get("policy")) else "none"
