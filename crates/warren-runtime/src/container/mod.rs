@@ -58,6 +58,7 @@ impl ContainerConfig {
             id_base: 100_000,
             masked_paths: [
                 "/proc/kcore",
+                "/proc/kallsyms",
                 "/proc/kpagecgroup",
                 "/proc/kpagecount",
                 "/proc/kpageflags",
