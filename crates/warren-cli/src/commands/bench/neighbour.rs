@@ -1,9 +1,11 @@
 //! `warren bench neighbour`: a latency-sensitive sandbox's `exec true` p50 while a neighbour
 //! floods the CPU, with and without the best-effort CPU class on the noisy neighbour.
 //!
-//! Phases, each `n` round trips in the quiet sandbox after warm-up: quiet (baseline), next to
-//! a fork bomb, next to a `yes` flood (one per core plus one), each noise once in an ordinary
-//! sandbox and once in a `best_effort` one. Target: every noisy p50 ≤ 2× the quiet p50.
+//! Phases, each `n` round trips in the quiet sandbox after warm-up: next to a fork bomb and
+//! next to a `yes` flood (one per core plus one), each noise once in an ordinary sandbox and
+//! once in a `best_effort` one. Each phase is compared with a quiet p50 measured right before
+//! it, so load from elsewhere on the host drifts less into the ratio. Target: every noisy p50
+//! ≤ 2× its quiet p50.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,7 +23,9 @@ pub struct Phase {
     pub noise: String,
     pub cpu_class: String,
     pub latency: Latency,
-    /// p50 of this phase over the quiet p50.
+    /// The quiet p50 measured right before this phase (the host's other load drifts).
+    pub quiet_p50_ms: f64,
+    /// p50 of this phase over `quiet_p50_ms`.
     pub ratio: f64,
 }
 
@@ -105,6 +109,7 @@ pub async fn neighbour(s: &Setup, n: usize) -> anyhow::Result<Neighbour> {
         ] {
             for (noise, program) in noises() {
                 s.stop.check()?;
+                let before = sample(s, &id, n).await?;
                 s.note(format!("neighbour: next to a {noise} ({class_name})"));
                 let noisy = s
                     .client
@@ -127,7 +132,8 @@ pub async fn neighbour(s: &Setup, n: usize) -> anyhow::Result<Neighbour> {
                 phases.push(Phase {
                     noise: noise.to_string(),
                     cpu_class: class_name.to_string(),
-                    ratio: latency.p50_ms / quiet.p50_ms.max(1e-9),
+                    ratio: latency.p50_ms / before.p50_ms.max(1e-9),
+                    quiet_p50_ms: before.p50_ms,
                     latency,
                 });
             }
@@ -158,6 +164,7 @@ impl Neighbour {
             self.quiet.n.to_string(),
             crate::table::ms(self.quiet.p50_ms),
             crate::table::ms(self.quiet.p99_ms),
+            "-".into(),
             "1.00".into(),
         ]);
         for p in &self.phases {
@@ -167,6 +174,7 @@ impl Neighbour {
                 p.latency.n.to_string(),
                 crate::table::ms(p.latency.p50_ms),
                 crate::table::ms(p.latency.p99_ms),
+                crate::table::ms(p.quiet_p50_ms),
                 format!("{:.2}", p.ratio),
             ]);
         }
