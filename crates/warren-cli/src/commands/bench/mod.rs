@@ -11,9 +11,11 @@
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 //! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
+//! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 
 mod baselines;
 mod measure;
+mod neighbour;
 mod net;
 mod replay;
 
@@ -34,6 +36,8 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    /// Not part of `all`: it saturates the CPU on purpose.
+    Neighbour,
     Net,
     All,
 }
@@ -44,7 +48,8 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, net 100]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
+    /// neighbour 200 per phase, net 100]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -110,6 +115,7 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<neighbour::Neighbour>,
     pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
@@ -175,6 +181,16 @@ impl Report {
                 "ms",
                 5.0,
             ));
+        }
+        if let Some(nb) = &self.neighbour {
+            for p in &nb.phases {
+                checks.push(Check::at_most(
+                    &format!("exec p50 next to {} ({}) / quiet", p.noise, p.cpu_class),
+                    p.ratio,
+                    "x",
+                    2.0,
+                ));
+            }
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
             let p50 = p.p50().unwrap_or(0.0);
@@ -273,6 +289,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&n.render());
+        }
+        if let Some(nb) = &self.neighbour {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&nb.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -375,6 +397,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Net {
         stop.check()?;
         report.net = Some(net::net(setup, n(100)).await?);
+    }
+    if args.which == Which::Neighbour {
+        stop.check()?;
+        report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
     }
     if args.baselines {
         stop.check()?;
