@@ -19,7 +19,7 @@ pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
-    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits,
-    PauseStats, SandboxInfo, SandboxState, Substrate,
+    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
+    SandboxInfo, SandboxState, Substrate,
 };
 pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};
