@@ -28,6 +28,7 @@ mod client;
 mod error;
 mod exec;
 mod files;
+mod images;
 mod pty;
 mod sandboxes;
 mod stream;
@@ -43,7 +44,7 @@ pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
     ApiError, ChmodRequest, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
-    ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding,
-    PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
-    TrajectoryEntry,
+    ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageDeleted, ImageInfo, ImageRef,
+    LayerInfo, Limits, MkdirRequest, OutputEncoding, PauseStats, ProcessInfo, ProcessState,
+    SandboxInfo, SandboxState, Substrate, TrajectoryCall, TrajectoryEntry,
 };

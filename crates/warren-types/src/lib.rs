@@ -8,6 +8,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod id;
+pub mod image;
 pub mod sandbox;
 pub mod trajectory;
 pub mod validate;
@@ -16,6 +17,7 @@ pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
+pub use image::{GcReport, ImageDeleted, ImageInfo, LayerInfo};
 pub use sandbox::{
     CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy, PauseStats,
     SandboxInfo, SandboxState, Substrate,

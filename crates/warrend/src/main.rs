@@ -179,13 +179,13 @@ async fn run(args: Args) -> Result<()> {
     );
     let runtime = ContainerRuntime::new(
         ContainerConfig::new(args.node.clone(), agent.clone()),
-        images,
+        images.clone(),
     )
     .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
-    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
+    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store).with_image_store(images);
     let report = manager
         .recover()
         .await

@@ -17,6 +17,7 @@ mod delete;
 mod exec;
 mod files;
 mod fork;
+mod images;
 mod logged;
 mod pause;
 mod reaper;
@@ -189,6 +190,8 @@ pub(crate) struct Inner {
     metrics: Metrics,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
+    /// The layer store served by the image routes.
+    images: std::sync::OnceLock<Arc<warren_image::ImageStore>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -220,6 +223,7 @@ impl Manager {
                 tombstones: Mutex::new(VecDeque::new()),
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
+                images: std::sync::OnceLock::new(),
             }),
         }
     }
