@@ -276,6 +276,19 @@ pub fn tar_entries(entries: &[(&str, &str)]) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
+/// A one-file layer tar whose entry name is written as is (the tar crate refuses `..`).
+pub fn tar_raw_name(name: &str, content: &str) -> Vec<u8> {
+    let mut h = tar::Header::new_old();
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.set_mode(0o644);
+    h.set_size(content.len() as u64);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, content.as_bytes()).unwrap();
+    b.into_inner().unwrap()
+}
+
 pub fn gzip(data: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(data).unwrap();
