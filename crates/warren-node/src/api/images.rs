@@ -1,6 +1,6 @@
 //! Image routes: list, inspect, delete, collect.
 
-use axum::extract::rawpath::RawPathParams;
+use axum::extract::RawPathParams;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::Json;
