@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use warren_image::ImageStore;
 use warren_node::{Manager, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
+use warren_runtime::security::SecurityReport;
 use warren_types::NodeId;
 
 /// How long open streams and terminals may take to finish after a shutdown signal.
@@ -59,10 +60,29 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
+    /// kernel's ABI otherwise).
+    #[arg(long)]
+    no_landlock: bool,
+    /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
+    /// and exit; load it with `apparmor_parser -r`.
+    #[arg(long)]
+    apparmor_profile: bool,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.apparmor_profile {
+        print!(
+            "{}",
+            warren_runtime::security::apparmor_profile(&warren_runtime::security::NodePaths {
+                state_dir: args.state_dir.clone(),
+                socket: args.socket.clone(),
+                image_store: args.image_store.clone(),
+            })
+        );
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -177,14 +197,22 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
-    let runtime = ContainerRuntime::new(
-        ContainerConfig::new(args.node.clone(), agent.clone()),
-        images.clone(),
-    )
-    .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
+    let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
+    container.landlock = !args.no_landlock;
+    let security = SecurityReport::detect(container.seccomp, container.landlock);
+    if security.apparmor.enforced {
+        container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());
+    }
+    if security.apparmor.available && !security.apparmor.enforced {
+        warn!(apparmor = %security.apparmor.note, "AppArmor profile not loaded");
+    }
+    info!(confinement = %security.describe(), "sandbox confinement");
+    let runtime = ContainerRuntime::new(container, images.clone())
+        .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    cfg.security = security;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store).with_image_store(images);
     let report = manager
         .recover()
