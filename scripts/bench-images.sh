@@ -136,7 +136,7 @@ done
 bench() {
     # (bench exits 1 when a target of its own is missed; the numbers still stand)
     { W --url "unix://$SOCK" bench create --image "$1" -n "$N" --json 2>/dev/null || true; } \
-        | python3 -c 'import json,sys; d=json.load(sys.stdin); c=d["create"]; print(c["p50_ms"], c["p99_ms"])'
+        | python3 -c 'import json,sys; d=json.load(sys.stdin); c=d["create"]; print(round(c["p50_ms"], 1), round(c["p99_ms"], 1))'
 }
 # One warm-up create per image mounts its layers (and checks their digests) once.
 for img in default bench-s3:1 bench-s3big:1; do bench "$img" >/dev/null; done
