@@ -19,6 +19,7 @@ require_root
 PACKAGES=(
     build-essential pkg-config          # Rust crates that build C
     erofs-utils                         # mkfs.erofs for image layers
+    docker-registry                     # OCI registry on loopback for image import tests
     debootstrap                         # the default image's rootfs
     bubblewrap crun runc podman         # baselines for bench-baselines.sh
     nftables iproute2                   # sandbox networking
@@ -46,6 +47,13 @@ else
         apt-get update
         apt-get install -y --no-install-recommends "${missing[@]}"
     fi
+fi
+
+# The registry package enables a system service on :5000; the tests start their own on a
+# loopback port, so keep the service off.
+if command -v systemctl >/dev/null && systemctl is-enabled docker-registry >/dev/null 2>&1; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    log "disabled the docker-registry system service (tests run their own)"
 fi
 
 # Rust: the toolchain comes with the machine (rustup); make sure it is on PATH and complete.

@@ -28,6 +28,7 @@ mod client;
 mod error;
 mod exec;
 mod files;
+mod images;
 mod network;
 mod pty;
 mod sandboxes;
@@ -44,7 +45,7 @@ pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
     ApiError, ChmodRequest, CpuClass, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent,
-    ExecRequest, ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest,
-    OutputEncoding, PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate,
-    TrajectoryCall, TrajectoryEntry,
+    ExecRequest, ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageDeleted, ImageInfo,
+    ImageRef, LayerInfo, Limits, MkdirRequest, OutputEncoding, PauseStats, ProcessInfo,
+    ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall, TrajectoryEntry,
 };

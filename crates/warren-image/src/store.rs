@@ -6,6 +6,7 @@ use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use warren_types::{ImageInfo, LayerInfo};
 
 use crate::ImageError;
 
@@ -14,19 +15,17 @@ use crate::ImageError;
 pub struct ImageManifest {
     pub name: String,
     pub tag: String,
-    /// `sha256:<hex>` digests, lowest first.
+    /// `sha256:<hex>` digests, lowest first (resolved when the image was made, so an image
+    /// version never changes under its users).
     pub layers: Vec<String>,
     pub created_ms: u64,
     /// Where the layer came from (a directory, an archive, ...).
     pub source: String,
     pub size_bytes: u64,
-}
-
-/// A layer of the store.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LayerInfo {
-    pub digest: String,
-    pub size_bytes: u64,
+    /// The refs the image was made of (other images, layer digests), lowest first; empty for
+    /// images made from one directory or archive (and for images stored before stacks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
 }
 
 /// A layer store rooted at a directory.
@@ -36,31 +35,49 @@ pub struct ImageStore {
     mount_lock: Mutex<()>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
 
-fn split_ref(r: &str) -> Result<(String, String), ImageError> {
+pub(crate) fn split_ref(r: &str) -> Result<(String, String), ImageError> {
+    if r.starts_with("sha256:") {
+        return Err(ImageError::BadRef(format!(
+            "{r} is a layer digest, not an image name"
+        )));
+    }
     warren_types::validate::image_ref(r).map_err(|e| ImageError::BadRef(e.message))?;
     let (n, t) = r.split_once(':').unwrap_or((r, "latest"));
     Ok((n.to_string(), t.to_string()))
 }
 
-fn hex_of(digest: &str) -> Result<&str, ImageError> {
+pub(crate) fn hex_of(digest: &str) -> Result<&str, ImageError> {
     digest
         .strip_prefix("sha256:")
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or_else(|| ImageError::BadRef(digest.to_string()))
 }
 
+pub(crate) fn seq() -> u64 {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl ImageStore {
     /// Opens (creating if needed) a store at `root`.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, ImageError> {
         let root = root.into();
-        for d in ["blobs/sha256", "images", "mnt", "tmp"] {
+        for d in [
+            "blobs/sha256",
+            "images",
+            "layers",
+            "leases",
+            "index",
+            "mnt",
+            "tmp",
+        ] {
             std::fs::create_dir_all(root.join(d))
                 .map_err(|e| ImageError::io(format!("create {}", root.join(d).display()), e))?;
         }
@@ -72,6 +89,16 @@ impl ImageStore {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// A fresh path under the store's `tmp/` (same filesystem as the blobs).
+    pub fn tmp_path(&self, what: &str) -> PathBuf {
+        self.root.join("tmp").join(format!(
+            "{what}-{}-{}-{}",
+            std::process::id(),
+            now_ms(),
+            seq()
+        ))
     }
 
     /// Path of a layer's blob.
@@ -96,65 +123,88 @@ impl ImageStore {
                 message: "not a directory".into(),
             });
         }
-        let tmp = self
-            .root
-            .join("tmp")
-            .join(format!("layer-{}-{}", std::process::id(), now_ms()));
-        let out = std::process::Command::new("mkfs.erofs")
-            .arg("--quiet")
-            .arg("-T0")
-            .arg(&tmp)
-            .arg(dir)
-            .output()
-            .map_err(|e| ImageError::Build {
-                dir: dir.display().to_string(),
-                message: format!("mkfs.erofs: {e} (install erofs-utils)"),
-            })?;
-        if !out.status.success() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(ImageError::Build {
-                dir: dir.display().to_string(),
-                message: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
-        let digest = self.add_blob(&tmp)?;
-        let size = std::fs::metadata(self.blob_path(&digest)?)
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let tmp = self.tmp_path("layer");
+        crate::layer::mkfs(dir, &tmp, false)?;
+        let source = format!("dir:{}", dir.display());
+        let lease = self.temp_lease("build")?;
+        let digest = self.add_layer(&tmp, &source, None, Some(&lease))?;
+        let size = self.layer_info(&digest)?.size_bytes;
         let m = ImageManifest {
             name,
             tag: t,
             layers: vec![digest],
             created_ms: now_ms(),
-            source: dir.display().to_string(),
+            source,
             size_bytes: size,
+            stack: Vec::new(),
         };
         self.put_manifest(&m)?;
         Ok(m)
     }
 
     /// Moves a finished EROFS file into the store under its digest; returns the digest.
+    /// Prefer [`ImageStore::add_layer`] with a lease: a layer no image or lease references
+    /// may be collected at any time.
     pub fn add_blob(&self, file: &Path) -> Result<String, ImageError> {
-        let hex = sha256_file(file)?;
-        let dst = self.root.join("blobs/sha256").join(&hex);
-        if dst.exists() {
-            let _ = std::fs::remove_file(file);
-        } else {
-            std::fs::rename(file, &dst).map_err(|e| ImageError::io("store blob", e))?;
-        }
-        Ok(format!("sha256:{hex}"))
+        self.add_layer(file, "unknown", None, None)
     }
 
-    /// Tags an image.
+    /// Tags an image (replacing the tag if it exists). Every layer must be in the store.
     pub fn put_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
+        split_ref(&format!("{}:{}", m.name, m.tag))?;
+        let _shared = self.gc_lock(false)?;
+        for l in &m.layers {
+            if !self.blob_path(l)?.exists() {
+                return Err(ImageError::NotFound(l.clone()));
+            }
+        }
         let p = self.manifest_path(&m.name, &m.tag);
         std::fs::create_dir_all(p.parent().expect("has parent"))
             .map_err(|e| ImageError::io("create image dir", e))?;
-        let tmp = p.with_extension("json.tmp");
+        let tmp = p.with_extension(format!("json.tmp{}", seq()));
         std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes"))
             .map_err(|e| ImageError::io("write manifest", e))?;
         std::fs::rename(&tmp, &p).map_err(|e| ImageError::io("write manifest", e))?;
         Ok(())
+    }
+
+    /// Makes image `tag` out of `refs` (images or layer digests, lowest first): a new version
+    /// of a stack, resolved now. No layer is built or copied.
+    pub fn tag_stack(
+        &self,
+        tag: &str,
+        refs: &[String],
+        source: Option<&str>,
+    ) -> Result<ImageManifest, ImageError> {
+        let (name, t) = split_ref(tag)?;
+        if refs.is_empty() {
+            return Err(ImageError::BadRef("a stack needs at least one ref".into()));
+        }
+        let layers = self.resolve(refs)?;
+        let mut size = 0;
+        for l in &layers {
+            size += self.layer_info(l)?.size_bytes;
+        }
+        let single_image = refs.len() == 1 && !refs[0].starts_with("sha256:");
+        let m = ImageManifest {
+            name,
+            tag: t,
+            layers,
+            created_ms: now_ms(),
+            source: match (source, single_image) {
+                (Some(s), _) => s.to_string(),
+                (None, true) => self.manifest(&refs[0])?.source,
+                (None, false) => format!("stack of {}", refs.join(" ")),
+            },
+            size_bytes: size,
+            stack: if single_image {
+                self.manifest(&refs[0])?.stack
+            } else {
+                refs.to_vec()
+            },
+        };
+        self.put_manifest(&m)?;
+        Ok(m)
     }
 
     /// Reads an image by `name[:tag]`.
@@ -166,11 +216,51 @@ impl ImageStore {
             .map_err(|e| ImageError::io(format!("manifest of {r}"), std::io::Error::other(e)))
     }
 
-    /// Every image in the store.
+    /// An image with its layers' metadata, as the API shows it.
+    pub fn info(&self, r: &str) -> Result<ImageInfo, ImageError> {
+        let m = self.manifest(r)?;
+        self.info_of(m)
+    }
+
+    pub(crate) fn info_of(&self, m: ImageManifest) -> Result<ImageInfo, ImageError> {
+        let layers = m
+            .layers
+            .iter()
+            .map(|d| self.layer_info(d))
+            .collect::<Result<Vec<LayerInfo>, _>>()?;
+        Ok(ImageInfo {
+            reference: format!("{}:{}", m.name, m.tag),
+            size_bytes: layers.iter().map(|l| l.size_bytes).sum(),
+            name: m.name,
+            tag: m.tag,
+            stack: m.stack,
+            layers,
+            created_ms: m.created_ms,
+            source: m.source,
+        })
+    }
+
+    /// Every image in the store (unreadable manifests are skipped).
     pub fn list(&self) -> Vec<ImageManifest> {
+        self.list_checked(false).unwrap_or_default()
+    }
+
+    /// Every image with its layers' metadata.
+    pub fn list_info(&self) -> Vec<ImageInfo> {
+        self.list()
+            .into_iter()
+            .filter_map(|m| self.info_of(m).ok())
+            .collect()
+    }
+
+    /// Every image; with `strict`, an unreadable manifest is an error (the collector must not
+    /// guess what it references).
+    pub(crate) fn list_checked(&self, strict: bool) -> Result<Vec<ImageManifest>, ImageError> {
         let mut out = Vec::new();
-        let Ok(names) = std::fs::read_dir(self.root.join("images")) else {
-            return out;
+        let names = match std::fs::read_dir(self.root.join("images")) {
+            Ok(n) => n,
+            Err(_) if !strict => return Ok(out),
+            Err(e) => return Err(ImageError::io("list images", e)),
         };
         for n in names.flatten() {
             let Ok(tags) = std::fs::read_dir(n.path()) else {
@@ -178,24 +268,36 @@ impl ImageStore {
             };
             for t in tags.flatten() {
                 if t.path().extension().is_some_and(|e| e == "json") {
-                    if let Ok(m) = std::fs::read(t.path())
-                        .map_err(|_| ())
-                        .and_then(|d| serde_json::from_slice::<ImageManifest>(&d).map_err(|_| ()))
-                    {
-                        out.push(m);
+                    let parsed = std::fs::read(t.path())
+                        .map_err(|e| e.to_string())
+                        .and_then(|d| {
+                            serde_json::from_slice::<ImageManifest>(&d).map_err(|e| e.to_string())
+                        });
+                    match parsed {
+                        Ok(m) => out.push(m),
+                        Err(e) if strict => {
+                            return Err(ImageError::io(
+                                format!("read {}", t.path().display()),
+                                std::io::Error::other(e),
+                            ))
+                        }
+                        Err(_) => {}
                     }
                 }
             }
         }
         out.sort_by(|a, b| (&a.name, &a.tag).cmp(&(&b.name, &b.tag)));
-        out
+        Ok(out)
     }
 
-    /// Removes an image tag (layers stay until garbage-collected).
+    /// Removes an image tag (layers stay until garbage-collected; see
+    /// [`ImageStore::remove_and_collect`]).
     pub fn remove(&self, r: &str) -> Result<(), ImageError> {
         let (n, t) = split_ref(r)?;
         std::fs::remove_file(self.manifest_path(&n, &t))
-            .map_err(|_| ImageError::NotFound(r.to_string()))
+            .map_err(|_| ImageError::NotFound(r.to_string()))?;
+        let _ = std::fs::remove_dir(self.root.join("images").join(&n));
+        Ok(())
     }
 
     /// Resolves a stack of refs (image names or `sha256:` layer digests), lowest first, to
@@ -255,6 +357,8 @@ impl ImageStore {
             if !blob.exists() {
                 return Err(ImageError::NotFound(digest.to_string()));
             }
+            // Once per host boot and layer: a corrupt or truncated blob is never mounted.
+            self.verify(digest)?;
             warren_sys::mount::mount_erofs_file(&blob, &plain).map_err(|source| {
                 ImageError::Mount {
                     digest: digest.to_string(),
@@ -296,7 +400,7 @@ impl ImageStore {
     }
 }
 
-fn sha256_file(p: &Path) -> Result<String, ImageError> {
+pub(crate) fn sha256_file(p: &Path) -> Result<String, ImageError> {
     let mut f =
         std::fs::File::open(p).map_err(|e| ImageError::io(format!("open {}", p.display()), e))?;
     let mut h = Sha256::new();
@@ -332,6 +436,7 @@ mod tests {
             created_ms: 1,
             source: "t".into(),
             size_bytes: 16,
+            stack: vec![],
         };
         store.put_manifest(&m).unwrap();
         assert_eq!(store.manifest("base:1").unwrap(), m);

@@ -8,6 +8,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod id;
+pub mod image;
 pub mod network;
 pub mod sandbox;
 pub mod trajectory;
@@ -17,6 +18,7 @@ pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
+pub use image::{GcReport, ImageDeleted, ImageInfo, LayerInfo};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
     CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,

@@ -212,13 +212,13 @@ async fn run(args: Args) -> Result<()> {
         warn!(apparmor = %security.apparmor.note, "AppArmor profile not loaded");
     }
     info!(confinement = %security.describe(), "sandbox confinement");
-    let runtime = ContainerRuntime::new(container, images)
+    let runtime = ContainerRuntime::new(container, images.clone())
         .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     cfg.security = security;
-    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
+    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store).with_image_store(images);
     let net_cfg = match &args.network_config {
         Some(p) => warren_net::NetConfig::load(p)?,
         None => warren_net::NetConfig::default(),

@@ -1362,6 +1362,28 @@ class AsyncClient:
         resp = await self._http.request("GET", "/v1/sandboxes", params=params, retry=True)
         return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in resp.json().get("sandboxes", [])]
 
+    async def images(self) -> List[Dict[str, Any]]:
+        """The node's images (``GET /v1/images``): dicts with ``reference``, ``layers`` (each
+        with ``digest``, ``size_bytes``, ``source``, ...), ``stack``, ``size_bytes``."""
+        resp = await self._http.request("GET", "/v1/images", retry=True)
+        return list(resp.json().get("images", []))
+
+    async def image(self, reference: str) -> Dict[str, Any]:
+        """One image (``name[:tag]``) with its layers; :class:`NotFound` if there is none."""
+        resp = await self._http.request("GET", f"/v1/images/{quote(reference, safe='')}", retry=True)
+        return dict(resp.json())
+
+    async def delete_image(self, reference: str) -> Dict[str, Any]:
+        """Removes an image tag and collects the layers nothing else (no other image, no live
+        sandbox) uses; returns ``{"reference", "gc": {"removed", "freed_bytes", "in_use"}}``."""
+        resp = await self._http.request("DELETE", f"/v1/images/{quote(reference, safe='')}")
+        return dict(resp.json())
+
+    async def gc_images(self) -> Dict[str, Any]:
+        """Collects every layer no image and no live sandbox references."""
+        resp = await self._http.request("POST", "/v1/images/gc")
+        return dict(resp.json())
+
     async def delete_all(
         self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, concurrency: int = 64
     ) -> int:

@@ -390,6 +390,10 @@ class Client:
     get = _sync_sandbox(AsyncClient.get)
     list = _sync_sandboxes(AsyncClient.list)
     delete_all = _sync(AsyncClient.delete_all)
+    images = _sync(AsyncClient.images)
+    image = _sync(AsyncClient.image)
+    delete_image = _sync(AsyncClient.delete_image)
+    gc_images = _sync(AsyncClient.gc_images)
 
     def close(self) -> None:
         """Closes the connection pool."""

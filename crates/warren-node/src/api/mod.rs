@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod images;
 mod network;
 pub mod parse;
 mod pty;
@@ -63,6 +64,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/files/list"),
     ("POST", "/v1/sandboxes/{id}/files/mkdir"),
     ("POST", "/v1/sandboxes/{id}/files/chmod"),
+    ("GET", "/v1/images"),
+    ("GET", "/v1/images/{ref}"),
+    ("DELETE", "/v1/images/{ref}"),
+    ("POST", "/v1/images/gc"),
 ];
 
 /// Builds the router while checking each route against [`ROUTES`].
@@ -147,6 +152,10 @@ pub fn router(manager: Manager) -> Router {
     .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
     .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
     .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+    .add("GET", "/v1/images", images::list)
+    .add("GET", "/v1/images/{ref}", images::get)
+    .add("DELETE", "/v1/images/{ref}", images::delete)
+    .add("POST", "/v1/images/gc", images::gc)
     .finish()
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)

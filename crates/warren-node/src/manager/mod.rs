@@ -17,6 +17,7 @@ mod delete;
 mod exec;
 mod files;
 mod fork;
+mod images;
 mod logged;
 mod network;
 mod pause;
@@ -192,6 +193,8 @@ pub(crate) struct Inner {
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
+    /// The layer store served by the image routes.
+    images: std::sync::OnceLock<Arc<warren_image::ImageStore>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -224,6 +227,7 @@ impl Manager {
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
+                images: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -48,12 +48,21 @@ pub async fn adopt(
         cgroups.freeze(true).await?;
     }
     let stream = result?;
+    // Sandboxes started before layers were leased get their lease now.
+    let images = rt.images.clone();
+    let (holder, layers) = (spec.id.to_string(), rec.layers.clone());
+    if let Ok(Err(e)) =
+        tokio::task::spawn_blocking(move || images.lease_layers(&holder, &layers)).await
+    {
+        tracing::warn!(sandbox = %spec.id, error = %e, "cannot lease the sandbox's layers");
+    }
     Ok(Container {
         id: spec.id.clone(),
         agent: AgentConn::new(stream),
         cgroups,
         record: rec,
         paused: was_frozen.into(),
+        images: rt.images.clone(),
     })
 }
 

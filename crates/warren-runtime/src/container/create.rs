@@ -15,15 +15,20 @@ use crate::{RuntimeError, SandboxSpec};
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Container, RuntimeError> {
-    // Resolve the image first: an unknown image fails before anything exists.
-    let layers = rt.images.resolve(&spec.image).map_err(|e| match e {
-        warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
-        e => RuntimeError::Image(e),
-    })?;
+    // Resolve the image first: an unknown image fails before anything exists. The layers are
+    // leased to the sandbox in the same step, so no collection removes them while it lives.
+    let layers = rt
+        .images
+        .acquire(spec.id.as_str(), &spec.image)
+        .map_err(|e| match e {
+            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
+            e => RuntimeError::Image(e),
+        })?;
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if let Err(e) = cgroups.create(&spec.limits) {
         let _ = cgroups.remove().await;
+        super::release_layers(&rt.images, &spec.id).await;
         return Err(e);
     }
     let t_cg = t0.elapsed();
@@ -36,6 +41,7 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
             if let Err(ce) = destroy::kill_and_remove(&cgroups).await {
                 tracing::error!(sandbox = %spec.id, error = %ce, "cleanup after failed start");
             }
+            super::release_layers(&rt.images, &spec.id).await;
             Err(match e {
                 RuntimeError::StartFailed(_) | RuntimeError::ImageNotFound(_) => e,
                 other => RuntimeError::StartFailed(other.to_string()),
@@ -186,5 +192,6 @@ async fn start(
         cgroups: cgroups.clone(),
         record,
         paused: Default::default(),
+        images: rt.images.clone(),
     })
 }

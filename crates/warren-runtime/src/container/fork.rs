@@ -71,13 +71,17 @@ fn next_seq() -> u64 {
     SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Packs the parent's writable layer into a layer of the store; returns its digest.
+/// Packs the parent's writable layer into a layer of the store; returns its digest and the
+/// temporary lease that keeps it until the children hold it.
 ///
 /// Two steps: `cp -a` copies the upper directory (reached through the agent's handle, which
 /// lives in another mount namespace) to a staging directory of the store, keeping owners,
 /// modes, times, xattrs (overlay's opaque markers) and whiteout devices; then `mkfs.erofs`
 /// runs inside the parent's user namespace so owners are recorded as the sandbox sees them.
-pub async fn snapshot(rt: &ContainerRuntime, parent: &Container) -> Result<String, RuntimeError> {
+pub async fn snapshot(
+    rt: &ContainerRuntime,
+    parent: &Container,
+) -> Result<(String, warren_image::Lease), RuntimeError> {
     let pid = parent.record.agent_pid;
     let pidfd = warren_sys::pidfd::open(pid)?;
     let upper = warren_sys::pidfd::get_fd(&pidfd, warren_proto::UPPER_FD).map_err(|e| {
@@ -145,10 +149,15 @@ pub async fn snapshot(rt: &ContainerRuntime, parent: &Container) -> Result<Strin
         let _ = std::fs::set_permissions(&image, std::fs::Permissions::from_mode(0o644));
     }
     let images = rt.images.clone();
-    let digest = tokio::task::spawn_blocking(move || images.add_blob(&image))
-        .await
-        .map_err(|e| RuntimeError::io("store snapshot", std::io::Error::other(e.to_string())))??;
-    Ok(digest)
+    let source = format!("fork snapshot of {}", parent.id);
+    let stored = tokio::task::spawn_blocking(move || {
+        let lease = images.temp_lease("fork")?;
+        let d = images.add_layer(&image, &source, None, Some(&lease))?;
+        Ok::<_, warren_image::ImageError>((d, lease))
+    })
+    .await
+    .map_err(|e| RuntimeError::io("store snapshot", std::io::Error::other(e.to_string())))??;
+    Ok(stored)
 }
 
 fn which(prog: &str) -> Option<String> {
@@ -173,10 +182,10 @@ pub async fn fork(
     if !was_paused {
         parent.cgroups.freeze(false).await?;
     }
-    let snap = snap?;
+    let (snap, snap_lease) = snap?;
     let t_snap = t0.elapsed();
     let mut stack: Vec<String> = parent.record.layers.clone();
-    stack.push(snap);
+    stack.push(snap.clone());
     let made = futures::future::join_all(children.iter().map(|spec| {
         let mut spec = spec.clone();
         spec.image = stack.clone();
@@ -193,10 +202,14 @@ pub async fn fork(
             }
         }
     }
+    // Every child now leases the snapshot itself (or none exists and it is collected).
+    drop(snap_lease);
     if let Some(e) = first_err {
         for c in &ok {
             let _ = c.destroy().await;
         }
+        let images = rt.images.clone();
+        let _ = tokio::task::spawn_blocking(move || images.collect(&[snap])).await;
         return Err(e);
     }
     tracing::debug!(parent = %parent.id, n = ok.len(), snapshot_ms = t_snap.as_millis() as u64, total_ms = t0.elapsed().as_millis() as u64, "forked");

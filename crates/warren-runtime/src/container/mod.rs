@@ -189,6 +189,21 @@ pub struct Container {
     cgroups: CgroupSet,
     record: ContainerRecord,
     paused: std::sync::atomic::AtomicBool,
+    images: Arc<ImageStore>,
+}
+
+/// Drops a sandbox's lease on its layers and collects those nothing else references (a
+/// fork's snapshot, layers of images removed while it ran). Never fails the caller.
+async fn release_layers(images: &Arc<ImageStore>, id: &SandboxId) {
+    let images = images.clone();
+    let holder = id.to_string();
+    match tokio::task::spawn_blocking(move || images.release_and_collect(&holder)).await {
+        Ok(Ok(r)) if !r.removed.is_empty() => {
+            tracing::debug!(sandbox = %id, removed = ?r.removed, "collected layers");
+        }
+        Ok(Err(e)) => tracing::warn!(sandbox = %id, error = %e, "collecting layers"),
+        _ => {}
+    }
 }
 
 #[async_trait]
@@ -206,7 +221,9 @@ impl Instance for Container {
     }
 
     async fn destroy(&self) -> Result<(), RuntimeError> {
-        destroy::kill_and_remove(&self.cgroups).await
+        destroy::kill_and_remove(&self.cgroups).await?;
+        release_layers(&self.images, &self.id).await;
+        Ok(())
     }
 
     async fn lost(&self) {
@@ -262,11 +279,25 @@ impl Runtime for ContainerRuntime {
         _record: Option<&serde_json::Value>,
     ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
-        destroy::kill_and_remove(&set).await
+        destroy::kill_and_remove(&set).await?;
+        release_layers(&self.images, id).await;
+        Ok(())
     }
 
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
-        destroy::reconcile(&self.hierarchy, known).await
+        let mut removed = destroy::reconcile(&self.hierarchy, known).await?;
+        // Leases of this node's sandboxes that no longer exist.
+        let images = self.images.clone();
+        let prefix = format!("{}-", self.cfg.node);
+        let known: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+        let released = tokio::task::spawn_blocking(move || {
+            let k: Vec<&str> = known.iter().map(String::as_str).collect();
+            images.release_stale(&prefix, &k)
+        })
+        .await
+        .map_err(|e| RuntimeError::io("release leases", std::io::Error::other(e.to_string())))??;
+        removed.extend(released.0.into_iter().map(|h| format!("layer lease {h}")));
+        Ok(removed)
     }
 
     /// Removes the node's (empty) parent cgroups; groups of live sandboxes stay.

@@ -1,0 +1,67 @@
+//! Image routes: list, inspect, delete, collect.
+
+use axum::extract::RawPathParams;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::Json;
+use serde::Serialize;
+use warren_types::{GcReport, ImageDeleted, ImageInfo};
+
+use super::error::{HttpError, HttpResult};
+use crate::manager::Manager;
+
+/// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
+#[derive(Debug)]
+pub struct ImageParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ImageParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+        let raw = RawPathParams::from_request_parts(parts, &())
+            .await
+            .map_err(|e| HttpError::invalid(format!("bad path: {e}")))?;
+        let r = raw
+            .iter()
+            .find(|(k, _)| *k == "ref")
+            .map(|(_, v)| v.to_string())
+            .ok_or_else(|| HttpError::invalid("missing path parameter ref"))?;
+        if r.starts_with("sha256:") {
+            return Err(HttpError::invalid(format!(
+                "{r} is a layer digest; name an image (name[:tag])"
+            )));
+        }
+        warren_types::validate::image_ref(&r)?;
+        Ok(ImageParam(r))
+    }
+}
+
+/// `GET /v1/images`.
+#[derive(Debug, Serialize)]
+pub struct ImageList {
+    pub images: Vec<ImageInfo>,
+}
+
+pub async fn list(State(m): State<Manager>) -> HttpResult<Json<ImageList>> {
+    Ok(Json(ImageList {
+        images: m.list_images().await?,
+    }))
+}
+
+pub async fn get(
+    State(m): State<Manager>,
+    ImageParam(r): ImageParam,
+) -> HttpResult<Json<ImageInfo>> {
+    Ok(Json(m.image(&r).await?))
+}
+
+pub async fn delete(
+    State(m): State<Manager>,
+    ImageParam(r): ImageParam,
+) -> HttpResult<Json<ImageDeleted>> {
+    Ok(Json(m.delete_image(&r).await?))
+}
+
+pub async fn gc(State(m): State<Manager>) -> HttpResult<Json<GcReport>> {
+    Ok(Json(m.gc_images().await?))
+}
