@@ -1,0 +1,181 @@
+//! Snapshots and templates.
+//!
+//! A snapshot is a directory: `snapshot.json` (format version, the machine it fits),
+//! `memory` (QEMU's migration stream written with `migrate` to `file:`, `mapped-ram` so RAM
+//! pages sit at fixed offsets and zero pages are never written) and `disk.qcow2` (the
+//! writable disk as it was, an overlay of the same base). Saving stops the vCPUs, lifts the
+//! migration bandwidth limit, migrates, copies the disk, and (for a live sandbox) continues.
+//!
+//! A template is a snapshot of a freshly booted VM at "agent ready", one per machine shape,
+//! under `templates/<digest of the machine key>`; later sandboxes restore it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::record::{MachineKey, SnapshotMeta, SNAPSHOT_FORMAT};
+use super::{create, Vm, VmRuntime};
+use crate::{Instance, RuntimeError, SandboxSpec};
+
+/// Migration capabilities both ends enable.
+pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
+
+/// Hostname of a template's guest (every restored sandbox shares it).
+pub const TEMPLATE_HOSTNAME: &str = "sandbox";
+
+/// A saved VM.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub dir: PathBuf,
+    pub meta: SnapshotMeta,
+}
+
+impl Snapshot {
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join("memory")
+    }
+
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+
+    /// Opens a snapshot directory, refusing other formats.
+    pub fn open(dir: &Path) -> Result<Snapshot, RuntimeError> {
+        let p = dir.join("snapshot.json");
+        let s = std::fs::read_to_string(&p)
+            .map_err(|e| RuntimeError::io(format!("read {}", p.display()), e))?;
+        let meta: SnapshotMeta = serde_json::from_str(&s)
+            .map_err(|e| RuntimeError::Vmm(format!("{}: {e}", p.display())))?;
+        if meta.format != SNAPSHOT_FORMAT {
+            return Err(RuntimeError::Vmm(format!(
+                "snapshot format {} (this daemon reads {SNAPSHOT_FORMAT})",
+                meta.format
+            )));
+        }
+        Ok(Snapshot {
+            dir: dir.to_path_buf(),
+            meta,
+        })
+    }
+}
+
+/// Saves `vm` into `dir`. With `keep_running` the VM continues afterwards; otherwise it is
+/// left stopped (templates: the VM is destroyed next).
+pub async fn save(
+    rt: &VmRuntime,
+    vm: &Vm,
+    dir: &Path,
+    keep_running: bool,
+) -> Result<Snapshot, RuntimeError> {
+    let t0 = Instant::now();
+    if dir.exists() {
+        return Err(RuntimeError::Vmm(format!(
+            "{} already exists",
+            dir.display()
+        )));
+    }
+    let tmp = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| RuntimeError::io(format!("create {}", tmp.display()), e))?;
+    let result = async {
+        let q = vm.qmp();
+        let was_running = q.status().await? == "running";
+        q.stop().await?;
+        q.set_capabilities(&CAPABILITIES).await?;
+        q.unlimit_bandwidth().await?;
+        q.migrate(&format!("file:{}", tmp.join("memory").display()))
+            .await?;
+        q.wait_migration(Duration::from_secs(120)).await?;
+        // The disk is consistent now: the migration flushed it and QEMU stopped using it.
+        copy_file(&vm.dir().join("disk.qcow2"), &tmp.join("disk.qcow2"))?;
+        if keep_running && was_running {
+            q.cont().await?;
+        }
+        let _ = rt;
+        Ok::<(), RuntimeError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let meta = SnapshotMeta {
+        format: SNAPSHOT_FORMAT,
+        substrate: vm.machine().substrate.clone(),
+        machine: vm.machine().clone(),
+        created_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        save_secs: t0.elapsed().as_secs_f64(),
+    };
+    let json = serde_json::to_vec_pretty(&meta).expect("meta serializes");
+    std::fs::write(tmp.join("snapshot.json"), json)
+        .map_err(|e| RuntimeError::io("write snapshot.json", e))?;
+    std::fs::rename(&tmp, dir)
+        .map_err(|e| RuntimeError::io(format!("rename {}", dir.display()), e))?;
+    Ok(Snapshot {
+        dir: dir.to_path_buf(),
+        meta,
+    })
+}
+
+/// Copies a (sparse) file, with a reflink where the filesystem can.
+fn copy_file(from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    let out = std::process::Command::new("cp")
+        .args(["--reflink=auto", "--sparse=always"])
+        .arg(from)
+        .arg(to)
+        .output()
+        .map_err(|e| RuntimeError::io("run cp", e))?;
+    if !out.status.success() {
+        return Err(RuntimeError::Vmm(format!(
+            "copy {}: {}",
+            from.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The template of the sandbox's machine shape, made (one boot + one snapshot) if missing.
+pub async fn template(
+    rt: &VmRuntime,
+    spec: &SandboxSpec,
+    layers: &[String],
+) -> Result<Snapshot, RuntimeError> {
+    let key: MachineKey = rt.key(spec, layers).await;
+    let digest = key.digest();
+    let dir = rt.cfg.root.join("templates").join(&digest);
+    if let Ok(s) = Snapshot::open(&dir) {
+        return Ok(s);
+    }
+    let lock = {
+        let mut locks = rt.template_locks.lock().expect("template locks");
+        locks.entry(digest.clone()).or_default().clone()
+    };
+    let _g = lock.lock().await;
+    if let Ok(s) = Snapshot::open(&dir) {
+        return Ok(s);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let t0 = Instant::now();
+    let mut tspec = spec.clone();
+    tspec.id = warren_types::SandboxId::generate(&rt.cfg.node);
+    tspec.hostname = TEMPLATE_HOSTNAME.to_string();
+    let vm = Arc::new(create::boot(rt, &tspec, layers, None).await?);
+    let saved = save(rt, &vm, &dir, false).await;
+    if let Err(e) = vm.destroy().await {
+        tracing::warn!(error = %e, "cannot remove the template's VM");
+    }
+    let snap = saved?;
+    tracing::info!(
+        template = digest,
+        substrate = key.substrate,
+        memory_mb = key.memory_mb,
+        boot_and_save_ms = t0.elapsed().as_millis() as u64,
+        "VM template made"
+    );
+    Ok(snap)
+}
