@@ -33,6 +33,8 @@ fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
         eprintln!("SKIP: VM tests need root");
         return None;
     }
+    // Host tools run through the reaper, as in the daemon.
+    warren_runtime::reaper::start().unwrap();
     let Some(agent) = agent_bin() else {
         eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
         return None;

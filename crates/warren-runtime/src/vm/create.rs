@@ -54,7 +54,7 @@ fn disks(rt: &VmRuntime, layers: &[String], writable: &Path) -> Result<Vec<Disk>
 }
 
 /// The base a fresh writable (or system) disk is an overlay of.
-fn fresh_base(
+async fn fresh_base(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
@@ -69,9 +69,9 @@ fn fresh_base(
             use sha2::{Digest, Sha256};
             hex::encode(Sha256::digest(layers.join(",").as_bytes()))[..16].to_string()
         };
-        disk::system_image(&base, &blobs, &key, spec.limits.disk_mb)
+        disk::system_image(&base, &blobs, &key, spec.limits.disk_mb).await
     } else {
-        disk::empty_ext4(&base, spec.limits.disk_mb)
+        disk::empty_ext4(&base, spec.limits.disk_mb).await
     }
 }
 
@@ -181,7 +181,11 @@ async fn wait_ready(
 }
 
 /// Makes the sandbox's directory and cgroups (memory limit = guest RAM + VMM overhead).
-fn prepare(rt: &VmRuntime, spec: &SandboxSpec, dir: &Path) -> Result<CgroupSet, RuntimeError> {
+async fn prepare(
+    rt: &VmRuntime,
+    spec: &SandboxSpec,
+    dir: &Path,
+) -> Result<CgroupSet, RuntimeError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)
         .map_err(|e| RuntimeError::io(format!("create {}", dir.display()), e))?;
@@ -191,7 +195,7 @@ fn prepare(rt: &VmRuntime, spec: &SandboxSpec, dir: &Path) -> Result<CgroupSet, 
     let mut limits = spec.limits.clone();
     limits.memory_mb += VMM_OVERHEAD_MB;
     if let Err(e) = cgroups.create(&limits) {
-        let _ = futures::executor::block_on(cgroups.remove());
+        let _ = cgroups.remove().await;
         return Err(e);
     }
     Ok(cgroups)
@@ -235,19 +239,20 @@ async fn boot_with(
     timeout: Duration,
 ) -> Result<Vm, RuntimeError> {
     let t0 = Instant::now();
-    let cgroups = prepare(rt, spec, dir)?;
+    let cgroups = prepare(rt, spec, dir).await?;
     let result = async {
-        let base = fresh_base(rt, spec, layers)?;
+        let base = fresh_base(rt, spec, layers).await?;
         let writable = dir.join("disk.qcow2");
-        disk::overlay(&rt.cfg.qemu_img, &base, "raw", &writable)?;
+        disk::overlay(&rt.cfg.qemu_img, &base, "raw", &writable).await?;
         let disks = disks(rt, layers, &writable)?;
+        let initramfs = rt.initramfs().await?;
         let launch = Launch {
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
             cpus: vcpus(spec),
             kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
-            initramfs: &rt.initramfs,
+            initramfs: &initramfs,
             hostname: &spec.hostname,
             disks: &disks,
             dir,
@@ -266,7 +271,13 @@ async fn boot_with(
         }
     };
     tracing::debug!(sandbox = %spec.id, ms = t0.elapsed().as_millis() as u64, accel = accel.as_str(), "VM booted");
-    let key = rt.key(spec, layers).await;
+    let key = match rt.key(spec, layers).await {
+        Ok(k) => k,
+        Err(e) => {
+            cleanup(&cgroups, dir, spec.id.as_str()).await;
+            return Err(e);
+        }
+    };
     Ok(finish(rt, spec, layers, dir, cgroups, s, key, None))
 }
 
@@ -309,7 +320,7 @@ pub async fn restore(
     layers: &[String],
     snap: &Snapshot,
 ) -> Result<Vm, RuntimeError> {
-    let key = rt.key(spec, layers).await;
+    let key = rt.key(spec, layers).await?;
     if snap.meta.machine != key {
         return Err(RuntimeError::StartFailed(format!(
             "snapshot {} was made for another machine ({:?}); this sandbox is {:?}",
@@ -320,19 +331,20 @@ pub async fn restore(
     }
     let t0 = Instant::now();
     let dir = rt.sandbox_dir(spec.id.as_str());
-    let cgroups = prepare(rt, spec, &dir).map_err(as_start_failed)?;
+    let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
     let result = async {
         let writable = dir.join("disk.qcow2");
-        disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable)?;
+        disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?;
         let disks = disks(rt, layers, &writable)?;
         let accel = rt.accel().await;
+        let initramfs = rt.initramfs().await?;
         let launch = Launch {
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
             cpus: vcpus(spec),
             kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
-            initramfs: &rt.initramfs,
+            initramfs: &initramfs,
             hostname: super::snapshot::TEMPLATE_HOSTNAME,
             disks: &disks,
             dir: &dir,
@@ -387,7 +399,7 @@ pub async fn restore(
 /// answer is kept in the runtime's directory (per QEMU and kernel) so restarts skip the probe.
 pub async fn probe_accel(rt: &VmRuntime) -> Accel {
     let cache = rt.cfg.root.join("accel.json");
-    let stamp = format!("{} / {}", rt.qemu_version, rt.kernel);
+    let stamp = format!("{} / {}", rt.qemu_version().await, rt.kernel);
     if let Ok(s) = std::fs::read_to_string(&cache) {
         if let Ok((st, a)) = serde_json::from_str::<(String, Accel)>(&s) {
             if st == stamp {
@@ -437,15 +449,16 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
     // The probe boots the initramfs alone: the agent fails to find its disks, but reaching
     // the kernel's init proves the accelerator works. Without disks the agent powers off; we
     // look for its message on the console.
-    let dir = rt.cfg.root.join("sandboxes").join(spec.id.as_str());
-    let cgroups = prepare(rt, &spec, &dir)?;
+    let dir = rt.sandbox_dir(spec.id.as_str());
+    let initramfs = rt.initramfs().await?;
+    let cgroups = prepare(rt, &spec, &dir).await?;
     let launch = Launch {
         substrate: Substrate::Microvm,
         accel: Accel::Kvm,
         memory_mb: 256,
         cpus: 1,
         kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
-        initramfs: &rt.initramfs,
+        initramfs: &initramfs,
         hostname: "probe",
         disks: &[],
         dir: &dir,

@@ -25,7 +25,7 @@ pub async fn destroy(cgroups: &CgroupSet, dir: &Path) -> Result<(), RuntimeError
 /// owns, and half-written snapshots.
 pub async fn reconcile(rt: &VmRuntime, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
     let mut removed = Vec::new();
-    let dir = rt.cfg.root.join("sandboxes");
+    let dir = rt.sandboxes_dir();
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return Ok(removed);
     };
@@ -43,7 +43,19 @@ pub async fn reconcile(rt: &VmRuntime, known: &[SandboxId]) -> Result<Vec<String
     }
     if let Ok(rd) = std::fs::read_dir(rt.cfg.root.join("templates")) {
         for e in rd.flatten() {
-            if e.path().extension().is_some_and(|x| x == "partial") {
+            // Half-written snapshots of a daemon that died while saving (another daemon may
+            // be writing its own right now: only old ones go).
+            let partial = e
+                .path()
+                .extension()
+                .is_some_and(|x| x.to_string_lossy().starts_with("partial-"));
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+            if partial && old {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

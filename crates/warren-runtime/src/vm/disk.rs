@@ -4,27 +4,22 @@
 //! own overlay; bases are made once and never written again.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use super::tool;
 use crate::RuntimeError;
 
-fn run(what: &str, cmd: &mut Command) -> Result<(), RuntimeError> {
-    let out = cmd
-        .output()
-        .map_err(|e| RuntimeError::io(format!("run {what}"), e))?;
-    if !out.status.success() {
-        return Err(RuntimeError::Vmm(format!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
-}
-
 /// Serializes base-image building within the process and, with a lock file, across daemons.
-fn locked<T>(dir: &Path, f: impl FnOnce() -> Result<T, RuntimeError>) -> Result<T, RuntimeError> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+async fn lock(
+    dir: &Path,
+) -> Result<
+    (
+        tokio::sync::MutexGuard<'static, ()>,
+        nix::fcntl::Flock<std::fs::File>,
+    ),
+    RuntimeError,
+> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let g = LOCK.lock().await;
     std::fs::create_dir_all(dir)
         .map_err(|e| RuntimeError::io(format!("create {}", dir.display()), e))?;
     let file = std::fs::OpenOptions::new()
@@ -33,37 +28,49 @@ fn locked<T>(dir: &Path, f: impl FnOnce() -> Result<T, RuntimeError>) -> Result<
         .write(true)
         .open(dir.join(".lock"))
         .map_err(|e| RuntimeError::io("base lock", e))?;
-    let _fl = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| RuntimeError::io("base lock", e.into()))?;
-    f()
+    // Another daemon may be building the same base: wait for it off the async threads.
+    let fl = tokio::task::spawn_blocking(move || {
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| RuntimeError::io("base lock", e.into()))
+    })
+    .await
+    .map_err(|e| RuntimeError::Vmm(format!("lock task: {e}")))??;
+    Ok((g, fl))
 }
 
 /// An empty ext4 image of `mb` MiB (sparse), shared by every writable disk of that size.
-pub fn empty_ext4(base_dir: &Path, mb: u64) -> Result<PathBuf, RuntimeError> {
+pub async fn empty_ext4(base_dir: &Path, mb: u64) -> Result<PathBuf, RuntimeError> {
     let path = base_dir.join(format!("empty-ext4-{mb}m.raw"));
     if path.exists() {
         return Ok(path);
     }
-    locked(base_dir, || {
-        if path.exists() {
-            return Ok(path.clone());
-        }
-        let tmp = base_dir.join(format!(".empty-{mb}-{}.tmp", std::process::id()));
-        run(
-            "mkfs.ext4",
-            Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,nodiscard"])
-                .args(["-O", "^has_journal"])
-                .arg(&tmp)
-                .arg(format!("{mb}M")),
-        )?;
-        std::fs::rename(&tmp, &path).map_err(|e| RuntimeError::io("rename base", e))?;
-        Ok(path.clone())
-    })
+    let _l = lock(base_dir).await?;
+    if path.exists() {
+        return Ok(path);
+    }
+    let tmp = base_dir.join(format!(".empty-{mb}-{}.tmp", std::process::id()));
+    tool::run(
+        Path::new("/usr/sbin/mkfs.ext4"),
+        &[
+            "-q".into(),
+            "-F".into(),
+            "-m".into(),
+            "0".into(),
+            "-E".into(),
+            "lazy_itable_init=0,nodiscard".into(),
+            "-O".into(),
+            "^has_journal".into(),
+            tmp.display().to_string(),
+            format!("{mb}M"),
+        ],
+    )
+    .await?;
+    std::fs::rename(&tmp, &path).map_err(|e| RuntimeError::io("rename base", e))?;
+    Ok(path)
 }
 
 /// A whole-system ext4 image holding the merged image stack plus `free_mb` of room.
-pub fn system_image(
+pub async fn system_image(
     base_dir: &Path,
     blobs: &[PathBuf],
     key: &str,
@@ -73,9 +80,10 @@ pub fn system_image(
     if path.exists() {
         return Ok(path);
     }
-    locked(base_dir, || {
+    let _l = lock(base_dir).await?;
+    {
         if path.exists() {
-            return Ok(path.clone());
+            return Ok(path);
         }
         let used: u64 = blobs
             .iter()
@@ -111,34 +119,47 @@ pub fn system_image(
             "mkfs.ext4 -q -F -m 0 -O ^has_journal -d {root} '{}' {mb}M\n",
             tmp.display()
         ));
-        let r = run(
-            "building the system disk",
-            Command::new("unshare")
-                .args(["--mount", "--propagation", "private", "sh", "-c"])
-                .arg(&script),
-        );
+        let r = tool::run_str(
+            "/usr/bin/unshare",
+            &["--mount", "--propagation", "private", "sh", "-c", &script],
+        )
+        .await;
         let _ = std::fs::remove_dir_all(&stage);
         if let Err(e) = r {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
         std::fs::rename(&tmp, &path).map_err(|e| RuntimeError::io("rename system image", e))?;
-        Ok(path.clone())
-    })
+        Ok(path)
+    }
 }
 
 /// A qcow2 overlay at `path` whose reads fall through to `backing`.
-pub fn overlay(
+pub async fn overlay(
     qemu_img: &Path,
     backing: &Path,
     backing_fmt: &str,
     path: &Path,
 ) -> Result<(), RuntimeError> {
-    run(
-        "qemu-img create",
-        Command::new(qemu_img)
-            .args(["create", "-q", "-f", "qcow2", "-F", backing_fmt, "-b"])
-            .arg(backing)
-            .arg(path),
+    let args: Vec<String> = ["create", "-q", "-f", "qcow2", "-F", backing_fmt, "-b"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([backing.display().to_string(), path.display().to_string()])
+        .collect();
+    tool::run(qemu_img, &args).await.map(drop)
+}
+
+/// Copies a (sparse) file, with a reflink where the filesystem can.
+pub async fn copy(from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    tool::run(
+        Path::new("/usr/bin/cp"),
+        &[
+            "--reflink=auto".into(),
+            "--sparse=always".into(),
+            from.display().to_string(),
+            to.display().to_string(),
+        ],
     )
+    .await
+    .map(drop)
 }

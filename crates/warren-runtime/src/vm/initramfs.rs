@@ -73,12 +73,12 @@ impl Cpio {
 }
 
 /// The libraries the dynamic loader needs for `bin`, as absolute paths (from `ldd`).
-fn libraries(bin: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
-    let out = std::process::Command::new("ldd")
-        .arg(bin)
-        .output()
-        .map_err(|e| RuntimeError::io("run ldd", e))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+async fn libraries(bin: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+    let text = match super::tool::run_str("/usr/bin/ldd", &[&bin.display().to_string()]).await {
+        Ok(t) => t,
+        // ldd fails on static executables.
+        Err(_) => return Ok(Vec::new()),
+    };
     if text.contains("not a dynamic executable") || text.contains("statically linked") {
         return Ok(Vec::new());
     }
@@ -98,16 +98,19 @@ fn libraries(bin: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
 
 /// The agent without its debug sections when `strip` is there (a smaller archive unpacks
 /// faster and takes less guest memory); as it is otherwise.
-fn stripped(agent: &Path) -> Result<Vec<u8>, RuntimeError> {
+async fn stripped(agent: &Path) -> Result<Vec<u8>, RuntimeError> {
     let tmp = std::env::temp_dir().join(format!("warren-agent-strip-{}", unique()));
-    let ok = std::process::Command::new("strip")
-        .arg("--strip-debug")
-        .arg("-o")
-        .arg(&tmp)
-        .arg(agent)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+    let ok = super::tool::run_str(
+        "/usr/bin/strip",
+        &[
+            "--strip-debug",
+            "-o",
+            &tmp.display().to_string(),
+            &agent.display().to_string(),
+        ],
+    )
+    .await
+    .is_ok();
     let data = if ok { read(&tmp) } else { read(agent) };
     let _ = std::fs::remove_file(&tmp);
     data
@@ -125,7 +128,7 @@ fn read(p: &Path) -> Result<Vec<u8>, RuntimeError> {
 }
 
 /// Builds the initramfs into `dir` (if not there yet) and returns its path.
-pub fn build(agent: &Path, kernel_dir: &Path, dir: &Path) -> Result<PathBuf, RuntimeError> {
+pub async fn build(agent: &Path, kernel_dir: &Path, dir: &Path) -> Result<PathBuf, RuntimeError> {
     let mut entries = vec![
         Entry::Dir("dev".into()),
         Entry::CharDev {
@@ -140,11 +143,11 @@ pub fn build(agent: &Path, kernel_dir: &Path, dir: &Path) -> Result<PathBuf, Run
         Entry::File {
             path: "init".into(),
             mode: 0o755,
-            data: stripped(agent)?,
+            data: stripped(agent).await?,
         },
     ];
     let mut dirs: Vec<String> = Vec::new();
-    for lib in libraries(agent)? {
+    for lib in libraries(agent).await? {
         let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
         let mut parent = Path::new(&rel).parent();
         let mut chain = Vec::new();

@@ -26,12 +26,12 @@ pub mod qemu;
 pub mod qmp;
 mod record;
 mod snapshot;
+mod tool;
 
 use async_trait::async_trait;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use warren_image::ImageStore;
 use warren_types::{NodeId, SandboxId, Substrate};
 
@@ -124,12 +124,11 @@ pub struct VmRuntime {
     substrate: Substrate,
     images: Arc<ImageStore>,
     hierarchy: Hierarchy,
-    initramfs: PathBuf,
+    /// Built on first use (it reads and strips the agent: not worth delaying start-up).
+    initramfs: tokio::sync::OnceCell<PathBuf>,
     kernel: String,
-    qemu_version: String,
+    qemu_version: tokio::sync::OnceCell<String>,
     accel: tokio::sync::OnceCell<Accel>,
-    /// One lock per template being made, so concurrent creations boot it once.
-    template_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl VmRuntime {
@@ -147,17 +146,18 @@ impl VmRuntime {
         if let Some(why) = cfg.unavailable() {
             return Err(RuntimeError::Unsupported(why));
         }
-        let qemu_version = qemu::version(&cfg.qemu)?;
         let kernel = std::fs::read_to_string(cfg.kernel_dir.join("version"))
             .unwrap_or_else(|_| "unknown".into())
             .trim()
             .to_string();
-        for d in ["sandboxes", "templates", "base", "boot"] {
+        for d in ["templates", "base", "boot"] {
             let p = cfg.root.join(d);
             std::fs::create_dir_all(&p)
                 .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
         }
-        let initramfs = initramfs::build(&cfg.agent_bin, &cfg.kernel_dir, &cfg.root.join("boot"))?;
+        let p = cfg.root.join("sandboxes").join(cfg.node.to_string());
+        std::fs::create_dir_all(&p)
+            .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
         let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
         let accel = tokio::sync::OnceCell::new();
         if let Some(a) = cfg.accel {
@@ -168,11 +168,10 @@ impl VmRuntime {
             substrate,
             images,
             hierarchy,
-            initramfs,
+            initramfs: tokio::sync::OnceCell::new(),
             kernel,
-            qemu_version,
+            qemu_version: tokio::sync::OnceCell::new(),
             accel,
-            template_locks: Mutex::default(),
         })
     }
 
@@ -184,7 +183,10 @@ impl VmRuntime {
     pub fn describe(&self) -> String {
         format!(
             "{}; guest kernel {}; accel {}",
-            self.qemu_version,
+            self.qemu_version
+                .get()
+                .cloned()
+                .unwrap_or_else(|| self.cfg.qemu.display().to_string()),
             self.kernel,
             self.accel
                 .get()
@@ -193,8 +195,44 @@ impl VmRuntime {
         )
     }
 
+    /// Sandboxes of this node (several daemons may share `root`: its bases and templates are
+    /// caches for all, its sandboxes belong to one node each).
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.cfg
+            .root
+            .join("sandboxes")
+            .join(self.cfg.node.to_string())
+    }
+
     fn sandbox_dir(&self, id: &str) -> PathBuf {
-        self.cfg.root.join("sandboxes").join(id)
+        self.sandboxes_dir().join(id)
+    }
+
+    /// `qemu-system-x86_64 --version` (asked once).
+    pub async fn qemu_version(&self) -> String {
+        self.qemu_version
+            .get_or_init(|| async {
+                qemu::version(&self.cfg.qemu)
+                    .await
+                    .unwrap_or_else(|e| format!("unknown QEMU ({e})"))
+            })
+            .await
+            .clone()
+    }
+
+    /// The guest's initramfs (built once per agent binary).
+    pub async fn initramfs(&self) -> Result<PathBuf, RuntimeError> {
+        self.initramfs
+            .get_or_try_init(|| async {
+                let (agent, kernel, boot) = (
+                    self.cfg.agent_bin.clone(),
+                    self.cfg.kernel_dir.clone(),
+                    self.cfg.root.join("boot"),
+                );
+                initramfs::build(&agent, &kernel, &boot).await
+            })
+            .await
+            .cloned()
     }
 
     /// The acceleration in use: KVM if a guest really boots with it, else TCG (probed once).
@@ -205,8 +243,9 @@ impl VmRuntime {
             .await
     }
 
-    async fn key(&self, spec: &SandboxSpec, layers: &[String]) -> MachineKey {
-        MachineKey {
+    async fn key(&self, spec: &SandboxSpec, layers: &[String]) -> Result<MachineKey, RuntimeError> {
+        let initramfs = self.initramfs().await?;
+        Ok(MachineKey {
             layout: record::MACHINE_LAYOUT,
             substrate: self.substrate.as_str().to_string(),
             layers: layers.to_vec(),
@@ -215,13 +254,12 @@ impl VmRuntime {
             disk_mb: spec.limits.disk_mb,
             accel: self.accel().await.as_str().to_string(),
             kernel: self.kernel.clone(),
-            initramfs: self
-                .initramfs
+            initramfs: initramfs
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            qemu: self.qemu_version.clone(),
-        }
+            qemu: self.qemu_version().await,
+        })
     }
 
     fn resolve(&self, spec: &SandboxSpec) -> Result<Vec<String>, RuntimeError> {

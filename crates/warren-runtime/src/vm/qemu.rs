@@ -175,19 +175,14 @@ pub fn log_tail(dir: &Path) -> String {
 }
 
 /// `qemu-system-x86_64 --version`, first line.
-pub fn version(qemu: &Path) -> Result<String, RuntimeError> {
-    let out = std::process::Command::new(qemu)
-        .arg("--version")
-        .output()
+pub async fn version(qemu: &Path) -> Result<String, RuntimeError> {
+    let out = super::tool::run(qemu, &["--version".to_string()])
+        .await
         .map_err(|e| {
             RuntimeError::Unsupported(format!(
                 "{} cannot run ({e}): install qemu-system-x86 (scripts/setup.sh)",
                 qemu.display()
             ))
         })?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string())
+    Ok(out.lines().next().unwrap_or("").to_string())
 }

@@ -23,6 +23,12 @@ pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
 /// Hostname of a template's guest (every restored sandbox shares it).
 pub const TEMPLATE_HOSTNAME: &str = "sandbox";
 
+/// One lock per template being made (for every runtime of the process), so concurrent
+/// creations of one machine shape boot it once.
+static TEMPLATE_LOCKS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+> = std::sync::LazyLock::new(Default::default);
+
 /// A saved VM.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -74,8 +80,11 @@ pub async fn save(
             dir.display()
         )));
     }
-    let tmp = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&tmp);
+    // Unique: daemons sharing the directory may save the same template at once; the first
+    // rename wins and the others use it.
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let tmp = dir.with_extension(format!("partial-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&tmp)
         .map_err(|e| RuntimeError::io(format!("create {}", tmp.display()), e))?;
     let result = async {
@@ -88,7 +97,7 @@ pub async fn save(
             .await?;
         q.wait_migration(Duration::from_secs(120)).await?;
         // The disk is consistent now: the migration flushed it and QEMU stopped using it.
-        copy_file(&vm.dir().join("disk.qcow2"), &tmp.join("disk.qcow2"))?;
+        super::disk::copy(&vm.dir().join("disk.qcow2"), &tmp.join("disk.qcow2")).await?;
         if keep_running && was_running {
             q.cont().await?;
         }
@@ -113,30 +122,16 @@ pub async fn save(
     let json = serde_json::to_vec_pretty(&meta).expect("meta serializes");
     std::fs::write(tmp.join("snapshot.json"), json)
         .map_err(|e| RuntimeError::io("write snapshot.json", e))?;
-    std::fs::rename(&tmp, dir)
-        .map_err(|e| RuntimeError::io(format!("rename {}", dir.display()), e))?;
+    if let Err(e) = std::fs::rename(&tmp, dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        // Another daemon saved the same template first.
+        return Snapshot::open(dir)
+            .map_err(|_| RuntimeError::io(format!("rename {}", dir.display()), e));
+    }
     Ok(Snapshot {
         dir: dir.to_path_buf(),
         meta,
     })
-}
-
-/// Copies a (sparse) file, with a reflink where the filesystem can.
-fn copy_file(from: &Path, to: &Path) -> Result<(), RuntimeError> {
-    let out = std::process::Command::new("cp")
-        .args(["--reflink=auto", "--sparse=always"])
-        .arg(from)
-        .arg(to)
-        .output()
-        .map_err(|e| RuntimeError::io("run cp", e))?;
-    if !out.status.success() {
-        return Err(RuntimeError::Vmm(format!(
-            "copy {}: {}",
-            from.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
 }
 
 /// The template of the sandbox's machine shape, made (one boot + one snapshot) if missing.
@@ -145,14 +140,14 @@ pub async fn template(
     spec: &SandboxSpec,
     layers: &[String],
 ) -> Result<Snapshot, RuntimeError> {
-    let key: MachineKey = rt.key(spec, layers).await;
+    let key: MachineKey = rt.key(spec, layers).await?;
     let digest = key.digest();
     let dir = rt.cfg.root.join("templates").join(&digest);
     if let Ok(s) = Snapshot::open(&dir) {
         return Ok(s);
     }
     let lock = {
-        let mut locks = rt.template_locks.lock().expect("template locks");
+        let mut locks = TEMPLATE_LOCKS.lock().expect("template locks");
         locks.entry(digest.clone()).or_default().clone()
     };
     let _g = lock.lock().await;
@@ -169,7 +164,11 @@ pub async fn template(
     if let Err(e) = vm.destroy().await {
         tracing::warn!(error = %e, "cannot remove the template's VM");
     }
-    let snap = saved?;
+    // Another daemon sharing the directory may have saved the same template first.
+    let snap = match saved {
+        Ok(s) => s,
+        Err(e) => Snapshot::open(&dir).map_err(|_| e)?,
+    };
     tracing::info!(
         template = digest,
         substrate = key.substrate,
