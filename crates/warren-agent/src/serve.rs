@@ -170,7 +170,10 @@ where
                 });
             }
             Kind::Init => {
-                if let Ok(Init::Hello { .. }) = frame.parse::<Init>() {
+                if let Ok(Init::Hello { hostname, .. }) = frame.parse::<Init>() {
+                    if let Some(h) = hostname {
+                        let _ = warren_sys::ns::set_hostname(&h);
+                    }
                     let _ = out
                         .send(Frame::json(
                             0,

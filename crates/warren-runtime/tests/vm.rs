@@ -213,6 +213,12 @@ async fn template_restores_are_independent_and_snapshots_keep_processes() {
         .expect("create b");
     eprintln!("create by template restore: {:?}", t.elapsed());
     assert!(vm_of(&b).machine().memory_mb == 256);
+    let (_, host) = run(&b, "hostname").await;
+    assert_eq!(
+        host.trim(),
+        "vmbox",
+        "a restored sandbox takes its own hostname"
+    );
 
     // Independent disks: what one writes the other never sees.
     write(&a, "/root/who", b"a").await;

@@ -69,6 +69,7 @@ async fn reconnect(path: &std::path::Path) -> Result<UnixStream, RuntimeError> {
         Kind::Init,
         &Init::Hello {
             version: PROTOCOL_VERSION,
+            hostname: None,
         },
     )
     .write_async(&mut stream)

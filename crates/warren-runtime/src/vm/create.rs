@@ -366,6 +366,7 @@ pub async fn restore(
             Kind::Init,
             &Init::Hello {
                 version: PROTOCOL_VERSION,
+                hostname: Some(spec.hostname.clone()),
             },
         )
         .write_async(&mut s.agent)
