@@ -217,6 +217,14 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
         let target = new_root.join(&d[1..]);
         mount(Some(d), &target, None, Flags::MS_MOVE, None).map_err(|e| e.to_string())?;
     }
+    // Free the initramfs: its pages would otherwise stay in guest memory (and in every
+    // snapshot). The running agent keeps what it has mapped.
+    for p in ["/init", "/modules.order"] {
+        let _ = std::fs::remove_file(p);
+    }
+    for d in ["/modules", "/lib", "/lib64", "/usr"] {
+        let _ = std::fs::remove_dir_all(d);
+    }
     warren_sys::guest::switch_root(new_root).map_err(|e| e.to_string())?;
     let _ = std::fs::create_dir_all("/dev/pts");
     let _ = mount(

@@ -333,11 +333,12 @@ pub async fn restore(
     let dir = rt.sandbox_dir(spec.id.as_str());
     let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
     let result = async {
+        let t_prepared = t0.elapsed();
         let writable = dir.join("disk.qcow2");
         disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?;
         let disks = disks(rt, layers, &writable)?;
         let accel = rt.accel().await;
-        let initramfs = rt.initramfs().await?;
+        let initramfs = super::initramfs::empty(&rt.cfg.root.join("boot"))?;
         let launch = Launch {
             substrate: rt.substrate,
             accel,
@@ -350,7 +351,9 @@ pub async fn restore(
             dir: &dir,
             incoming: true,
         };
+        let t_disk = t0.elapsed();
         let mut s = start(rt, &launch, &cgroups).await?;
+        let t_started = t0.elapsed();
         s.qmp
             .set_capabilities(&super::snapshot::CAPABILITIES)
             .await?;
@@ -358,6 +361,7 @@ pub async fn restore(
             .migrate_incoming(&format!("file:{}", snap.memory().display()))
             .await?;
         s.qmp.wait_migration(RESTORE_TIMEOUT).await?;
+        let t_migrated = t0.elapsed();
         if s.qmp.status().await? != "running" {
             s.qmp.cont().await?;
         }
@@ -373,6 +377,15 @@ pub async fn restore(
         .await
         .map_err(|e| RuntimeError::StartFailed(format!("greeting the restored agent: {e}")))?;
         wait_ready(&mut s, &dir, RESTORE_TIMEOUT, "restore").await?;
+        tracing::debug!(
+            sandbox = %spec.id,
+            prepared_us = t_prepared.as_micros() as u64,
+            disk_us = t_disk.as_micros() as u64,
+            qemu_started_us = t_started.as_micros() as u64,
+            migrated_us = t_migrated.as_micros() as u64,
+            ready_us = t0.elapsed().as_micros() as u64,
+            "VM restore phases"
+        );
         Ok::<Started, RuntimeError>(s)
     }
     .await;

@@ -88,6 +88,7 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
     push(&["-initrd", &l.initramfs.display().to_string()]);
     let cmdline = format!(
         "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check pci=noaer random.trust_cpu=on \
+         init_on_free=1 \
          warren.disks={} warren.hostname={}",
         l.disks.len(),
         l.hostname

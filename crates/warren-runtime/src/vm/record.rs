@@ -11,7 +11,7 @@ pub const SNAPSHOT_FORMAT: u32 = 1;
 
 /// Bumped when the VMM's command line or device layout changes: snapshots of another
 /// layout cannot be restored.
-pub const MACHINE_LAYOUT: u32 = 1;
+pub const MACHINE_LAYOUT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VmRecord {

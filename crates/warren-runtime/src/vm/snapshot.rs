@@ -160,6 +160,18 @@ pub async fn template(
     tspec.id = warren_types::SandboxId::generate(&rt.cfg.node);
     tspec.hostname = TEMPLATE_HOSTNAME.to_string();
     let vm = Arc::new(create::boot(rt, &tspec, layers, None).await?);
+    // Run the commands a first call runs, so their files are in the guest's page cache of
+    // the template (a restored VM would otherwise read them from its disks first).
+    for argv in [&["true"][..], &["/bin/sh", "-c", "true"][..]] {
+        let spec = warren_proto::ExecSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            output_cap: 4096,
+            ..Default::default()
+        };
+        if let Err(e) = vm.agent().exec(spec, None).await {
+            tracing::warn!(error = %e, "warming the template's page cache");
+        }
+    }
     let saved = save(rt, &vm, &dir, false).await;
     if let Err(e) = vm.destroy().await {
         tracing::warn!(error = %e, "cannot remove the template's VM");

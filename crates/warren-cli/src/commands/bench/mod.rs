@@ -10,10 +10,14 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
+//!
+//! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
 
 mod baselines;
 mod measure;
 mod replay;
+mod vm;
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -33,6 +37,8 @@ pub enum Which {
     Density,
     Replay,
     All,
+    /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
+    Vm,
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,10 +47,11 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, vm 8]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
-    /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
+    /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
+    /// microVMs measured for memory [default: 8]
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
     /// Image of the benchmark sandboxes
@@ -360,6 +367,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if args.which == Which::Vm {
+        let vms = args.concurrency.unwrap_or(8);
+        return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+    }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;
     client
