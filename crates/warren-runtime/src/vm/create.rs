@@ -20,6 +20,8 @@ use crate::{RuntimeError, SandboxSpec};
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest a restore may take until the agent answers.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Where the probe's answer is kept (tmpfs: forgotten when the host reboots).
+const ACCEL_CACHE: &str = "/run/warren/vm-accel.json";
 /// How long a KVM probe boot may take before KVM is declared unusable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -410,9 +412,13 @@ pub async fn restore(
 }
 
 /// KVM if `/dev/kvm` opens *and* a guest boots with it; otherwise TCG, with a warning. The
-/// answer is kept in the runtime's directory (per QEMU and kernel) so restarts skip the probe.
+/// answer is kept per QEMU and kernel version in `/run/warren/vm-accel.json` (a property of
+/// the host until it reboots, shared by every daemon) so later starts skip the probe.
 pub async fn probe_accel(rt: &VmRuntime) -> Accel {
-    let cache = rt.cfg.root.join("accel.json");
+    let cache = std::path::Path::new(ACCEL_CACHE);
+    if let Some(dir) = cache.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let stamp = format!("{} / {}", rt.qemu_version().await, rt.kernel);
     if let Ok(s) = std::fs::read_to_string(&cache) {
         if let Ok((st, a)) = serde_json::from_str::<(String, Accel)>(&s) {
