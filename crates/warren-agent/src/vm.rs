@@ -306,15 +306,18 @@ impl AsyncWrite for Port {
     }
 }
 
-/// True when the host has sent something (a connected daemon's first frame).
-fn has_input(fd: &OwnedFd) -> bool {
+/// True when a host is connected and has sent something (a daemon's first frame). While no
+/// host is connected the port polls readable *and* hung up (reads return end-of-file).
+fn host_sent_data(fd: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
-        && fds[0]
-            .revents()
-            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+    if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+        return false;
+    }
+    fds[0]
+        .revents()
+        .is_some_and(|r| r.contains(PollFlags::POLLIN) && !r.contains(PollFlags::POLLHUP))
 }
 
 fn serve(port: PathBuf) -> ! {
@@ -360,9 +363,13 @@ fn serve(port: PathBuf) -> ! {
         log("ready");
         loop {
             crate::serve::serve_conn(Port { fd: fd.clone() }, state.clone()).await;
-            // Nobody is connected: wait for the next host connection's first bytes.
-            while !has_input(fd.get_ref()) {
+            // Nobody is connected: wait (never spin: every pass of this loop allocates a
+            // connection's tasks) for the next host connection's first bytes.
+            loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                if host_sent_data(fd.get_ref()) {
+                    break;
+                }
             }
         }
     });

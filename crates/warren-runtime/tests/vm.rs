@@ -190,6 +190,7 @@ async fn microvm_boots_runs_commands_and_files_and_leaves_nothing() {
     sb.destroy().await.unwrap();
     assert_gone(pid, &dir);
     sb.destroy().await.expect("destroy is idempotent");
+    env.rt.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,6 +279,7 @@ async fn template_restores_are_independent_and_snapshots_keep_processes() {
         assert_gone(pid, &dir);
     }
     std::fs::remove_dir_all(&snapdir).unwrap();
+    env.rt.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,6 +300,7 @@ async fn killed_qemu_is_noticed() {
     assert!(sb.agent().exec(sh("true"), None).await.is_err());
     sb.destroy().await.unwrap();
     assert_gone(pid, &dir);
+    env.rt.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,4 +329,5 @@ async fn full_vm_boots_from_a_system_disk_on_a_backing_chain() {
     );
     sb.destroy().await.unwrap();
     assert_gone(pid, &dir);
+    env.rt.shutdown();
 }

@@ -424,7 +424,9 @@ impl Runtime for VmRuntime {
         destroy::reconcile(self, known).await
     }
 
+    /// Removes the node's (empty) parent cgroups and sandbox directory; live VMs keep both.
     fn shutdown(&self) {
         self.hierarchy.remove_parents_if_empty();
+        let _ = std::fs::remove_dir(self.sandboxes_dir());
     }
 }

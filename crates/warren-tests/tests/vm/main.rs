@@ -52,11 +52,26 @@ async fn microvm_survives_a_restart_fails_when_its_vmm_dies_and_leaves_nothing()
     let (dir_a, dir_b) = (dir_of(&a.id), dir_of(&b.id));
     assert!(dir_a.join("agent.sock").exists() && dir_a.join("disk.qcow2").exists());
 
-    // A restarted daemon re-adopts the running VM: its files and QEMU are the same.
+    // A daemon away for a while, then restarted, re-adopts the running VM: its files and
+    // QEMU are the same, and the guest's agent waited without growing.
     let qemu_a = qemu_of(&a.id).expect("QEMU of a");
-    d.restart().await;
+    let rss = |s: String| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before = rss(d.sh_ok(&a.id, "cat /proc/1/status").await);
+    assert!(d.stop().await.success());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    d.spawn().await;
     assert_eq!(d.sh_ok(&a.id, "cat /root/f").await.trim(), "kept");
     assert_eq!(qemu_of(&a.id), Some(qemu_a));
+    let after = rss(d.sh_ok(&a.id, "cat /proc/1/status").await);
+    assert!(
+        after < before + 8 * 1024,
+        "the guest agent grew from {before} to {after} KiB while the daemon was away"
+    );
 
     // The VMM dies: the sandbox is reported failed.
     let qemu_b = qemu_of(&b.id).expect("QEMU of b");
