@@ -420,7 +420,7 @@ pub async fn probe_accel(rt: &VmRuntime) -> Accel {
         let _ = std::fs::create_dir_all(dir);
     }
     let stamp = format!("{} / {}", rt.qemu_version().await, rt.kernel);
-    if let Ok(s) = std::fs::read_to_string(&cache) {
+    if let Ok(s) = std::fs::read_to_string(cache) {
         if let Ok((st, a)) = serde_json::from_str::<(String, Accel)>(&s) {
             if st == stamp {
                 return a;
