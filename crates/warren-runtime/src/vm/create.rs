@@ -448,7 +448,7 @@ pub async fn probe_accel(rt: &VmRuntime) -> Accel {
         }
     };
     let _ = std::fs::write(
-        &cache,
+        cache,
         serde_json::to_string(&(stamp, accel)).unwrap_or_default(),
     );
     accel
