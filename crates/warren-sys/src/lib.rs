@@ -12,6 +12,7 @@ pub mod guest;
 pub mod landlock;
 pub mod mount;
 pub mod net;
+pub mod nft;
 pub mod ns;
 pub mod pidfd;
 pub mod process;
