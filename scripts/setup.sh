@@ -6,6 +6,8 @@
 # 1. Installs the Debian packages Warren needs (apt is skipped when all are already installed).
 # 2. Checks the Rust toolchain (cargo, rustfmt, clippy) and installs cargo-nextest if missing.
 # 3. Builds the default image's rootfs once (scripts/build-default-image.sh --rootfs-only).
+# 4. Adds Debian bookworm-backports, installs QEMU 10 from it and fetches the guest kernel of
+#    the microvm and vm substrates (scripts/build-guest.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ PACKAGES=(
     build-essential pkg-config          # Rust crates that build C
     erofs-utils                         # mkfs.erofs for image layers
     docker-registry                     # OCI registry on loopback for image import tests
+    e2fsprogs                           # mkfs.ext4 for VM disks
     debootstrap                         # the default image's rootfs
     bubblewrap crun runc podman         # baselines for bench-baselines.sh
     nftables iproute2                   # sandbox networking
@@ -66,6 +69,28 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked cargo-nextest
 fi
 log "$(cargo nextest --version 2>/dev/null | head -n 1)"
+
+# QEMU 10 (snapshots with mapped-ram) is in bookworm-backports, not in the default sources.
+BACKPORTS=/etc/apt/sources.list.d/debian-backports.sources
+if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    uri="$(awk '/^URIs:/ && /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    [[ -n "$uri" ]] || uri="$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+    [[ -n "$uri" ]] || uri=http://deb.debian.org/debian
+    log "adding bookworm-backports ($uri)"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$uri" > "$BACKPORTS"
+    apt-get -o DPkg::Lock::Timeout=600 update -q
+fi
+qemu_version="$(dpkg-query -W -f='${db:Status-Status} ${Version}' qemu-system-x86 2>/dev/null || true)"
+if [[ ! "$qemu_version" =~ ^installed\ 1:1[0-9]\. ]]; then
+    log "installing qemu-system-x86 (10.x) from bookworm-backports"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
+        --no-install-recommends -t bookworm-backports qemu-system-x86 qemu-utils
+fi
+log "$(qemu-system-x86_64 --version | head -n 1)"
+
+log "guest kernel for VMs"
+scripts/build-guest.sh
 
 log "default image rootfs"
 scripts/build-default-image.sh --rootfs-only

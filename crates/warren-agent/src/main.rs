@@ -1,5 +1,8 @@
 //! `warren-agent`: the process at the root of every sandbox.
 //!
+//! In a VM it is the guest's init (see [`vm`]): it builds the root filesystem from its disks
+//! and serves the same protocol over a virtio-serial port.
+//!
 //! It is started by the node daemon with the control socket on fd 3 and nothing else. For a
 //! container it first builds the sandbox (see [`setup`]): unshares the namespaces, waits for
 //! the daemon to write its id maps, forks PID 1 of the new pid namespace and builds the root
@@ -15,6 +18,7 @@ mod reaper;
 mod serve;
 mod setup;
 mod users;
+mod vm;
 
 use std::os::fd::OwnedFd;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
@@ -45,6 +49,11 @@ fn hold_userns(mut ctl: std::os::unix::net::UnixStream) -> ! {
 }
 
 fn main() {
+    // PID 1 of a whole machine: the init of a VM guest (a container's PID 1 is forked from
+    // an agent that already runs, never exec'd).
+    if std::process::id() == 1 {
+        vm::main();
+    }
     let _ = warren_sys::process::set_non_dumpable();
     let ctl: OwnedFd = match warren_sys::fd::inherited(CONTROL_FD) {
         Ok(fd) => fd,

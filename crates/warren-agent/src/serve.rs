@@ -48,6 +48,15 @@ pub async fn event(out: &Out, stream: u32, ev: &Event) -> bool {
     out.send(Frame::json(stream, Kind::Event, ev)).await.is_ok()
 }
 
+/// The agent's shared state, made once per agent.
+pub fn new_state() -> Rc<State> {
+    Rc::new(State {
+        reaper: Reaper::start(),
+        procs: Procs::default(),
+        active: RefCell::default(),
+    })
+}
+
 pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
     if seccomp {
         if let Err(e) = warren_sys::seccomp::apply_sandbox_filter() {
@@ -61,11 +70,7 @@ pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
         .expect("runtime");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let state = Rc::new(State {
-            reaper: Reaper::start(),
-            procs: Procs::default(),
-            active: RefCell::default(),
-        });
+        let state = new_state();
         ctl.set_nonblocking(true)
             .expect("nonblocking control socket");
         let mut conn = UnixStream::from_std(ctl).expect("control socket");
@@ -111,8 +116,13 @@ async fn park_for_reconnect() -> Option<UnixStream> {
     }
 }
 
-async fn serve_conn(conn: UnixStream, state: Rc<State>) {
-    let (mut rd, mut wr) = conn.into_split();
+/// Serves one connection until the daemon goes away. Any byte stream will do: a socket for
+/// containers, a virtio-serial port in a VM.
+pub async fn serve_conn<S>(conn: S, state: Rc<State>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(conn);
     let (out, mut out_rx) = mpsc::channel::<Frame>(256);
     let writer = tokio::task::spawn_local(async move {
         let mut buf = bytes::BytesMut::with_capacity(1 << 16);
@@ -160,7 +170,10 @@ async fn serve_conn(conn: UnixStream, state: Rc<State>) {
                 });
             }
             Kind::Init => {
-                if let Ok(Init::Hello { .. }) = frame.parse::<Init>() {
+                if let Ok(Init::Hello { hostname, .. }) = frame.parse::<Init>() {
+                    if let Some(h) = hostname {
+                        let _ = warren_sys::ns::set_hostname(&h);
+                    }
                     let _ = out
                         .send(Frame::json(
                             0,

@@ -168,8 +168,13 @@ pub enum Init {
     Container { version: u32, config: ContainerInit },
     /// The daemon wrote the uid/gid maps.
     Mapped,
-    /// A (re)connected daemon greets an agent that already serves.
-    Hello { version: u32 },
+    /// A (re)connected daemon greets an agent that already serves. `hostname`, when given,
+    /// is set first (a VM restored from a template takes the new sandbox's name).
+    Hello {
+        version: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hostname: Option<String>,
+    },
 }
 
 /// Agent → daemon on stream 0 during start-up.

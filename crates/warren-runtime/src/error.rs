@@ -28,6 +28,8 @@ pub enum RuntimeError {
     Adopt(String),
     #[error("{0}")]
     Unsupported(String),
+    #[error("virtual machine monitor: {0}")]
+    Vmm(String),
 }
 
 impl RuntimeError {
@@ -50,7 +52,8 @@ impl RuntimeError {
             RuntimeError::Protocol(_)
             | RuntimeError::Sys(_)
             | RuntimeError::Io { .. }
-            | RuntimeError::Adopt(_) => ErrorCode::Internal,
+            | RuntimeError::Adopt(_)
+            | RuntimeError::Vmm(_) => ErrorCode::Internal,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod container;
 pub mod error;
 pub mod reaper;
 pub mod security;
+pub mod vm;
 
 use async_trait::async_trait;
 use std::collections::BTreeMap;

@@ -22,6 +22,7 @@ use warren_image::ImageStore;
 use warren_node::{Manager, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
 use warren_runtime::security::SecurityReport;
+use warren_runtime::vm::{Accel, VmConfig, VmRuntime};
 use warren_types::NodeId;
 
 /// How long open streams and terminals may take to finish after a shutdown signal.
@@ -60,6 +61,19 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Working directory of the microvm and vm substrates: sandboxes' disks and sockets,
+    /// templates, base disks (default: STATE_DIR/vm). Daemons may share one.
+    #[arg(long, env = "WARREN_VM_DIR")]
+    vm_dir: Option<PathBuf>,
+    /// Guest kernel and modules of the VM substrates (scripts/build-guest.sh).
+    #[arg(long, default_value = "/var/cache/warren/guest/current")]
+    guest_kernel: PathBuf,
+    /// VM acceleration: auto (KVM when a guest really boots with it, else TCG), kvm or tcg.
+    #[arg(long, env = "WARREN_VM_ACCEL", default_value = "auto", value_parser = ["auto", "kvm", "tcg"])]
+    vm_accel: String,
+    /// Create VMs by restoring a per-machine-shape template snapshot instead of booting.
+    #[arg(long, env = "WARREN_VM_TEMPLATES", default_value_t = true, action = clap::ArgAction::Set)]
+    vm_templates: bool,
     /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
     /// kernel's ABI otherwise).
     #[arg(long)]
@@ -186,6 +200,45 @@ async fn shutdown_signal() -> Result<&'static str> {
     })
 }
 
+/// The microvm and vm runtimes, or none (with a warning saying why) on a host without QEMU
+/// or a guest kernel: the node then serves containers only.
+fn vm_runtimes(
+    args: &Args,
+    agent: &Path,
+    images: &Arc<ImageStore>,
+) -> Vec<Arc<dyn warren_runtime::Runtime>> {
+    let root = args
+        .vm_dir
+        .clone()
+        .unwrap_or_else(|| args.state_dir.join("vm"));
+    let mut cfg = VmConfig::new(args.node.clone(), agent.to_path_buf(), root);
+    cfg.kernel_dir = args.guest_kernel.clone();
+    cfg.templates = args.vm_templates;
+    cfg.accel = match args.vm_accel.as_str() {
+        "kvm" => Some(Accel::Kvm),
+        "tcg" => Some(Accel::Tcg),
+        _ => None,
+    };
+    if let Some(why) = cfg.unavailable() {
+        warn!(reason = why, "VM substrates (microvm, vm) disabled");
+        return Vec::new();
+    }
+    let mut out: Vec<Arc<dyn warren_runtime::Runtime>> = Vec::new();
+    for substrate in [
+        warren_types::Substrate::Microvm,
+        warren_types::Substrate::Vm,
+    ] {
+        match VmRuntime::new(cfg.clone(), substrate, images.clone()) {
+            Ok(rt) => {
+                info!(substrate = substrate.as_str(), host = %rt.describe(), templates = cfg.templates, "VM runtime ready");
+                out.push(Arc::new(rt));
+            }
+            Err(e) => warn!(substrate = substrate.as_str(), error = %e, "VM substrate disabled"),
+        }
+    }
+    out
+}
+
 async fn run(args: Args) -> Result<()> {
     check_socket(&args.socket)?;
     // Before anything touches host objects: one daemon per node id per host (they share the
@@ -194,7 +247,7 @@ async fn run(args: Args) -> Result<()> {
     let state = args.state_dir.join("state.redb");
     let store = Store::open(&state)
         .with_context(|| format!("opening the state store {}", state.display()))?;
-    let agent = match args.agent {
+    let agent = match args.agent.clone() {
         Some(a) => a,
         None => default_agent()?,
     };
@@ -215,10 +268,12 @@ async fn run(args: Args) -> Result<()> {
     let runtime = ContainerRuntime::new(container, images.clone())
         .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
+    let mut runtimes: Vec<Arc<dyn warren_runtime::Runtime>> = vec![Arc::new(runtime)];
+    runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     cfg.security = security;
-    let manager = Manager::new(cfg, vec![Arc::new(runtime)], store).with_image_store(images);
+    let manager = Manager::new(cfg, runtimes, store).with_image_store(images);
     let net_cfg = match &args.network_config {
         Some(p) => warren_net::NetConfig::load(p)?,
         None => warren_net::NetConfig::default(),

@@ -91,6 +91,7 @@ async fn reconnect(rec: &ContainerRecord) -> Result<UnixStream, RuntimeError> {
         Kind::Init,
         &Init::Hello {
             version: PROTOCOL_VERSION,
+            hostname: None,
         },
     )
     .write_async(&mut stream)

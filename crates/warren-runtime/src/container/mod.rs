@@ -29,7 +29,7 @@ use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
 use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
 
-pub use record::ContainerRecord;
+pub use record::{start_time, ContainerRecord};
 
 /// Configuration of the container substrate.
 #[derive(Debug, Clone)]

@@ -282,7 +282,8 @@ impl Daemon {
         self.child.as_ref().map(|c| c.id())
     }
 
-    async fn spawn(&mut self) {
+    /// Starts the daemon process again (after [`Daemon::stop`]).
+    pub async fn spawn(&mut self) {
         let log = OpenOptions::new()
             .create(true)
             .append(true)

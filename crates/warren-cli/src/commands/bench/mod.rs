@@ -12,12 +12,16 @@
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 //! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
+//! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
+//!
+//! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
 
 mod baselines;
 mod measure;
 mod neighbour;
 mod net;
 mod replay;
+mod vm;
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -40,6 +44,8 @@ pub enum Which {
     Neighbour,
     Net,
     All,
+    /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
+    Vm,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,10 +55,11 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
-    /// neighbour 200 per phase, net 100]
+    /// neighbour 200 per phase, net 100, vm 8]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
-    /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
+    /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
+    /// microVMs measured for memory [default: 8]
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
     /// Image of the benchmark sandboxes
@@ -410,6 +417,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if args.which == Which::Vm {
+        let vms = args.concurrency.unwrap_or(8);
+        return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+    }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;
     client

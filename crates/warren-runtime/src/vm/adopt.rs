@@ -1,0 +1,96 @@
+//! Re-attaching to a running VM after a daemon restart: QEMU keeps running on its own; its
+//! agent socket accepts the new daemon, which greets the agent with `Init::Hello`.
+
+use std::time::Duration;
+use tokio::net::UnixStream;
+use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+
+use super::record::{start_time, MachineKey, VmRecord, RECORD_VERSION};
+use super::{create, qemu, qmp::Qmp, Vm, VmRuntime};
+use crate::agent::AgentConn;
+use crate::{RuntimeError, SandboxSpec};
+
+pub async fn adopt(
+    rt: &VmRuntime,
+    spec: &SandboxSpec,
+    record: &serde_json::Value,
+) -> Result<Vm, RuntimeError> {
+    let bad = |e: serde_json::Error| RuntimeError::Adopt(format!("bad record: {e}"));
+    let rec: VmRecord =
+        serde_json::from_value(record.get("vm").cloned().unwrap_or_default()).map_err(bad)?;
+    let key: MachineKey =
+        serde_json::from_value(record.get("machine").cloned().unwrap_or_default()).map_err(bad)?;
+    if rec.version != RECORD_VERSION {
+        return Err(RuntimeError::Adopt(format!(
+            "record version {} (this daemon reads {RECORD_VERSION})",
+            rec.version
+        )));
+    }
+    if start_time(rec.qemu_pid) != Some(rec.qemu_start_time) {
+        return Err(RuntimeError::Adopt(
+            "the VM's QEMU is no longer running".into(),
+        ));
+    }
+    let cgroups = rt.hierarchy.set_for(spec.id.as_str());
+    if !cgroups.contains(rec.qemu_pid) {
+        return Err(RuntimeError::Adopt(
+            "QEMU is not in the sandbox's cgroup".into(),
+        ));
+    }
+    let exited = create::watch_exit(rec.qemu_pid)?;
+    let qmp = Qmp::connect(&qemu::qmp_socket(&rec.dir), Duration::from_secs(3)).await?;
+    let paused = qmp.status().await? == "paused";
+    if paused {
+        qmp.cont().await?;
+    }
+    let stream = reconnect(&qemu::agent_socket(&rec.dir)).await;
+    if paused {
+        qmp.stop().await?;
+    }
+    let stream = stream?;
+    Ok(Vm {
+        id: spec.id.clone(),
+        agent: AgentConn::new(stream),
+        qmp,
+        cgroups,
+        record: rec,
+        key,
+        paused: paused.into(),
+        exited,
+    })
+}
+
+async fn reconnect(path: &std::path::Path) -> Result<UnixStream, RuntimeError> {
+    let mut stream = UnixStream::connect(path)
+        .await
+        .map_err(|e| RuntimeError::Adopt(format!("agent socket: {e}")))?;
+    Frame::json(
+        0,
+        Kind::Init,
+        &Init::Hello {
+            version: PROTOCOL_VERSION,
+            hostname: None,
+        },
+    )
+    .write_async(&mut stream)
+    .await
+    .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+    let ready = async {
+        loop {
+            let f = Frame::read_async(&mut stream)
+                .await
+                .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+            if f.kind == Kind::Init {
+                if let Ok(InitReply::Ready { .. }) = f.parse::<InitReply>() {
+                    return Ok::<(), RuntimeError>(());
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), ready)
+        .await
+        .map_err(|_| {
+            RuntimeError::Adopt("the guest agent did not answer the reconnect".into())
+        })??;
+    Ok(stream)
+}

@@ -1,0 +1,432 @@
+//! The VM substrates (`microvm` and `vm`): one QEMU process per sandbox, driven over QMP.
+//!
+//! Who does what:
+//! - the daemon (here) makes the sandbox's cgroups, its disk overlays and its directory
+//!   (sockets, logs), starts QEMU inside those cgroups (so the VMM's own memory is charged to
+//!   the sandbox), and talks to the guest's agent through a virtio-serial port whose host
+//!   side is a unix socket of QEMU — the same protocol and [`AgentConn`] as containers;
+//! - the guest (`warren-agent` as init, see the agent's `vm` module) loads its modules,
+//!   mounts the image's EROFS layers from read-only disks under an overlay whose upper layer
+//!   is the sandbox's own disk, and serves.
+//!
+//! Creation boots a VM only once per machine shape (image, substrate, memory, CPUs, disk):
+//! that VM is snapshotted at "agent ready" into a template, and every sandbox after it is a
+//! restore of the template with its own qcow2 overlay on the template's disk.
+//!
+//! Files: `qemu.rs` (command line, spawn), `qmp.rs` (QMP client), `initramfs.rs`,
+//! `disk.rs` (bases and overlays), `create.rs` (boot and restore), `snapshot.rs` (snapshots
+//! and templates), `destroy.rs`, `adopt.rs`, `record.rs`.
+
+mod adopt;
+mod create;
+mod destroy;
+mod disk;
+pub mod initramfs;
+pub mod qemu;
+pub mod qmp;
+mod record;
+mod snapshot;
+mod tool;
+
+use async_trait::async_trait;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use warren_image::ImageStore;
+use warren_types::{NodeId, SandboxId, Substrate};
+
+use crate::agent::AgentConn;
+use crate::cgroup::{CgroupSet, Hierarchy};
+use crate::{Instance, PauseStats, Runtime, RuntimeError, SandboxSpec, Usage};
+
+pub use record::{MachineKey, SnapshotMeta, VmRecord, SNAPSHOT_FORMAT};
+pub use snapshot::Snapshot;
+
+/// Memory the VMM needs on top of the guest's RAM (device model, TCG translation cache),
+/// added to the sandbox's cgroup limit.
+pub const VMM_OVERHEAD_MB: u64 = 192;
+
+/// How guest code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    /// Hardware virtualization (`/dev/kvm` that really boots a guest).
+    Kvm,
+    /// QEMU's software emulation: works everywhere, 10-100× slower.
+    Tcg,
+}
+
+impl Accel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// Configuration of the VM substrates.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    pub node: NodeId,
+    /// The `warren-agent` executable (the guest's init).
+    pub agent_bin: PathBuf,
+    /// Guest kernel and modules (`scripts/build-guest.sh`).
+    pub kernel_dir: PathBuf,
+    /// Working directory: sandboxes, templates, base disks, initramfs.
+    pub root: PathBuf,
+    pub qemu: PathBuf,
+    pub qemu_img: PathBuf,
+    /// Forced acceleration; `None` probes KVM by booting a guest and falls back to TCG.
+    pub accel: Option<Accel>,
+    /// Create sandboxes by restoring a template snapshot (booting once per machine shape).
+    pub templates: bool,
+}
+
+impl VmConfig {
+    pub fn new(node: NodeId, agent_bin: PathBuf, root: PathBuf) -> Self {
+        VmConfig {
+            node,
+            agent_bin,
+            kernel_dir: PathBuf::from("/var/cache/warren/guest/current"),
+            root,
+            qemu: PathBuf::from("/usr/bin/qemu-system-x86_64"),
+            qemu_img: PathBuf::from("/usr/bin/qemu-img"),
+            accel: None,
+            templates: true,
+        }
+    }
+
+    /// Why this host cannot run VMs, if it cannot.
+    pub fn unavailable(&self) -> Option<String> {
+        if !self.qemu.is_file() {
+            return Some(format!(
+                "{} not found: install qemu-system-x86 (scripts/setup.sh)",
+                self.qemu.display()
+            ));
+        }
+        if !self.kernel_dir.join("vmlinuz").is_file() {
+            return Some(format!(
+                "no guest kernel in {}: run scripts/build-guest.sh",
+                self.kernel_dir.display()
+            ));
+        }
+        if !self.agent_bin.is_file() {
+            return Some(format!("agent {} not found", self.agent_bin.display()));
+        }
+        None
+    }
+}
+
+/// One of the two VM runtimes (they share a configuration and directory layout).
+pub struct VmRuntime {
+    cfg: VmConfig,
+    substrate: Substrate,
+    images: Arc<ImageStore>,
+    hierarchy: Hierarchy,
+    /// Built on first use (it reads and strips the agent: not worth delaying start-up).
+    initramfs: tokio::sync::OnceCell<PathBuf>,
+    kernel: String,
+    qemu_version: tokio::sync::OnceCell<String>,
+    accel: tokio::sync::OnceCell<Accel>,
+}
+
+impl VmRuntime {
+    pub fn new(
+        cfg: VmConfig,
+        substrate: Substrate,
+        images: Arc<ImageStore>,
+    ) -> Result<Self, RuntimeError> {
+        if !matches!(substrate, Substrate::Microvm | Substrate::Vm) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{} is not a VM substrate",
+                substrate.as_str()
+            )));
+        }
+        if let Some(why) = cfg.unavailable() {
+            return Err(RuntimeError::Unsupported(why));
+        }
+        let kernel = std::fs::read_to_string(cfg.kernel_dir.join("version"))
+            .unwrap_or_else(|_| "unknown".into())
+            .trim()
+            .to_string();
+        for d in ["templates", "base", "boot"] {
+            let p = cfg.root.join(d);
+            std::fs::create_dir_all(&p)
+                .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
+        }
+        let p = cfg.root.join("sandboxes").join(cfg.node.to_string());
+        std::fs::create_dir_all(&p)
+            .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
+        let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
+        let accel = tokio::sync::OnceCell::new();
+        if let Some(a) = cfg.accel {
+            let _ = accel.set(a);
+        }
+        Ok(VmRuntime {
+            cfg,
+            substrate,
+            images,
+            hierarchy,
+            initramfs: tokio::sync::OnceCell::new(),
+            kernel,
+            qemu_version: tokio::sync::OnceCell::new(),
+            accel,
+        })
+    }
+
+    pub fn config(&self) -> &VmConfig {
+        &self.cfg
+    }
+
+    /// What the host offers (for logs).
+    pub fn describe(&self) -> String {
+        format!(
+            "{}; guest kernel {}; accel {}",
+            self.qemu_version
+                .get()
+                .cloned()
+                .unwrap_or_else(|| self.cfg.qemu.display().to_string()),
+            self.kernel,
+            self.accel
+                .get()
+                .map(|a| a.as_str())
+                .unwrap_or("not probed yet")
+        )
+    }
+
+    /// Sandboxes of this node (several daemons may share `root`: its bases and templates are
+    /// caches for all, its sandboxes belong to one node each).
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.cfg
+            .root
+            .join("sandboxes")
+            .join(self.cfg.node.to_string())
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.sandboxes_dir().join(id)
+    }
+
+    /// `qemu-system-x86_64 --version` (asked once).
+    pub async fn qemu_version(&self) -> String {
+        self.qemu_version
+            .get_or_init(|| async {
+                qemu::version(&self.cfg.qemu)
+                    .await
+                    .unwrap_or_else(|e| format!("unknown QEMU ({e})"))
+            })
+            .await
+            .clone()
+    }
+
+    /// The guest's initramfs (built once per agent binary).
+    pub async fn initramfs(&self) -> Result<PathBuf, RuntimeError> {
+        self.initramfs
+            .get_or_try_init(|| async {
+                let (agent, kernel, boot) = (
+                    self.cfg.agent_bin.clone(),
+                    self.cfg.kernel_dir.clone(),
+                    self.cfg.root.join("boot"),
+                );
+                initramfs::build(&agent, &kernel, &boot).await
+            })
+            .await
+            .cloned()
+    }
+
+    /// The acceleration in use: KVM if a guest really boots with it, else TCG (probed once).
+    pub async fn accel(&self) -> Accel {
+        *self
+            .accel
+            .get_or_init(|| async { create::probe_accel(self).await })
+            .await
+    }
+
+    async fn key(&self, spec: &SandboxSpec, layers: &[String]) -> Result<MachineKey, RuntimeError> {
+        let initramfs = self.initramfs().await?;
+        Ok(MachineKey {
+            layout: record::MACHINE_LAYOUT,
+            substrate: self.substrate.as_str().to_string(),
+            layers: layers.to_vec(),
+            memory_mb: spec.limits.memory_mb,
+            cpus: vcpus(spec),
+            disk_mb: spec.limits.disk_mb,
+            accel: self.accel().await.as_str().to_string(),
+            kernel: self.kernel.clone(),
+            initramfs: initramfs
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            qemu: self.qemu_version().await,
+        })
+    }
+
+    fn resolve(&self, spec: &SandboxSpec) -> Result<Vec<String>, RuntimeError> {
+        self.images.resolve(&spec.image).map_err(|e| match e {
+            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
+            e => RuntimeError::Image(e),
+        })
+    }
+
+    /// Boots a sandbox without a template (the cold path; templates are made this way).
+    pub async fn boot(&self, spec: &SandboxSpec) -> Result<Arc<Vm>, RuntimeError> {
+        let layers = self.resolve(spec)?;
+        Ok(Arc::new(create::boot(self, spec, &layers, None).await?))
+    }
+
+    /// Saves a running sandbox's memory, devices and writable disk into `dir` (which must
+    /// not exist). The sandbox keeps running.
+    pub async fn snapshot(&self, vm: &Vm, dir: &Path) -> Result<Snapshot, RuntimeError> {
+        snapshot::save(self, vm, dir, true).await
+    }
+
+    /// Creates a sandbox from a snapshot (its own overlay on the snapshot's disk).
+    pub async fn restore(
+        &self,
+        spec: &SandboxSpec,
+        snap: &Snapshot,
+    ) -> Result<Arc<Vm>, RuntimeError> {
+        let layers = self.resolve(spec)?;
+        Ok(Arc::new(create::restore(self, spec, &layers, snap).await?))
+    }
+}
+
+/// vCPUs for a sandbox: its CPU limit rounded up.
+fn vcpus(spec: &SandboxSpec) -> u32 {
+    (spec.limits.cpus.ceil() as u32).clamp(1, 64)
+}
+
+/// A live VM sandbox.
+pub struct Vm {
+    id: SandboxId,
+    agent: AgentConn,
+    qmp: qmp::Qmp,
+    cgroups: CgroupSet,
+    record: VmRecord,
+    key: MachineKey,
+    paused: AtomicBool,
+    exited: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Vm {
+    /// Host pid of the VMM.
+    pub fn qemu_pid(&self) -> u32 {
+        self.record.qemu_pid
+    }
+
+    /// The sandbox's directory on the host.
+    pub fn dir(&self) -> &Path {
+        &self.record.dir
+    }
+
+    pub fn machine(&self) -> &MachineKey {
+        &self.key
+    }
+
+    pub fn qmp(&self) -> &qmp::Qmp {
+        &self.qmp
+    }
+}
+
+#[async_trait]
+impl Instance for Vm {
+    fn id(&self) -> &SandboxId {
+        &self.id
+    }
+
+    fn record(&self) -> serde_json::Value {
+        serde_json::json!({ "vm": self.record, "machine": self.key })
+    }
+
+    fn agent(&self) -> &AgentConn {
+        &self.agent
+    }
+
+    async fn destroy(&self) -> Result<(), RuntimeError> {
+        destroy::destroy(&self.cgroups, &self.record.dir).await
+    }
+
+    async fn lost(&self) {
+        let mut exited = self.exited.clone();
+        tokio::select! {
+            _ = self.agent.closed() => {}
+            _ = exited.wait_for(|e| *e) => {}
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        self.cgroups.usage()
+    }
+
+    /// Stops the vCPUs (the guest's memory stays with the VMM).
+    async fn pause(&self) -> Result<PauseStats, RuntimeError> {
+        let t = std::time::Instant::now();
+        let before = self.cgroups.memory_bytes();
+        self.qmp.stop().await?;
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(PauseStats {
+            memory_before_bytes: before,
+            memory_after_bytes: self.cgroups.memory_bytes(),
+            duration_ms: t.elapsed().as_secs_f64() * 1e3,
+            note: Some("vCPUs stopped; guest memory stays resident".into()),
+        })
+    }
+
+    async fn resume(&self) -> Result<(), RuntimeError> {
+        self.qmp.cont().await?;
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait]
+impl Runtime for VmRuntime {
+    fn substrate(&self) -> Substrate {
+        self.substrate
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
+        let layers = self.resolve(spec)?;
+        if !self.cfg.templates {
+            return Ok(Arc::new(create::boot(self, spec, &layers, None).await?));
+        }
+        let snap = snapshot::template(self, spec, &layers).await?;
+        Ok(Arc::new(create::restore(self, spec, &layers, &snap).await?))
+    }
+
+    async fn adopt(
+        &self,
+        spec: &SandboxSpec,
+        record: &serde_json::Value,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        Ok(Arc::new(adopt::adopt(self, spec, record).await?))
+    }
+
+    async fn destroy_record(
+        &self,
+        id: &SandboxId,
+        _record: Option<&serde_json::Value>,
+    ) -> Result<(), RuntimeError> {
+        let set = self.hierarchy.set_for(id.as_str());
+        destroy::destroy(&set, &self.sandbox_dir(id.as_str())).await
+    }
+
+    async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
+        destroy::reconcile(self, known).await
+    }
+
+    /// Removes the node's (empty) parent cgroups and sandbox directory; live VMs keep both.
+    fn shutdown(&self) {
+        self.hierarchy.remove_parents_if_empty();
+        let _ = std::fs::remove_dir(self.sandboxes_dir());
+    }
+}

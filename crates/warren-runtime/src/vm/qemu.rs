@@ -1,0 +1,189 @@
+//! The VMM process: its command line and its start.
+//!
+//! Both substrates use a q35 machine with virtio-pci devices: Debian's guest kernels do not
+//! discover the virtio-mmio devices of QEMU's `microvm` machine, and q35 boots as fast under
+//! TCG. `microvm` strips q35 to what the guest needs (no default devices, no SATA, SMBus,
+//! VGA, USB, network); `vm` keeps the standard q35 platform and boots from a whole-system disk.
+//! The command line must be the same for the VMM that saves a snapshot and the one that
+//! restores it (device ids, order, memory, CPUs): only host paths differ.
+
+use std::path::{Path, PathBuf};
+use warren_types::Substrate;
+
+use super::Accel;
+use crate::RuntimeError;
+
+/// One virtio-blk disk.
+#[derive(Debug, Clone)]
+pub struct Disk {
+    /// The guest finds it by this serial (`layer-0`, `rw`, `root`).
+    pub serial: String,
+    pub file: PathBuf,
+    pub format: &'static str,
+    pub read_only: bool,
+}
+
+/// What differs between VMs of one machine shape.
+pub struct Launch<'a> {
+    pub substrate: Substrate,
+    pub accel: Accel,
+    pub memory_mb: u64,
+    pub cpus: u32,
+    pub kernel: &'a Path,
+    pub initramfs: &'a Path,
+    pub hostname: &'a str,
+    pub disks: &'a [Disk],
+    /// The sandbox's directory: sockets and logs.
+    pub dir: &'a Path,
+    /// Wait for `migrate-incoming` instead of booting.
+    pub incoming: bool,
+}
+
+pub fn qmp_socket(dir: &Path) -> PathBuf {
+    dir.join("qmp.sock")
+}
+
+pub fn agent_socket(dir: &Path) -> PathBuf {
+    dir.join("agent.sock")
+}
+
+pub fn console_log(dir: &Path) -> PathBuf {
+    dir.join("console.log")
+}
+
+pub fn qemu_log(dir: &Path) -> PathBuf {
+    dir.join("qemu.log")
+}
+
+pub fn args(l: &Launch<'_>) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    let machine = match l.substrate {
+        Substrate::Vm => "q35".to_string(),
+        _ => "q35,smbus=off,sata=off,vmport=off,i8042=off,hpet=off".to_string(),
+    };
+    let accel = match l.accel {
+        // A bounded translation cache: TCG's default (1 GiB) would be charged to the
+        // sandbox as it fills.
+        Accel::Tcg => "tcg,tb-size=64".to_string(),
+        Accel::Kvm => "kvm".to_string(),
+    };
+    let cpu = match l.accel {
+        Accel::Kvm => "host",
+        Accel::Tcg => "max",
+    };
+    push(&["-name", "warren", "-machine", &machine, "-accel", &accel]);
+    push(&["-cpu", cpu, "-m", &l.memory_mb.to_string()]);
+    push(&["-smp", &l.cpus.to_string()]);
+    push(&[
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+    ]);
+    let console = console_log(l.dir);
+    push(&["-serial", &format!("file:{}", console.display())]);
+    push(&["-kernel", &l.kernel.display().to_string()]);
+    push(&["-initrd", &l.initramfs.display().to_string()]);
+    let cmdline = format!(
+        "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check pci=noaer random.trust_cpu=on \
+         init_on_free=1 \
+         warren.disks={} warren.hostname={}",
+        l.disks.len(),
+        l.hostname
+    );
+    push(&["-append", &cmdline]);
+    for (i, d) in l.disks.iter().enumerate() {
+        let ro = if d.read_only { ",read-only=on" } else { "" };
+        push(&[
+            "-drive",
+            &format!(
+                "if=none,id=d{i},file={},format={}{ro},discard=unmap",
+                d.file.display(),
+                d.format
+            ),
+        ]);
+        push(&[
+            "-device",
+            &format!("virtio-blk-pci,drive=d{i},id=vd{i},serial={}", d.serial),
+        ]);
+    }
+    push(&["-device", "virtio-serial-pci,id=ser0,max_ports=2"]);
+    push(&[
+        "-chardev",
+        &format!(
+            "socket,id=agent,path={},server=on,wait=off",
+            agent_socket(l.dir).display()
+        ),
+    ]);
+    push(&[
+        "-device",
+        "virtserialport,bus=ser0.0,chardev=agent,name=warren,id=port0",
+    ]);
+    push(&[
+        "-qmp",
+        &format!("unix:{},server=on,wait=off", qmp_socket(l.dir).display()),
+    ]);
+    if l.incoming {
+        push(&["-incoming", "defer"]);
+    }
+    a
+}
+
+/// Starts QEMU in its own session with /dev/null on stdin/stdout and its stderr in the
+/// sandbox's directory (start-up errors are read from there).
+pub fn spawn(qemu: &Path, l: &Launch<'_>) -> Result<u32, RuntimeError> {
+    use std::os::fd::AsRawFd;
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let log = std::fs::File::create(qemu_log(l.dir))
+        .map_err(|e| RuntimeError::io("create qemu.log", e))?;
+    let prog = qemu.display().to_string();
+    let mut argv = vec![prog.clone()];
+    argv.extend(args(l));
+    let pid = warren_sys::process::spawn_with_fds(
+        &prog,
+        &argv,
+        &["PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string()],
+        &[
+            (devnull.as_raw_fd(), 0),
+            (devnull.as_raw_fd(), 1),
+            (log.as_raw_fd(), 2),
+        ],
+    )?;
+    Ok(pid)
+}
+
+/// The last lines of the VMM's and the guest's logs, for error messages.
+pub fn log_tail(dir: &Path) -> String {
+    let tail = |p: PathBuf| {
+        let s = std::fs::read_to_string(p).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(6)..].join(" | ")
+    };
+    let q = tail(qemu_log(dir));
+    let c = tail(console_log(dir));
+    match (q.is_empty(), c.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => format!(" (qemu: {q})"),
+        (true, false) => format!(" (guest: {c})"),
+        (false, false) => format!(" (qemu: {q}; guest: {c})"),
+    }
+}
+
+/// `qemu-system-x86_64 --version`, first line.
+pub async fn version(qemu: &Path) -> Result<String, RuntimeError> {
+    let out = super::tool::run(qemu, &["--version".to_string()])
+        .await
+        .map_err(|e| {
+            RuntimeError::Unsupported(format!(
+                "{} cannot run ({e}): install qemu-system-x86 (scripts/setup.sh)",
+                qemu.display()
+            ))
+        })?;
+    Ok(out.lines().next().unwrap_or("").to_string())
+}

@@ -1,0 +1,333 @@
+//! Real QEMU VM sandboxes (root only). Skips, saying why, when QEMU or the guest kernel is
+//! missing. VMs under TCG are slow, so the tests are few and each does several checks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use warren_image::ImageStore;
+use warren_proto::ExecSpec;
+use warren_runtime::vm::Vm;
+use warren_runtime::vm::{VmConfig, VmRuntime};
+use warren_runtime::{Instance, Runtime, SandboxSpec};
+use warren_types::{Limits, NodeId, SandboxId, Substrate};
+
+fn agent_bin() -> Option<PathBuf> {
+    let mut cands = Vec::new();
+    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
+        cands.push(PathBuf::from(d).join("warren-agent"));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    cands.push(root.join("target/release/warren-agent"));
+    cands.push(root.join("target/debug/warren-agent"));
+    cands.into_iter().find(|p| p.is_file())
+}
+
+struct Env {
+    rt: VmRuntime,
+    node: NodeId,
+    root: PathBuf,
+}
+
+fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: VM tests need root");
+        return None;
+    }
+    // Host tools run through the reaper, as in the daemon.
+    warren_runtime::reaper::start().unwrap();
+    let Some(agent) = agent_bin() else {
+        eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
+        return None;
+    };
+    let store_dir =
+        std::env::var("WARREN_IMAGE_STORE").unwrap_or_else(|_| "/var/lib/warren/images".into());
+    let store = Arc::new(ImageStore::open(&store_dir).unwrap());
+    if store.manifest("default").is_err() {
+        eprintln!("SKIP: no default image (scripts/build-default-image.sh)");
+        return None;
+    }
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let node: NodeId = format!("vm{}x{n}", std::process::id() % 100000)
+        .parse()
+        .unwrap();
+    let base = std::env::var("WARREN_TEST_DIR").unwrap_or_else(|_| "/tmp/warren-tests".into());
+    // Bases and templates are shared by every test run (they are caches); sandboxes are not.
+    let root = PathBuf::from(base).join("vm-runtime");
+    let mut cfg = VmConfig::new(node.clone(), agent, root.clone());
+    cfg.templates = templates;
+    if let Some(why) = cfg.unavailable() {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    let rt = VmRuntime::new(cfg, substrate, store).unwrap();
+    Some(Env { rt, node, root })
+}
+
+fn spec(node: &NodeId, memory_mb: u64) -> SandboxSpec {
+    SandboxSpec {
+        id: SandboxId::generate(node),
+        image: vec!["default".into()],
+        limits: Limits {
+            memory_mb,
+            disk_mb: 512,
+            ..Limits::default()
+        },
+        hostname: "vmbox".into(),
+        labels: Default::default(),
+    }
+}
+
+fn sh(cmd: &str) -> ExecSpec {
+    ExecSpec {
+        argv: vec!["/bin/sh".into(), "-c".into(), cmd.into()],
+        output_cap: 1 << 20,
+        ..Default::default()
+    }
+}
+
+async fn run(sb: &Arc<dyn Instance>, cmd: &str) -> (i32, String) {
+    let out = sb.agent().exec(sh(cmd), None).await.expect("exec");
+    (
+        out.exit.exit_code.unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn qemu_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+        .map(|c| c.contains("qemu"))
+        .unwrap_or(false)
+}
+
+fn vm_of(sb: &Arc<dyn Instance>) -> &Vm {
+    sb.as_any().downcast_ref::<Vm>().expect("a VM")
+}
+
+async fn write(sb: &Arc<dyn Instance>, path: &str, data: &[u8]) {
+    let mut w = sb.agent().write_file(path, None).await.expect("write_file");
+    w.write(bytes::Bytes::copy_from_slice(data)).await.unwrap();
+    w.finish().await.unwrap();
+}
+
+async fn read(sb: &Arc<dyn Instance>, path: &str) -> Vec<u8> {
+    let mut r = sb.agent().read_file(path).await.expect("read_file");
+    let mut out = Vec::new();
+    while let Some(chunk) = r.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
+/// Asserts that nothing of a destroyed VM is left: no QEMU, no directory, no socket.
+fn assert_gone(pid: u32, dir: &std::path::Path) {
+    assert!(!qemu_alive(pid), "QEMU {pid} still runs");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_boots_runs_commands_and_files_and_leaves_nothing() {
+    let Some(env) = setup(Substrate::Microvm, false) else {
+        return;
+    };
+    let t = Instant::now();
+    let sb: Arc<dyn Instance> = env.rt.boot(&spec(&env.node, 256)).await.expect("boot");
+    eprintln!(
+        "cold boot to agent ready: {:?} ({})",
+        t.elapsed(),
+        env.rt.describe()
+    );
+    let (pid, dir) = (vm_of(&sb).qemu_pid(), vm_of(&sb).dir().to_path_buf());
+
+    // A real guest kernel, the image's root, our hostname.
+    let (code, out) = run(&sb, "echo hello; hostname; cat /etc/debian_version; test -x /usr/bin/python3 && echo py; cat /proc/1/comm").await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("hello\nvmbox\n12."), "{out}");
+    assert!(out.contains("py\n"), "{out}");
+    let (_, kernel) = run(&sb, "uname -r").await;
+    assert_ne!(
+        kernel.trim(),
+        nix::sys::utsname::uname()
+            .unwrap()
+            .release()
+            .to_string_lossy(),
+        "runs on the host kernel"
+    );
+
+    // Files both ways, on the writable disk.
+    write(&sb, "/root/in.txt", b"from the host").await;
+    let (code, out) = run(
+        &sb,
+        "cat /root/in.txt; echo -n guest > /tmp/out.txt; df -T / | tail -1",
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(out.starts_with("from the host"), "{out}");
+    assert!(out.contains("overlay"), "root is not the overlay: {out}");
+    assert_eq!(read(&sb, "/tmp/out.txt").await, b"guest");
+
+    // Timeout and output cap.
+    let mut spec = sh("echo start; sleep 30");
+    spec.timeout_ms = Some(500);
+    let t = Instant::now();
+    let out = sb.agent().exec(spec, None).await.unwrap();
+    assert!(out.exit.timed_out, "{:?}", out.exit);
+    assert!(t.elapsed().as_secs() < 20);
+    let mut spec = sh("head -c 300000 /dev/zero");
+    spec.output_cap = 1000;
+    let out = sb.agent().exec(spec, None).await.unwrap();
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.exit.stdout_truncated);
+    assert_eq!(out.exit.stdout_bytes, 300000);
+
+    // The VMM is charged to the sandbox's cgroup.
+    let used = sb.usage().memory_bytes.unwrap_or(0);
+    assert!(
+        used > 32 << 20,
+        "cgroup memory {used} does not include QEMU"
+    );
+
+    sb.destroy().await.unwrap();
+    assert_gone(pid, &dir);
+    sb.destroy().await.expect("destroy is idempotent");
+    env.rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_restores_are_independent_and_snapshots_keep_processes() {
+    let Some(env) = setup(Substrate::Microvm, true) else {
+        return;
+    };
+    // The first create boots the template; both sandboxes are restores of it.
+    let t = Instant::now();
+    let a = env
+        .rt
+        .create(&spec(&env.node, 256))
+        .await
+        .expect("create a");
+    eprintln!("first create (template made if missing): {:?}", t.elapsed());
+    let t = Instant::now();
+    let b = env
+        .rt
+        .create(&spec(&env.node, 256))
+        .await
+        .expect("create b");
+    eprintln!("create by template restore: {:?}", t.elapsed());
+    assert!(vm_of(&b).machine().memory_mb == 256);
+    let (_, host) = run(&b, "hostname").await;
+    assert_eq!(
+        host.trim(),
+        "vmbox",
+        "a restored sandbox takes its own hostname"
+    );
+
+    // Independent disks: what one writes the other never sees.
+    write(&a, "/root/who", b"a").await;
+    write(&b, "/root/who", b"b").await;
+    assert_eq!(read(&a, "/root/who").await, b"a");
+    assert_eq!(read(&b, "/root/who").await, b"b");
+    write(&a, "/root/only-a", b"x").await;
+    let (_, out) = run(&b, "ls /root").await;
+    assert!(!out.contains("only-a"), "{out}");
+
+    // A running counter and a file survive snapshot → restore into a new sandbox.
+    write(&a, "/root/note", b"kept").await;
+    let mut counter = sh("i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done");
+    counter.output_cap = 0;
+    a.agent().spawn(counter).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (_, pre) = run(&a, "cat /root/count").await;
+    let pre: u64 = pre.trim().parse().unwrap();
+    assert!(pre > 3, "counter is not running: {pre}");
+    let snapdir = env.root.join(format!("snap-{}", a.id()));
+    let t = Instant::now();
+    let snap = env
+        .rt
+        .snapshot(vm_of(&a), &snapdir)
+        .await
+        .expect("snapshot");
+    eprintln!("snapshot of a running 256 MiB guest: {:?}", t.elapsed());
+    let (pid_a, dir_a) = (vm_of(&a).qemu_pid(), vm_of(&a).dir().to_path_buf());
+    a.destroy().await.unwrap();
+    assert_gone(pid_a, &dir_a);
+
+    let t = Instant::now();
+    let c: Arc<dyn Instance> = env
+        .rt
+        .restore(&spec(&env.node, 256), &snap)
+        .await
+        .expect("restore");
+    eprintln!("restore of the snapshot: {:?}", t.elapsed());
+    assert_eq!(read(&c, "/root/note").await, b"kept");
+    let (_, n1) = run(&c, "cat /root/count").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    let (_, n2) = run(&c, "cat /root/count").await;
+    let (n1, n2): (u64, u64) = (n1.trim().parse().unwrap(), n2.trim().parse().unwrap());
+    assert!(
+        n1 >= pre && n2 > n1,
+        "counter did not continue: {pre} → {n1} → {n2}"
+    );
+    let procs = c.agent().list_procs().await.unwrap();
+    assert!(
+        !procs.is_empty(),
+        "the background process is not listed after restore"
+    );
+
+    for sb in [b, c] {
+        let (pid, dir) = (vm_of(&sb).qemu_pid(), vm_of(&sb).dir().to_path_buf());
+        sb.destroy().await.unwrap();
+        assert_gone(pid, &dir);
+    }
+    std::fs::remove_dir_all(&snapdir).unwrap();
+    env.rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_qemu_is_noticed() {
+    let Some(env) = setup(Substrate::Microvm, true) else {
+        return;
+    };
+    let sb = env.rt.create(&spec(&env.node, 256)).await.expect("create");
+    let (pid, dir) = (vm_of(&sb).qemu_pid(), vm_of(&sb).dir().to_path_buf());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), sb.lost())
+        .await
+        .expect("the VMM's death is noticed");
+    assert!(sb.agent().exec(sh("true"), None).await.is_err());
+    sb.destroy().await.unwrap();
+    assert_gone(pid, &dir);
+    env.rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_vm_boots_from_a_system_disk_on_a_backing_chain() {
+    let Some(env) = setup(Substrate::Vm, false) else {
+        return;
+    };
+    let sb: Arc<dyn Instance> = env.rt.boot(&spec(&env.node, 384)).await.expect("boot");
+    let (pid, dir) = (vm_of(&sb).qemu_pid(), vm_of(&sb).dir().to_path_buf());
+    let (code, out) = run(
+        &sb,
+        "df -T / | tail -1; echo x > /etc/written; cat /etc/written",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ext4"), "root is not the system disk: {out}");
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "-U", "--output=json"])
+        .arg(dir.join("disk.qcow2"))
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.contains("backing-filename"),
+        "no backing chain: {info}"
+    );
+    sb.destroy().await.unwrap();
+    assert_gone(pid, &dir);
+    env.rt.shutdown();
+}

@@ -1,0 +1,98 @@
+//! microVMs through a real daemon: the API's view of a VM's life — create, exec, a daemon
+//! restart (the VM is re-adopted), the VMM killed (the sandbox turns `failed`), delete
+//! (nothing left: no QEMU, no disk overlay, no socket, no cgroup). Skips, saying why, when the
+//! daemon does not serve microvm (no QEMU or guest kernel on this host).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{wait_for, Daemon};
+use warren_client::{CreateSandboxRequest, SandboxState, Substrate};
+
+/// Pid of the QEMU serving sandbox `id` (its sockets live in a directory named after it).
+fn qemu_of(id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.contains("qemu-system") && cmd.contains(&format!("/{id}/"))).then_some(pid)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_survives_a_restart_fails_when_its_vmm_dies_and_leaves_nothing() {
+    let Some(mut d) = Daemon::start().await else {
+        return;
+    };
+    let served = d.client().health().await.unwrap().substrates;
+    if !served.iter().any(|s| s == "microvm") {
+        eprintln!(
+            "SKIP: the daemon does not serve microvm; its log says:\n{}",
+            d.log_tail(20)
+        );
+        return;
+    }
+    let req = CreateSandboxRequest {
+        substrate: Substrate::Microvm,
+        memory_mb: Some(256),
+        hostname: Some("vmbox".into()),
+        ..Default::default()
+    };
+    let a = d.create(&req).await;
+    let b = d.create(&req).await;
+    assert_eq!(a.substrate, Substrate::Microvm);
+    assert_eq!(
+        d.sh_ok(&a.id, "hostname; echo kept > /root/f").await.trim(),
+        "vmbox"
+    );
+    let dir_of = |id: &str| -> PathBuf { d.state_dir.join("vm/sandboxes").join(&d.node).join(id) };
+    let (dir_a, dir_b) = (dir_of(&a.id), dir_of(&b.id));
+    assert!(dir_a.join("agent.sock").exists() && dir_a.join("disk.qcow2").exists());
+
+    // A daemon away for a while, then restarted, re-adopts the running VM: its files and
+    // QEMU are the same, and the guest's agent waited without growing.
+    let qemu_a = qemu_of(&a.id).expect("QEMU of a");
+    let rss = |s: String| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before = rss(d.sh_ok(&a.id, "cat /proc/1/status").await);
+    assert!(d.stop().await.success());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    d.spawn().await;
+    assert_eq!(d.sh_ok(&a.id, "cat /root/f").await.trim(), "kept");
+    assert_eq!(qemu_of(&a.id), Some(qemu_a));
+    let after = rss(d.sh_ok(&a.id, "cat /proc/1/status").await);
+    assert!(
+        after < before + 8 * 1024,
+        "the guest agent grew from {before} to {after} KiB while the daemon was away"
+    );
+
+    // The VMM dies: the sandbox is reported failed.
+    let qemu_b = qemu_of(&b.id).expect("QEMU of b");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(qemu_b as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let failed = wait_for(Duration::from_secs(20), || async {
+        let s = d.client().get(&b.id).await.ok()?;
+        (s.state == SandboxState::Failed).then_some(s)
+    })
+    .await
+    .expect("a sandbox whose VMM died turns failed");
+    eprintln!("failed with reason: {:?}", failed.reason);
+
+    // Delete leaves nothing of either.
+    for (id, dir) in [(&a.id, &dir_a), (&b.id, &dir_b)] {
+        d.client().delete(id).await.unwrap();
+        assert_eq!(qemu_of(id), None, "QEMU of {id} still runs");
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        assert!(d.cgroup_dirs(id).is_empty(), "cgroups of {id} left behind");
+    }
+}
