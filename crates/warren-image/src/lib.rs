@@ -14,8 +14,10 @@
 //! The store may be shared by several daemons on one host; mounts are made under a file lock.
 //! This crate never mounts anything per sandbox.
 
+mod fetch;
 mod store;
 
+pub use fetch::{LayerPins, LayerSource};
 pub use store::{ImageManifest, ImageStore, LayerInfo};
 
 use warren_types::ErrorCode;
@@ -45,6 +47,9 @@ pub enum ImageError {
     },
     #[error("image {0:?} is in use")]
     InUse(String),
+    /// A layer missing from the store could not be fetched (blob store unreachable, corrupt).
+    #[error("layer {digest}: {message}")]
+    Fetch { digest: String, message: String },
 }
 
 impl ImageError {
@@ -60,6 +65,7 @@ impl ImageError {
             ImageError::NotFound(_) => ErrorCode::NotFound,
             ImageError::BadRef(_) => ErrorCode::InvalidRequest,
             ImageError::InUse(_) => ErrorCode::Conflict,
+            ImageError::Fetch { .. } => ErrorCode::StartFailed,
             _ => ErrorCode::Internal,
         }
     }

@@ -23,6 +23,8 @@ use warren_node::{Manager, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
 use warren_types::NodeId;
 
+mod blobs;
+
 /// How long open streams and terminals may take to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -59,6 +61,8 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    #[command(flatten)]
+    blobs: blobs::BlobArgs,
 }
 
 fn main() -> Result<()> {
@@ -177,6 +181,7 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
+    let _blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let runtime = ContainerRuntime::new(
         ContainerConfig::new(args.node.clone(), agent.clone()),
         images,

@@ -20,6 +20,8 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
         e => RuntimeError::Image(e),
     })?;
+    // Pinned from here on: the node's layer cache must not evict them while they are mounted.
+    let pins = warren_image::LayerPins::new(&rt.images, &layers);
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if let Err(e) = cgroups.create(&spec.limits) {
@@ -27,7 +29,7 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         return Err(e);
     }
     let t_cg = t0.elapsed();
-    match start(rt, spec, &cgroups, &layers, t0).await {
+    match start(rt, spec, &cgroups, &layers, t0, pins).await {
         Ok(c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
             Ok(c)
@@ -71,6 +73,7 @@ async fn start(
     cgroups: &CgroupSet,
     layers: &[String],
     t0: std::time::Instant,
+    pins: warren_image::LayerPins,
 ) -> Result<Container, RuntimeError> {
     let base = rt.cfg.id_base;
     let lowerdirs = layers
@@ -181,6 +184,7 @@ async fn start(
         id: spec.id.clone(),
         agent: AgentConn::new(stream),
         cgroups: cgroups.clone(),
+        _pins: pins,
         record,
         paused: Default::default(),
     })

@@ -182,6 +182,8 @@ pub struct Container {
     cgroups: CgroupSet,
     record: ContainerRecord,
     paused: std::sync::atomic::AtomicBool,
+    /// Keeps the layers from eviction from the node's layer cache while the sandbox lives.
+    _pins: warren_image::LayerPins,
 }
 
 #[async_trait]
