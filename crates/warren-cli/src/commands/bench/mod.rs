@@ -12,6 +12,8 @@
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 
 mod baselines;
+mod images;
+mod images_gen;
 mod measure;
 mod replay;
 
@@ -32,6 +34,9 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
+    /// own daemons; not part of `all`)
+    Images,
     All,
 }
 
@@ -59,6 +64,8 @@ pub struct Args {
     /// Iterations per baseline runtime
     #[arg(long, default_value_t = 50)]
     pub baseline_n: usize,
+    #[command(flatten)]
+    pub images: images::ImagesArgs,
 }
 
 /// One target and whether it was met.
@@ -360,6 +367,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if args.which == Which::Images {
+        return images::run(&args.images, args.json).await;
+    }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;
     client
