@@ -72,7 +72,7 @@ impl LazyFs {
 
 impl Filesystem for LazyFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
-        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_readahead(128 << 10);
         Ok(())
     }
 

@@ -295,7 +295,7 @@ fn erofs_mounted_from_the_lazy_fuse_file_reads_correctly() {
     let mnt = e.cache_dir.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     warren_sys::mount::mount_erofs_file(&file, &mnt).unwrap();
-    let r = (|| {
+    let check = || {
         assert_eq!(
             std::fs::read_to_string(mnt.join("d/small-7.txt")).unwrap(),
             "file 7\n"
@@ -314,10 +314,13 @@ fn erofs_mounted_from_the_lazy_fuse_file_reads_correctly() {
                 .join("cache/layers")
                 .join(hex_of(&t.digest).unwrap())
         );
-    })();
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
     warren_sys::mount::umount(&mnt, true).unwrap();
     drop(source);
-    r
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
 }
 
 #[test]

@@ -494,6 +494,7 @@ pub async fn run(a: &ImagesArgs, json: bool) -> Result<i32> {
     }
     std::fs::create_dir_all(&a.img_work)?;
     let params = GenParams {
+        layout: 2,
         images: a.img_count.max(1),
         mb: a.img_mb,
         read_pct: a.img_read_pct,

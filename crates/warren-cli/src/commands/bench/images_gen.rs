@@ -24,6 +24,8 @@ pub struct GenImage {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenParams {
+    /// Layout version of the generated images (bumped when the generator changes).
+    pub layout: u32,
     pub images: usize,
     pub mb: u64,
     pub read_pct: u64,
@@ -60,7 +62,7 @@ fn write_tree(root: &Path, i: usize, bytes: u64) -> Result<Vec<(String, u64)>> {
         let size = 2048 + (u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")) % (46 * 1024));
         let rel = format!("src/m{:03}/f{:05}.dat", k / 100, k);
         let p = root.join("data").join(&rel);
-        if k % 100 == 0 {
+        if k.is_multiple_of(100) {
             std::fs::create_dir_all(p.parent().expect("has parent"))?;
         }
         fill(&mut buf[..size as usize], &mut st);
@@ -183,6 +185,10 @@ pub fn generate(served: &Path, scratch: &Path, params: &GenParams) -> Result<Vec
                 .arg("--quiet")
                 .arg("-T0")
                 .arg("--all-root")
+                // One extent per file: with tail packing the last block of every small file
+                // sits beside its inode, scattered over the image, and a lazy reader fetches
+                // chunks for both places.
+                .arg("-Enoinline_data")
                 .arg(&erofs)
                 .arg(&tree),
             "mkfs.erofs (install erofs-utils)",
