@@ -283,3 +283,59 @@ fn tempfile_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A tiny `warren bench images` (2 images of 16 MiB, 4 sandboxes per mode): every mode's
+/// sandboxes finish and the report has the three modes. No timing is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_images_smoke() {
+    if should_skip() {
+        return;
+    }
+    ensure_default_image();
+    let warren = bin_dir().join("warren");
+    if !warren.is_file() {
+        println!(
+            "SKIP: {} is missing (cargo build -p warren-cli)",
+            warren.display()
+        );
+        return;
+    }
+    let work = tempfile_dir("bench");
+    let out = tokio::process::Command::new(&warren)
+        .args([
+            "bench",
+            "images",
+            "--json",
+            "--img-count",
+            "2",
+            "--img-mb",
+            "16",
+        ])
+        .args(["--img-sandboxes", "4", "--img-rate-mbps", "200"])
+        .arg("--img-served")
+        .arg(work.join("served"))
+        .arg("--img-work")
+        .arg(work.join("node"))
+        .env("WARREN_BIN_DIR", bin_dir())
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let modes: Vec<&str> = report["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["lazy", "eager", "tar"]);
+    for m in report["modes"].as_array().unwrap() {
+        assert_eq!(m["ok"], 4, "{m}");
+    }
+}

@@ -16,10 +16,15 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists.
-    let layers = rt.images.resolve(&spec.image).map_err(|e| match e {
-        warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
-        e => RuntimeError::Image(e),
-    })?;
+    // Off the async workers: resolving may fetch remote layer metadata (blocking I/O).
+    let (images, refs) = (rt.images.clone(), spec.image.clone());
+    let layers = tokio::task::spawn_blocking(move || images.resolve(&refs))
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
+        .map_err(|e| match e {
+            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
+            e => RuntimeError::Image(e),
+        })?;
     // Pinned from here on: the node's layer cache must not evict them while they are mounted.
     let pins = warren_image::LayerPins::new(&rt.images, &layers);
     let t0 = std::time::Instant::now();
