@@ -27,6 +27,7 @@ PACKAGES=(
     python3-venv python3-pip            # Python SDK and its tests
     curl ca-certificates                # health checks against the daemon socket
     fuse3                               # fusermount3 for lazily loaded layers
+    apparmor                            # apparmor_parser checks the generated profile
 )
 
 missing=()

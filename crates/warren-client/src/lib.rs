@@ -42,8 +42,8 @@ pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
-    ApiError, ChmodRequest, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
-    ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding,
-    PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
-    TrajectoryEntry,
+    ApiError, ChmodRequest, CpuClass, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent,
+    ExecRequest, ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest,
+    OutputEncoding, PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate,
+    TrajectoryCall, TrajectoryEntry,
 };

@@ -149,6 +149,15 @@ pub struct ContainerInit {
     pub readonly_paths: Vec<String>,
     /// Apply the seccomp allow-list to everything the agent starts.
     pub seccomp: bool,
+    /// Enter the sandbox's Landlock domain (best effort by the kernel's ABI).
+    #[serde(default)]
+    pub landlock: bool,
+    /// Best-effort CPU class: commands run under `SCHED_IDLE` and cannot leave it.
+    #[serde(default)]
+    pub best_effort: bool,
+    /// AppArmor profile every command is confined under (hosts with AppArmor only).
+    #[serde(default)]
+    pub apparmor_profile: Option<String>,
 }
 
 /// Daemon → agent on stream 0 during start-up.

@@ -8,6 +8,7 @@
 
 pub mod caps;
 pub mod fd;
+pub mod landlock;
 pub mod mount;
 pub mod net;
 pub mod ns;

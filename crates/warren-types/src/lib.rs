@@ -17,7 +17,7 @@ pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, 
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
 pub use sandbox::{
-    CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy, PauseStats,
-    SandboxInfo, SandboxState, Substrate,
+    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy,
+    PauseStats, SandboxInfo, SandboxState, Substrate,
 };
 pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};

@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+pub mod parse;
 mod pty;
 mod sandboxes;
 #[cfg(test)]

@@ -123,6 +123,9 @@ async fn start(
         masked_paths: rt.cfg.masked_paths.clone(),
         readonly_paths: rt.cfg.readonly_paths.clone(),
         seccomp: rt.cfg.seccomp,
+        landlock: rt.cfg.landlock,
+        best_effort: spec.limits.cpu_class == warren_types::CpuClass::BestEffort,
+        apparmor_profile: rt.cfg.apparmor_profile.clone(),
     };
     send(
         &mut stream,

@@ -10,11 +10,13 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 
 mod baselines;
 mod images;
 mod images_gen;
 mod measure;
+mod neighbour;
 mod replay;
 
 use anyhow::Context as _;
@@ -37,6 +39,8 @@ pub enum Which {
     /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
     /// own daemons; not part of `all`)
     Images,
+    /// Not part of `all`: it saturates the CPU on purpose.
+    Neighbour,
     All,
 }
 
@@ -46,7 +50,8 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
+    /// neighbour 200 per phase]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -113,6 +118,8 @@ pub struct Report {
     pub density: Option<Density>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -168,6 +175,16 @@ impl Report {
             });
             if let Some(p50) = r.append_p50_ms {
                 checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
+            }
+        }
+        if let Some(nb) = &self.neighbour {
+            for p in &nb.phases {
+                checks.push(Check::at_most(
+                    &format!("exec p50 next to {} ({}) / quiet", p.noise, p.cpu_class),
+                    p.ratio,
+                    "x",
+                    2.0,
+                ));
             }
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
@@ -261,6 +278,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&r.render());
+        }
+        if let Some(nb) = &self.neighbour {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&nb.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -358,6 +381,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Replay {
         stop.check()?;
         report.replay = Some(replay::replay(setup, n(1000)).await?);
+    }
+    if args.which == Which::Neighbour {
+        stop.check()?;
+        report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
     }
     if args.baselines {
         stop.check()?;
