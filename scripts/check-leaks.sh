@@ -3,7 +3,9 @@
 #   - mounts whose mountpoint contains /warren, or overlay mounts built from Warren directories,
 #     except the shared read-only layer mounts under the image store's mnt/ directory;
 #   - cgroups named warren* in any hierarchy under /sys/fs/cgroup (v1, v2 and hybrid unified);
-#   - network namespaces named warren* (ip netns list);
+#   - network namespaces named warren* or wtnet* (the network tests' mirrors) (ip netns list);
+#   - nftables tables named warren-* (one per daemon node with sandbox links);
+#   - host links of sandbox networks (wn<4 hex><hex index>) and of the test mirrors (wtm<n>);
 #   - processes named warren-agent.
 #
 #   scripts/check-leaks.sh [--baseline FILE] [--clean]
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
         --snapshot) SNAPSHOT="$2"; shift 2 ;;
         --baseline) BASELINE="$2"; shift 2 ;;
         --clean) CLEAN=1; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "check-leaks: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -65,7 +67,12 @@ collect() {
     fi
 
     if command -v ip > /dev/null; then
-        ip netns list 2>/dev/null | awk '$1 ~ /^warren/ {print "netns\t" $1}'
+        ip netns list 2>/dev/null | awk '$1 ~ /^(warren|wtnet)/ {print "netns\t" $1}'
+        ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' \
+            | grep -E '^(wn[0-9a-f]{5,}|wtm[0-9]+)$' | sed 's/^/link\t/' || true
+    fi
+    if command -v nft > /dev/null; then
+        nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^warren-/ {print "nft\tinet " $3}'
     fi
 
     local pid
@@ -100,6 +107,14 @@ clean() {
     awk -F'\t' '$1 == "netns" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: deleting netns $item"
         ip netns delete "$item" 2>/dev/null || true
+    done
+    awk -F'\t' '$1 == "link" {print $2}' <<< "$1" | while read -r item; do
+        echo "check-leaks: deleting link $item"
+        ip link delete "$item" 2>/dev/null || true
+    done
+    awk -F'\t' '$1 == "nft" {print $2}' <<< "$1" | while read -r item; do
+        echo "check-leaks: deleting nftables table $item"
+        nft delete table $item 2>/dev/null || true
     done
 }
 

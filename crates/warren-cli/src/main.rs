@@ -51,6 +51,8 @@ enum Command {
     Pause(commands::pause::Args),
     /// Thaw paused sandboxes.
     Resume(commands::resume::Args),
+    /// Show or replace a sandbox's network policy (none, allow lists, services, domains).
+    Net(commands::net::Args),
     /// Make N new sandboxes with a copy of one sandbox's files; print their ids.
     Fork(commands::fork::Args),
     /// Write a sandbox's trajectory (every call that changed it) to stdout as JSONL.
@@ -76,6 +78,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Ps(a) => commands::ps::run(&ctx, a).await,
         Command::Pause(a) => commands::pause::run(&ctx, a).await,
         Command::Resume(a) => commands::resume::run(&ctx, a).await,
+        Command::Net(a) => commands::net::run(&ctx, a).await,
         Command::Fork(a) => commands::fork::run(&ctx, a).await,
         Command::Trajectory(a) => commands::trajectory::run(&ctx, a).await,
         Command::Demo(a) => commands::demo::run(&ctx, a).await,

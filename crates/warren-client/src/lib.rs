@@ -28,6 +28,7 @@ mod client;
 mod error;
 mod exec;
 mod files;
+mod network;
 mod pty;
 mod sandboxes;
 mod stream;

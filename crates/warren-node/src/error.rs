@@ -54,6 +54,9 @@ pub enum NodeError {
     /// An API error as it was recorded (a replayed step that failed) or reported.
     #[error("{0}")]
     Api(ApiError),
+    /// The sandbox's network could not be set up as asked.
+    #[error("{0}")]
+    Network(#[from] warren_net::NetError),
 }
 
 impl NodeError {
@@ -80,6 +83,11 @@ impl NodeError {
             NodeError::StepConflict { .. } => ErrorCode::StepConflict,
             NodeError::Runtime { source, .. } | NodeError::CreateFailed { source } => source.code(),
             NodeError::Store(_) => ErrorCode::Internal,
+            NodeError::Network(e) => match e {
+                warren_net::NetError::Policy(_) => ErrorCode::InvalidRequest,
+                warren_net::NetError::PoolExhausted { .. } => ErrorCode::LimitExceeded,
+                _ => ErrorCode::Internal,
+            },
         }
     }
 

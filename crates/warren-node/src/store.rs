@@ -301,7 +301,7 @@ mod tests {
             env: Default::default(),
             workdir: None,
             user: None,
-            network: NetworkPolicy::None,
+            network: NetworkPolicy::none(),
             created_at_ms: 1,
             expires_at_ms: None,
             idle_timeout_secs: None,

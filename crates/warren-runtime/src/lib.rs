@@ -134,6 +134,12 @@ pub trait Instance: Send + Sync + 'static {
         false
     }
 
+    /// A host pid inside the sandbox's network namespace (where its link goes), for
+    /// substrates that have one.
+    fn netns_pid(&self) -> Option<u32> {
+        None
+    }
+
     /// For runtimes that need their own type back (fork).
     fn as_any(&self) -> &dyn std::any::Any;
 }

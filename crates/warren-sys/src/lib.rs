@@ -11,6 +11,7 @@ pub mod fd;
 pub mod landlock;
 pub mod mount;
 pub mod net;
+pub mod nft;
 pub mod ns;
 pub mod pidfd;
 pub mod process;

@@ -8,6 +8,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod id;
+pub mod network;
 pub mod sandbox;
 pub mod trajectory;
 pub mod validate;
@@ -16,8 +17,9 @@ pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use id::{NodeId, SandboxId};
+pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
-    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy,
-    PauseStats, SandboxInfo, SandboxState, Substrate,
+    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
+    SandboxInfo, SandboxState, Substrate,
 };
 pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};

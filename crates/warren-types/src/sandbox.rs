@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::error::ApiError;
+use crate::network::NetworkPolicy;
 use crate::validate;
 
 /// The isolation substrate. One parameter picks it; every other call is the same.
@@ -55,14 +56,6 @@ impl ImageRef {
             ImageRef::Stack(v) => v.clone(),
         }
     }
-}
-
-/// Network policy. `none` (the default) leaves only loopback inside the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum NetworkPolicy {
-    #[default]
-    None,
 }
 
 /// Resource limits of one sandbox. Every field has a node default.
@@ -220,6 +213,7 @@ impl CreateSandboxRequest {
         if let Some(u) = &self.user {
             validate::user(u)?;
         }
+        self.network.validate()?;
         if let Some(h) = &self.hostname {
             validate::hostname(h)?;
         }

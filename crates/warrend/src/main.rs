@@ -72,6 +72,11 @@ struct Args {
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
     apparmor_profile: bool,
+    /// Network configuration (TOML, or JSON by extension): named services, static host
+    /// entries, the sandbox address pool, the upstream resolver. Without it, policies can
+    /// still allow raw networks and domains (pool 10.200.0.0/16).
+    #[arg(long)]
+    network_config: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -219,6 +224,23 @@ async fn run(args: Args) -> Result<()> {
     cfg.max_sandboxes = args.max_sandboxes;
     cfg.security = security;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
+    let net_cfg = match &args.network_config {
+        Some(p) => warren_net::NetConfig::load(p)?,
+        None => warren_net::NetConfig::default(),
+    };
+    let network = Arc::new(
+        warren_net::Network::new(args.node.as_str(), net_cfg).context("network configuration")?,
+    );
+    // Removes links and the table an earlier run left; recovery re-attaches adopted sandboxes.
+    match network.start().await {
+        Ok(removed) => {
+            for r in removed {
+                warn!(removed = %r, "stale network object removed");
+            }
+        }
+        Err(e) => warn!(error = %e, "sandbox networking unavailable: only policy none is accepted"),
+    }
+    manager.set_network(network.clone());
     let report = manager
         .recover()
         .await
@@ -261,6 +283,8 @@ async fn run(args: Args) -> Result<()> {
         }
     }
     manager.shutdown();
+    // Links and rules go with the daemon (sandboxes keep loopback); the next start restores them.
+    network.shutdown().await;
     let _ = stop_tx.send(true);
     if tokio::time::timeout(DRAIN, async {
         while servers.join_next().await.is_some() {}

@@ -21,6 +21,7 @@ from ._client import (
     AsyncSandbox,
     AsyncTrajectory,
     Command,
+    network_policy,
     parse_mib,
 )
 from ._errors import (
@@ -90,6 +91,7 @@ __all__ = [
     "Unsupported",
     "UnsupportedSubstrate",
     "WarrenError",
+    "network_policy",
     "parse_mib",
     "__version__",
 ]

@@ -88,6 +88,43 @@ _KNOWN_UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+def network_policy(
+    policy: Union[str, Mapping[str, Any], None] = None,
+    *,
+    allow: Optional[Sequence[Union[str, Mapping[str, Any]]]] = None,
+    services: Optional[Mapping[str, bool]] = None,
+    domains: Optional[Sequence[str]] = None,
+) -> Union[str, Dict[str, Any]]:
+    """The JSON of a network policy: ``policy`` as given (``"none"`` or a policy dict), or an
+    ``allow`` policy made of ``allow`` rules (dicts ``{"cidr", "ports", "protocol"}`` or strings
+    ``"CIDR[:PORTS[:PROTO]]"`` like ``"10.254.1.0/24:443:tcp"``), named ``services``
+    (``{"pypi": True}``) and ``domains``."""
+    listed = allow is not None or services is not None or domains is not None
+    if policy is not None:
+        if listed:
+            raise ValueError("give either a policy or allow/services/domains, not both")
+        return policy if isinstance(policy, str) else dict(policy)
+    if not listed:
+        return "none"
+    rules: List[Dict[str, Any]] = []
+    for r in allow or []:
+        if isinstance(r, str):
+            parts = r.split(":", 2)
+            rule: Dict[str, Any] = {"cidr": parts[0]}
+            if len(parts) > 1:
+                rule["ports"] = int(parts[1]) if parts[1].isdigit() else parts[1]
+            if len(parts) > 2:
+                rule["protocol"] = parts[2]
+            rules.append(rule)
+        else:
+            rules.append(dict(r))
+    return {"mode": "allow", "allow": rules, "services": dict(services or {}), "domains": list(domains or [])}
+
+
+def _is_none_policy(p: Any) -> bool:
+    return p is None or p == "none" or (isinstance(p, dict) and p.get("mode", "none") == "none")
+
+
 def parse_mib(value: Union[int, float, str, None], what: str = "size") -> Optional[int]:
     """Converts a size to MiB: an int is MiB already; a string may carry a unit.
 
@@ -1067,6 +1104,37 @@ class AsyncSandbox:
         data = await self._feature("snapshot")
         return data if isinstance(data, dict) else {"result": data}
 
+    async def network(self) -> Dict[str, Any]:
+        """The sandbox's network policy and link: ``{"policy", "address", "gateway"}``
+        (address and gateway are ``None`` with policy ``"none"``)."""
+        resp = await self._client._http.request("GET", self._path + "/network", retry=True)
+        data: Dict[str, Any] = resp.json()
+        return data
+
+    async def set_network(
+        self,
+        policy: Union[str, Mapping[str, Any], None] = None,
+        *,
+        allow: Optional[Sequence[Union[str, Mapping[str, Any]]]] = None,
+        services: Optional[Mapping[str, bool]] = None,
+        domains: Optional[Sequence[str]] = None,
+    ) -> Dict[str, Any]:
+        """Replaces the sandbox's network policy; new connections follow it at once.
+
+        ``set_network("none")`` (or no argument) leaves loopback only;
+        ``set_network(allow=["10.254.1.0/24:443:tcp"], services={"pypi": True},
+        domains=["files.example.test"])`` opens exactly that (see :func:`network_policy`).
+        Returns the same as :meth:`network`. Unknown services raise
+        :class:`~warren.InvalidRequest`."""
+        body = network_policy(policy, allow=allow, services=services, domains=domains)
+        if isinstance(body, str):
+            # Request bodies are JSON objects: "none" in its object form.
+            body = {"mode": body}
+        resp = await self._client._http.request("PUT", self._path + "/network", json=body, retry=True)
+        data: Dict[str, Any] = resp.json()
+        self.info.network = data.get("policy", body) if not _is_none_policy(data.get("policy")) else "none"
+        return data
+
     async def delete(self, missing_ok: bool = True) -> None:
         """Deletes the sandbox and frees all it held. A sandbox already gone is fine
         unless ``missing_ok=False``."""
@@ -1210,7 +1278,7 @@ class AsyncClient:
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         user: Optional[str] = None,
-        network: Optional[str] = None,
+        network: Union[str, Mapping[str, Any], None] = None,
         labels: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         hostname: Optional[str] = None,
@@ -1234,7 +1302,8 @@ class AsyncClient:
             env: Environment of every command.
             workdir: Default working directory (absolute).
             user: Default user: a name from the image's /etc/passwd or ``uid[:gid]``.
-            network: Network policy (``"none"``, the default: loopback only).
+            network: Network policy: ``"none"`` (the default: loopback only) or a policy dict
+                (see :func:`network_policy` and :meth:`AsyncSandbox.set_network`).
             labels: Key/value labels, for :meth:`list` and :meth:`delete_all`.
             idempotency_key: A repeated create with the same key returns the first sandbox;
                 with a key, the create is retried on transport failures.
@@ -1269,7 +1338,7 @@ class AsyncClient:
         if user is not None:
             body["user"] = user
         if network is not None:
-            body["network"] = network
+            body["network"] = network if isinstance(network, str) else dict(network)
         if labels:
             body["labels"] = dict(labels)
         if idempotency_key is not None:

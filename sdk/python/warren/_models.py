@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 __all__ = [
     "Health",
@@ -91,7 +91,7 @@ class SandboxInfo:
         env: The environment of every command.
         workdir: The default working directory, if one was given.
         user: The default user, if one was given.
-        network: The network policy (``"none"``).
+        network: The network policy: ``"none"``, or the policy dict when it allows something.
         created_at_ms: Creation time, Unix milliseconds.
         expires_at_ms: When the TTL deletes the sandbox, if it has one.
         idle_timeout_secs: The idle timeout, if one was given.
@@ -110,7 +110,7 @@ class SandboxInfo:
     env: Dict[str, str] = field(default_factory=dict)
     workdir: Optional[str] = None
     user: Optional[str] = None
-    network: str = "none"
+    network: Union[str, Dict[str, Any]] = "none"
     created_at_ms: int = 0
     expires_at_ms: Optional[int] = None
     idle_timeout_secs: Optional[int] = None
@@ -138,7 +138,7 @@ class SandboxInfo:
             env=dict(d.get("env") or {}),
             workdir=d.get("workdir"),
             user=d.get("user"),
-            network=d.get("network") or "none",
+            network=_network(d.get("network")),
             created_at_ms=int(d.get("created_at_ms") or 0),
             expires_at_ms=d.get("expires_at_ms"),
             idle_timeout_secs=d.get("idle_timeout_secs"),
@@ -319,3 +319,10 @@ class FileStat:
             mtime_ms=int(d.get("mtime_ms", 0)),
             link_target=d.get("link_target"),
         )
+
+
+def _network(p: Any) -> Union[str, Dict[str, Any]]:
+    """``"none"`` for a none policy in either spelling, else the policy dict."""
+    if isinstance(p, dict) and p.get("mode", "none") != "none":
+        return dict(p)
+    return "none"

@@ -343,6 +343,8 @@ class Sandbox:
     pty = _sync_pty(AsyncSandbox.pty)
     pause = _sync(AsyncSandbox.pause)
     resume = _sync(AsyncSandbox.resume)
+    network = _sync(AsyncSandbox.network)
+    set_network = _sync(AsyncSandbox.set_network)
     fork = _sync_sandboxes(AsyncSandbox.fork)
     trajectory = _sync(AsyncSandbox.trajectory)
     snapshot = _sync(AsyncSandbox.snapshot)

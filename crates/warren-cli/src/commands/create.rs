@@ -54,6 +54,9 @@ pub struct Args {
     /// A repeated create with the same key returns the first sandbox
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Network policy as JSON (default "none"); see `warren net` to change it later
+    #[arg(long)]
+    pub network: Option<String>,
 }
 
 /// The request the arguments describe.
@@ -85,7 +88,10 @@ pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
         labels: args.label.into_iter().collect(),
         idempotency_key: args.idempotency_key,
         hostname: args.hostname,
-        ..Default::default()
+        network: match args.network.as_deref() {
+            None | Some("none") => Default::default(),
+            Some(j) => serde_json::from_str(j).context("--network")?,
+        },
     })
 }
 

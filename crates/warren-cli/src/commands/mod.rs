@@ -10,6 +10,7 @@ pub mod fork;
 pub mod health;
 pub mod image;
 pub mod ls;
+pub mod net;
 pub mod pause;
 pub mod ps;
 pub mod resume;

@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod network;
 pub mod parse;
 mod pty;
 mod sandboxes;
@@ -45,6 +46,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/resume"),
     ("POST", "/v1/sandboxes/{id}/fork"),
     ("GET", "/v1/sandboxes/{id}/trajectory"),
+    ("GET", "/v1/sandboxes/{id}/network"),
+    ("PUT", "/v1/sandboxes/{id}/network"),
     ("POST", "/v1/sandboxes/{id}/exec"),
     ("POST", "/v1/sandboxes/{id}/exec/stream"),
     ("POST", "/v1/sandboxes/{id}/processes"),
@@ -119,6 +122,8 @@ pub fn router(manager: Manager) -> Router {
     .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
     .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
     .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
+    .add("GET", "/v1/sandboxes/{id}/network", network::get)
+    .add("PUT", "/v1/sandboxes/{id}/network", network::put)
     .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
     .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
     .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)

@@ -24,6 +24,7 @@ impl Manager {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
         let runtime = self.runtime_for(req.substrate)?;
+        self.check_network(&req.network)?;
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
         // start one sandbox and the node limit holds under load.
@@ -142,6 +143,21 @@ impl Manager {
             }
         };
 
+        if let Err(e) = self.apply_network(&sb.id, &instance, &req.network).await {
+            warn!(sandbox = %sb.id, error = %e, "cannot give the sandbox its network; destroying it");
+            if let Err(de) = instance.destroy().await {
+                warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");
+            }
+            self.drop_network(&sb.id).await;
+            self.forget(&sb.id, req.idempotency_key.as_deref());
+            let _ = self
+                .inner
+                .store
+                .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+            Metrics::inc(&self.inner.metrics.create_errors);
+            return Err(e);
+        }
+
         let persisted = {
             let mut st = sb.lock();
             st.info.state = SandboxState::Running;
@@ -166,6 +182,7 @@ impl Manager {
                 if let Err(de) = instance.destroy().await {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
+                self.drop_network(&sb.id).await;
                 self.forget(&sb.id, req.idempotency_key.as_deref());
                 let _ = self
                     .inner

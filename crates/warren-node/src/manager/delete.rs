@@ -65,6 +65,7 @@ impl Manager {
             }
             return Err(NodeError::runtime(&sb.id, e));
         }
+        self.drop_network(&sb.id).await;
         self.forget(&sb.id, key.as_deref());
         self.remember_deleted(&sb.id, why);
         self.inner.store.remove_sandbox(&sb.id, key.as_deref())?;

@@ -139,6 +139,19 @@ impl Manager {
                 return Err(NodeError::runtime(id, e));
             }
         };
+        // Children keep the parent's policy, each with its own link and resolver.
+        for (c, i) in children.iter().zip(&instances) {
+            let policy = c.lock().info.network.clone();
+            if let Err(e) = self.apply_network(&c.id, i, &policy).await {
+                warn!(parent = %id, error = %e, "cannot give a fork child its network; destroying the children");
+                for (c, i) in children.iter().zip(&instances) {
+                    let _ = i.destroy().await;
+                    self.drop_network(&c.id).await;
+                }
+                forget(self);
+                return Err(e);
+            }
+        }
         for (c, i) in children.iter().zip(&instances) {
             let mut st = c.lock();
             st.info.state = SandboxState::Running;

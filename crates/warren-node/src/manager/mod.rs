@@ -18,6 +18,7 @@ mod exec;
 mod files;
 mod fork;
 mod logged;
+mod network;
 mod pause;
 mod reaper;
 mod recover;
@@ -189,6 +190,8 @@ pub(crate) struct Inner {
     metrics: Metrics,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
+    /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
+    network: std::sync::OnceLock<Arc<warren_net::Network>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -220,6 +223,7 @@ impl Manager {
                 tombstones: Mutex::new(VecDeque::new()),
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
+                network: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -132,6 +132,7 @@ impl Manager {
         }
         Metrics::inc(&self.inner.metrics.lost);
         warn!(sandbox = %sb.id, "the sandbox's agent exited; sandbox marked failed");
+        self.drop_network(&sb.id).await;
         match instance.destroy().await {
             Ok(()) => info!(sandbox = %sb.id, "lost sandbox cleaned up"),
             Err(e) => warn!(sandbox = %sb.id, error = %e, "cleanup of the lost sandbox failed"),

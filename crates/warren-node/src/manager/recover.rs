@@ -73,6 +73,7 @@ impl Manager {
                 }
             }
         }
+        self.reattach_networks(&report.adopted).await;
         info!(
             adopted = report.adopted.len(),
             failed = report.failed.len(),

@@ -231,6 +231,10 @@ impl Instance for Container {
         self.paused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    fn netns_pid(&self) -> Option<u32> {
+        Some(self.record.agent_pid)
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

@@ -232,12 +232,20 @@ pub struct Daemon {
     pub log: PathBuf,
     child: Option<Child>,
     client: Client,
+    /// Extra `warrend` arguments (e.g. `--network-config FILE`), kept across restarts.
+    pub extra_args: Vec<String>,
 }
 
 impl Daemon {
     /// Starts a daemon, or prints `SKIP: <why>` and returns `None` when the host cannot run
     /// sandboxes. Panics when the daemon does not come up.
     pub async fn start() -> Option<Daemon> {
+        Self::start_with(|_| Vec::new()).await
+    }
+
+    /// Like [`Daemon::start`], with extra `warrend` arguments made from the daemon's own
+    /// directory (for config files written there).
+    pub async fn start_with(args: impl FnOnce(&Path) -> Vec<String>) -> Option<Daemon> {
         if should_skip() {
             return None;
         }
@@ -256,7 +264,9 @@ impl Daemon {
             dir,
             node,
             child: None,
+            extra_args: Vec::new(),
         };
+        d.extra_args = args(&d.dir);
         mark_node(&d.node, "running");
         d.spawn().await;
         Some(d)
@@ -287,6 +297,7 @@ impl Daemon {
             .arg(&self.node)
             .arg("--image-store")
             .arg(image_store())
+            .args(&self.extra_args)
             // Requests are logged at debug level: the log shows which calls were answered.
             .env("RUST_LOG", "info,warren_node=debug")
             .stdin(Stdio::null())

@@ -30,7 +30,7 @@ pub struct Setup {
 }
 
 impl Setup {
-    fn request(&self, kind: &str) -> CreateSandboxRequest {
+    pub(super) fn request(&self, kind: &str) -> CreateSandboxRequest {
         CreateSandboxRequest {
             image: ImageRef::Name(self.image.clone()),
             labels: BTreeMap::from([

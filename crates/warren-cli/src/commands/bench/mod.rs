@@ -10,6 +10,7 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 
 mod baselines;
@@ -17,6 +18,7 @@ mod images;
 mod images_gen;
 mod measure;
 mod neighbour;
+mod net;
 mod replay;
 
 use anyhow::Context as _;
@@ -41,6 +43,7 @@ pub enum Which {
     Images,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
+    Net,
     All,
 }
 
@@ -51,7 +54,7 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
-    /// neighbour 200 per phase]
+    /// neighbour 200 per phase, net 100]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -120,6 +123,7 @@ pub struct Report {
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
+    pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -176,6 +180,14 @@ impl Report {
             if let Some(p50) = r.append_p50_ms {
                 checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
             }
+        }
+        if let Some(n) = &self.net {
+            checks.push(Check::at_most(
+                "allow-list create p50 - none p50",
+                n.extra_p50_ms,
+                "ms",
+                5.0,
+            ));
         }
         if let Some(nb) = &self.neighbour {
             for p in &nb.phases {
@@ -279,6 +291,12 @@ impl Report {
             }
             out.push_str(&r.render());
         }
+        if let Some(n) = &self.net {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&n.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -381,6 +399,11 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Replay {
         stop.check()?;
         report.replay = Some(replay::replay(setup, n(1000)).await?);
+    }
+    // Not part of `all`: it needs a node whose network is available.
+    if args.which == Which::Net {
+        stop.check()?;
+        report.net = Some(net::net(setup, n(100)).await?);
     }
     if args.which == Which::Neighbour {
         stop.check()?;

@@ -1,0 +1,182 @@
+//! The node's network configuration: named services, static host entries, the address pool
+//! of sandbox links and the upstream resolver. Read from a TOML or JSON file
+//! (`warrend --network-config FILE`):
+//!
+//! ```toml
+//! pool = "10.200.0.0/16"          # one /30 per sandbox link
+//! upstream = "10.254.0.53:53"      # optional: names not in [hosts] are asked here
+//! masquerade = true                # NAT allowed traffic behind the host's address
+//!
+//! [services.pypi]
+//! cidrs = ["10.254.1.2/32"]
+//! ports = [443, "8000-8100"]
+//! protocol = "tcp"
+//! hostnames = ["pypi.mirror.test"]
+//!
+//! [hosts]
+//! "pypi.mirror.test" = ["10.254.1.2"]
+//! ```
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use warren_types::network::{domain_pattern, parse_cidr, service_name, Ports, Protocol};
+
+use crate::NetError;
+
+/// A named service a policy can switch on.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Networks of the service (IPv4 CIDRs or addresses).
+    #[serde(default)]
+    pub cidrs: Vec<String>,
+    /// Ports opened on those networks (default: any).
+    #[serde(default)]
+    pub ports: Vec<Ports>,
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Names the sandbox's resolver answers when the service is on.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+}
+
+/// The node's network settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetConfig {
+    /// IPv4 pool the sandbox links take their /30 from.
+    #[serde(default = "default_pool")]
+    pub pool: String,
+    /// Resolver asked for allowed names that are not in `hosts`.
+    #[serde(default)]
+    pub upstream: Option<SocketAddr>,
+    /// Source-NAT allowed traffic leaving the node (off: the peers must route the pool back).
+    #[serde(default = "yes")]
+    pub masquerade: bool,
+    /// TTL (seconds) of answers from `hosts`.
+    #[serde(default = "default_ttl")]
+    pub hosts_ttl: u32,
+    #[serde(default)]
+    pub services: BTreeMap<String, Service>,
+    /// Static answers: name → IPv4 addresses.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, Vec<Ipv4Addr>>,
+}
+
+fn default_pool() -> String {
+    "10.200.0.0/16".into()
+}
+fn yes() -> bool {
+    true
+}
+fn default_ttl() -> u32 {
+    300
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            pool: default_pool(),
+            upstream: None,
+            masquerade: true,
+            hosts_ttl: default_ttl(),
+            services: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+        }
+    }
+}
+
+impl NetConfig {
+    /// Reads a `.json` file as JSON, anything else as TOML, and checks it.
+    pub fn load(path: &std::path::Path) -> Result<NetConfig, NetError> {
+        let err = |message: String| NetError::Config {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let cfg: NetConfig = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(&text).map_err(|e| err(e.to_string()))?
+        } else {
+            toml::from_str(&text).map_err(|e| err(e.to_string()))?
+        };
+        cfg.check().map_err(err)?;
+        Ok(cfg)
+    }
+
+    /// Checks names, networks and the pool.
+    pub fn check(&self) -> Result<(), String> {
+        let (_, len) = self.pool_net()?;
+        if len > 28 {
+            return Err(format!("pool {} is too small (at most /28)", self.pool));
+        }
+        for (name, s) in &self.services {
+            service_name(name).map_err(|e| e.message)?;
+            for c in &s.cidrs {
+                parse_cidr(c).map_err(|e| format!("service {name}: {e}"))?;
+            }
+            for h in &s.hostnames {
+                domain_pattern(h).map_err(|e| format!("service {name}: {}", e.message))?;
+            }
+        }
+        for name in self.hosts.keys() {
+            domain_pattern(name).map_err(|e| format!("hosts: {}", e.message))?;
+        }
+        Ok(())
+    }
+
+    /// The pool as (network, prefix length).
+    pub fn pool_net(&self) -> Result<(Ipv4Addr, u8), String> {
+        parse_cidr(&self.pool).map_err(|e| format!("pool: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_and_json_configs_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("net.toml");
+        std::fs::write(
+            &t,
+            r#"
+pool = "10.201.0.0/16"
+upstream = "10.254.0.53:53"
+[services.pypi]
+cidrs = ["10.254.1.2/32"]
+ports = [443, "8000-8100"]
+protocol = "tcp"
+hostnames = ["pypi.mirror.test"]
+[hosts]
+"pypi.mirror.test" = ["10.254.1.2"]
+"#,
+        )
+        .unwrap();
+        let c = NetConfig::load(&t).unwrap();
+        assert_eq!(c.services["pypi"].ports[1], Ports::Range(8000, 8100));
+        assert!(c.masquerade);
+        let j = dir.path().join("net.json");
+        std::fs::write(&j, r#"{"services":{"npm":{"cidrs":["10.254.2.0/24"]}}}"#).unwrap();
+        let c = NetConfig::load(&j).unwrap();
+        assert_eq!(c.pool, "10.200.0.0/16");
+        assert_eq!(c.services["npm"].protocol, Protocol::Any);
+    }
+
+    #[test]
+    fn bad_configs_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, why) in [
+            ("pool = \"10.0.0.0/30\"", "too small"),
+            ("[services.Bad]\ncidrs=[]", "service name"),
+            ("[services.a]\ncidrs=[\"x\"]", "not an IPv4"),
+            ("bogus = 1", "unknown field"),
+        ] {
+            let p = dir.path().join("c.toml");
+            std::fs::write(&p, text).unwrap();
+            let e = NetConfig::load(&p).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Errors of the network layer.
+
+/// Everything that can go wrong while giving a sandbox its network.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The node's network configuration file is unreadable or wrong.
+    #[error("network config {path}: {message}")]
+    Config { path: String, message: String },
+    /// A policy names something the node does not offer (unknown service).
+    #[error("{0}")]
+    Policy(String),
+    /// The address pool has no free link left.
+    #[error("the sandbox address pool {pool} is exhausted ({links} links)")]
+    PoolExhausted { pool: String, links: u32 },
+    /// A netlink call (links, addresses, routes) failed.
+    #[error("netlink: {what}: {message}")]
+    Netlink { what: String, message: String },
+    /// An nftables batch was refused.
+    #[error("nftables: {0}")]
+    Nft(String),
+    /// The sandbox's resolver could not start.
+    #[error("resolver on {addr}: {source}")]
+    Resolver {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other host failure.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl NetError {
+    pub(crate) fn netlink(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+        NetError::Netlink {
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+}

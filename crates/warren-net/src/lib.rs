@@ -1,0 +1,501 @@
+//! Per-sandbox network policy for the container substrate.
+//!
+//! Every container sandbox has its own network namespace with only `lo`. A sandbox whose
+//! policy is `none` gets nothing else from this crate: no link, no rule, no resolver, no
+//! cost. A sandbox with an `allow` policy gets:
+//! - a veth pair (`link`): host end `<prefix><index>` with `<pool>+4*index+1/30`, sandbox end
+//!   `eth0` with `+2/30` and a default route via the host end;
+//! - its chain and sets in the node's nftables table (`rules`), updated in one atomic batch
+//!   per policy change;
+//! - its resolver (`resolver`) on the host end's address, port 53.
+//!
+//! [`Network`] owns all of that for one node. It never touches a sandbox's processes or
+//! files (the node writes the sandbox's `/etc/resolv.conf`), and never touches tables or
+//! links that are not its own.
+
+mod config;
+mod error;
+pub mod link;
+pub mod resolver;
+pub mod rules;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, RwLock};
+use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
+
+pub use config::{NetConfig, Service};
+pub use error::NetError;
+use resolver::{Answers, Learn, NameRule, Resolver};
+use rules::{Elem, LinkRules, Proto, Table};
+
+/// Runs nft batches through libnftables (the library of the `nft` tool), one kept context.
+struct NftRunner(Result<warren_sys::nft::Nft, String>);
+
+impl NftRunner {
+    fn open() -> NftRunner {
+        NftRunner(warren_sys::nft::Nft::open())
+    }
+
+    fn run(&mut self, batch: &str) -> Result<String, NetError> {
+        match &mut self.0 {
+            Ok(n) => n.run(batch).map_err(NetError::Nft),
+            Err(e) => Err(NetError::Nft(format!(
+                "{e} (install nftables / libnftables1)"
+            ))),
+        }
+    }
+}
+
+/// What a sandbox's link looks like (for logs, the API and the sandbox's resolv.conf).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LinkInfo {
+    /// Host end's interface name.
+    pub ifname: String,
+    /// Host end's address: the sandbox's gateway and resolver.
+    pub gateway: Ipv4Addr,
+    /// The sandbox's address on `eth0`.
+    pub address: Ipv4Addr,
+}
+
+struct Link {
+    rules: LinkRules,
+    answers: Arc<Answers>,
+    _resolver: Resolver,
+}
+
+/// Adds learnt addresses to one link's resolver set.
+struct SetLearner {
+    nft: Arc<Mutex<NftRunner>>,
+    table: Table,
+    index: u32,
+}
+
+impl Learn for SetLearner {
+    fn learn(&self, addrs: &[Ipv4Addr], ttl: u32) -> Result<(), NetError> {
+        let batch = self.table.learn(self.index, addrs, ttl);
+        self.nft.lock().expect("nft lock").run(&batch).map(|_| ())
+    }
+}
+
+/// The network side of one node: its nftables table, address pool, links and resolvers.
+pub struct Network {
+    cfg: NetConfig,
+    table: Table,
+    pool_base: u32,
+    pool_links: u32,
+    nft: Arc<Mutex<NftRunner>>,
+    links: Mutex<HashMap<String, Link>>,
+    used: Mutex<BTreeSet<u32>>,
+    /// Ok once [`Network::start`] cleaned up; until then (or after a failed start) policies
+    /// are refused.
+    ready: RwLock<Result<(), String>>,
+    /// True once the node's table exists.
+    table_made: Mutex<bool>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("table", &self.table.name)
+            .field("pool", &self.cfg.pool)
+            .finish()
+    }
+}
+
+/// FNV-1a, for a short stable tag of the node id in interface names.
+fn tag(node: &str) -> String {
+    let mut h: u32 = 0x811c9dc5;
+    for b in node.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    format!("{:04x}", h & 0xffff)
+}
+
+impl Network {
+    /// The network of node `node`. Touches nothing on the host until [`Network::start`].
+    pub fn new(node: &str, cfg: NetConfig) -> Result<Network, NetError> {
+        cfg.check().map_err(|m| NetError::Config {
+            path: "(network config)".into(),
+            message: m,
+        })?;
+        let (net, len) = cfg.pool_net().map_err(NetError::Policy)?;
+        let table = Table {
+            name: format!("warren-{node}"),
+            prefix: format!("wn{}", tag(node)),
+            pool: format!("{net}/{len}"),
+            masquerade: cfg.masquerade,
+        };
+        Ok(Network {
+            pool_base: u32::from(net),
+            pool_links: (1u32 << (32 - u32::from(len))) / 4,
+            table,
+            cfg,
+            nft: Arc::new(Mutex::new(NftRunner::open())),
+            links: Mutex::new(HashMap::new()),
+            used: Mutex::new(BTreeSet::new()),
+            ready: RwLock::new(Err("the network is not started".into())),
+            table_made: Mutex::new(false),
+        })
+    }
+
+    /// The node's nftables table name (`warren-<node>`).
+    pub fn table_name(&self) -> &str {
+        &self.table.name
+    }
+
+    /// Interface name prefix of this node's links.
+    pub fn link_prefix(&self) -> &str {
+        &self.table.prefix
+    }
+
+    /// Removes whatever an earlier run of this node left (links, table) and installs a fresh
+    /// table. Returns what was removed.
+    pub async fn start(&self) -> Result<Vec<String>, NetError> {
+        let mut removed = Vec::new();
+        let res = async {
+            for l in link::list(&self.table.prefix).await? {
+                link::delete(&l).await?;
+                removed.push(format!("link {l}"));
+            }
+            // The table itself is made by the first link: a node that never gives a sandbox a
+            // network leaves no trace in the host's ruleset.
+            if self.run(&self.table.exists_cmd()).is_ok() {
+                self.run(&self.table.delete())?;
+                removed.push(format!("nftables table {}", self.table.name));
+            }
+            *self.table_made.lock().expect("table lock") = false;
+            Ok(())
+        }
+        .await;
+        *self.ready.write().expect("ready lock") = res
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e: &NetError| e.to_string());
+        res.map(|_| removed)
+    }
+
+    /// Removes every link of this node and its table (sandboxes keep only loopback until a
+    /// later start attaches them again).
+    pub async fn shutdown(&self) {
+        let links: Vec<String> = {
+            let mut map = self.links.lock().expect("links lock");
+            let names = map.values().map(|l| l.rules.ifname.clone()).collect();
+            map.clear();
+            names
+        };
+        for l in links {
+            if let Err(e) = link::delete(&l).await {
+                tracing::warn!(link = l, error = %e, "cannot remove a sandbox link");
+            }
+        }
+        let mut made = self.table_made.lock().expect("table lock");
+        if *made {
+            if let Err(e) = self.run(&self.table.delete()) {
+                tracing::warn!(table = self.table.name, error = %e, "cannot remove the nftables table");
+            }
+            *made = false;
+        }
+        drop(made);
+        self.used.lock().expect("used lock").clear();
+        *self.ready.write().expect("ready lock") = Err("the network is shut down".into());
+    }
+
+    fn run(&self, batch: &str) -> Result<String, NetError> {
+        self.nft.lock().expect("nft lock").run(batch)
+    }
+
+    /// Checks a policy against this node (known services, network available).
+    pub fn check(&self, policy: &NetworkPolicy) -> Result<(), NetError> {
+        if policy.is_none() {
+            return Ok(());
+        }
+        if let Err(e) = &*self.ready.read().expect("ready lock") {
+            return Err(NetError::Policy(format!(
+                "network policies are unavailable on this node: {e}"
+            )));
+        }
+        for s in policy.services.keys() {
+            if !self.cfg.services.contains_key(s) {
+                let known: Vec<&str> = self.cfg.services.keys().map(String::as_str).collect();
+                return Err(NetError::Policy(format!(
+                    "network: unknown service {s:?}; this node offers: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The allow elements of a policy.
+    fn elements(&self, policy: &NetworkPolicy) -> Result<Vec<Elem>, NetError> {
+        let mut out = Vec::new();
+        let mut push = |cidr: &str, ports: Ports, protos: Vec<Proto>| -> Result<(), NetError> {
+            let (net, len) = parse_cidr(cidr).map_err(NetError::Policy)?;
+            let (lo, hi) = ports.bounds();
+            for proto in protos {
+                out.push(Elem {
+                    net: u32::from(net),
+                    len,
+                    proto,
+                    lo,
+                    hi,
+                });
+            }
+            Ok(())
+        };
+        for r in &policy.allow {
+            push(&r.cidr, r.ports, Proto::from_policy(r.protocol))?;
+        }
+        for name in policy.enabled_services() {
+            let s = &self.cfg.services[name];
+            let ports = if s.ports.is_empty() {
+                vec![Ports::Any]
+            } else {
+                s.ports.clone()
+            };
+            for c in &s.cidrs {
+                for p in &ports {
+                    push(c, *p, Proto::from_policy(s.protocol))?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Names the resolver answers under a policy.
+    fn allowed_names(&self, policy: &NetworkPolicy) -> Vec<NameRule> {
+        let mut names: Vec<NameRule> = policy
+            .domains
+            .iter()
+            .map(|d| NameRule {
+                pattern: d.clone(),
+                covered: Vec::new(),
+            })
+            .collect();
+        for s in policy.enabled_services() {
+            let svc = &self.cfg.services[s];
+            let covered: Vec<(Ipv4Addr, u8)> = svc
+                .cidrs
+                .iter()
+                .filter_map(|c| parse_cidr(c).ok())
+                .collect();
+            names.extend(svc.hostnames.iter().map(|h| NameRule {
+                pattern: h.clone(),
+                covered: covered.clone(),
+            }));
+        }
+        names
+    }
+
+    fn alloc(&self) -> Result<u32, NetError> {
+        let mut used = self.used.lock().expect("used lock");
+        let free = (0..self.pool_links).find(|i| !used.contains(i));
+        let Some(i) = free else {
+            return Err(NetError::PoolExhausted {
+                pool: self.cfg.pool.clone(),
+                links: self.pool_links,
+            });
+        };
+        used.insert(i);
+        Ok(i)
+    }
+
+    fn free(&self, i: u32) {
+        self.used.lock().expect("used lock").remove(&i);
+    }
+
+    /// The link of a sandbox, if it has one.
+    pub fn link_of(&self, id: &str) -> Option<LinkInfo> {
+        self.links
+            .lock()
+            .expect("links lock")
+            .get(id)
+            .map(|l| LinkInfo {
+                ifname: l.rules.ifname.clone(),
+                gateway: l.rules.host,
+                address: l.rules.peer,
+            })
+    }
+
+    /// Applies `policy` to sandbox `id` whose network namespace is that of `pid`: creates,
+    /// updates or removes its link. Returns the link, if the sandbox has one afterwards.
+    pub async fn apply(
+        &self,
+        id: &str,
+        pid: u32,
+        policy: &NetworkPolicy,
+    ) -> Result<Option<LinkInfo>, NetError> {
+        self.check(policy)?;
+        let has = self.links.lock().expect("links lock").contains_key(id);
+        match (has, policy.is_none()) {
+            (false, true) => Ok(None),
+            (true, true) => {
+                self.detach(id).await?;
+                Ok(None)
+            }
+            (false, false) => self.attach(id, pid, policy).await.map(Some),
+            (true, false) => self.update(id, policy).map(|_| self.link_of(id)),
+        }
+    }
+
+    async fn attach(
+        &self,
+        id: &str,
+        pid: u32,
+        policy: &NetworkPolicy,
+    ) -> Result<LinkInfo, NetError> {
+        let t0 = std::time::Instant::now();
+        let layers = rules::layers(self.elements(policy)?);
+        let index = self.alloc()?;
+        let base = self.pool_base + index * 4;
+        let rules = LinkRules {
+            index,
+            ifname: format!("{}{index:x}", self.table.prefix),
+            host: Ipv4Addr::from(base + 1),
+            peer: Ipv4Addr::from(base + 2),
+            layers,
+        };
+        let fail = |e: NetError| async {
+            let _ = link::delete(&rules.ifname).await;
+            self.free(index);
+            Err(e)
+        };
+        // Rules first: the link's traffic is dropped by the base chains until they exist.
+        let added = {
+            // Held across the batch: two first links must not both (re)create the table.
+            let mut made = self.table_made.lock().expect("table lock");
+            let batch = if *made {
+                self.table.add_link(&rules)
+            } else {
+                self.table.create() + &self.table.add_link(&rules)
+            };
+            let r = self.run(&batch);
+            if r.is_ok() {
+                *made = true;
+            }
+            r
+        };
+        if let Err(e) = added {
+            return fail(e).await;
+        }
+        let t_rules = t0.elapsed();
+        let undo_rules = |e: NetError| {
+            let _ = self.run(&self.table.remove_link(&rules));
+            e
+        };
+        if let Err(e) = link::create(&rules.ifname, pid, rules.host, rules.peer).await {
+            return fail(undo_rules(e)).await;
+        }
+        let t_link = t0.elapsed();
+        if let Err(e) = enable_forwarding() {
+            return fail(undo_rules(e)).await;
+        }
+        let answers = Arc::new(Answers {
+            allowed: RwLock::new(self.allowed_names(policy)),
+            hosts: self.cfg.hosts.clone(),
+            hosts_ttl: self.cfg.hosts_ttl,
+            upstream: self.cfg.upstream,
+            learn: Box::new(SetLearner {
+                nft: self.nft.clone(),
+                table: self.table.clone(),
+                index,
+            }),
+        });
+        let resolver = match Resolver::start(rules.host, answers.clone()).await {
+            Ok(r) => r,
+            Err(e) => return fail(undo_rules(e)).await,
+        };
+        tracing::debug!(
+            sandbox = id,
+            rules_us = t_rules.as_micros() as u64,
+            link_us = t_link.as_micros() as u64,
+            total_us = t0.elapsed().as_micros() as u64,
+            "sandbox link attached"
+        );
+        let info = LinkInfo {
+            ifname: rules.ifname.clone(),
+            gateway: rules.host,
+            address: rules.peer,
+        };
+        self.links.lock().expect("links lock").insert(
+            id.to_string(),
+            Link {
+                rules,
+                answers,
+                _resolver: resolver,
+            },
+        );
+        Ok(info)
+    }
+
+    /// Swaps a link's rules in one batch and the resolver's names.
+    fn update(&self, id: &str, policy: &NetworkPolicy) -> Result<(), NetError> {
+        let layers = rules::layers(self.elements(policy)?);
+        let mut links = self.links.lock().expect("links lock");
+        let Some(l) = links.get_mut(id) else {
+            return Ok(());
+        };
+        let mut next = l.rules.clone();
+        next.layers = layers;
+        let batch = self.table.remove_link(&l.rules) + &self.table.add_link(&next);
+        self.run(&batch)?;
+        l.rules = next;
+        *l.answers.allowed.write().expect("resolver lock") = self.allowed_names(policy);
+        Ok(())
+    }
+
+    /// Removes a sandbox's link, rules and resolver. Nothing to do for a sandbox without one.
+    pub async fn detach(&self, id: &str) -> Result<(), NetError> {
+        let Some(l) = self.links.lock().expect("links lock").remove(id) else {
+            return Ok(());
+        };
+        let index = l.rules.index;
+        let res = self.run(&self.table.remove_link(&l.rules));
+        drop(l._resolver);
+        let del = link::delete(&l.rules.ifname).await;
+        self.free(index);
+        res.and(del)
+    }
+
+    /// Sandboxes that have a link.
+    pub fn attached(&self) -> Vec<String> {
+        self.links
+            .lock()
+            .expect("links lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+}
+
+/// Turns on IPv4 forwarding (needed to route sandbox links); logs the first time it does.
+fn enable_forwarding() -> Result<(), NetError> {
+    const P: &str = "/proc/sys/net/ipv4/ip_forward";
+    let cur = std::fs::read_to_string(P).unwrap_or_default();
+    if cur.trim() == "1" {
+        return Ok(());
+    }
+    std::fs::write(P, "1").map_err(|e| NetError::Io {
+        what: "enable net.ipv4.ip_forward".into(),
+        source: e,
+    })?;
+    tracing::info!("enabled net.ipv4.ip_forward for sandbox links (forwarding of other interfaces is left to the host's own firewall)");
+    Ok(())
+}
+
+/// The `/etc/resolv.conf` a sandbox gets with a link.
+pub fn resolv_conf(link: Option<&LinkInfo>) -> String {
+    match link {
+        Some(l) => format!(
+            "# written by warren: the sandbox's own resolver\nnameserver {}\noptions timeout:1 attempts:2\n",
+            l.gateway
+        ),
+        None => "# no network by default\n".to_string(),
+    }
+}

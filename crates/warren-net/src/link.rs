@@ -1,0 +1,185 @@
+//! Sandbox links: a veth pair per sandbox, configured over netlink (`rtnetlink`).
+//!
+//! The host end (`<prefix><index>`) stays in the host's namespace with the link's host
+//! address; the peer is created directly inside the sandbox's network namespace (named by
+//! its agent's pid) as `eth0`, given the sandbox address and a default route via the host
+//! end. The inside is configured from a dedicated thread that joins the sandbox's network
+//! namespace (`setns`) and opens its own netlink socket there; the thread ends with the
+//! work, so no runtime thread ever changes namespace.
+
+use futures::TryStreamExt;
+use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::NetError;
+
+/// Name of the sandbox end.
+pub const PEER_NAME: &str = "eth0";
+/// Prefix length of every link (/30: host end, sandbox end).
+pub const LINK_PREFIX: u8 = 30;
+
+/// Runs `f` on a fresh thread with its own current-thread runtime and waits for it.
+async fn on_thread<T, F, Fut>(f: F) -> Result<T, NetError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, NetError>>,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("warren-net-link".into())
+        .spawn(move || {
+            let res = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(|e| NetError::Io {
+                    what: "netlink runtime".into(),
+                    source: e,
+                })
+                .and_then(|rt| rt.block_on(f()));
+            let _ = tx.send(res);
+        })
+        .map_err(|e| NetError::Io {
+            what: "spawn netlink thread".into(),
+            source: e,
+        })?;
+    rx.await
+        .map_err(|_| NetError::netlink("netlink thread", "ended without an answer"))?
+}
+
+fn connect(what: &str) -> Result<Handle, NetError> {
+    let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| NetError::netlink(what, e))?;
+    tokio::spawn(conn);
+    Ok(handle)
+}
+
+async fn index_of(h: &Handle, name: &str) -> Result<Option<u32>, NetError> {
+    let mut links = h.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(Some(m)) => Ok(Some(m.header.index)),
+        Ok(None) => Ok(None),
+        Err(rtnetlink::Error::NetlinkError(e))
+            if e.code.map(|c| c.get()) == Some(-libc_enodev()) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(NetError::netlink(format!("find link {name}"), e)),
+    }
+}
+
+fn libc_enodev() -> i32 {
+    nix::errno::Errno::ENODEV as i32
+}
+
+/// Creates the veth pair of a sandbox and configures both ends.
+pub async fn create(
+    ifname: &str,
+    pid: u32,
+    host: Ipv4Addr,
+    peer: Ipv4Addr,
+) -> Result<(), NetError> {
+    let ifname = ifname.to_string();
+    on_thread(move || async move {
+        let h = connect("host netlink socket")?;
+        let peer_msg = LinkMessageBuilder::<LinkUnspec>::default()
+            .name(PEER_NAME.to_string())
+            .setns_by_pid(pid)
+            .build();
+        let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+            .name(ifname.clone())
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg)))
+            .build();
+        h.link()
+            .add(msg)
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink(format!("add veth {ifname}"), e))?;
+        let idx = index_of(&h, &ifname)
+            .await?
+            .ok_or_else(|| NetError::netlink(format!("veth {ifname}"), "vanished"))?;
+        h.address()
+            .add(idx, IpAddr::V4(host), LINK_PREFIX)
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink(format!("address of {ifname}"), e))?;
+        h.link()
+            .set(LinkUnspec::new_with_index(idx).up().build())
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink(format!("up {ifname}"), e))?;
+
+        // The inside: join the sandbox's network namespace on this (throw-away) thread.
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(|e| NetError::Io {
+            what: format!("open the network namespace of pid {pid}"),
+            source: e,
+        })?;
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| NetError::netlink("setns into the sandbox", e))?;
+        let s = connect("sandbox netlink socket")?;
+        let pidx = index_of(&s, PEER_NAME)
+            .await?
+            .ok_or_else(|| NetError::netlink("sandbox eth0", "missing"))?;
+        s.address()
+            .add(pidx, IpAddr::V4(peer), LINK_PREFIX)
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink("sandbox address", e))?;
+        s.link()
+            .set(LinkUnspec::new_with_index(pidx).up().build())
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink("sandbox eth0 up", e))?;
+        s.route()
+            .add(RouteMessageBuilder::<Ipv4Addr>::new().gateway(host).build())
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink("sandbox default route", e))?;
+        Ok(())
+    })
+    .await
+}
+
+/// Deletes a host link (and with it its peer). Absent links are fine.
+pub async fn delete(ifname: &str) -> Result<(), NetError> {
+    let ifname = ifname.to_string();
+    on_thread(move || async move {
+        let h = connect("host netlink socket")?;
+        if let Some(idx) = index_of(&h, &ifname).await? {
+            if let Err(e) = h.link().del(idx).execute().await {
+                // Gone in between (its sandbox died): fine.
+                if index_of(&h, &ifname).await?.is_some() {
+                    return Err(NetError::netlink(format!("delete {ifname}"), e));
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Names of host links starting with `prefix`.
+pub async fn list(prefix: &str) -> Result<Vec<String>, NetError> {
+    let prefix = prefix.to_string();
+    on_thread(move || async move {
+        let h = connect("host netlink socket")?;
+        let mut out = Vec::new();
+        let mut links = h.link().get().execute();
+        while let Some(m) = links
+            .try_next()
+            .await
+            .map_err(|e| NetError::netlink("list links", e))?
+        {
+            for a in &m.attributes {
+                if let LinkAttribute::IfName(n) = a {
+                    if n.starts_with(&prefix) {
+                        out.push(n.clone());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await
+}

@@ -1,0 +1,173 @@
+//! Network policy of sandboxes: applied at create (and to fork children), changed at run
+//! time (`PUT /v1/sandboxes/{id}/network`), re-applied after a daemon restart, removed with
+//! the sandbox. The links, rules and resolvers themselves belong to `warren_net::Network`;
+//! this file decides when, and writes the sandbox's `/etc/resolv.conf` through its agent.
+
+use std::sync::Arc;
+use tracing::warn;
+use warren_runtime::Instance;
+use warren_types::{NetworkPolicy, NetworkStatus, SandboxId};
+
+use super::{Manager, Sandbox};
+use crate::error::NodeError;
+
+impl Manager {
+    /// Gives the manager the node's network (without one, only `none` is accepted).
+    pub fn set_network(&self, net: Arc<warren_net::Network>) {
+        let _ = self.inner.network.set(net);
+    }
+
+    /// The node's network, if it has one.
+    pub fn network(&self) -> Option<&Arc<warren_net::Network>> {
+        self.inner.network.get()
+    }
+
+    /// Checks a policy's syntax and that this node can honour it.
+    pub(crate) fn check_network(&self, policy: &NetworkPolicy) -> Result<(), NodeError> {
+        policy.validate()?;
+        if policy.is_none() {
+            return Ok(());
+        }
+        match self.network() {
+            Some(n) => Ok(n.check(policy)?),
+            None => Err(NodeError::Network(warren_net::NetError::Policy(
+                "network policies are unavailable on this node (it runs without a network)".into(),
+            ))),
+        }
+    }
+
+    /// Applies `policy` to a live instance: link, rules, resolver, resolv.conf. A `none`
+    /// policy on a sandbox that never had a link costs nothing.
+    pub(crate) async fn apply_network(
+        &self,
+        id: &SandboxId,
+        instance: &Arc<dyn Instance>,
+        policy: &NetworkPolicy,
+    ) -> Result<Option<warren_net::LinkInfo>, NodeError> {
+        let Some(net) = self.network() else {
+            return if policy.is_none() {
+                Ok(None)
+            } else {
+                Err(self.check_network(policy).unwrap_err())
+            };
+        };
+        let had = net.link_of(id.as_str()).is_some();
+        if policy.is_none() && !had {
+            return Ok(None);
+        }
+        let Some(pid) = instance.netns_pid() else {
+            return Err(NodeError::Network(warren_net::NetError::Policy(
+                "this substrate has no network policies yet".into(),
+            )));
+        };
+        let link = net.apply(id.as_str(), pid, policy).await?;
+        if had != link.is_some() {
+            let text = warren_net::resolv_conf(link.as_ref());
+            let agent = instance.agent();
+            let write = async {
+                let mut w = agent.write_file("/etc/resolv.conf", Some(0o644)).await?;
+                w.write(bytes::Bytes::from(text)).await?;
+                w.finish().await
+            };
+            if let Err(e) = write.await {
+                warn!(sandbox = %id, error = %e, "cannot write the sandbox's resolv.conf");
+            }
+        }
+        Ok(link)
+    }
+
+    /// Removes a sandbox's link (if any). Errors are logged: the sandbox is gone anyway.
+    pub(crate) async fn drop_network(&self, id: &SandboxId) {
+        if let Some(net) = self.network() {
+            if let Err(e) = net.detach(id.as_str()).await {
+                warn!(sandbox = %id, error = %e, "cannot remove the sandbox's network");
+            }
+        }
+    }
+
+    fn network_status(&self, id: &SandboxId, policy: NetworkPolicy) -> NetworkStatus {
+        let link = self.network().and_then(|n| n.link_of(id.as_str()));
+        NetworkStatus {
+            policy,
+            address: link.as_ref().map(|l| l.address.to_string()),
+            gateway: link.as_ref().map(|l| l.gateway.to_string()),
+        }
+    }
+
+    /// `GET /v1/sandboxes/{id}/network`.
+    pub fn get_network(&self, id: &SandboxId) -> Result<NetworkStatus, NodeError> {
+        let sb = self.lookup(id)?;
+        let policy = sb.lock().info.network.clone();
+        Ok(self.network_status(id, policy))
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: replaces the policy; new connections follow it at
+    /// once (established ones keep going until they close).
+    pub async fn set_network_policy(
+        &self,
+        id: &SandboxId,
+        policy: NetworkPolicy,
+    ) -> Result<NetworkStatus, NodeError> {
+        self.check_network(&policy)?;
+        let sb = self.lookup(id)?;
+        let (instance, _info, _guard) = self.ready_sb(&sb).await?;
+        let _lifecycle = sb.lifecycle.lock().await;
+        self.apply_network(id, &instance, &policy).await?;
+        {
+            let mut st = sb.lock();
+            st.info.network = policy.clone();
+            self.persist(&sb, &st)?;
+        }
+        Ok(self.network_status(id, policy))
+    }
+
+    /// After a restart: gives every adopted sandbox its link again.
+    pub(crate) async fn reattach_networks(&self, adopted: &[SandboxId]) {
+        for id in adopted {
+            let Ok(sb) = self.lookup(id) else { continue };
+            let (instance, policy) = {
+                let st = sb.lock();
+                (st.instance.clone(), st.info.network.clone())
+            };
+            let Some(instance) = instance else { continue };
+            if policy.is_none() {
+                continue;
+            }
+            if let Err(e) = self.reattach_one(&sb, &instance, &policy).await {
+                warn!(sandbox = %id, error = %e, "cannot restore the sandbox's network; it keeps loopback only");
+            }
+        }
+    }
+
+    async fn reattach_one(
+        &self,
+        sb: &Arc<Sandbox>,
+        instance: &Arc<dyn Instance>,
+        policy: &NetworkPolicy,
+    ) -> Result<(), NodeError> {
+        // A paused sandbox's netns is there; only the resolv.conf write needs the agent, and
+        // the address is the same kind, so write it only when running.
+        let net = self
+            .network()
+            .ok_or_else(|| NodeError::Network(warren_net::NetError::Policy("no network".into())))?;
+        let pid = instance.netns_pid().ok_or_else(|| {
+            NodeError::Network(warren_net::NetError::Policy("no network namespace".into()))
+        })?;
+        let link = net.apply(sb.id.as_str(), pid, policy).await?;
+        if !instance.is_paused() {
+            let text = warren_net::resolv_conf(link.as_ref());
+            let mut w = instance
+                .agent()
+                .write_file("/etc/resolv.conf", Some(0o644))
+                .await
+                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+            w.write(bytes::Bytes::from(text))
+                .await
+                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+            w.finish()
+                .await
+                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+        }
+        Ok(())
+    }
+}
