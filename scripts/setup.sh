@@ -30,6 +30,7 @@ PACKAGES=(
     procps psmisc util-linux            # pgrep, fuser, mount, flock, nsenter
     python3-venv python3-pip            # Python SDK and its tests
     curl ca-certificates                # health checks against the daemon socket
+    fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
 )
 
@@ -94,6 +95,13 @@ scripts/build-guest.sh
 
 log "default image rootfs"
 scripts/build-default-image.sh --rootfs-only
+
+log "S3-compatible test server (moto) for the blob store tests"
+if [[ ! -x /opt/warren-moto/bin/moto_server ]]; then
+    python3 -m venv /opt/warren-moto
+    /opt/warren-moto/bin/pip install --quiet 'moto[server]' \
+        || log "warning: moto could not be installed; the S3 blob store test will skip"
+fi
 
 log "swap for paused sandboxes"
 scripts/setup-swap.sh

@@ -26,12 +26,14 @@
 //! never removes a layer in use; releasing a lease collects the layers it held that nothing
 //! else references (fork snapshots, layers of images removed while in use).
 
+mod fetch;
 mod gc;
 pub mod import;
 mod layer;
 mod lease;
 mod store;
 
+pub use fetch::{LayerPins, LayerSource};
 pub use gc::is_temp_holder;
 pub use import::{ImportReport, ImportSource};
 pub use lease::Lease;
@@ -80,6 +82,9 @@ pub enum ImageError {
     },
     #[error("image {0:?} is in use")]
     InUse(String),
+    /// A layer missing from the store could not be fetched (blob store unreachable, corrupt).
+    #[error("layer {digest}: {message}")]
+    Fetch { digest: String, message: String },
 }
 
 impl ImageError {
@@ -105,6 +110,7 @@ impl ImageError {
             | ImageError::UnsupportedMedia { .. }
             | ImageError::DigestMismatch { .. } => ErrorCode::InvalidRequest,
             ImageError::InUse(_) => ErrorCode::Conflict,
+            ImageError::Fetch { .. } => ErrorCode::StartFailed,
             _ => ErrorCode::Internal,
         }
     }

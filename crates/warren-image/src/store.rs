@@ -33,6 +33,7 @@ pub struct ImageManifest {
 pub struct ImageStore {
     root: PathBuf,
     mount_lock: Mutex<()>,
+    pub(crate) source: std::sync::OnceLock<std::sync::Arc<dyn crate::LayerSource>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -84,6 +85,7 @@ impl ImageStore {
         Ok(ImageStore {
             root,
             mount_lock: Mutex::new(()),
+            source: std::sync::OnceLock::new(),
         })
     }
 
@@ -306,12 +308,14 @@ impl ImageStore {
         let mut out = Vec::new();
         for r in refs {
             if r.starts_with("sha256:") {
-                if !self.blob_path(r)?.exists() {
-                    return Err(ImageError::NotFound(r.clone()));
-                }
+                self.ensure_layer(r)?;
                 out.push(r.clone());
             } else {
-                out.extend(self.manifest(r)?.layers);
+                let layers = self.manifest(r)?.layers;
+                for l in &layers {
+                    self.ensure_layer(l)?;
+                }
+                out.extend(layers);
             }
         }
         Ok(out)
@@ -353,12 +357,15 @@ impl ImageStore {
         let plain = self.root.join("mnt").join(hex);
         if !warren_sys::mount::is_mount_point(&plain) {
             std::fs::create_dir_all(&plain).map_err(|e| ImageError::io("create mount point", e))?;
-            let blob = self.blob_path(digest)?;
-            if !blob.exists() {
-                return Err(ImageError::NotFound(digest.to_string()));
-            }
-            // Once per host boot and layer: a corrupt or truncated blob is never mounted.
-            self.verify(digest)?;
+            let local = self.blob_path(digest)?;
+            let blob = if local.exists() {
+                // Once per host boot and layer: a corrupt or truncated blob is never mounted.
+                self.verify(digest)?;
+                local
+            } else {
+                // A remote layer: its source verifies every chunk it serves.
+                self.layer_file(digest)?
+            };
             warren_sys::mount::mount_erofs_file(&blob, &plain).map_err(|source| {
                 ImageError::Mount {
                     digest: digest.to_string(),

@@ -25,6 +25,8 @@ use warren_runtime::security::SecurityReport;
 use warren_runtime::vm::{Accel, VmConfig, VmRuntime};
 use warren_types::NodeId;
 
+mod blobs;
+
 /// How long open streams and terminals may take to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -74,6 +76,8 @@ struct Args {
     /// Create VMs by restoring a per-machine-shape template snapshot instead of booting.
     #[arg(long, env = "WARREN_VM_TEMPLATES", default_value_t = true, action = clap::ArgAction::Set)]
     vm_templates: bool,
+    #[command(flatten)]
+    blobs: blobs::BlobArgs,
     /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
     /// kernel's ABI otherwise).
     #[arg(long)]
@@ -255,6 +259,7 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
+    let _blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
     let security = SecurityReport::detect(container.seccomp, container.landlock);

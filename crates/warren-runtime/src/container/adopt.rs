@@ -60,6 +60,7 @@ pub async fn adopt(
         id: spec.id.clone(),
         agent: AgentConn::new(stream),
         cgroups,
+        _pins: warren_image::LayerPins::new(&rt.images, &rec.layers),
         record: rec,
         paused: was_frozen.into(),
         images: rt.images.clone(),

@@ -17,13 +17,17 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists. The layers are
     // leased to the sandbox in the same step, so no collection removes them while it lives.
-    let layers = rt
-        .images
-        .acquire(spec.id.as_str(), &spec.image)
+    // Off the async workers: resolving may fetch remote layer metadata (blocking I/O).
+    let (images, refs, holder) = (rt.images.clone(), spec.image.clone(), spec.id.to_string());
+    let layers = tokio::task::spawn_blocking(move || images.acquire(&holder, &refs))
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
         .map_err(|e| match e {
             warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
             e => RuntimeError::Image(e),
         })?;
+    // Pinned from here on: the node's layer cache must not evict them while they are mounted.
+    let pins = warren_image::LayerPins::new(&rt.images, &layers);
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if let Err(e) = cgroups.create(&spec.limits) {
@@ -32,7 +36,7 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         return Err(e);
     }
     let t_cg = t0.elapsed();
-    match start(rt, spec, &cgroups, &layers, t0).await {
+    match start(rt, spec, &cgroups, &layers, t0, pins).await {
         Ok(c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
             Ok(c)
@@ -77,6 +81,7 @@ async fn start(
     cgroups: &CgroupSet,
     layers: &[String],
     t0: std::time::Instant,
+    pins: warren_image::LayerPins,
 ) -> Result<Container, RuntimeError> {
     let base = rt.cfg.id_base;
     let lowerdirs = layers
@@ -190,6 +195,7 @@ async fn start(
         id: spec.id.clone(),
         agent: AgentConn::new(stream),
         cgroups: cgroups.clone(),
+        _pins: pins,
         record,
         paused: Default::default(),
         images: rt.images.clone(),

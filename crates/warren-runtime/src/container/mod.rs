@@ -190,6 +190,8 @@ pub struct Container {
     record: ContainerRecord,
     paused: std::sync::atomic::AtomicBool,
     images: Arc<ImageStore>,
+    /// Keeps the layers from eviction from the node's layer cache while the sandbox lives.
+    _pins: warren_image::LayerPins,
 }
 
 /// Drops a sandbox's lease on its layers and collects those nothing else references (a

@@ -17,6 +17,8 @@
 //! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
 
 mod baselines;
+mod images;
+mod images_gen;
 mod measure;
 mod neighbour;
 mod net;
@@ -40,6 +42,9 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
+    /// own daemons; not part of `all`)
+    Images,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     Net,
@@ -74,6 +79,8 @@ pub struct Args {
     /// Iterations per baseline runtime
     #[arg(long, default_value_t = 50)]
     pub baseline_n: usize,
+    #[command(flatten)]
+    pub images: images::ImagesArgs,
 }
 
 /// One target and whether it was met.
@@ -420,6 +427,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if args.which == Which::Vm {
         let vms = args.concurrency.unwrap_or(8);
         return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+    }
+    if args.which == Which::Images {
+        return images::run(&args.images, args.json).await;
     }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;

@@ -1,0 +1,125 @@
+//! The node's [`LayerSource`]: layers missing from the image store come from the cache
+//! (fully local → the plain file; lazy → the layer's file on the FUSE mount).
+
+use bytes::Bytes;
+use std::path::PathBuf;
+use std::sync::Arc;
+use warren_image::{ImageError, LayerSource};
+
+use crate::{blob_key, chunks_key, hex_of, BlobError, BlobStore, ChunkTable, LayerCache, Mode};
+
+/// Serves layers from a [`LayerCache`]. Holds the lazy file system's mount (lazy mode).
+#[derive(Debug)]
+pub struct CacheSource {
+    cache: Arc<LayerCache>,
+    fuse: Option<crate::fuse::LazyMount>,
+    prefetching: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl CacheSource {
+    /// In lazy mode, mounts the lazy-layer file system under the cache directory.
+    pub fn new(cache: Arc<LayerCache>, rt: tokio::runtime::Handle) -> Result<Self, BlobError> {
+        let fuse = match cache.config().mode {
+            Mode::Lazy => {
+                let dir = cache.config().dir.join("lazy");
+                Some(crate::fuse::mount(cache.clone(), &dir, rt)?)
+            }
+            Mode::Eager => None,
+        };
+        Ok(CacheSource {
+            cache,
+            fuse,
+            prefetching: Default::default(),
+        })
+    }
+
+    pub fn cache(&self) -> &Arc<LayerCache> {
+        &self.cache
+    }
+
+    /// With `prefetch` on, fetches the rest of a lazy layer in the background (once).
+    fn maybe_prefetch(&self, digest: &str) {
+        let cfg = self.cache.config();
+        if cfg.mode != Mode::Lazy || !cfg.prefetch || self.cache.local_path(digest).is_some() {
+            return;
+        }
+        let mut set = self.prefetching.lock().unwrap_or_else(|p| p.into_inner());
+        if !set.insert(digest.to_string()) {
+            return;
+        }
+        let cache = self.cache.clone();
+        let d = digest.to_string();
+        std::thread::spawn(move || {
+            if let Err(e) = cache.prefetch(&d) {
+                tracing::warn!(layer = %d, error = %e, "prefetch stopped");
+            }
+        });
+    }
+}
+
+fn fetch_err(digest: &str, e: BlobError) -> ImageError {
+    match e {
+        BlobError::NotFound(_) => ImageError::NotFound(digest.to_string()),
+        e => ImageError::Fetch {
+            digest: digest.to_string(),
+            message: e.to_string(),
+        },
+    }
+}
+
+impl LayerSource for CacheSource {
+    fn prepare(&self, digest: &str) -> Result<bool, ImageError> {
+        match self.cache.prepare(digest) {
+            Ok(()) => {
+                self.maybe_prefetch(digest);
+                Ok(true)
+            }
+            Err(BlobError::NotFound(_)) => Ok(false),
+            Err(e) => Err(fetch_err(digest, e)),
+        }
+    }
+
+    fn mount_source(&self, digest: &str) -> Result<PathBuf, ImageError> {
+        // Fast path: a fully local, verified layer is mounted without FUSE in the read path.
+        if let Some(p) = self.cache.local_path(digest) {
+            return Ok(p);
+        }
+        let hex = hex_of(digest).map_err(|e| fetch_err(digest, e))?;
+        match &self.fuse {
+            Some(m) => Ok(m.dir().join(hex)),
+            None => Err(ImageError::NotFound(digest.to_string())),
+        }
+    }
+
+    fn pin(&self, digests: &[String]) {
+        digests.iter().for_each(|d| self.cache.pin(d));
+    }
+
+    fn unpin(&self, digests: &[String]) {
+        digests.iter().for_each(|d| self.cache.unpin(d));
+    }
+}
+
+/// Uploads a layer blob and its chunk table to a store; returns the table.
+pub async fn publish_layer(
+    store: &dyn BlobStore,
+    file: &std::path::Path,
+    chunk_size: u64,
+) -> Result<ChunkTable, BlobError> {
+    let p = file.to_path_buf();
+    let table = tokio::task::spawn_blocking(move || ChunkTable::compute(&p, chunk_size))
+        .await
+        .map_err(|e| BlobError::io("chunk table", std::io::Error::other(e)))??;
+    let hex = hex_of(&table.digest)?.to_string();
+    let data = tokio::fs::read(file)
+        .await
+        .map_err(|e| BlobError::io(format!("read {}", file.display()), e))?;
+    store.put(&blob_key(&hex), Bytes::from(data)).await?;
+    store
+        .put(
+            &chunks_key(&hex),
+            Bytes::from(serde_json::to_vec(&table).expect("serializes")),
+        )
+        .await?;
+    Ok(table)
+}
