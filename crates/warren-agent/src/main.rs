@@ -9,6 +9,8 @@
 //! sandbox cannot read its memory or fds, or forge its calls. It must never exit while the
 //! sandbox lives: its exit ends the pid namespace and so the sandbox.
 
+mod cell;
+mod cells;
 mod exec;
 mod files;
 mod reaper;
@@ -59,6 +61,9 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("hold-userns") {
         hold_userns(ctl);
     }
+    if std::env::args().nth(1).as_deref() == Some("cell") {
+        cell::main(ctl);
+    }
 
     let first = match Frame::read_blocking(&mut ctl).and_then(|f| f.parse::<Init>()) {
         Ok(m) => m,
@@ -94,7 +99,10 @@ fn main() {
                     version: PROTOCOL_VERSION,
                 },
             );
-            serve::run(ctl, config.seccomp);
+            // A function container's agent builds namespaces for every call, so the filter
+            // (which refuses that) goes onto each call environment instead of the agent.
+            let function = config.function.is_some().then_some(&config);
+            serve::run(ctl, config.seccomp && function.is_none(), function);
         }
         other => {
             send(

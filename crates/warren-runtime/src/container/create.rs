@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tokio::net::UnixStream;
-use warren_proto::{ContainerInit, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+use warren_proto::{ContainerInit, Frame, FunctionInit, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_sys::ns::IdRange;
 
 use super::record::{start_time, ContainerRecord, RECORD_VERSION};
@@ -14,7 +14,11 @@ use crate::{RuntimeError, SandboxSpec};
 /// Longest a start-up step may take before the sandbox is declared failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
-pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Container, RuntimeError> {
+pub async fn create(
+    rt: &ContainerRuntime,
+    spec: &SandboxSpec,
+    function: Option<FunctionInit>,
+) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists.
     let layers = rt.images.resolve(&spec.image).map_err(|e| match e {
         warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
@@ -27,7 +31,7 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         return Err(e);
     }
     let t_cg = t0.elapsed();
-    match start(rt, spec, &cgroups, &layers, t0).await {
+    match start(rt, spec, &cgroups, &layers, t0, function).await {
         Ok(c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
             Ok(c)
@@ -71,6 +75,7 @@ async fn start(
     cgroups: &CgroupSet,
     layers: &[String],
     t0: std::time::Instant,
+    function: Option<FunctionInit>,
 ) -> Result<Container, RuntimeError> {
     let base = rt.cfg.id_base;
     let lowerdirs = layers
@@ -115,6 +120,7 @@ async fn start(
         masked_paths: rt.cfg.masked_paths.clone(),
         readonly_paths: rt.cfg.readonly_paths.clone(),
         seccomp: rt.cfg.seccomp,
+        function,
     };
     send(
         &mut stream,
