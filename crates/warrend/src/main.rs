@@ -240,6 +240,8 @@ async fn run(args: Args) -> Result<()> {
             "open connections did not finish; closing them"
         );
     }
+    // Warm function containers are not sandboxes: they do not outlive the daemon.
+    manager.stop_functions().await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
 }

@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod functions;
 mod pty;
 mod sandboxes;
 #[cfg(test)]
@@ -59,6 +60,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/files/list"),
     ("POST", "/v1/sandboxes/{id}/files/mkdir"),
     ("POST", "/v1/sandboxes/{id}/files/chmod"),
+    ("POST", "/v1/functions/call"),
+    ("GET", "/v1/functions/pools"),
 ];
 
 /// Builds the router while checking each route against [`ROUTES`].
@@ -141,6 +144,8 @@ pub fn router(manager: Manager) -> Router {
     .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
     .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
     .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+    .add("POST", "/v1/functions/call", functions::call)
+    .add("GET", "/v1/functions/pools", functions::pools)
     .finish()
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)

@@ -189,6 +189,8 @@ pub(crate) struct Inner {
     metrics: Metrics,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
+    /// Warm pools of the function call API.
+    functions: Arc<crate::functions::FunctionPools>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -210,6 +212,17 @@ impl Manager {
     /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
+        let backend: Arc<dyn crate::functions::WarmBackend> = match runtimes
+            .iter()
+            .find(|r| r.substrate() == Substrate::Container)
+        {
+            Some(r) => Arc::new(crate::functions::RuntimeBackend {
+                runtime: r.clone(),
+                node: cfg.node.clone(),
+            }),
+            None => Arc::new(crate::functions::NoBackend),
+        };
+        let functions = crate::functions::FunctionPools::new(cfg.functions.clone(), backend);
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -220,8 +233,19 @@ impl Manager {
                 tombstones: Mutex::new(VecDeque::new()),
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
+                functions,
             }),
         }
+    }
+
+    /// The warm pools of the function call API.
+    pub fn functions(&self) -> &Arc<crate::functions::FunctionPools> {
+        &self.inner.functions
+    }
+
+    /// Destroys every warm function container (when the daemon stops).
+    pub async fn stop_functions(&self) {
+        self.inner.functions.shutdown().await
     }
 
     /// Marks the daemon as stopping: the reaper and lost-agent watchers stand down, so
@@ -256,6 +280,16 @@ impl Manager {
     }
 
     fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
+        // A `function` sandbox made through the sandbox API is a container started by the
+        // same runtime as the warm pools (its files and processes persist between its
+        // commands); one-shot calls that each start fresh go through `/v1/functions/call`.
+        let s = if s == Substrate::Function
+            && !self.inner.runtimes.iter().any(|r| r.substrate() == s)
+        {
+            Substrate::Container
+        } else {
+            s
+        };
         self.inner
             .runtimes
             .iter()
@@ -361,7 +395,9 @@ impl Manager {
 
     /// The Prometheus text of `/metrics`.
     pub fn render_metrics(&self) -> String {
-        self.inner.metrics.render(&self.count_by_state())
+        let mut m = self.inner.metrics.render(&self.count_by_state());
+        m.push_str(&self.inner.functions.render_metrics());
+        m
     }
 
     fn remember_deleted(&self, id: &SandboxId, why: &str) {
