@@ -28,6 +28,7 @@ mod client;
 mod error;
 mod exec;
 mod files;
+mod functions;
 mod pty;
 mod sandboxes;
 mod stream;
@@ -42,8 +43,9 @@ pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
-    ApiError, ChmodRequest, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
-    ExecResult, FileKind, FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding,
-    PauseStats, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
+    ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest,
+    CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
+    FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats,
+    PoolsInfo, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
     TrajectoryEntry,
 };

@@ -41,7 +41,7 @@ impl Setup {
         }
     }
 
-    fn note(&self, msg: impl std::fmt::Display) {
+    pub fn note(&self, msg: impl std::fmt::Display) {
         if self.progress {
             eprintln!("bench: {msg}");
         }

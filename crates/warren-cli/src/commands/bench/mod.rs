@@ -10,8 +10,12 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
+//! | call | `call true` from 16 clients | ≥ 500/s |
+//! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 
 mod baselines;
+mod call;
 mod measure;
 mod replay;
 
@@ -32,6 +36,8 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    /// Function calls through warm pools (not part of `all`)
+    Call,
     All,
 }
 
@@ -106,6 +112,8 @@ pub struct Report {
     pub density: Option<Density>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -162,6 +170,9 @@ impl Report {
             if let Some(p50) = r.append_p50_ms {
                 checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
             }
+        }
+        if let Some(c) = &self.call {
+            checks.extend(c.checks());
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
             let p50 = p.p50().unwrap_or(0.0);
@@ -254,6 +265,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&r.render());
+        }
+        if let Some(c) = &self.call {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&c.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -351,6 +368,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Replay {
         stop.check()?;
         report.replay = Some(replay::replay(setup, n(1000)).await?);
+    }
+    if args.which == Which::Call {
+        report.call = Some(call::call(setup, n(1000), c(16)).await?);
     }
     if args.baselines {
         stop.check()?;
