@@ -59,6 +59,21 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Warm containers each function pool keeps while in use.
+    #[arg(long, default_value_t = 2)]
+    function_min_warm: usize,
+    /// Most containers of one function pool.
+    #[arg(long, default_value_t = 32)]
+    function_max_warm: usize,
+    /// Most calls waiting per function pool (more are refused with `busy`).
+    #[arg(long, default_value_t = 512)]
+    function_queue: usize,
+    /// Longest a call waits for a warm container, in milliseconds, before `busy`.
+    #[arg(long, default_value_t = 10_000)]
+    function_queue_timeout_ms: u64,
+    /// Cap on the memory limits of all warm function containers, in MiB.
+    #[arg(long, default_value_t = 64 * 1024)]
+    function_max_memory_mb: u64,
 }
 
 fn main() -> Result<()> {
@@ -185,6 +200,11 @@ async fn run(args: Args) -> Result<()> {
     info!(host = %runtime.describe(), "container runtime ready");
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    cfg.functions.min_warm = args.function_min_warm;
+    cfg.functions.max_warm = args.function_max_warm.max(1);
+    cfg.functions.max_queue = args.function_queue;
+    cfg.functions.queue_timeout = Duration::from_millis(args.function_queue_timeout_ms);
+    cfg.functions.max_warm_memory_mb = args.function_max_memory_mb;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
     let report = manager
         .recover()

@@ -232,12 +232,19 @@ pub struct Daemon {
     pub log: PathBuf,
     child: Option<Child>,
     client: Client,
+    /// Extra `warrend` arguments (see [`Daemon::start_with`]).
+    args: Vec<String>,
 }
 
 impl Daemon {
     /// Starts a daemon, or prints `SKIP: <why>` and returns `None` when the host cannot run
     /// sandboxes. Panics when the daemon does not come up.
     pub async fn start() -> Option<Daemon> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Daemon::start`] with extra `warrend` arguments.
+    pub async fn start_with(args: &[&str]) -> Option<Daemon> {
         if should_skip() {
             return None;
         }
@@ -256,6 +263,7 @@ impl Daemon {
             dir,
             node,
             child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         mark_node(&d.node, "running");
         d.spawn().await;
@@ -287,6 +295,7 @@ impl Daemon {
             .arg(&self.node)
             .arg("--image-store")
             .arg(image_store())
+            .args(&self.args)
             // Requests are logged at debug level: the log shows which calls were answered.
             .env("RUST_LOG", "info,warren_node=debug")
             .stdin(Stdio::null())
