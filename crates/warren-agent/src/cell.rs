@@ -1,7 +1,7 @@
 //! One call environment of a function container (the `cell` mode of the agent).
 //!
-//! The agent starts `warren-agent cell` with `clone(2)` as PID 1 of new pid, mount, ipc and
-//! uts namespaces (see `cells`). The cell builds a fresh root — a new small tmpfs writable
+//! The agent forks itself with `clone(2)` into PID 1 of new pid, mount, ipc and uts
+//! namespaces (see `cells`); that child runs [`main`]. The cell builds a fresh root — a new small tmpfs writable
 //! layer over the same read-only image layers, its own /proc, /dev, /dev/shm, /tmp — pivots
 //! into it, drops capabilities, applies the seccomp filter, optionally pre-starts an
 //! interpreter, says `Ready`, and then runs exactly one call. When the call ends the cell
@@ -71,8 +71,9 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c
 }
 
-/// The cell's whole life. Never returns.
-pub fn main(mut ctl: UnixStream) -> ! {
+/// The cell's whole life. Never returns. `filters` are the seccomp filters, compiled once by
+/// the agent.
+pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> ! {
     let cfg = match Frame::read_blocking(&mut ctl).map(|f| f.parse::<Init>()) {
         Ok(Ok(Init::Container { config, .. })) => config,
         other => {
@@ -87,7 +88,7 @@ pub fn main(mut ctl: UnixStream) -> ! {
             std::process::exit(2)
         }
     };
-    if let Err(message) = build(&cfg) {
+    if let Err(message) = build(&cfg, filters) {
         let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
         std::process::exit(1);
     }
@@ -117,7 +118,7 @@ pub fn main(mut ctl: UnixStream) -> ! {
     std::process::exit(0)
 }
 
-fn build(cfg: &ContainerInit) -> R<()> {
+fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> R<()> {
     mount(
         None,
         Path::new("/"),
@@ -136,7 +137,10 @@ fn build(cfg: &ContainerInit) -> R<()> {
     warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
     if cfg.seccomp {
         // Namespaces are made: from here on nothing in this cell may make more.
-        warren_sys::seccomp::apply_sandbox_filter().map_err(|x| x.to_string())?;
+        filters
+            .ok_or("seccomp filters missing")?
+            .apply()
+            .map_err(|x| x.to_string())?;
     }
     Ok(())
 }
@@ -436,7 +440,6 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         }
     };
     let pid = child.id();
-    let t_spawned = started.elapsed();
     let _ = Frame::json(stream, Kind::Event, &Event::Started { pid }).write_blocking(&mut sock);
     let mut out = child.stdout.take().and_then(nonblocking);
     let mut err = child.stderr.take().and_then(nonblocking);
@@ -453,7 +456,6 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     let mut exit: Option<Exit> = None;
     let mut timed_out = false;
     let mut cancelled = false;
-    let mut t_exit = Duration::ZERO;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if stdin.is_some() && stdin_buf.is_empty() && !stdin_open {
@@ -583,7 +585,6 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 Err(_) => exit = Some(Exit::Signal(libc::SIGKILL)),
             }
             if exit.is_some() {
-                t_exit = started.elapsed();
                 // The call is over: whatever it left running goes now, so its pipes close.
                 kill_all();
                 stdin = None;
@@ -600,20 +601,6 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     for path in &spec.collect {
         let _ = Frame::json(stream, Kind::Event, &collect(path, spec.collect_cap))
             .write_blocking(&mut sock);
-    }
-    if std::env::var_os("WARREN_CELL_TIMINGS").is_some()
-        || std::path::Path::new("/timings").exists()
-    {
-        let _ = Frame::new(
-            stream,
-            Kind::Stderr,
-            format!(
-                "spawned {t_spawned:?} exit {t_exit:?} done {:?}",
-                started.elapsed()
-            )
-            .into_bytes(),
-        )
-        .write_blocking(&mut sock);
     }
     let ev = exited(exit, timed_out, po, pe, started);
     let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);

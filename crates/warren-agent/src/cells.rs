@@ -25,6 +25,8 @@ struct ReadyCell {
 /// The function containers' call environments.
 pub struct Cells {
     config: ContainerInit,
+    /// Compiled once; each cell installs them on itself.
+    filters: Option<warren_sys::seccomp::SandboxFilters>,
     reaper: Rc<crate::reaper::Reaper>,
     ready: RefCell<Option<ReadyCell>>,
     filling: Flag<bool>,
@@ -32,7 +34,19 @@ pub struct Cells {
 
 impl Cells {
     pub fn new(config: &ContainerInit, reaper: Rc<crate::reaper::Reaper>) -> Rc<Cells> {
+        let filters = if config.seccomp {
+            match warren_sys::seccomp::SandboxFilters::compile() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("warren-agent: seccomp: {e}");
+                    std::process::exit(1);
+                }
+            }
+        } else {
+            None
+        };
         Rc::new(Cells {
+            filters,
             config: crate::cell::cell_config(config),
             reaper,
             ready: RefCell::new(None),
@@ -67,7 +81,10 @@ impl Cells {
                     let Ok(fd) = warren_sys::fd::inherited(ctl) else {
                         std::process::exit(127)
                     };
-                    crate::cell::main(std::os::unix::net::UnixStream::from(fd))
+                    crate::cell::main(
+                        std::os::unix::net::UnixStream::from(fd),
+                        self.filters.as_ref(),
+                    )
                 }
                 warren_sys::process::Forked::Parent { child } => child,
             };

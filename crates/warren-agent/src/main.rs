@@ -61,9 +61,6 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("hold-userns") {
         hold_userns(ctl);
     }
-    if std::env::args().nth(1).as_deref() == Some("cell") {
-        cell::main(ctl);
-    }
 
     let first = match Frame::read_blocking(&mut ctl).and_then(|f| f.parse::<Init>()) {
         Ok(m) => m,

@@ -381,11 +381,31 @@ pub fn clone3_enosys_filter() -> Result<BpfProgram> {
 /// Installs the sandbox filters on the calling thread (inherited by children). Requires
 /// `no_new_privs` or CAP_SYS_ADMIN.
 pub fn apply_sandbox_filter() -> Result<()> {
-    let main = sandbox_filter()?;
-    let c3 = clone3_enosys_filter()?;
-    seccompiler::apply_filter(&main).map_err(bad)?;
-    seccompiler::apply_filter(&c3).map_err(bad)?;
-    Ok(())
+    SandboxFilters::compile()?.apply()
+}
+
+/// The sandbox filters compiled once, to be installed many times (each call environment of
+/// a function container installs them on itself).
+#[derive(Debug, Clone)]
+pub struct SandboxFilters {
+    main: BpfProgram,
+    clone3: BpfProgram,
+}
+
+impl SandboxFilters {
+    pub fn compile() -> Result<Self> {
+        Ok(SandboxFilters {
+            main: sandbox_filter()?,
+            clone3: clone3_enosys_filter()?,
+        })
+    }
+
+    /// Installs both filters on the calling thread (inherited by children).
+    pub fn apply(&self) -> Result<()> {
+        seccompiler::apply_filter(&self.main).map_err(bad)?;
+        seccompiler::apply_filter(&self.clone3).map_err(bad)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

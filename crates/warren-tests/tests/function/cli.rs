@@ -15,12 +15,17 @@ fn warren(d: &Daemon, args: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warren_call_passes_the_exit_code_through() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     if !bin_dir().join("warren").is_file() {
         println!("SKIP: {} is missing", bin_dir().join("warren").display());
         return;
     }
-    let out = warren(&d, &["call", "--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    let out = warren(
+        &d,
+        &["call", "--", "sh", "-c", "echo out; echo err >&2; exit 7"],
+    );
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
@@ -32,7 +37,18 @@ async fn warren_call_passes_the_exit_code_through() {
     let spec = format!("{}:/w/prog.sh", local.display());
     let out = warren(
         &d,
-        &["call", "--image", "default", "--file", &spec, "-o", "/w/res", "--", "sh", "/w/prog.sh"],
+        &[
+            "call",
+            "--image",
+            "default",
+            "--file",
+            &spec,
+            "-o",
+            "/w/res",
+            "--",
+            "sh",
+            "/w/prog.sh",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -42,5 +58,8 @@ async fn warren_call_passes_the_exit_code_through() {
     assert_eq!(out.status.code(), Some(124));
     let out = warren(&d, &["call", "--image", "no-such-image", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not_found"),
+        "{out:?}"
+    );
 }

@@ -44,8 +44,12 @@ true
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_of_a_call_is_visible_to_the_next() {
-    let Some(d) = Daemon::start().await else { return };
-    let mut first = sh(&format!("{LEAVE_TRACES}\n{NETNS}; ipcmk -M 4096 >/dev/null 2>&1; true"));
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let mut first = sh(&format!(
+        "{LEAVE_TRACES}\n{NETNS}; ipcmk -M 4096 >/dev/null 2>&1; true"
+    ));
     first.env.insert("FROM_CALL_ONE".into(), "one".into());
     let r = call(&d, &first).await;
     assert_eq!(r.exit_code, Some(0), "{r:?}");
@@ -85,7 +89,9 @@ async fn nothing_of_a_call_is_visible_to_the_next() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_call_runs_as_pid_1s_child_in_its_own_namespaces() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     // Its own pid namespace (the call's shell is pid 2 under the environment's init), its
     // own mount and uts namespaces, a root of the image, no capabilities to make more.
     let out = sh_ok(
@@ -95,10 +101,17 @@ async fn each_call_runs_as_pid_1s_child_in_its_own_namespaces() {
          mount -t tmpfs x /mnt 2>/dev/null && echo mounted; true",
     )
     .await;
-    let again = sh_ok(&d, "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc").await;
+    let again = sh_ok(
+        &d,
+        "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc",
+    )
+    .await;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "2", "{out}");
-    assert!(!out.contains("unshared") && !out.contains("mounted"), "{out}");
+    assert!(
+        !out.contains("unshared") && !out.contains("mounted"),
+        "{out}"
+    );
     // Namespaces are new for every call.
     let ns: Vec<&str> = lines[1..4].to_vec();
     let ns2: Vec<&str> = again.lines().collect();
@@ -111,7 +124,9 @@ async fn each_call_runs_as_pid_1s_child_in_its_own_namespaces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_go_in_and_come_back() {
     use warren_client::{CallFile, OutputEncoding};
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let mut r = sh("cat /w/in.txt | tr a-z A-Z > /w/out.txt; chmod 600 /w/out.txt; ls -l /w/run.sh | cut -c1-10; /w/run.sh");
     r.files = vec![
         CallFile {

@@ -8,7 +8,9 @@ use crate::{call, sh, sh_ok};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_kills_everything_the_call_started() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let mut r = sh("echo started; (setsid sleep 60 &); sleep 60");
     r.timeout_secs = Some(0.5);
     let t = Instant::now();
@@ -22,7 +24,9 @@ async fn a_timeout_kills_everything_the_call_started() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_and_returned_files_are_capped() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let mut r = sh("head -c 300000 /dev/zero | tr '\\0' a; head -c 5000 /dev/zero >&2; head -c 9000 /dev/zero > /tmp/big");
     r.max_output_bytes = Some(1000);
     r.max_file_bytes = Some(100);
@@ -39,7 +43,9 @@ async fn output_and_returned_files_are_capped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_answer_typed_errors() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let c = d.client();
     let mut r = sh("true");
     r.files = vec![warren_client::CallFile {
@@ -48,7 +54,13 @@ async fn bad_calls_answer_typed_errors() {
         ..Default::default()
     }];
     let e = c.call(&r).await.unwrap_err();
-    assert!(matches!(e.code(), Some(ErrorCode::InvalidPath | ErrorCode::InvalidRequest)), "{e}");
+    assert!(
+        matches!(
+            e.code(),
+            Some(ErrorCode::InvalidPath | ErrorCode::InvalidRequest)
+        ),
+        "{e}"
+    );
     let mut r = sh("true");
     r.image = warren_client::ImageRef::Name("no-such-image".into());
     let e = c.call(&r).await.unwrap_err();

@@ -14,12 +14,15 @@ use crate::{call, sh, sh_ok};
 fn warm_agents(node: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for dir in node_cgroup_dirs(node) {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in rd.flatten() {
             let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
             let mut best: Option<(usize, u32)> = None;
             for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let status =
+                    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
                 let nspid: Vec<&str> = status
                     .lines()
                     .find(|l| l.starts_with("NSpid:"))
@@ -39,7 +42,9 @@ fn warm_agents(node: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_warm_container_is_replaced() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     sh_ok(&d, "true").await;
     let agents = wait_for(Duration::from_secs(10), || async {
         let a = warm_agents(&d.node);
@@ -58,7 +63,11 @@ async fn a_killed_warm_container_is_replaced() {
         (p.replaced >= 1 && p.idle >= 2).then_some(())
     })
     .await;
-    assert!(refilled.is_some(), "{:?}", d.client().function_pools().await);
+    assert!(
+        refilled.is_some(),
+        "{:?}",
+        d.client().function_pools().await
+    );
     for _ in 0..6 {
         assert_eq!(sh_ok(&d, "echo ok").await, "ok\n");
     }
@@ -85,7 +94,9 @@ async fn a_saturated_pool_queues_then_answers_busy() {
     let mut calls = Vec::new();
     for _ in 0..8 {
         let c = d.client().clone();
-        calls.push(tokio::spawn(async move { c.call(&sh("sleep 2; echo done")).await }));
+        calls.push(tokio::spawn(async move {
+            c.call(&sh("sleep 2; echo done")).await
+        }));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     let mut ok = 0;
@@ -111,17 +122,23 @@ async fn a_saturated_pool_queues_then_answers_busy() {
     assert_eq!((ok, busy), (2, 6), "{ok} ok, {busy} busy");
     let p = d.client().function_pools().await.unwrap();
     assert!(p.pools[0].rejected >= 6, "{p:?}");
-    assert!(p.pools[0].idle + p.pools[0].busy + p.pools[0].starting <= 2, "{p:?}");
+    assert!(
+        p.pools[0].idle + p.pools[0].busy + p.pools[0].starting <= 2,
+        "{p:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_callers() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let calls: Vec<_> = (0..200)
         .map(|i| {
             let c = d.client().clone();
             tokio::spawn(async move {
-                let mut r = CallRequest::argv(["sh", "-c", "echo $N; echo $N > /tmp/n; cat /tmp/n"]);
+                let mut r =
+                    CallRequest::argv(["sh", "-c", "echo $N; echo $N > /tmp/n; cat /tmp/n"]);
                 r.env.insert("N".into(), i.to_string());
                 (i, c.call(&r).await)
             })
@@ -139,7 +156,9 @@ async fn two_hundred_concurrent_callers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_interpreter_runs_python() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let mut r = CallRequest::argv([
         "python3",
         "-c",
@@ -177,7 +196,9 @@ async fn a_warm_interpreter_runs_python() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_sandbox_serves_the_uniform_api() {
-    let Some(d) = Daemon::start().await else { return };
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
     let info = d
         .create(&CreateSandboxRequest {
             substrate: Substrate::Function,
@@ -185,6 +206,9 @@ async fn a_function_sandbox_serves_the_uniform_api() {
         })
         .await;
     assert_eq!(info.substrate, Substrate::Function);
-    assert_eq!(d.sh_ok(&info.id, "echo hi > /tmp/x; cat /tmp/x").await, "hi\n");
+    assert_eq!(
+        d.sh_ok(&info.id, "echo hi > /tmp/x; cat /tmp/x").await,
+        "hi\n"
+    );
     d.client().delete(&info.id).await.unwrap();
 }
