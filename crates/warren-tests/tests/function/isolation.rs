@@ -33,7 +33,7 @@ echo "$FROM_CALL_ONE"
 const LOOK_FOR_TRACES: &str = r#"
 for f in /tmp/t /dev/shm/s /root/r /work/w /tmp/listening; do [ -e "$f" ] && echo "file $f"; done
 grep -q secret /etc/hosts && echo "file /etc/hosts"
-for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case "$c" in *sleep*|*lingering*|*python*) echo "proc $c";; esac; done
+for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case "$c" in "sleep 1000"*|lingering*|"python3 - "*) echo "proc $c";; esac; done
 echo "procs $(ls -d /proc/[0-9]* | wc -l)"
 [ -n "$FROM_CALL_ONE" ] && echo "env $FROM_CALL_ONE"
 awk 'NR>1 && $4=="0A" {print "listen " $2}' /proc/net/tcp /proc/net/tcp6
@@ -66,7 +66,7 @@ async fn nothing_of_a_call_is_visible_to_the_next() {
         let rest: Vec<&str> = lines.collect();
         assert!(
             !rest.iter().any(|l| l.starts_with("file")
-                || l.starts_with("proc")
+                || l.starts_with("proc ")
                 || l.starts_with("env")
                 || l.starts_with("listen")
                 || l.starts_with("connect")
