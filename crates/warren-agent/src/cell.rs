@@ -148,7 +148,7 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilte
 /// Bootstrap of a pre-started Python: imports, then waits on stdin for a length-prefixed
 /// JSON header (argv, env, cwd, code or script path); the rest of stdin is the program's.
 const PY_BOOT: &str = r#"
-import os, sys
+import os, sys, json, runpy
 __PRELOAD__
 def _warren_main():
     n = b""
@@ -164,7 +164,6 @@ def _warren_main():
         if not c:
             os._exit(0)
         raw += c
-    import json
     m = json.loads(raw)
     os.chdir(m["cwd"])
     os.environ.clear()
@@ -177,7 +176,6 @@ def _warren_main():
             exec(compile(m["code"], "<string>", "exec"), g)
         else:
             sys.path[0] = os.path.dirname(os.path.abspath(m["path"]))
-            import runpy
             runpy.run_path(m["path"], run_name="__main__")
     except SystemExit as e:
         c = e.code
@@ -225,13 +223,17 @@ impl WarmPython {
             output_cap: 0,
             ..Default::default()
         };
-        let mut p = prepare(&spec).ok()?;
-        p.cmd
-            .stdin(Stdio::piped())
+        let p = prepare(&spec).ok()?;
+        let env: Vec<(String, String)> = p
+            .cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect();
+        let mut cmd = resolved(p.cmd, &env);
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        warren_sys::process::configure_child(&mut p.cmd, p.setup);
-        let child = p.cmd.spawn().ok()?;
+        let child = cmd.spawn().ok()?;
         Some(WarmPython {
             name: interpreter.to_string(),
             child,
@@ -272,6 +274,36 @@ impl WarmPython {
         h.extend_from_slice(&body);
         Some(h)
     }
+}
+
+/// `cmd` with its program looked up in the command's own `PATH` (so that the standard
+/// library can use `posix_spawn`); unchanged when the program is a path or not found.
+fn resolved(cmd: std::process::Command, env: &[(String, String)]) -> std::process::Command {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let prog = cmd.get_program().to_string_lossy().to_string();
+    if prog.contains('/') {
+        return cmd;
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    let Some(full) = path.split(':').map(|d| Path::new(d).join(&prog)).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }) else {
+        return cmd;
+    };
+    let mut c = std::process::Command::new(full);
+    c.arg0(&prog).args(cmd.get_args()).env_clear();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
 }
 
 /// Input from the agent: file contents then the command's stdin.
@@ -404,21 +436,24 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             // The warm interpreter (if any) is not used by this call.
             drop(w);
             kill_all();
-            prep.cmd
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
             // Root needs no id switch and no session of its own (the whole cell goes at the
-            // end): without a pre-exec hook the command starts with a cheap vfork-style spawn.
-            if prep
+            // end): without a pre-exec hook, and with the program's path resolved here, the
+            // command starts with a vfork-style spawn instead of a copy of this process.
+            let non_root = prep
                 .setup
                 .ids
                 .as_ref()
-                .is_some_and(|(u, g, _)| *u != 0 || *g != 0)
-            {
+                .is_some_and(|(u, g, _)| *u != 0 || *g != 0);
+            let mut cmd = if non_root {
                 warren_sys::process::configure_child(&mut prep.cmd, prep.setup);
-            }
-            match prep.cmd.spawn() {
+                prep.cmd
+            } else {
+                resolved(prep.cmd, &env)
+            };
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            match cmd.spawn() {
                 Ok(c) => c,
                 Err(err) => {
                     let (code, msg) = spawn_failed(&exec.argv[0], &err);

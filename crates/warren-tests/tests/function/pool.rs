@@ -192,7 +192,10 @@ async fn a_warm_interpreter_runs_python() {
     // One pool with the preloaded module, one without.
     let info = d.client().function_pools().await.unwrap();
     assert_eq!(info.pools.len(), 2, "{info:?}");
-    assert!(info.pools.iter().all(|p| p.interpreter.as_deref() == Some("python3")));
+    assert!(info
+        .pools
+        .iter()
+        .all(|p| p.interpreter.as_deref() == Some("python3")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
