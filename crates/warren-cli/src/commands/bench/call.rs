@@ -141,18 +141,19 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
     let py = ["python3", "-c", "print(1)"];
     let mut warm = req(s, &py);
     warm.interpreter = Some("python3".into());
-    let pn = (n / 5).clamp(20, 200);
+    let pn = (n / 10).clamp(10, 100);
     s.note(format!(
         "call: {pn} python3 calls with and without a warm interpreter"
     ));
     for _ in 0..10 {
         call_ok(&s.client, &warm).await?;
     }
-    // A warm pool: calls come as its environments are ready (the pool refills them after
-    // each call); see the closing note for back-to-back rates.
-    let warm_python = sequential(s, &warm, pn, Duration::from_millis(40)).await?;
+    // A warm pool: calls come when its environments are ready (each container starts the
+    // next interpreter after a call, which takes a cold start's time), so calls are spaced.
+    let gap = Duration::from_millis(250);
+    let warm_python = sequential(s, &warm, pn, gap).await?;
     let cold = req(s, &py);
-    let cold_python_call = sequential(s, &cold, pn, Duration::from_millis(40)).await?;
+    let cold_python_call = sequential(s, &cold, pn, gap).await?;
 
     s.note("call: exec baseline in a running sandbox");
     let sb = s
