@@ -141,7 +141,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
     let py = ["python3", "-c", "print(1)"];
     let mut warm = req(s, &py);
     warm.interpreter = Some("python3".into());
-    let pn = (n / 10).clamp(10, 100);
+    let pn = (n / 20).clamp(10, 30);
     s.note(format!(
         "call: {pn} python3 calls with and without a warm interpreter"
     ));
@@ -150,7 +150,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
     }
     // A warm pool: calls come when its environments are ready (each container starts the
     // next interpreter after a call, which takes a cold start's time), so calls are spaced.
-    let gap = Duration::from_millis(250);
+    let gap = Duration::from_millis(1000);
     let warm_python = sequential(s, &warm, pn, gap).await?;
     let cold = req(s, &py);
     let cold_python_call = sequential(s, &cold, pn, gap).await?;
