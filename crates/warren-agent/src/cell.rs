@@ -112,7 +112,20 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::SandboxFi
     let call = Frame::read_blocking(&mut ctl);
     let spec = match call.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
         Ok((stream, Ok(Call::Invoke { spec }))) => (stream, spec),
-        _ => std::process::exit(0),
+        // The agent went away (or retired this cell) before giving it a call.
+        Err(_) => std::process::exit(0),
+        Ok((stream, other)) => {
+            let _ = Frame::json(
+                stream,
+                Kind::Event,
+                &Event::error(
+                    warren_types::ErrorCode::Internal,
+                    format!("call environment: unexpected first frame {other:?}"),
+                ),
+            )
+            .write_blocking(&mut ctl);
+            std::process::exit(3)
+        }
     };
     run(ctl, spec.0, spec.1, warm);
     std::process::exit(0)
@@ -375,7 +388,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     for f in &spec.files {
         let end = off + f.size as usize;
         if !input.fill(end) {
-            return;
+            std::process::exit(5);
         }
         if input.buf.len() < end {
             return error_exit(
@@ -631,7 +644,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         }
     }
     if cancelled {
-        return;
+        std::process::exit(4);
     }
     for path in &spec.collect {
         let _ = Frame::json(stream, Kind::Event, &collect(path, spec.collect_cap))

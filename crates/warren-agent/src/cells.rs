@@ -178,14 +178,24 @@ impl Cells {
         };
         let ReadyCell { pid, conn, exit } = cell;
         let (mut rd, mut wr) = conn.into_split();
+        // Frames are read by a task of their own: a frame read is not cancel-safe, so it
+        // must not race the daemon's frames in a `select!`.
+        let (cell_tx, mut cell_rx) = tokio::sync::mpsc::channel::<Frame>(64);
+        let reader = tokio::task::spawn_local(async move {
+            while let Ok(f) = Frame::read_async(&mut rd).await {
+                if cell_tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        });
         let mut ev = None;
         let call = Frame::json(1, Kind::Call, &Call::Invoke { spec }).encode();
         if wr.write_all(&call).await.is_ok() {
+            let mut cell_open = true;
             loop {
                 tokio::select! {
-                    f = Frame::read_async(&mut rd) => match f {
-                        Ok(f) => {
-                            let mut f = f;
+                    f = cell_rx.recv() => match f {
+                        Some(mut f) => {
                             f.stream = id;
                             if f.kind == Kind::Event {
                                 match f.parse::<Event>() {
@@ -197,12 +207,14 @@ impl Cells {
                                 break;
                             }
                         }
-                        Err(_) => break,
+                        None => break,
                     },
-                    f = inbox.recv() => match f {
+                    f = inbox.recv(), if cell_open => match f {
                         Some(mut f) => {
                             f.stream = 1;
-                            if wr.write_all(&f.encode()).await.is_err() { break; }
+                            // A cell that already finished (and closed its end) may still
+                            // have its result queued: keep reading it.
+                            if wr.write_all(&f.encode()).await.is_err() { cell_open = false; }
                         }
                         // The daemon gave up on the call.
                         None => break,
@@ -210,6 +222,7 @@ impl Cells {
                 }
             }
         }
+        reader.abort();
         // One call per cell: whatever is left of it goes now.
         let _ = warren_sys::process::kill(pid, libc::SIGKILL);
         self.refill();
