@@ -197,4 +197,5 @@ async fn function_container_runs_each_call_in_a_fresh_environment() {
     }
     let _ = t;
     sb.destroy().await.unwrap();
+    rt.shutdown();
 }

@@ -243,9 +243,13 @@ impl Manager {
         &self.inner.functions
     }
 
-    /// Destroys every warm function container (when the daemon stops).
+    /// Destroys every warm function container (when the daemon stops), then lets the
+    /// runtimes remove the node's host objects that are now unused.
     pub async fn stop_functions(&self) {
-        self.inner.functions.shutdown().await
+        self.inner.functions.shutdown().await;
+        for r in &self.inner.runtimes {
+            r.shutdown();
+        }
     }
 
     /// Marks the daemon as stopping: the reaper and lost-agent watchers stand down, so
