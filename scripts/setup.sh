@@ -26,6 +26,7 @@ PACKAGES=(
     procps psmisc util-linux            # pgrep, fuser, mount, flock, nsenter
     python3-venv python3-pip            # Python SDK and its tests
     curl ca-certificates                # health checks against the daemon socket
+    apparmor                            # apparmor_parser checks the generated profile
 )
 
 missing=()

@@ -148,6 +148,10 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilte
     warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
     warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
     warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    if cfg.landlock {
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
+            .map_err(|x| x.to_string())?;
+    }
     if cfg.seccomp {
         // Namespaces are made: from here on nothing in this cell may make more.
         filters
@@ -457,7 +461,8 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 .ids
                 .as_ref()
                 .is_some_and(|(u, g, _)| *u != 0 || *g != 0);
-            let mut cmd = if non_root {
+            let hooked = non_root || prep.setup.sched_idle || prep.setup.apparmor_profile.is_some();
+            let mut cmd = if hooked {
                 warren_sys::process::configure_child(&mut prep.cmd, prep.setup);
                 prep.cmd
             } else {

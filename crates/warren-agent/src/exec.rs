@@ -24,6 +24,24 @@ const CHUNK: usize = 64 * 1024;
 /// Finished background processes remembered for `wait`.
 const MAX_FINISHED: usize = 1024;
 
+/// The sandbox is of the best-effort CPU class: commands start under `SCHED_IDLE`.
+static BEST_EFFORT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_best_effort(on: bool) {
+    BEST_EFFORT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The AppArmor profile commands are confined under, when the host has AppArmor.
+static APPARMOR: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+pub fn set_apparmor_profile(name: Option<&str>) -> Result<(), String> {
+    if let Some(n) = name {
+        let c = std::ffi::CString::new(n).map_err(|_| "AppArmor profile name has a NUL")?;
+        let _ = APPARMOR.set(c);
+    }
+    Ok(())
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -110,6 +128,8 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         new_session: true,
         controlling_tty: false,
         ids: Some((user.uid, user.gid, user.groups)),
+        sched_idle: BEST_EFFORT.load(std::sync::atomic::Ordering::Relaxed),
+        apparmor_profile: APPARMOR.get().cloned(),
     };
     Ok(Prepared { cmd, setup })
 }

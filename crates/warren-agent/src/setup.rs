@@ -327,5 +327,15 @@ fn harden(cfg: &ContainerInit) -> R<()> {
     warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
     // setresuid reset the dumpable flag to the system default: clear it again.
     warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    // A function container's agent still makes mounts for its calls (which Landlock
+    // forbids): there each call environment enters the domain itself (see `cell`).
+    if cfg.landlock && cfg.function.is_none() {
+        // The agent enters the domain itself, so its file API and every command share it
+        // (see warren_sys::landlock for what it enforces and why it is one domain).
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
+            .map_err(|x| x.to_string())?;
+    }
+    crate::exec::set_best_effort(cfg.best_effort);
+    crate::exec::set_apparmor_profile(cfg.apparmor_profile.as_deref())?;
     Ok(())
 }

@@ -43,7 +43,7 @@ pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
-    ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest,
+    ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest, CpuClass,
     CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
     FileStat, ForkRequest, ImageRef, Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats,
     PoolsInfo, ProcessInfo, ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall,

@@ -21,6 +21,8 @@ pub struct NodeConfig {
     pub default_hostname: String,
     /// Warm pools of function calls.
     pub functions: crate::functions::FunctionConfig,
+    /// The confinement the node's runtime applies (reported by `/v1/health`).
+    pub security: warren_runtime::security::SecurityReport,
 }
 
 impl NodeConfig {
@@ -33,6 +35,7 @@ impl NodeConfig {
             reap_interval: Duration::from_secs(1),
             default_hostname: "sandbox".into(),
             functions: Default::default(),
+            security: Default::default(),
         }
     }
 }

@@ -206,6 +206,15 @@ pub struct ContainerInit {
     /// (and `Ping`), and runs each call in a fresh environment of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionInit>,
+    /// Enter the sandbox's Landlock domain (best effort by the kernel's ABI).
+    #[serde(default)]
+    pub landlock: bool,
+    /// Best-effort CPU class: commands run under `SCHED_IDLE` and cannot leave it.
+    #[serde(default)]
+    pub best_effort: bool,
+    /// AppArmor profile every command is confined under (hosts with AppArmor only).
+    #[serde(default)]
+    pub apparmor_profile: Option<String>,
 }
 
 /// Daemon → agent on stream 0 during start-up.

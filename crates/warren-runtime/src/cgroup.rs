@@ -163,6 +163,7 @@ impl CgroupSet {
     pub fn create(&self, limits: &Limits) -> Result<(), RuntimeError> {
         let mem = limits.memory_mb * 1024 * 1024;
         let quota = (limits.cpus * 100_000.0).round().max(1000.0) as u64;
+        let best_effort = limits.cpu_class == warren_types::CpuClass::BestEffort;
         for (ctl, dir) in &self.dirs {
             std::fs::create_dir(dir).map_err(io(format!("create {}", dir.display())))?;
             match ctl {
@@ -175,6 +176,10 @@ impl CgroupSet {
                 Ctl::Cpu => {
                     write(dir, "cpu.cfs_period_us", "100000")?;
                     write(dir, "cpu.cfs_quota_us", &quota.to_string())?;
+                    if best_effort {
+                        // The smallest weight the kernel accepts (default 1024).
+                        write(dir, "cpu.shares", "2")?;
+                    }
                 }
                 Ctl::Pids => write(dir, "pids.max", &limits.pids.to_string())?,
                 Ctl::Freezer => {}
@@ -183,6 +188,14 @@ impl CgroupSet {
                     let _ = write(dir, "memory.swap.max", "0");
                     write(dir, "cpu.max", &format!("{quota} 100000"))?;
                     write(dir, "pids.max", &limits.pids.to_string())?;
+                    if best_effort {
+                        // The smallest weight (default 100), and the group scheduled as
+                        // SCHED_IDLE against its siblings where the kernel has `cpu.idle`.
+                        write(dir, "cpu.weight", "1")?;
+                        if dir.join("cpu.idle").exists() {
+                            let _ = write(dir, "cpu.idle", "1");
+                        }
+                    }
                 }
                 Ctl::Unified => {}
             }

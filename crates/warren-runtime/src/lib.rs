@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod container;
 pub mod error;
 pub mod reaper;
+pub mod security;
 
 use async_trait::async_trait;
 use std::collections::BTreeMap;

@@ -9,6 +9,7 @@
 pub mod caps;
 pub mod clone;
 pub mod fd;
+pub mod landlock;
 pub mod mount;
 pub mod net;
 pub mod ns;

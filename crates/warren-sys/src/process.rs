@@ -139,6 +139,11 @@ pub struct ChildSetup {
     pub controlling_tty: bool,
     /// Switch to these ids (supplementary groups first, then gid, then uid).
     pub ids: Option<(u32, u32, Vec<u32>)>,
+    /// Run under `SCHED_IDLE`, with a hard `RLIMIT_NICE` of 0 so the process cannot switch
+    /// back to an ordinary policy (that needs the limit or CAP_SYS_NICE of the host).
+    pub sched_idle: bool,
+    /// Confine the program under this AppArmor profile from its exec on.
+    pub apparmor_profile: Option<std::ffi::CString>,
 }
 
 /// Installs `setup` as the command's pre-exec hook.
@@ -148,9 +153,15 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         .as_ref()
         .map(|(_, _, g)| g.clone())
         .unwrap_or_default();
-    // SAFETY: the closure only makes async-signal-safe syscalls (open, write, close, setsid,
-    // ioctl, setgroups, setresgid, setresuid) and allocates nothing (the group list and the
-    // path are prepared before fork).
+    let apparmor_exec = setup.apparmor_profile.as_ref().map(|p| {
+        let mut v = b"exec ".to_vec();
+        v.extend_from_slice(p.as_bytes());
+        v
+    });
+    // SAFETY: the closure only makes async-signal-safe syscalls (open, write, close,
+    // setrlimit, sched_setscheduler, setsid, ioctl, setgroups, setresgid, setresuid) and
+    // allocates nothing (the group list, the AppArmor request and the paths are prepared
+    // before fork).
     unsafe {
         cmd.pre_exec(move || {
             // The agent may run with a protective OOM score; its commands must not inherit it.
@@ -161,6 +172,41 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
             if fd >= 0 {
                 libc::write(fd, b"0".as_ptr().cast(), 1);
                 libc::close(fd);
+            }
+            if setup.sched_idle {
+                let rl = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::setrlimit(libc::RLIMIT_NICE, &rl) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let param = libc::sched_param { sched_priority: 0 };
+                if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(req) = &apparmor_exec {
+                // AppArmor's "change_onexec": the new profile applies at execve.
+                let mut fd = libc::open(
+                    c"/proc/self/attr/apparmor/exec".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    fd = libc::open(
+                        c"/proc/self/attr/exec".as_ptr(),
+                        libc::O_WRONLY | libc::O_CLOEXEC,
+                    );
+                }
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let bytes = req.as_slice();
+                let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                libc::close(fd);
+                if n < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if setup.new_session && libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());

@@ -1,16 +1,19 @@
-//! The seccomp allow-list applied to everything that runs in a sandbox.
+//! The seccomp policy applied to everything that runs in a sandbox (the agent itself and every
+//! process it starts). `docs/seccomp.md` explains each group and the decisions.
 //!
-//! Default action: `EPERM`. Allowed: the syscalls ordinary programs use (shells, compilers,
-//! interpreters, package managers, servers on loopback). Not allowed, by group:
-//! - kernel keyring (`keyctl`, `add_key`, `request_key`): not namespaced;
-//! - `bpf`, `perf_event_open`, `userfaultfd`: large kernel attack surface;
-//! - modules, `kexec_*`, `reboot`, swap, `acct`, clock/time setting, `iopl`/`ioperm`;
-//! - mounts and the new mount API, `pivot_root`, `setns`, `unshare` and namespace flags of
-//!   `clone`: no nested sandbox games (`clone3` answers `ENOSYS` so libc falls back to
-//!   `clone`, whose flags can be checked);
-//! - `open_by_handle_at`, `name_to_handle_at`: file-handle escapes;
-//! - `ptrace` of the agent is prevented by it being non-dumpable; ptrace itself is allowed
-//!   (debuggers), as are `personality` and `quotactl`-free defaults.
+//! Three filters, evaluated together by the kernel (the most restrictive answer wins):
+//! 1. the **allow-list** ([`sandbox_filter`]): the syscalls ordinary programs use, grouped
+//!    below; anything else answers `EPERM`. `clone` is allowed only without namespace flags;
+//! 2. **argument refinements** ([`refine_filter`]): `EPERM` for filesystem-level and terminal
+//!    ioctls (extent swapping, reflink/dedupe, `TIOCSTI`, ...) and for `personality` values
+//!    other than the harmless ones;
+//! 3. **answered as missing** ([`enosys_filter`]): `clone3` (so libc falls back to `clone`,
+//!    whose flags a filter can check) and `io_uring` (programs fall back to ordinary I/O).
+//!
+//! Not allowed at all (absent from the groups): the kernel keyring, `bpf`, `perf_event_open`,
+//! `userfaultfd`, `kexec_*`, module calls, `reboot`, swap, `acct`, clock setting, `iopl`/
+//! `ioperm`, `syslog`, every mount call (old and new API), `pivot_root`, `setns`, `unshare`,
+//! `open_by_handle_at`/`name_to_handle_at`, `quotactl`, `fanotify_init`.
 
 use crate::{Result, SysError};
 use seccompiler::{
@@ -23,164 +26,122 @@ macro_rules! syscalls {
     ($($name:ident),* $(,)?) => { &[$(libc::$name),*] };
 }
 
-/// Syscalls allowed with any arguments.
-const ALLOWED: &[libc::c_long] = syscalls![
+/// Reading, writing and polling file descriptors.
+const IO: &[libc::c_long] = syscalls![
     SYS_read,
     SYS_write,
-    SYS_open,
+    SYS_readv,
+    SYS_writev,
+    SYS_pread64,
+    SYS_pwrite64,
+    SYS_preadv,
+    SYS_pwritev,
+    SYS_preadv2,
+    SYS_pwritev2,
+    SYS_lseek,
     SYS_close,
+    SYS_close_range,
+    SYS_dup,
+    SYS_dup2,
+    SYS_dup3,
+    SYS_pipe,
+    SYS_pipe2,
+    SYS_fcntl,
+    SYS_ioctl,
+    SYS_poll,
+    SYS_ppoll,
+    SYS_select,
+    SYS_pselect6,
+    SYS_epoll_create,
+    SYS_epoll_create1,
+    SYS_epoll_ctl,
+    SYS_epoll_wait,
+    SYS_epoll_pwait,
+    SYS_epoll_pwait2,
+    SYS_eventfd,
+    SYS_eventfd2,
+    SYS_signalfd,
+    SYS_signalfd4,
+    SYS_timerfd_create,
+    SYS_timerfd_settime,
+    SYS_timerfd_gettime,
+    SYS_inotify_init,
+    SYS_inotify_init1,
+    SYS_inotify_add_watch,
+    SYS_inotify_rm_watch,
+    SYS_sendfile,
+    SYS_splice,
+    SYS_tee,
+    SYS_vmsplice,
+    SYS_copy_file_range,
+    SYS_readahead,
+    SYS_fadvise64,
+    SYS_io_setup,
+    SYS_io_destroy,
+    SYS_io_getevents,
+    SYS_io_submit,
+    SYS_io_cancel,
+];
+
+/// Paths, metadata, directories, links, xattrs, syncing.
+const FILES: &[libc::c_long] = syscalls![
+    SYS_open,
+    SYS_openat,
+    SYS_openat2,
+    SYS_creat,
     SYS_stat,
     SYS_fstat,
     SYS_lstat,
-    SYS_poll,
-    SYS_lseek,
-    SYS_mmap,
-    SYS_mprotect,
-    SYS_munmap,
-    SYS_brk,
-    SYS_rt_sigaction,
-    SYS_rt_sigprocmask,
-    SYS_rt_sigreturn,
-    SYS_ioctl,
-    SYS_pread64,
-    SYS_pwrite64,
-    SYS_readv,
-    SYS_writev,
+    SYS_newfstatat,
+    SYS_statx,
+    SYS_statfs,
+    SYS_fstatfs,
     SYS_access,
-    SYS_pipe,
-    SYS_select,
-    SYS_sched_yield,
-    SYS_mremap,
-    SYS_msync,
-    SYS_mincore,
-    SYS_madvise,
-    SYS_shmget,
-    SYS_shmat,
-    SYS_shmctl,
-    SYS_dup,
-    SYS_dup2,
-    SYS_pause,
-    SYS_nanosleep,
-    SYS_getitimer,
-    SYS_alarm,
-    SYS_setitimer,
-    SYS_getpid,
-    SYS_sendfile,
-    SYS_socket,
-    SYS_connect,
-    SYS_accept,
-    SYS_sendto,
-    SYS_recvfrom,
-    SYS_sendmsg,
-    SYS_recvmsg,
-    SYS_shutdown,
-    SYS_bind,
-    SYS_listen,
-    SYS_getsockname,
-    SYS_getpeername,
-    SYS_socketpair,
-    SYS_setsockopt,
-    SYS_getsockopt,
-    SYS_fork,
-    SYS_vfork,
-    SYS_execve,
-    SYS_exit,
-    SYS_wait4,
-    SYS_kill,
-    SYS_uname,
-    SYS_semget,
-    SYS_semop,
-    SYS_semctl,
-    SYS_shmdt,
-    SYS_msgget,
-    SYS_msgsnd,
-    SYS_msgrcv,
-    SYS_msgctl,
-    SYS_fcntl,
-    SYS_flock,
-    SYS_fsync,
-    SYS_fdatasync,
-    SYS_truncate,
-    SYS_ftruncate,
+    SYS_faccessat,
+    SYS_faccessat2,
     SYS_getdents,
+    SYS_getdents64,
     SYS_getcwd,
     SYS_chdir,
     SYS_fchdir,
     SYS_rename,
+    SYS_renameat,
+    SYS_renameat2,
     SYS_mkdir,
+    SYS_mkdirat,
     SYS_rmdir,
-    SYS_creat,
     SYS_link,
+    SYS_linkat,
     SYS_unlink,
+    SYS_unlinkat,
     SYS_symlink,
+    SYS_symlinkat,
     SYS_readlink,
+    SYS_readlinkat,
     SYS_chmod,
     SYS_fchmod,
+    SYS_fchmodat,
+    SYS_fchmodat2,
     SYS_chown,
     SYS_fchown,
     SYS_lchown,
+    SYS_fchownat,
     SYS_umask,
-    SYS_gettimeofday,
-    SYS_getrlimit,
-    SYS_getrusage,
-    SYS_sysinfo,
-    SYS_times,
-    SYS_ptrace,
-    SYS_getuid,
-    SYS_syslog,
-    SYS_getgid,
-    SYS_setuid,
-    SYS_setgid,
-    SYS_geteuid,
-    SYS_getegid,
-    SYS_setpgid,
-    SYS_getppid,
-    SYS_getpgrp,
-    SYS_setsid,
-    SYS_setreuid,
-    SYS_setregid,
-    SYS_getgroups,
-    SYS_setgroups,
-    SYS_setresuid,
-    SYS_getresuid,
-    SYS_setresgid,
-    SYS_getresgid,
-    SYS_getpgid,
-    SYS_setfsuid,
-    SYS_setfsgid,
-    SYS_getsid,
-    SYS_capget,
-    SYS_capset,
-    SYS_rt_sigpending,
-    SYS_rt_sigtimedwait,
-    SYS_rt_sigqueueinfo,
-    SYS_rt_sigsuspend,
-    SYS_sigaltstack,
+    SYS_truncate,
+    SYS_ftruncate,
+    SYS_fallocate,
     SYS_utime,
+    SYS_utimes,
+    SYS_utimensat,
+    SYS_futimesat,
     SYS_mknod,
-    SYS_personality,
-    SYS_statfs,
-    SYS_fstatfs,
-    SYS_getpriority,
-    SYS_setpriority,
-    SYS_sched_setparam,
-    SYS_sched_getparam,
-    SYS_sched_setscheduler,
-    SYS_sched_getscheduler,
-    SYS_sched_get_priority_max,
-    SYS_sched_get_priority_min,
-    SYS_sched_rr_get_interval,
-    SYS_mlock,
-    SYS_munlock,
-    SYS_mlockall,
-    SYS_munlockall,
-    SYS_prctl,
-    SYS_arch_prctl,
-    SYS_setrlimit,
-    SYS_chroot,
+    SYS_mknodat,
+    SYS_flock,
+    SYS_fsync,
+    SYS_fdatasync,
     SYS_sync,
-    SYS_gettid,
-    SYS_readahead,
+    SYS_syncfs,
+    SYS_sync_file_range,
     SYS_setxattr,
     SYS_lsetxattr,
     SYS_fsetxattr,
@@ -193,133 +154,270 @@ const ALLOWED: &[libc::c_long] = syscalls![
     SYS_removexattr,
     SYS_lremovexattr,
     SYS_fremovexattr,
-    SYS_tkill,
-    SYS_time,
-    SYS_futex,
-    SYS_sched_setaffinity,
-    SYS_sched_getaffinity,
-    SYS_io_setup,
-    SYS_io_destroy,
-    SYS_io_getevents,
-    SYS_io_submit,
-    SYS_io_cancel,
-    SYS_epoll_create,
-    SYS_getdents64,
+    SYS_chroot,
+    SYS_memfd_create,
+];
+
+/// Memory mappings and NUMA policy.
+const MEMORY: &[libc::c_long] = syscalls![
+    SYS_mmap,
+    SYS_mprotect,
+    SYS_munmap,
+    SYS_mremap,
+    SYS_brk,
+    SYS_msync,
+    SYS_mincore,
+    SYS_madvise,
+    SYS_process_madvise,
+    SYS_mlock,
+    SYS_mlock2,
+    SYS_munlock,
+    SYS_mlockall,
+    SYS_munlockall,
+    SYS_mbind,
+    SYS_set_mempolicy,
+    SYS_get_mempolicy,
+    SYS_set_mempolicy_home_node,
+    SYS_move_pages,
+    SYS_membarrier,
+    SYS_pkey_mprotect,
+    SYS_pkey_alloc,
+    SYS_pkey_free,
+    SYS_memfd_secret,
+];
+
+/// Processes, threads, ids, limits. `ptrace` and `process_vm_*` are allowed for debuggers
+/// inside the sandbox: the agent is non-dumpable and its memory belongs to the host's user
+/// namespace, so nothing in the sandbox can trace or read it.
+const PROCESSES: &[libc::c_long] = syscalls![
+    SYS_fork,
+    SYS_vfork,
+    SYS_execve,
+    SYS_execveat,
+    SYS_exit,
+    SYS_exit_group,
+    SYS_wait4,
+    SYS_waitid,
     SYS_set_tid_address,
+    SYS_set_robust_list,
+    SYS_get_robust_list,
+    SYS_futex,
+    SYS_futex_waitv,
+    SYS_rseq,
+    SYS_arch_prctl,
+    SYS_prctl,
+    SYS_getpid,
+    SYS_gettid,
+    SYS_getppid,
+    SYS_getpgrp,
+    SYS_getpgid,
+    SYS_setpgid,
+    SYS_getsid,
+    SYS_setsid,
+    SYS_getuid,
+    SYS_geteuid,
+    SYS_getgid,
+    SYS_getegid,
+    SYS_setuid,
+    SYS_setgid,
+    SYS_setreuid,
+    SYS_setregid,
+    SYS_setresuid,
+    SYS_getresuid,
+    SYS_setresgid,
+    SYS_getresgid,
+    SYS_setfsuid,
+    SYS_setfsgid,
+    SYS_getgroups,
+    SYS_setgroups,
+    SYS_capget,
+    SYS_capset,
+    SYS_getrlimit,
+    SYS_setrlimit,
+    SYS_prlimit64,
+    SYS_getrusage,
+    SYS_times,
+    SYS_uname,
+    SYS_sysinfo,
+    SYS_getrandom,
+    SYS_getcpu,
+    SYS_kcmp,
+    SYS_ptrace,
+    SYS_process_vm_readv,
+    SYS_process_vm_writev,
+    SYS_pidfd_open,
+    SYS_pidfd_getfd,
     SYS_restart_syscall,
-    SYS_semtimedop,
-    SYS_fadvise64,
+];
+
+/// Signals and timers.
+const SIGNALS: &[libc::c_long] = syscalls![
+    SYS_rt_sigaction,
+    SYS_rt_sigprocmask,
+    SYS_rt_sigreturn,
+    SYS_rt_sigpending,
+    SYS_rt_sigtimedwait,
+    SYS_rt_sigqueueinfo,
+    SYS_rt_tgsigqueueinfo,
+    SYS_rt_sigsuspend,
+    SYS_sigaltstack,
+    SYS_kill,
+    SYS_tkill,
+    SYS_tgkill,
+    SYS_pidfd_send_signal,
+    SYS_pause,
+    SYS_alarm,
+    SYS_getitimer,
+    SYS_setitimer,
     SYS_timer_create,
     SYS_timer_settime,
     SYS_timer_gettime,
     SYS_timer_getoverrun,
     SYS_timer_delete,
+];
+
+/// Reading clocks and sleeping (setting clocks is not allowed).
+const TIME: &[libc::c_long] = syscalls![
+    SYS_time,
+    SYS_gettimeofday,
     SYS_clock_gettime,
     SYS_clock_getres,
     SYS_clock_nanosleep,
-    SYS_exit_group,
-    SYS_epoll_wait,
-    SYS_epoll_ctl,
-    SYS_tgkill,
-    SYS_utimes,
-    SYS_mbind,
-    SYS_set_mempolicy,
-    SYS_get_mempolicy,
+    SYS_nanosleep,
+];
+
+/// Scheduling. Raising a priority or a realtime policy needs capabilities of the host's user
+/// namespace, which nothing in a sandbox has.
+const SCHEDULING: &[libc::c_long] = syscalls![
+    SYS_sched_yield,
+    SYS_sched_setparam,
+    SYS_sched_getparam,
+    SYS_sched_setscheduler,
+    SYS_sched_getscheduler,
+    SYS_sched_get_priority_max,
+    SYS_sched_get_priority_min,
+    SYS_sched_rr_get_interval,
+    SYS_sched_setaffinity,
+    SYS_sched_getaffinity,
+    SYS_sched_setattr,
+    SYS_sched_getattr,
+    SYS_getpriority,
+    SYS_setpriority,
+    SYS_ioprio_set,
+    SYS_ioprio_get,
+];
+
+/// System V and POSIX IPC (namespaced by the sandbox's IPC namespace).
+const IPC: &[libc::c_long] = syscalls![
+    SYS_shmget,
+    SYS_shmat,
+    SYS_shmctl,
+    SYS_shmdt,
+    SYS_semget,
+    SYS_semop,
+    SYS_semctl,
+    SYS_semtimedop,
+    SYS_msgget,
+    SYS_msgsnd,
+    SYS_msgrcv,
+    SYS_msgctl,
     SYS_mq_open,
     SYS_mq_unlink,
     SYS_mq_timedsend,
     SYS_mq_timedreceive,
     SYS_mq_notify,
     SYS_mq_getsetattr,
-    SYS_waitid,
-    SYS_ioprio_set,
-    SYS_ioprio_get,
-    SYS_inotify_init,
-    SYS_inotify_add_watch,
-    SYS_inotify_rm_watch,
-    SYS_openat,
-    SYS_mkdirat,
-    SYS_mknodat,
-    SYS_fchownat,
-    SYS_futimesat,
-    SYS_newfstatat,
-    SYS_unlinkat,
-    SYS_renameat,
-    SYS_linkat,
-    SYS_symlinkat,
-    SYS_readlinkat,
-    SYS_fchmodat,
-    SYS_faccessat,
-    SYS_pselect6,
-    SYS_ppoll,
-    SYS_set_robust_list,
-    SYS_get_robust_list,
-    SYS_splice,
-    SYS_tee,
-    SYS_sync_file_range,
-    SYS_vmsplice,
-    SYS_move_pages,
-    SYS_utimensat,
-    SYS_epoll_pwait,
-    SYS_signalfd,
-    SYS_timerfd_create,
-    SYS_eventfd,
-    SYS_fallocate,
-    SYS_timerfd_settime,
-    SYS_timerfd_gettime,
+];
+
+/// Sockets (reach is decided by the sandbox's network namespace and policy).
+const NETWORK: &[libc::c_long] = syscalls![
+    SYS_socket,
+    SYS_socketpair,
+    SYS_connect,
+    SYS_accept,
     SYS_accept4,
-    SYS_signalfd4,
-    SYS_eventfd2,
-    SYS_epoll_create1,
-    SYS_dup3,
-    SYS_pipe2,
-    SYS_inotify_init1,
-    SYS_preadv,
-    SYS_pwritev,
-    SYS_rt_tgsigqueueinfo,
-    SYS_recvmmsg,
-    SYS_prlimit64,
-    SYS_syncfs,
+    SYS_bind,
+    SYS_listen,
+    SYS_shutdown,
+    SYS_sendto,
+    SYS_recvfrom,
+    SYS_sendmsg,
+    SYS_recvmsg,
     SYS_sendmmsg,
-    SYS_getcpu,
-    SYS_process_vm_readv,
-    SYS_process_vm_writev,
-    SYS_kcmp,
-    SYS_sched_setattr,
-    SYS_sched_getattr,
-    SYS_renameat2,
+    SYS_recvmmsg,
+    SYS_getsockname,
+    SYS_getpeername,
+    SYS_setsockopt,
+    SYS_getsockopt,
+];
+
+/// Self-confinement: programs may sandbox themselves further.
+const SELF_CONFINEMENT: &[libc::c_long] = syscalls![
     SYS_seccomp,
-    SYS_getrandom,
-    SYS_memfd_create,
-    SYS_execveat,
-    SYS_membarrier,
-    SYS_mlock2,
-    SYS_copy_file_range,
-    SYS_preadv2,
-    SYS_pwritev2,
-    SYS_pkey_mprotect,
-    SYS_pkey_alloc,
-    SYS_pkey_free,
-    SYS_statx,
-    SYS_rseq,
-    SYS_pidfd_send_signal,
-    SYS_io_uring_setup,
-    SYS_io_uring_enter,
-    SYS_io_uring_register,
-    SYS_pidfd_open,
-    SYS_close_range,
-    SYS_openat2,
-    SYS_pidfd_getfd,
-    SYS_faccessat2,
-    SYS_process_madvise,
-    SYS_epoll_pwait2,
-    SYS_futex_waitv,
     SYS_landlock_create_ruleset,
     SYS_landlock_add_rule,
     SYS_landlock_restrict_self,
-    SYS_memfd_secret,
-    SYS_set_mempolicy_home_node,
-    SYS_fchmodat2,
+];
+
+/// Every group of the allow-list, with its name (for docs and tests).
+pub const GROUPS: &[(&str, &[libc::c_long])] = &[
+    ("io", IO),
+    ("files", FILES),
+    ("memory", MEMORY),
+    ("processes", PROCESSES),
+    ("signals", SIGNALS),
+    ("time", TIME),
+    ("scheduling", SCHEDULING),
+    ("ipc", IPC),
+    ("network", NETWORK),
+    ("self-confinement", SELF_CONFINEMENT),
+];
+
+/// Syscalls that must never be allowed; a test checks none is in a group.
+pub const DENIED: &[libc::c_long] = syscalls![
+    SYS_keyctl,
+    SYS_add_key,
+    SYS_request_key,
+    SYS_bpf,
+    SYS_perf_event_open,
+    SYS_userfaultfd,
+    SYS_kexec_load,
+    SYS_kexec_file_load,
+    SYS_init_module,
+    SYS_finit_module,
+    SYS_delete_module,
+    SYS_reboot,
+    SYS_swapon,
+    SYS_swapoff,
+    SYS_acct,
+    SYS_settimeofday,
+    SYS_clock_settime,
+    SYS_adjtimex,
+    SYS_clock_adjtime,
+    SYS_iopl,
+    SYS_ioperm,
+    SYS_syslog,
+    SYS_mount,
+    SYS_umount2,
+    SYS_pivot_root,
+    SYS_fsopen,
+    SYS_fsconfig,
+    SYS_fsmount,
+    SYS_fspick,
+    SYS_move_mount,
+    SYS_open_tree,
+    SYS_mount_setattr,
+    SYS_setns,
+    SYS_unshare,
+    SYS_open_by_handle_at,
+    SYS_name_to_handle_at,
+    SYS_quotactl,
+    SYS_fanotify_init,
+    SYS_lookup_dcookie,
+    SYS_vhangup,
+    SYS_uselib,
+    SYS_ustat,
+    SYS_sysfs,
 ];
 
 /// Namespace-creating `clone` flags refused inside a sandbox.
@@ -329,57 +427,144 @@ const NS_FLAGS: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWUTS
     | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWCGROUP) as u64;
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWTIME) as u64;
+
+/// ioctl requests refused, by `(type << 8) | number` (direction and size bits are ignored,
+/// so no variant of a request slips through):
+pub const DENIED_IOCTLS: &[(&str, u32)] = &[
+    // Filesystem-level operations that rewrite extents or share blocks between files.
+    ("FICLONE", 0x9409),
+    ("FICLONERANGE", 0x940d),
+    ("FIDEDUPERANGE", 0x9436),
+    ("EXT4_IOC_MOVE_EXT", 0x660f),
+    ("EXT4_IOC_SWAP_BOOT", 0x6611),
+    ("XFS_IOC_SWAPEXT", 0x586d),
+    ("XFS_IOC_EXCHANGE_RANGE", 0x5881),
+    // Terminals: faking input, the console, line disciplines.
+    ("TIOCSTI", 0x5412),
+    ("TIOCLINUX", 0x541c),
+    ("TIOCCONS", 0x541d),
+    ("TIOCSETD", 0x5423),
+];
+
+/// `personality` values allowed: query, Linux (64/32-bit, with and without `UNAME26`), and
+/// `ADDR_NO_RANDOMIZE` (debuggers turn address randomisation off for their own children).
+pub const ALLOWED_PERSONALITIES: &[u32] = &[
+    0x0000_0000,
+    0x0000_0008,
+    0x0002_0000,
+    0x0002_0008,
+    0x0004_0000,
+    0x0004_0008,
+    0xffff_ffff,
+];
 
 fn bad(e: impl std::fmt::Display) -> SysError {
     SysError::new("seccomp filter", std::io::Error::other(e.to_string()))
 }
 
-/// Compiles the sandbox allow-list for this architecture.
+fn arch() -> Result<seccompiler::TargetArch> {
+    std::env::consts::ARCH.try_into().map_err(bad)
+}
+
+fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, val: u64) -> Result<SeccompCondition> {
+    SeccompCondition::new(arg, len, op, val).map_err(bad)
+}
+
+/// The allow-list for this architecture (default `EPERM`).
 pub fn sandbox_filter() -> Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for nr in ALLOWED {
-        rules.insert(*nr, vec![]);
+    for (_, group) in GROUPS {
+        for nr in *group {
+            rules.insert(*nr, vec![]);
+        }
     }
+    // personality: allowed here, its values are refined by `refine_filter`.
+    rules.insert(libc::SYS_personality, vec![]);
     // clone: allowed only without namespace flags.
-    let cond = SeccompCondition::new(
+    let no_ns = cond(
         0,
         SeccompCmpArgLen::Qword,
         SeccompCmpOp::MaskedEq(NS_FLAGS),
         0,
-    )
-    .map_err(bad)?;
+    )?;
     rules.insert(
         libc::SYS_clone,
-        vec![SeccompRule::new(vec![cond]).map_err(bad)?],
+        vec![SeccompRule::new(vec![no_ns]).map_err(bad)?],
     );
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
         SeccompAction::Allow,
-        std::env::consts::ARCH.try_into().map_err(bad)?,
+        arch()?,
     )
     .map_err(bad)?;
-    // clone3 must fail with ENOSYS (not EPERM) so libc falls back to clone.
     filter.try_into().map_err(bad)
 }
 
-/// A small filter placed in front of the allow-list that answers `clone3` with `ENOSYS`.
-pub fn clone3_enosys_filter() -> Result<BpfProgram> {
+/// Argument refinements (default allow): denied ioctl requests and `personality` values
+/// answer `EPERM`. Comparisons use the low 32 bits, as the kernel does for both arguments.
+pub fn refine_filter() -> Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_clone3, vec![]);
+    let mut ioctl = Vec::new();
+    for (_, req) in DENIED_IOCTLS {
+        let c = cond(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(0xffff),
+            *req as u64,
+        )?;
+        ioctl.push(SeccompRule::new(vec![c]).map_err(bad)?);
+    }
+    rules.insert(libc::SYS_ioctl, ioctl);
+    let not_allowed = ALLOWED_PERSONALITIES
+        .iter()
+        .map(|p| cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *p as u64))
+        .collect::<Result<Vec<_>>>()?;
+    rules.insert(
+        libc::SYS_personality,
+        vec![SeccompRule::new(not_allowed).map_err(bad)?],
+    );
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(bad)?;
+    filter.try_into().map_err(bad)
+}
+
+/// Syscalls answered `ENOSYS`, as if the kernel lacked them: `clone3` (libc falls back to
+/// `clone`) and `io_uring` (its large, fast-moving kernel surface has been the source of many
+/// privilege escalations; programs fall back to ordinary I/O).
+pub const ENOSYS: &[libc::c_long] = syscalls![
+    SYS_clone3,
+    SYS_io_uring_setup,
+    SYS_io_uring_enter,
+    SYS_io_uring_register,
+];
+
+/// The filter answering [`ENOSYS`] (default allow).
+pub fn enosys_filter() -> Result<BpfProgram> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in ENOSYS {
+        rules.insert(*nr, vec![]);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
-        std::env::consts::ARCH.try_into().map_err(bad)?,
+        arch()?,
     )
     .map_err(bad)?;
     filter.try_into().map_err(bad)
 }
 
 /// Installs the sandbox filters on the calling thread (inherited by children). Requires
-/// `no_new_privs` or CAP_SYS_ADMIN.
+/// `no_new_privs` or CAP_SYS_ADMIN. Of two `ERRNO` answers the kernel keeps the one of the
+/// filter installed last, so the `ENOSYS` filter goes last.
 pub fn apply_sandbox_filter() -> Result<()> {
     SandboxFilters::compile()?.apply()
 }
@@ -389,30 +574,153 @@ pub fn apply_sandbox_filter() -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct SandboxFilters {
     main: BpfProgram,
-    clone3: BpfProgram,
+    refine: BpfProgram,
+    enosys: BpfProgram,
 }
 
 impl SandboxFilters {
     pub fn compile() -> Result<Self> {
         Ok(SandboxFilters {
             main: sandbox_filter()?,
-            clone3: clone3_enosys_filter()?,
+            refine: refine_filter()?,
+            enosys: enosys_filter()?,
         })
     }
 
-    /// Installs both filters on the calling thread (inherited by children).
+    /// Installs the filters on the calling thread (inherited by children), `ENOSYS` last.
     pub fn apply(&self) -> Result<()> {
         seccompiler::apply_filter(&self.main).map_err(bad)?;
-        seccompiler::apply_filter(&self.clone3).map_err(bad)?;
+        seccompiler::apply_filter(&self.refine).map_err(bad)?;
+        seccompiler::apply_filter(&self.enosys).map_err(bad)?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn filters_compile() {
-        assert!(super::sandbox_filter().unwrap().len() > 100);
-        assert!(!super::clone3_enosys_filter().unwrap().is_empty());
+        assert!(sandbox_filter().unwrap().len() > 100);
+        assert!(!refine_filter().unwrap().is_empty());
+        assert!(!enosys_filter().unwrap().is_empty());
+    }
+
+    #[test]
+    fn denied_syscalls_are_in_no_group() {
+        for (name, group) in GROUPS {
+            for nr in *group {
+                assert!(
+                    !DENIED.contains(nr),
+                    "syscall {nr} is denied but in group {name}"
+                );
+                assert!(
+                    !ENOSYS.contains(nr),
+                    "syscall {nr} answers ENOSYS but in group {name}"
+                );
+            }
+        }
+        for nr in ENOSYS {
+            assert!(!DENIED.contains(nr));
+        }
+    }
+
+    #[test]
+    fn groups_do_not_overlap() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, group) in GROUPS {
+            for nr in *group {
+                assert!(
+                    seen.insert(*nr),
+                    "syscall {nr} appears twice (again in {name})"
+                );
+            }
+        }
+    }
+
+    /// In a forked child: the filters refuse what they should, with the right errno, and
+    /// allow ordinary calls.
+    #[test]
+    fn filters_answer_as_documented() {
+        // SAFETY: fork in a test; the child only makes syscalls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| {
+                // SAFETY: prctl with constant arguments.
+                if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                    return 10;
+                }
+                if apply_sandbox_filter().is_err() {
+                    return 11;
+                }
+                let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                // SAFETY: raw syscalls with scalar or null arguments; each is refused
+                // before the kernel reads anything.
+                unsafe {
+                    if libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0) != -1
+                        || errno() != libc::EPERM
+                    {
+                        return 20;
+                    }
+                    if libc::syscall(libc::SYS_bpf, 0, 0, 0) != -1 || errno() != libc::EPERM {
+                        return 21;
+                    }
+                    if libc::syscall(libc::SYS_userfaultfd, 0) != -1 || errno() != libc::EPERM {
+                        return 22;
+                    }
+                    if libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0) != -1
+                        || errno() != libc::EPERM
+                    {
+                        return 23;
+                    }
+                    if libc::syscall(libc::SYS_io_uring_setup, 1, 0) != -1
+                        || errno() != libc::ENOSYS
+                    {
+                        return 24;
+                    }
+                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || errno() != libc::ENOSYS {
+                        return 25;
+                    }
+                    // FICLONE with its high bits flipped is still refused.
+                    if libc::ioctl(0, 0x4004_9409) != -1 || errno() != libc::EPERM {
+                        return 26;
+                    }
+                    if libc::syscall(libc::SYS_ioctl, 0, 0xdead_0000_4004_9409u64) != -1
+                        || errno() != libc::EPERM
+                    {
+                        return 27;
+                    }
+                    if libc::ioctl(0, libc::TIOCSTI, c"x".as_ptr()) != -1 || errno() != libc::EPERM
+                    {
+                        return 28;
+                    }
+                    // READ_IMPLIES_EXEC is refused; the query is allowed.
+                    if libc::personality(0x0040_0000) != -1 || errno() != libc::EPERM {
+                        return 29;
+                    }
+                    if libc::personality(0xffff_ffff) == -1 {
+                        return 30;
+                    }
+                    if libc::getpid() <= 0 {
+                        return 31;
+                    }
+                }
+                0
+            })();
+            // SAFETY: leave the forked test child without running destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child status {status}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child failed at check {}",
+            libc::WEXITSTATUS(status)
+        );
     }
 }

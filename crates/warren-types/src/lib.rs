@@ -19,7 +19,7 @@ pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};
 pub use id::{NodeId, SandboxId};
 pub use sandbox::{
-    CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy, PauseStats,
-    SandboxInfo, SandboxState, Substrate,
+    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, NetworkPolicy,
+    PauseStats, SandboxInfo, SandboxState, Substrate,
 };
 pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};

@@ -77,6 +77,21 @@ pub struct Limits {
     pub disk_mb: u64,
     /// Maximum number of processes/threads.
     pub pids: u64,
+    /// CPU class: `best_effort` sandboxes yield the CPU to every `normal` one.
+    #[serde(default)]
+    pub cpu_class: CpuClass,
+}
+
+/// How a sandbox competes for CPU with its neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuClass {
+    /// Ordinary share of the CPU.
+    #[default]
+    Normal,
+    /// Lowest cgroup CPU weight and `SCHED_IDLE` for its processes: it runs on what latency-
+    /// sensitive neighbours leave, so a busy one cannot starve them.
+    BestEffort,
 }
 
 impl Default for Limits {
@@ -86,6 +101,7 @@ impl Default for Limits {
             memory_mb: 512,
             disk_mb: 1024,
             pids: 512,
+            cpu_class: CpuClass::Normal,
         }
     }
 }
@@ -106,6 +122,9 @@ pub struct CreateSandboxRequest {
     pub disk_mb: Option<u64>,
     #[serde(default)]
     pub pids: Option<u64>,
+    /// `normal` (default) or `best_effort`.
+    #[serde(default)]
+    pub cpu_class: Option<CpuClass>,
     /// Environment for every command (merged under each exec's own env).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -231,6 +250,7 @@ impl CreateSandboxRequest {
             memory_mb,
             disk_mb,
             pids,
+            cpu_class: self.cpu_class.unwrap_or(defaults.cpu_class),
         })
     }
 }

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use warren_image::ImageStore;
 use warren_node::{Manager, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
+use warren_runtime::security::SecurityReport;
 use warren_types::NodeId;
 
 /// How long open streams and terminals may take to finish after a shutdown signal.
@@ -74,10 +75,29 @@ struct Args {
     /// Cap on the memory limits of all warm function containers, in MiB.
     #[arg(long, default_value_t = 64 * 1024)]
     function_max_memory_mb: u64,
+    /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
+    /// kernel's ABI otherwise).
+    #[arg(long)]
+    no_landlock: bool,
+    /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
+    /// and exit; load it with `apparmor_parser -r`.
+    #[arg(long)]
+    apparmor_profile: bool,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.apparmor_profile {
+        print!(
+            "{}",
+            warren_runtime::security::apparmor_profile(&warren_runtime::security::NodePaths {
+                state_dir: args.state_dir.clone(),
+                socket: args.socket.clone(),
+                image_store: args.image_store.clone(),
+            })
+        );
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -192,11 +212,18 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
-    let runtime = ContainerRuntime::new(
-        ContainerConfig::new(args.node.clone(), agent.clone()),
-        images,
-    )
-    .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
+    let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
+    container.landlock = !args.no_landlock;
+    let security = SecurityReport::detect(container.seccomp, container.landlock);
+    if security.apparmor.enforced {
+        container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());
+    }
+    if security.apparmor.available && !security.apparmor.enforced {
+        warn!(apparmor = %security.apparmor.note, "AppArmor profile not loaded");
+    }
+    info!(confinement = %security.describe(), "sandbox confinement");
+    let runtime = ContainerRuntime::new(container, images)
+        .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
@@ -205,6 +232,7 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_queue = args.function_queue;
     cfg.functions.queue_timeout = Duration::from_millis(args.function_queue_timeout_ms);
     cfg.functions.max_warm_memory_mb = args.function_max_memory_mb;
+    cfg.security = security;
     let manager = Manager::new(cfg, vec![Arc::new(runtime)], store);
     let report = manager
         .recover()

@@ -1205,6 +1205,7 @@ class AsyncClient:
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
         pids: Optional[int] = None,
+        cpu_class: Optional[str] = None,
         ttl: Union[int, float, datetime.timedelta, None] = None,
         idle_timeout: Union[int, float, datetime.timedelta, None] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -1227,6 +1228,8 @@ class AsyncClient:
                 counts against it.
             disk: Size of the writable layer, like ``memory``.
             pids: Maximum processes and threads.
+            cpu_class: ``"normal"`` (default) or ``"best_effort"``: lowest CPU weight and
+                ``SCHED_IDLE``, so busy best-effort sandboxes do not starve normal ones.
             ttl: Hard lifetime (seconds or a timedelta); the sandbox is deleted when it expires.
             idle_timeout: Seconds without any call after which the sandbox is stopped.
             env: Environment of every command.
@@ -1252,6 +1255,8 @@ class AsyncClient:
             body["disk_mb"] = dsk
         if pids is not None:
             body["pids"] = int(pids)
+        if cpu_class is not None:
+            body["cpu_class"] = cpu_class
         t = _secs(ttl, "ttl")
         if t is not None:
             body["ttl_secs"] = t

@@ -56,12 +56,14 @@ class Limits:
         memory_mb: Memory limit in MiB; the writable layer counts against it.
         disk_mb: Size limit of the writable layer in MiB.
         pids: Maximum number of processes and threads.
+        cpu_class: ``"normal"`` or ``"best_effort"``.
     """
 
     cpus: float
     memory_mb: int
     disk_mb: int
     pids: int
+    cpu_class: str = "normal"
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> Limits:
@@ -71,6 +73,7 @@ class Limits:
             memory_mb=int(d.get("memory_mb", 0)),
             disk_mb=int(d.get("disk_mb", 0)),
             pids=int(d.get("pids", 0)),
+            cpu_class=str(d.get("cpu_class", "normal")),
         )
 
 

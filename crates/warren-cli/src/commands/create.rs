@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
-use warren_client::{CreateSandboxRequest, ImageRef, Substrate};
+use warren_client::{CpuClass, CreateSandboxRequest, ImageRef, Substrate};
 
 use super::{parse_kv, Ctx};
 
@@ -27,6 +27,9 @@ pub struct Args {
     /// Process limit
     #[arg(long)]
     pub pids: Option<u64>,
+    /// Best-effort CPU class: lowest CPU weight and SCHED_IDLE, yielding to other sandboxes
+    #[arg(long)]
+    pub best_effort: bool,
     /// Lifetime in seconds, after which the sandbox is deleted
     #[arg(long)]
     pub ttl: Option<u64>,
@@ -73,6 +76,7 @@ pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
         memory_mb: args.memory,
         disk_mb: args.disk,
         pids: args.pids,
+        cpu_class: args.best_effort.then_some(CpuClass::BestEffort),
         env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
         workdir: args.workdir,
         user: args.user,

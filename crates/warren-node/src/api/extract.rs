@@ -17,7 +17,7 @@ pub const MAX_JSON_BODY: usize = 32 << 20;
 /// JSON bodies must say they are JSON, or say nothing. `application/x-www-form-urlencoded`
 /// is let through because it is what `curl -d` sends by default; the bytes must still be
 /// JSON.
-fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
+pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
     let Some(ct) = headers.get(CONTENT_TYPE) else {
         return Ok(());
     };
@@ -53,7 +53,7 @@ async fn read_body(req: Request) -> Result<axum::body::Bytes, HttpError> {
         })
 }
 
-fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
     // Every request body is a JSON object. serde would also accept a struct written as an
     // array (`[]` would be a create with all defaults), so the top level is checked first.
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -161,16 +161,22 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
-        let q = parts.uri.query().unwrap_or("");
-        Ok(QueryPairs(
-            form_urlencoded::parse(q.as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
+        Ok(QueryPairs::from_query(
+            parts.uri.query().unwrap_or("").as_bytes(),
         ))
     }
 }
 
 impl QueryPairs {
+    /// Decodes a raw query string.
+    pub fn from_query(q: &[u8]) -> Self {
+        QueryPairs(
+            form_urlencoded::parse(q)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
     /// Refuses parameters other than `allowed` and repeats of single-valued ones.
     pub fn only(&self, allowed: &[&str], repeatable: &[&str]) -> Result<(), HttpError> {
         for (i, (k, _)) in self.0.iter().enumerate() {

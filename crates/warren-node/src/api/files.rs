@@ -53,10 +53,30 @@ pub async fn upload(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
+    headers: header::HeaderMap,
     body: RawBody,
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path", "mode", "step"])?;
     let mode = q.parsed::<u32>("mode", "a decimal permission number (e.g. 420 for 0o644)")?;
+    // A body announced larger than the sandbox's whole writable layer cannot fit: refuse it
+    // before anything is written (bodies without a length stop at the layer's limit).
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let disk = m.get(&id)?.limits.disk_mb;
+        if len > disk << 20 {
+            return Err(warren_types::ApiError::new(
+                warren_types::ErrorCode::LimitExceeded,
+                format!(
+                    "the upload is {len} bytes; the sandbox's writable layer holds at most \
+                     {disk} MiB (disk_mb)"
+                ),
+            )
+            .into());
+        }
+    }
     let replayed = m
         .write_file(&id, &path, mode, step(&q)?, body.into_data_stream())
         .await?;

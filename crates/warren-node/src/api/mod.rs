@@ -11,6 +11,7 @@ mod exec;
 mod extract;
 mod files;
 mod functions;
+pub mod parse;
 mod pty;
 mod sandboxes;
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub struct Health {
     pub version: &'static str,
     pub substrates: Vec<&'static str>,
     pub sandboxes: usize,
+    /// seccomp, Landlock (ABI and what is enforced) and AppArmor on this node.
+    pub security: warren_runtime::security::SecurityReport,
 }
 
 pub async fn health(State(m): State<Manager>) -> Json<Health> {
@@ -30,6 +32,7 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
         version: env!("CARGO_PKG_VERSION"),
         substrates: m.substrates().iter().map(|s| s.as_str()).collect(),
         sandboxes: m.count(),
+        security: m.config().security.clone(),
     })
 }
 

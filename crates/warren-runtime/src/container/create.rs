@@ -121,6 +121,9 @@ async fn start(
         readonly_paths: rt.cfg.readonly_paths.clone(),
         seccomp: rt.cfg.seccomp,
         function,
+        landlock: rt.cfg.landlock,
+        best_effort: spec.limits.cpu_class == warren_types::CpuClass::BestEffort,
+        apparmor_profile: rt.cfg.apparmor_profile.clone(),
     };
     send(
         &mut stream,

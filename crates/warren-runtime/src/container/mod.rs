@@ -44,6 +44,10 @@ pub struct ContainerConfig {
     /// Paths made read-only inside the sandbox.
     pub readonly_paths: Vec<String>,
     pub seccomp: bool,
+    /// Put every sandbox into a Landlock domain (see `warren_sys::landlock`).
+    pub landlock: bool,
+    /// AppArmor profile for every command, when the host has AppArmor and it is loaded.
+    pub apparmor_profile: Option<String>,
 }
 
 impl ContainerConfig {
@@ -54,6 +58,7 @@ impl ContainerConfig {
             id_base: 100_000,
             masked_paths: [
                 "/proc/kcore",
+                "/proc/kallsyms",
                 "/proc/kpagecgroup",
                 "/proc/kpagecount",
                 "/proc/kpageflags",
@@ -76,6 +81,8 @@ impl ContainerConfig {
                 .map(|s| s.to_string())
                 .collect(),
             seccomp: true,
+            landlock: true,
+            apparmor_profile: None,
         }
     }
 }

@@ -13,10 +13,12 @@
 //! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
 //! | call | `call true` from 16 clients | ≥ 500/s |
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
+//! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 
 mod baselines;
 mod call;
 mod measure;
+mod neighbour;
 mod replay;
 
 use anyhow::Context as _;
@@ -38,6 +40,8 @@ pub enum Which {
     Replay,
     /// Function calls through warm pools (not part of `all`)
     Call,
+    /// Not part of `all`: it saturates the CPU on purpose.
+    Neighbour,
     All,
 }
 
@@ -47,7 +51,8 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000]
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
+    /// neighbour 200 per phase]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]
@@ -114,6 +119,8 @@ pub struct Report {
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -173,6 +180,16 @@ impl Report {
         }
         if let Some(c) = &self.call {
             checks.extend(c.checks());
+        }
+        if let Some(nb) = &self.neighbour {
+            for p in &nb.phases {
+                checks.push(Check::at_most(
+                    &format!("exec p50 next to {} ({}) / quiet", p.noise, p.cpu_class),
+                    p.ratio,
+                    "x",
+                    2.0,
+                ));
+            }
         }
         if let (Some(c), Some(p)) = (&self.create, baselines::podman_start(&self.baselines)) {
             let p50 = p.p50().unwrap_or(0.0);
@@ -271,6 +288,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&c.render());
+        }
+        if let Some(nb) = &self.neighbour {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&nb.render());
         }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
@@ -371,6 +394,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if args.which == Which::Call {
         report.call = Some(call::call(setup, n(1000), c(16)).await?);
+    }
+    if args.which == Which::Neighbour {
+        stop.check()?;
+        report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
     }
     if args.baselines {
         stop.check()?;

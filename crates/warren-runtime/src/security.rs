@@ -1,0 +1,287 @@
+//! What confines a sandbox on this host, for logs and `/v1/health`: seccomp, Landlock (by the
+//! kernel's ABI) and AppArmor (only where the host has it), plus the AppArmor profile Warren
+//! generates for its sandboxes.
+
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The name of the AppArmor profile sandbox commands run under.
+pub const APPARMOR_PROFILE: &str = "warren-sandbox";
+
+/// The confinement a node applies to its container sandboxes.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SecurityReport {
+    /// The seccomp allow-list is applied (always, unless configured off).
+    pub seccomp: bool,
+    pub landlock: LandlockReport,
+    pub apparmor: AppArmorReport,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct LandlockReport {
+    /// The node applies Landlock (`--no-landlock` turns it off).
+    pub enabled: bool,
+    /// The kernel's Landlock ABI (0: none).
+    pub abi: u32,
+    /// What is enforced, in words.
+    pub enforced: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct AppArmorReport {
+    /// The host kernel has AppArmor enabled.
+    pub available: bool,
+    /// Commands run under [`APPARMOR_PROFILE`] (it is loaded).
+    pub enforced: bool,
+    pub note: String,
+}
+
+impl SecurityReport {
+    /// Looks at the host: the Landlock ABI and whether AppArmor is there and the profile
+    /// loaded.
+    pub fn detect(seccomp: bool, landlock: bool) -> Self {
+        let abi = warren_sys::landlock::kernel_abi();
+        let enforced = if landlock {
+            warren_sys::landlock::Enforced::for_abi(abi).describe()
+        } else {
+            "landlock: turned off for this node".into()
+        };
+        SecurityReport {
+            seccomp,
+            landlock: LandlockReport {
+                enabled: landlock && abi > 0,
+                abi,
+                enforced,
+            },
+            apparmor: AppArmorReport::detect(Path::new("/sys")),
+        }
+    }
+
+    /// One line for the daemon's log.
+    pub fn describe(&self) -> String {
+        format!(
+            "seccomp {}; {}; apparmor: {}",
+            if self.seccomp { "on" } else { "off" },
+            self.landlock.enforced,
+            self.apparmor.note
+        )
+    }
+}
+
+impl AppArmorReport {
+    /// AppArmor state below `sys` (normally `/sys`).
+    pub fn detect(sys: &Path) -> Self {
+        let enabled = std::fs::read_to_string(sys.join("module/apparmor/parameters/enabled"))
+            .map(|s| s.trim() == "Y")
+            .unwrap_or(false);
+        let fs = sys.join("kernel/security/apparmor");
+        if !enabled && !fs.is_dir() {
+            return AppArmorReport {
+                available: false,
+                enforced: false,
+                note: "not available on this host (no AppArmor in the kernel); sandboxes rely on \
+                       namespaces, cgroups, capabilities, seccomp and Landlock"
+                    .into(),
+            };
+        }
+        let loaded = std::fs::read_to_string(fs.join("profiles"))
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.split(' ').next() == Some(APPARMOR_PROFILE))
+            })
+            .unwrap_or(false);
+        AppArmorReport {
+            available: true,
+            enforced: loaded,
+            note: if loaded {
+                format!("commands run under profile {APPARMOR_PROFILE}")
+            } else {
+                format!(
+                    "available but profile {APPARMOR_PROFILE} is not loaded; load it with \
+                     `warrend --apparmor-profile | apparmor_parser -r` and restart the daemon"
+                )
+            },
+        }
+    }
+}
+
+/// Paths of the node that nothing in a sandbox may touch.
+#[derive(Debug, Clone)]
+pub struct NodePaths {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub image_store: PathBuf,
+}
+
+fn dir_glob(p: &Path) -> String {
+    let s = p.display().to_string();
+    format!("{}/**", s.trim_end_matches('/'))
+}
+
+/// The AppArmor profile for sandbox commands. Attached by the agent at each command's exec
+/// (`change_onexec`), after it built the sandbox (the profile forbids mounts).
+///
+/// It covers what the other layers already stop, so one failing layer is not enough:
+/// the node's files and socket, the agent (PID 1 of the sandbox: its memory, environment and
+/// fds, signals and ptrace to anything unconfined, unix connections to unconfined peers such
+/// as the agent's control channel), mounts, and the kernel interfaces masked in `/proc` and
+/// `/sys`.
+pub fn apparmor_profile(paths: &NodePaths) -> String {
+    let socket_dir = paths
+        .socket
+        .parent()
+        .map(dir_glob)
+        .unwrap_or_else(|| paths.socket.display().to_string());
+    format!(
+        r#"# AppArmor profile for the processes of Warren sandboxes.
+# Generated by `warrend --apparmor-profile`; load with `apparmor_parser -r`.
+@{{WARREN_PROC}}=/proc
+
+profile {name} flags=(attach_disconnected,mediate_deleted) {{
+  # Ordinary work inside the sandbox's own root filesystem and network namespace.
+  file,
+  network,
+  capability,
+  unix peer=(label={name}),
+  signal (send, receive) peer={name},
+  signal (receive),
+  ptrace (trace, read, tracedby, readby) peer={name},
+
+  # The agent and everything outside the sandbox run unconfined (or under other profiles):
+  # no signals, tracing or unix connections towards them.
+  deny signal (send) peer=unconfined,
+  deny ptrace (trace, read) peer=unconfined,
+  deny unix (connect, send, receive) peer=(label=unconfined),
+
+  # The node's files, even for root inside the sandbox.
+  deny {state} rwklmx,
+  deny {store} rwklmx,
+  deny {socket_dir} rwklmx,
+  deny {socket} rwklmx,
+
+  # PID 1 (the agent): memory, environment, open files.
+  deny @{{WARREN_PROC}}/1/mem rwklx,
+  deny @{{WARREN_PROC}}/1/environ rwklx,
+  deny @{{WARREN_PROC}}/1/fd/** rwklx,
+  deny @{{WARREN_PROC}}/1/map_files/** rwklx,
+
+  # Kernel interfaces.
+  deny @{{WARREN_PROC}}/sysrq-trigger rwklx,
+  deny @{{WARREN_PROC}}/kcore rwklx,
+  deny @{{WARREN_PROC}}/kmsg rwklx,
+  deny @{{WARREN_PROC}}/kpage* rwklx,
+  deny @{{WARREN_PROC}}/sys/kernel/** wklx,
+  deny @{{WARREN_PROC}}/sys/vm/** wklx,
+  deny @{{WARREN_PROC}}/sys/fs/** wklx,
+  deny /sys/firmware/** rwklx,
+  deny /sys/kernel/security/** rwklx,
+  deny /sys/kernel/debug/** rwklx,
+  deny /sys/fs/cgroup/** wklx,
+  deny /dev/mem rwklx,
+  deny /dev/kmem rwklx,
+  deny /dev/port rwklx,
+  deny /dev/sd* rwklx,
+  deny /dev/nvme* rwklx,
+  deny /dev/vd* rwklx,
+
+  # No mounts, ever.
+  deny mount,
+  deny umount,
+  deny remount,
+  deny pivot_root,
+}}
+"#,
+        name = APPARMOR_PROFILE,
+        state = dir_glob(&paths.state_dir),
+        store = dir_glob(&paths.image_store),
+        socket = paths.socket.display(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths() -> NodePaths {
+        NodePaths {
+            state_dir: "/var/lib/warren".into(),
+            socket: "/run/warren/warren.sock".into(),
+            image_store: "/var/lib/warren/images".into(),
+        }
+    }
+
+    #[test]
+    fn profile_covers_the_node_and_the_agent() {
+        let p = apparmor_profile(&paths());
+        for needle in [
+            "profile warren-sandbox",
+            "deny /var/lib/warren/** rwklmx,",
+            "deny /run/warren/** rwklmx,",
+            "deny /run/warren/warren.sock rwklmx,",
+            "deny /var/lib/warren/images/** rwklmx,",
+            "deny signal (send) peer=unconfined,",
+            "deny ptrace (trace, read) peer=unconfined,",
+            "deny unix (connect, send, receive) peer=(label=unconfined),",
+            "deny @{WARREN_PROC}/1/mem rwklx,",
+            "deny mount,",
+            "deny pivot_root,",
+        ] {
+            assert!(p.contains(needle), "profile lacks {needle:?}:\n{p}");
+        }
+        // Balanced braces, one profile.
+        assert_eq!(p.matches('{').count(), p.matches('}').count());
+        assert_eq!(p.matches("profile ").count(), 2, "{p}");
+    }
+
+    /// The profile text is accepted by the real parser (`-Q`: parse and compile, load
+    /// nothing), when the host has it.
+    #[test]
+    fn profile_parses_with_apparmor_parser() {
+        let Some(parser) = ["/usr/sbin/apparmor_parser", "/sbin/apparmor_parser"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+        else {
+            println!("SKIP: apparmor_parser is not installed (Debian package `apparmor`)");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("warren-sandbox");
+        std::fs::write(&file, apparmor_profile(&paths())).unwrap();
+        let out = std::process::Command::new(parser)
+            .args(["-Q", "-K", "--base"])
+            .arg(dir.path())
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "apparmor_parser refused the profile: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn detect_without_apparmor_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = AppArmorReport::detect(dir.path());
+        assert!(!r.available && !r.enforced);
+        assert!(r.note.contains("not available"), "{}", r.note);
+        // A host with AppArmor but without the profile loaded says how to load it.
+        std::fs::create_dir_all(dir.path().join("kernel/security/apparmor")).unwrap();
+        std::fs::write(
+            dir.path().join("kernel/security/apparmor/profiles"),
+            "docker-default (enforce)\n",
+        )
+        .unwrap();
+        let r = AppArmorReport::detect(dir.path());
+        assert!(r.available && !r.enforced);
+        assert!(r.note.contains("apparmor_parser -r"), "{}", r.note);
+        std::fs::write(
+            dir.path().join("kernel/security/apparmor/profiles"),
+            "warren-sandbox (enforce)\n",
+        )
+        .unwrap();
+        assert!(AppArmorReport::detect(dir.path()).enforced);
+    }
+}
