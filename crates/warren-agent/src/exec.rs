@@ -51,14 +51,14 @@ fn now_ms() -> u64 {
 
 /// Counts output and keeps the first `cap` bytes.
 #[derive(Default, Clone, Copy)]
-struct Pump {
+pub(crate) struct Pump {
     cap: u64,
     kept: u64,
     total: u64,
 }
 
 impl Pump {
-    fn new(cap: u64) -> Self {
+    pub fn new(cap: u64) -> Self {
         Pump {
             cap,
             kept: 0,
@@ -66,7 +66,7 @@ impl Pump {
         }
     }
     /// The part of `n` new bytes to keep.
-    fn take(&mut self, n: usize) -> usize {
+    pub fn take(&mut self, n: usize) -> usize {
         let keep = (self.cap - self.kept).min(n as u64);
         self.kept += keep;
         self.total += n as u64;
@@ -75,17 +75,20 @@ impl Pump {
     fn full(&self) -> bool {
         self.kept >= self.cap
     }
-    fn truncated(&self) -> bool {
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+    pub fn truncated(&self) -> bool {
         self.total > self.kept
     }
 }
 
-struct Prepared {
-    cmd: Command,
-    setup: ChildSetup,
+pub(crate) struct Prepared {
+    pub cmd: Command,
+    pub setup: ChildSetup,
 }
 
-fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
+pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
     if spec.argv.is_empty() {
         return Err(Event::error(ErrorCode::InvalidRequest, "empty argv"));
     }
@@ -132,7 +135,7 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
 }
 
 /// A command that could not start reports like a shell would: 127 (not found) or 126.
-fn spawn_failed(argv0: &str, err: &std::io::Error) -> (i32, String) {
+pub(crate) fn spawn_failed(argv0: &str, err: &std::io::Error) -> (i32, String) {
     let code = if err.kind() == std::io::ErrorKind::NotFound {
         127
     } else {

@@ -12,6 +12,8 @@
 //! sandbox cannot read its memory or fds, or forge its calls. It must never exit while the
 //! sandbox lives: its exit ends the pid namespace and so the sandbox.
 
+mod cell;
+mod cells;
 mod exec;
 mod files;
 mod reaper;
@@ -103,7 +105,10 @@ fn main() {
                     version: PROTOCOL_VERSION,
                 },
             );
-            serve::run(ctl, config.seccomp);
+            // A function container's agent builds namespaces for every call, so the filter
+            // (which refuses that) goes onto each call environment instead of the agent.
+            let function = config.function.is_some().then_some(&config);
+            serve::run(ctl, config.seccomp && function.is_none(), function);
         }
         other => {
             send(

@@ -26,6 +26,8 @@ pub struct State {
     pub procs: Procs,
     /// Leaders of running foreground commands.
     pub active: RefCell<std::collections::HashSet<u32>>,
+    /// Set in a function container: its call environments.
+    pub cells: Option<Rc<crate::cells::Cells>>,
 }
 
 impl State {
@@ -54,10 +56,15 @@ pub fn new_state() -> Rc<State> {
         reaper: Reaper::start(),
         procs: Procs::default(),
         active: RefCell::default(),
+        cells: None,
     })
 }
 
-pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
+pub fn run(
+    ctl: std::os::unix::net::UnixStream,
+    seccomp: bool,
+    function: Option<&warren_proto::ContainerInit>,
+) -> ! {
     if seccomp {
         if let Err(e) = warren_sys::seccomp::apply_sandbox_filter() {
             eprintln!("warren-agent: seccomp: {e}");
@@ -70,7 +77,16 @@ pub fn run(ctl: std::os::unix::net::UnixStream, seccomp: bool) -> ! {
         .expect("runtime");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let state = new_state();
+        let reaper = Reaper::start();
+        let state = Rc::new(State {
+            reaper: reaper.clone(),
+            procs: Procs::default(),
+            active: RefCell::default(),
+            cells: function.map(|f| crate::cells::Cells::new(f, reaper.clone())),
+        });
+        if let Some(c) = &state.cells {
+            c.refill();
+        }
         ctl.set_nonblocking(true)
             .expect("nonblocking control socket");
         let mut conn = UnixStream::from_std(ctl).expect("control socket");
@@ -201,6 +217,23 @@ where
 }
 
 async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>) {
+    if let Some(cells) = &state.cells {
+        // A function container runs nothing in the agent's own root: only calls, each in a
+        // fresh environment.
+        let ev = match call {
+            Call::Ping => Event::Pong {
+                version: PROTOCOL_VERSION,
+                pid: std::process::id(),
+            },
+            Call::Invoke { spec } => cells.invoke(spec, id, inbox, out).await,
+            _ => Event::error(
+                ErrorCode::InvalidRequest,
+                "a function container serves only calls",
+            ),
+        };
+        let _ = event(out, id, &ev).await;
+        return;
+    }
     let ev = match call {
         Call::Ping => Event::Pong {
             version: PROTOCOL_VERSION,
@@ -227,6 +260,10 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
         } => crate::files::mkdir(&path, parents, mode),
         Call::Remove { path, recursive } => crate::files::remove(&path, recursive),
         Call::Chmod { path, mode } => crate::files::chmod(&path, mode),
+        Call::Invoke { .. } => Event::error(
+            ErrorCode::InvalidRequest,
+            "calls run only in function containers",
+        ),
     };
     let _ = event(out, id, &ev).await;
 }

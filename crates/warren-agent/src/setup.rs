@@ -50,6 +50,22 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
 }
 
 fn build_root(cfg: &ContainerInit) -> R<()> {
+    let t = private_stage()?;
+    if cfg.function.is_some() {
+        let root = crate::cell::agent_root(cfg, &t)?;
+        enter(&root)?;
+    } else {
+        let root = stage_root(cfg, &cfg.lowerdirs, &t)?;
+        keep_upper_handle(&t.join("upper"))?;
+        enter(&root)?;
+    }
+    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
+    warren_sys::net::loopback_up().map_err(|x| x.to_string())?;
+    Ok(())
+}
+
+/// Makes every mount private to this mount namespace and returns the staging directory.
+pub fn private_stage() -> R<PathBuf> {
     mount(
         None,
         Path::new("/"),
@@ -80,9 +96,15 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
             .and_then(|_| std::fs::create_dir_all(&t).map_err(|x| x.to_string()))
         })
         .map_err(|x| format!("staging dir: {x}"))?;
+    Ok(t)
+}
+
+/// Builds a sandbox root in `t`: a tmpfs writable layer (the disk limit) over `lowerdirs`,
+/// with /proc, /dev, /sys, masks and /etc basics. Returns the merged root.
+pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<PathBuf> {
     mount(
         Some("tmpfs"),
-        &t,
+        t,
         Some("tmpfs"),
         Flags::MS_NOSUID | Flags::MS_NODEV,
         Some(&format!("size={}m,mode=755", cfg.disk_mb)),
@@ -91,11 +113,10 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     for d in ["upper", "work", "root"] {
         std::fs::create_dir(t.join(d)).map_err(e("mkdir in writable layer"))?;
     }
-    keep_upper_handle(&t.join("upper"))?;
     let root = t.join("root");
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
-        cfg.lowerdirs.join(":"),
+        lowerdirs.join(":"),
         t.join("upper").display(),
         t.join("work").display()
     );
@@ -125,18 +146,7 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
         Some("size=64k,mode=755"),
     )
     .map_err(|x| x.to_string())?;
-    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
-        let target = dev.join(node);
-        std::fs::File::create(&target).map_err(e("create device node"))?;
-        mount(
-            Some(&format!("/dev/{node}")),
-            &target,
-            None,
-            Flags::MS_BIND,
-            None,
-        )
-        .map_err(|x| x.to_string())?;
-    }
+    bind_devices(&dev)?;
     let pts = mk("/dev/pts")?;
     mount(
         Some("devpts"),
@@ -170,26 +180,7 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     ] {
         let _ = std::os::unix::fs::symlink(l, dev.join(t));
     }
-    let sys = mk("/sys")?;
-    if mount(
-        Some("sysfs"),
-        &sys,
-        Some("sysfs"),
-        nosuid | Flags::MS_RDONLY,
-        None,
-    )
-    .is_err()
-    {
-        // Without a sysfs of our own, show an empty read-only directory rather than the host's.
-        mount(
-            Some("tmpfs"),
-            &sys,
-            Some("tmpfs"),
-            nosuid | Flags::MS_RDONLY,
-            Some("size=4k"),
-        )
-        .map_err(|x| x.to_string())?;
-    }
+    mount_sys(&mk("/sys")?)?;
     for p in &cfg.masked_paths {
         mask(&root, p);
     }
@@ -213,13 +204,57 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
         }
     }
     write_etc(&root, &cfg.hostname);
+    Ok(root)
+}
 
-    std::env::set_current_dir(&root).map_err(e("chdir new root"))?;
+/// Binds the harmless device nodes of the current /dev into `dev`.
+pub fn bind_devices(dev: &Path) -> R<()> {
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let target = dev.join(node);
+        std::fs::File::create(&target).map_err(e("create device node"))?;
+        mount(
+            Some(&format!("/dev/{node}")),
+            &target,
+            None,
+            Flags::MS_BIND,
+            None,
+        )
+        .map_err(|x| x.to_string())?;
+    }
+    Ok(())
+}
+
+/// A read-only sysfs of this network namespace, or an empty read-only directory.
+pub fn mount_sys(sys: &Path) -> R<()> {
+    let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
+    if mount(
+        Some("sysfs"),
+        sys,
+        Some("sysfs"),
+        nosuid | Flags::MS_RDONLY,
+        None,
+    )
+    .is_err()
+    {
+        // Without a sysfs of our own, show an empty read-only directory rather than the host's.
+        mount(
+            Some("tmpfs"),
+            sys,
+            Some("tmpfs"),
+            nosuid | Flags::MS_RDONLY,
+            Some("size=4k"),
+        )
+        .map_err(|x| x.to_string())?;
+    }
+    Ok(())
+}
+
+/// Makes `root` the root of this mount namespace and drops the old one.
+pub fn enter(root: &Path) -> R<()> {
+    std::env::set_current_dir(root).map_err(e("chdir new root"))?;
     warren_sys::mount::pivot_root(Path::new("."), Path::new(".")).map_err(|x| x.to_string())?;
     warren_sys::mount::umount(Path::new("."), true).map_err(|x| x.to_string())?;
     std::env::set_current_dir("/").map_err(e("chdir /"))?;
-    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
-    warren_sys::net::loopback_up().map_err(|x| x.to_string())?;
     Ok(())
 }
 
@@ -283,11 +318,18 @@ fn write_etc(root: &Path, hostname: &str) {
 }
 
 fn harden(cfg: &ContainerInit) -> R<()> {
-    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
+    // A function container's agent keeps its capabilities (inside the sandbox's user
+    // namespace) to build each call's namespaces and mounts; every call environment drops
+    // them before running anything (see `cell`).
+    if cfg.function.is_none() {
+        warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
+    }
     warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
     // setresuid reset the dumpable flag to the system default: clear it again.
     warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
-    if cfg.landlock {
+    // A function container's agent still makes mounts for its calls (which Landlock
+    // forbids): there each call environment enters the domain itself (see `cell`).
+    if cfg.landlock && cfg.function.is_none() {
         // The agent enters the domain itself, so its file API and every command share it
         // (see warren_sys::landlock for what it enforces and why it is one domain).
         warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))

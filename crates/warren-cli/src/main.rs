@@ -37,6 +37,8 @@ enum Command {
     Create(commands::create::Args),
     /// Run a command in a sandbox, streaming its output; exit with its exit code.
     Exec(commands::exec::Args),
+    /// Run one stateless command in a warm container of an image; exit with its exit code.
+    Call(commands::call::Args),
     /// Copy a file between the host and a sandbox (ID:/path on one side).
     Cp(commands::cp::Args),
     /// List sandboxes.
@@ -71,6 +73,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Health(a) => commands::health::run(&ctx, a).await,
         Command::Create(a) => commands::create::run(&ctx, a).await,
         Command::Exec(a) => commands::exec::run(&ctx, a).await,
+        Command::Call(a) => commands::call::run(&ctx, a).await,
         Command::Cp(a) => commands::cp::run(&ctx, a).await,
         Command::Ls(a) => commands::ls::run(&ctx, a).await,
         Command::Rm(a) => commands::rm::run(&ctx, a).await,
@@ -175,6 +178,24 @@ mod tests {
         };
         assert_eq!((a.id.as_str(), a.n), ("n1-x", 3));
         assert_eq!(a.labels, [("a".to_string(), "b".to_string())]);
+        let cli = Cli::try_parse_from([
+            "warren",
+            "call",
+            "--image",
+            "default",
+            "--timeout",
+            "3",
+            "--file",
+            "a.py:/w/a.py",
+            "--",
+            "python3",
+            "/w/a.py",
+        ])
+        .unwrap();
+        let Command::Call(a) = cli.command else {
+            panic!("not call")
+        };
+        assert_eq!((a.cmd.len(), a.file.len(), a.timeout), (2, 1, Some(3.0)));
         assert!(Cli::try_parse_from(["warren", "pause"]).is_err());
         assert!(Cli::try_parse_from(["warren", "pause", "n1-x", "n1-y"]).is_ok());
         assert!(Cli::try_parse_from(["warren", "trajectory", "n1-x", "--from-seq", "4"]).is_ok());

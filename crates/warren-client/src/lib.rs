@@ -28,6 +28,7 @@ mod client;
 mod error;
 mod exec;
 mod files;
+mod functions;
 mod images;
 mod network;
 mod pty;
@@ -44,8 +45,9 @@ pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
-    ApiError, ChmodRequest, CpuClass, CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent,
-    ExecRequest, ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageDeleted, ImageInfo,
-    ImageRef, LayerInfo, Limits, MkdirRequest, OutputEncoding, PauseStats, ProcessInfo,
-    ProcessState, SandboxInfo, SandboxState, Substrate, TrajectoryCall, TrajectoryEntry,
+    ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest, CpuClass,
+    CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
+    FileStat, ForkRequest, GcReport, ImageDeleted, ImageInfo, ImageRef, LayerInfo, Limits,
+    MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo, ProcessState,
+    SandboxInfo, SandboxState, Substrate, TrajectoryCall, TrajectoryEntry,
 };

@@ -19,6 +19,8 @@ pub struct NodeConfig {
     pub reap_interval: Duration,
     /// Hostname of a sandbox whose request names none.
     pub default_hostname: String,
+    /// Warm pools of function calls.
+    pub functions: crate::functions::FunctionConfig,
     /// The confinement the node's runtime applies (reported by `/v1/health`).
     pub security: warren_runtime::security::SecurityReport,
 }
@@ -32,6 +34,7 @@ impl NodeConfig {
             bounds: LimitBounds::default(),
             reap_interval: Duration::from_secs(1),
             default_hostname: "sandbox".into(),
+            functions: Default::default(),
             security: Default::default(),
         }
     }

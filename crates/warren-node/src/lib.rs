@@ -15,6 +15,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod functions;
 pub mod manager;
 pub mod metrics;
 pub mod store;

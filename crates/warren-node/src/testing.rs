@@ -127,10 +127,10 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         shared.changes.fetch_add(1, Ordering::SeqCst);
                         ev(&mut out, id, Event::Done)
                     }
-                    Call::Pty { .. } => ev(
+                    Call::Pty { .. } | Call::Invoke { .. } => ev(
                         &mut out,
                         id,
-                        Event::error(warren_types::ErrorCode::InvalidRequest, "no terminals here"),
+                        Event::error(warren_types::ErrorCode::InvalidRequest, "not here"),
                     ),
                 }
             }

@@ -23,7 +23,10 @@ pub mod codec;
 pub mod msg;
 
 pub use codec::{Frame, FrameError, Kind, MAX_FRAME, MAX_PAYLOAD};
-pub use msg::{Call, ContainerInit, Control, Event, ExecSpec, Init, InitReply, ProcEntry};
+pub use msg::{
+    Call, ContainerInit, Control, Event, ExecSpec, FunctionInit, Init, InitReply, InvokeFile,
+    InvokeSpec, ProcEntry,
+};
 
 /// The fd on which the daemon passes the control socket to a container's agent.
 pub const CONTROL_FD: i32 = 3;

@@ -70,6 +70,51 @@ pub enum Call {
     Remove { path: String, recursive: bool },
     /// → `Done`.
     Chmod { path: String, mode: u32 },
+    /// Function containers only: run one stateless call in a fresh call environment (see
+    /// [`InvokeSpec`]). STDIN frames carry the files' contents (in order, `size` bytes each)
+    /// then the command's stdin, ended by EOF. → `Started`, STDOUT/STDERR frames, one
+    /// `Collected` per requested path, then `Exited`.
+    Invoke { spec: InvokeSpec },
+}
+
+/// One stateless call: files written first, the command, files read back after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeSpec {
+    /// The command (`stdin` says whether it gets the input left after the files).
+    pub exec: ExecSpec,
+    #[serde(default)]
+    pub files: Vec<InvokeFile>,
+    /// Paths read back after the command ended.
+    #[serde(default)]
+    pub collect: Vec<String>,
+    /// Most bytes returned per collected file (more is marked `truncated`).
+    #[serde(default)]
+    pub collect_cap: u64,
+}
+
+/// A file written into the call environment before the command starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeFile {
+    pub path: String,
+    /// Its length: the next `size` bytes of the call's input.
+    pub size: u64,
+    #[serde(default)]
+    pub mode: Option<u32>,
+}
+
+/// What a function container pre-starts in each call environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionInit {
+    /// A Python interpreter (program name or path) started ahead of the call; calls of the
+    /// form `python3 -c CODE ...` or `python3 SCRIPT ...` are handed to it.
+    #[serde(default)]
+    pub interpreter: Option<String>,
+    /// Modules the interpreter imports while it waits.
+    #[serde(default)]
+    pub preload: Vec<String>,
 }
 
 /// A live-stream control message.
@@ -113,6 +158,14 @@ pub enum Event {
         entries: Vec<FileStat>,
     },
     Done,
+    /// A file read back after an `Invoke` (not final). `data` is base64.
+    Collected {
+        path: String,
+        data: String,
+        size: u64,
+        truncated: bool,
+        error: Option<String>,
+    },
     /// Ends the stream with an error. `code` is a [`warren_types::ErrorCode`] string.
     Error {
         code: String,
@@ -123,7 +176,7 @@ pub enum Event {
 impl Event {
     /// True for events that close their stream.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Event::Started { .. })
+        !matches!(self, Event::Started { .. } | Event::Collected { .. })
     }
 
     pub fn error(code: warren_types::ErrorCode, message: impl Into<String>) -> Self {
@@ -149,6 +202,10 @@ pub struct ContainerInit {
     pub readonly_paths: Vec<String>,
     /// Apply the seccomp allow-list to everything the agent starts.
     pub seccomp: bool,
+    /// Set for a function container: the agent keeps the image layers, serves only `Invoke`
+    /// (and `Ping`), and runs each call in a fresh environment of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionInit>,
     /// Enter the sandbox's Landlock domain (best effort by the kernel's ABI).
     #[serde(default)]
     pub landlock: bool,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
-use warren_proto::{Call, Control, Event, ExecSpec, Frame, Kind, MAX_PAYLOAD};
+use warren_proto::{Call, Control, Event, ExecSpec, Frame, InvokeSpec, Kind, MAX_PAYLOAD};
 use warren_types::{ErrorCode, FileStat, ProcessInfo};
 
 use crate::RuntimeError;
@@ -40,6 +40,27 @@ pub struct ExecOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub exit: ExitInfo,
+}
+
+/// A file read back after a function call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectedFile {
+    pub path: String,
+    pub data: Vec<u8>,
+    /// Its full size (more than `data` when truncated).
+    pub size: u64,
+    pub truncated: bool,
+    /// Why it could not be read (`not found`, ...).
+    pub error: Option<String>,
+}
+
+/// A finished function call.
+#[derive(Debug, Clone, Default)]
+pub struct InvokeOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit: ExitInfo,
+    pub files: Vec<CollectedFile>,
 }
 
 /// One item of a streamed command or terminal.
@@ -234,6 +255,59 @@ impl AgentConn {
                     .map_err(|e| RuntimeError::Protocol(e.to_string()))?
                 {
                     Event::Started { .. } => {}
+                    Event::Error { code, message } => {
+                        s.done = true;
+                        return Err(from_event_error(&code, message));
+                    }
+                    ev => {
+                        s.done = true;
+                        out.exit = exit_info(&ev)
+                            .ok_or_else(|| RuntimeError::Protocol(format!("unexpected {ev:?}")))?;
+                        return Ok(out);
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs one stateless call in a function container. `input` is the files' contents (in
+    /// the order of `spec.files`) followed by the command's stdin.
+    pub async fn invoke(
+        &self,
+        mut spec: InvokeSpec,
+        input: Bytes,
+    ) -> Result<InvokeOutput, RuntimeError> {
+        use base64::Engine;
+        spec.exec.window = None;
+        let mut s = self.open(&Call::Invoke { spec }).await?;
+        s.feed(Some(input)).await?;
+        let mut out = InvokeOutput::default();
+        loop {
+            let f = s.next_frame().await?;
+            match f.kind {
+                Kind::Stdout => out.stdout.extend_from_slice(&f.payload),
+                Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
+                Kind::Event => match f
+                    .parse::<Event>()
+                    .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                {
+                    Event::Started { .. } => {}
+                    Event::Collected {
+                        path,
+                        data,
+                        size,
+                        truncated,
+                        error,
+                    } => out.files.push(CollectedFile {
+                        path,
+                        data: base64::engine::general_purpose::STANDARD
+                            .decode(data)
+                            .map_err(|e| RuntimeError::Protocol(e.to_string()))?,
+                        size,
+                        truncated,
+                        error,
+                    }),
                     Event::Error { code, message } => {
                         s.done = true;
                         return Err(from_event_error(&code, message));

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use warren_types::{Limits, SandboxId, Substrate};
 
 pub use agent::{
-    AgentConn, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter, PtySession, StreamItem,
+    AgentConn, CollectedFile, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter,
+    InvokeOutput, PtySession, StreamItem,
 };
 pub use error::RuntimeError;
 
@@ -42,6 +43,20 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Creates and starts a sandbox. On error nothing of it is left on the host.
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError>;
+
+    /// Creates a function container: a sandbox whose agent serves only stateless calls
+    /// ([`AgentConn::invoke`]), each in a fresh environment over the same image layers.
+    async fn create_function(
+        &self,
+        spec: &SandboxSpec,
+        function: &warren_proto::FunctionInit,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        let _ = (spec, function);
+        Err(RuntimeError::Unsupported(format!(
+            "{} sandboxes cannot serve function calls",
+            self.substrate().as_str()
+        )))
+    }
 
     /// Re-attaches to a sandbox made by an earlier daemon process, from what
     /// [`Instance::record`] returned then.

@@ -301,3 +301,14 @@ pub fn process_madvise(
     }
     Ok(total)
 }
+
+/// `kill(-1, signal)`: every process this one may signal. Called by PID 1 of a pid
+/// namespace it reaches every other process of that namespace (and nothing outside it).
+pub fn kill_everyone_else(signal: i32) -> Result<()> {
+    // SAFETY: kill(2) takes plain integers.
+    let r = unsafe { libc::kill(-1, signal) };
+    if r < 0 {
+        return Err(SysError::last(format!("kill(-1, {signal})")));
+    }
+    Ok(())
+}

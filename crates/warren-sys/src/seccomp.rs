@@ -566,13 +566,34 @@ pub fn enosys_filter() -> Result<BpfProgram> {
 /// `no_new_privs` or CAP_SYS_ADMIN. Of two `ERRNO` answers the kernel keeps the one of the
 /// filter installed last, so the `ENOSYS` filter goes last.
 pub fn apply_sandbox_filter() -> Result<()> {
-    let main = sandbox_filter()?;
-    let refine = refine_filter()?;
-    let enosys = enosys_filter()?;
-    seccompiler::apply_filter(&main).map_err(bad)?;
-    seccompiler::apply_filter(&refine).map_err(bad)?;
-    seccompiler::apply_filter(&enosys).map_err(bad)?;
-    Ok(())
+    SandboxFilters::compile()?.apply()
+}
+
+/// The sandbox filters compiled once, to be installed many times (each call environment of
+/// a function container installs them on itself).
+#[derive(Debug, Clone)]
+pub struct SandboxFilters {
+    main: BpfProgram,
+    refine: BpfProgram,
+    enosys: BpfProgram,
+}
+
+impl SandboxFilters {
+    pub fn compile() -> Result<Self> {
+        Ok(SandboxFilters {
+            main: sandbox_filter()?,
+            refine: refine_filter()?,
+            enosys: enosys_filter()?,
+        })
+    }
+
+    /// Installs the filters on the calling thread (inherited by children), `ENOSYS` last.
+    pub fn apply(&self) -> Result<()> {
+        seccompiler::apply_filter(&self.main).map_err(bad)?;
+        seccompiler::apply_filter(&self.refine).map_err(bad)?;
+        seccompiler::apply_filter(&self.enosys).map_err(bad)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod function;
 pub mod id;
 pub mod image;
 pub mod network;
@@ -17,6 +18,7 @@ pub mod validate;
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
+pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};
 pub use id::{NodeId, SandboxId};
 pub use image::{GcReport, ImageDeleted, ImageInfo, LayerInfo};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};

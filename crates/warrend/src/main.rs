@@ -78,6 +78,21 @@ struct Args {
     vm_templates: bool,
     #[command(flatten)]
     blobs: blobs::BlobArgs,
+    /// Warm containers each function pool keeps while in use.
+    #[arg(long, default_value_t = 2)]
+    function_min_warm: usize,
+    /// Most containers of one function pool.
+    #[arg(long, default_value_t = 32)]
+    function_max_warm: usize,
+    /// Most calls waiting per function pool (more are refused with `busy`).
+    #[arg(long, default_value_t = 512)]
+    function_queue: usize,
+    /// Longest a call waits for a warm container, in milliseconds, before `busy`.
+    #[arg(long, default_value_t = 10_000)]
+    function_queue_timeout_ms: u64,
+    /// Cap on the memory limits of all warm function containers, in MiB.
+    #[arg(long, default_value_t = 64 * 1024)]
+    function_max_memory_mb: u64,
     /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
     /// kernel's ABI otherwise).
     #[arg(long)]
@@ -277,6 +292,11 @@ async fn run(args: Args) -> Result<()> {
     runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    cfg.functions.min_warm = args.function_min_warm;
+    cfg.functions.max_warm = args.function_max_warm.max(1);
+    cfg.functions.max_queue = args.function_queue;
+    cfg.functions.queue_timeout = Duration::from_millis(args.function_queue_timeout_ms);
+    cfg.functions.max_warm_memory_mb = args.function_max_memory_mb;
     cfg.security = security;
     let manager = Manager::new(cfg, runtimes, store).with_image_store(images);
     let net_cfg = match &args.network_config {
@@ -352,6 +372,8 @@ async fn run(args: Args) -> Result<()> {
             "open connections did not finish; closing them"
         );
     }
+    // Warm function containers are not sandboxes: they do not outlive the daemon.
+    manager.stop_functions().await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
 }

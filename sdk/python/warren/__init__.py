@@ -44,6 +44,7 @@ from ._errors import (
     UnsupportedSubstrate,
     WarrenError,
 )
+from ._function import CallResult
 from ._models import ExecResult, FileStat, Health, Limits, OutputChunk, ProcessInfo, SandboxInfo
 from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox, Trajectory
 
@@ -59,6 +60,7 @@ __all__ = [
     "AsyncSandbox",
     "AsyncTrajectory",
     "Busy",
+    "CallResult",
     "Client",
     "Command",
     "CommandError",

@@ -39,6 +39,7 @@ from ._errors import (
     WarrenError,
     error_from_body,
 )
+from ._function import CallResult, call_body
 from ._models import ExecResult, FileStat, Health, OutputChunk, ProcessInfo, SandboxInfo
 from ._pool import PoolTransport
 
@@ -1347,6 +1348,74 @@ class AsyncClient:
             body["hostname"] = hostname
         resp = await self._http.request("POST", "/v1/sandboxes", json=body, retry=idempotency_key is not None)
         return AsyncSandbox(self, SandboxInfo.from_json(resp.json()))
+
+    async def call(
+        self,
+        image: Union[str, Sequence[str]],
+        cmd: Command,
+        *,
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout: Optional[float] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        return_files: Optional[Sequence[str]] = None,
+        interpreter: Optional[str] = None,
+        preload: Optional[Sequence[str]] = None,
+        max_output: Optional[int] = None,
+        check: bool = False,
+    ) -> CallResult:
+        """Runs one stateless command in a warm container of ``image`` and returns its
+        :class:`CallResult`.
+
+        Every call starts from the image as built: nothing of an earlier call (files,
+        processes, environment) is visible, and everything the call started is killed when
+        its command ends.
+
+        Args:
+            image: An image name or a stack of layer refs, lowest first.
+            cmd: A string runs through ``/bin/sh -c``; a list is an argv run directly.
+            files: Path to contents (text or bytes) written before the command starts.
+            stdin: Text (or UTF-8 bytes) fed to stdin, then closed.
+            timeout: Seconds; when exceeded everything the call started is killed.
+            limits: ``cpus``, ``memory`` and ``disk`` (MiB or ``"512M"``), ``pids`` of the
+                pool's containers; calls with the same image, limits and interpreter share a pool.
+            env: Environment of the command.
+            cwd: Working directory (absolute).
+            return_files: Paths read back after the command ended (``result.files``).
+            interpreter: Keep this Python interpreter (``"python3"``) started in the pool's
+                warm environments; calls ``[python3, "-c", code, ...]`` or
+                ``[python3, script, ...]`` are handed to it.
+            preload: Modules the warm interpreter imports ahead of the call.
+            max_output: Cap per output stream in bytes.
+            check: Raise :class:`~warren.CommandError` unless the command exits with status 0.
+
+        A saturated pool answers ``busy``; the call is retried after the node's
+        ``retry_after`` (calls are stateless), up to ``max_retries`` times.
+        """
+        body = call_body(
+            image,
+            cmd,
+            files=files,
+            stdin=stdin,
+            timeout=timeout,
+            limits=limits,
+            env=env,
+            cwd=cwd,
+            return_files=return_files,
+            interpreter=interpreter,
+            preload=preload,
+            max_output=max_output,
+            parse_mib=parse_mib,
+        )
+        resp = await self._http.request(
+            "POST", "/v1/functions/call", json=body, timeout=self._http.call_timeout(timeout), retry=True
+        )
+        result = CallResult.from_json(resp.json())
+        if check and not result.ok:
+            raise CommandError(cmd, result)  # type: ignore[arg-type]
+        return result
 
     async def get(self, sandbox_id: str) -> AsyncSandbox:
         """Reconnects to the sandbox ``sandbox_id``, made by this or any other process."""

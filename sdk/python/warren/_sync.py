@@ -386,6 +386,7 @@ class Client:
         return f"<Client {self.url}>"
 
     health = _sync(AsyncClient.health)
+    call = _sync(AsyncClient.call)
     create = _sync_sandbox(AsyncClient.create)
     get = _sync_sandbox(AsyncClient.get)
     list = _sync_sandboxes(AsyncClient.list)

@@ -2,6 +2,7 @@
 //! `async fn run(&Ctx, Args) -> anyhow::Result<i32>` returning the exit code.
 
 pub mod bench;
+pub mod call;
 pub mod cp;
 pub mod create;
 pub mod demo;

@@ -10,6 +10,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod functions;
 mod images;
 mod network;
 pub mod parse;
@@ -68,6 +69,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/images/{ref}"),
     ("DELETE", "/v1/images/{ref}"),
     ("POST", "/v1/images/gc"),
+    ("POST", "/v1/functions/call"),
+    ("GET", "/v1/functions/pools"),
 ];
 
 /// Builds the router while checking each route against [`ROUTES`].
@@ -156,6 +159,8 @@ pub fn router(manager: Manager) -> Router {
     .add("GET", "/v1/images/{ref}", images::get)
     .add("DELETE", "/v1/images/{ref}", images::delete)
     .add("POST", "/v1/images/gc", images::gc)
+    .add("POST", "/v1/functions/call", functions::call)
+    .add("GET", "/v1/functions/pools", functions::pools)
     .finish()
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)

@@ -195,6 +195,8 @@ pub(crate) struct Inner {
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
     /// The layer store served by the image routes.
     images: std::sync::OnceLock<Arc<warren_image::ImageStore>>,
+    /// Warm pools of the function call API.
+    functions: Arc<crate::functions::FunctionPools>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -216,6 +218,17 @@ impl Manager {
     /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
+        let backend: Arc<dyn crate::functions::WarmBackend> = match runtimes
+            .iter()
+            .find(|r| r.substrate() == Substrate::Container)
+        {
+            Some(r) => Arc::new(crate::functions::RuntimeBackend {
+                runtime: r.clone(),
+                node: cfg.node.clone(),
+            }),
+            None => Arc::new(crate::functions::NoBackend),
+        };
+        let functions = crate::functions::FunctionPools::new(cfg.functions.clone(), backend);
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -228,7 +241,22 @@ impl Manager {
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
                 images: std::sync::OnceLock::new(),
+                functions,
             }),
+        }
+    }
+
+    /// The warm pools of the function call API.
+    pub fn functions(&self) -> &Arc<crate::functions::FunctionPools> {
+        &self.inner.functions
+    }
+
+    /// Destroys every warm function container (when the daemon stops), then lets the
+    /// runtimes remove the node's host objects that are now unused.
+    pub async fn stop_functions(&self) {
+        self.inner.functions.shutdown().await;
+        for r in &self.inner.runtimes {
+            r.shutdown();
         }
     }
 
@@ -264,6 +292,16 @@ impl Manager {
     }
 
     fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
+        // A `function` sandbox made through the sandbox API is a container started by the
+        // same runtime as the warm pools (its files and processes persist between its
+        // commands); one-shot calls that each start fresh go through `/v1/functions/call`.
+        let s = if s == Substrate::Function
+            && !self.inner.runtimes.iter().any(|r| r.substrate() == s)
+        {
+            Substrate::Container
+        } else {
+            s
+        };
         self.inner
             .runtimes
             .iter()
@@ -369,7 +407,9 @@ impl Manager {
 
     /// The Prometheus text of `/metrics`.
     pub fn render_metrics(&self) -> String {
-        self.inner.metrics.render(&self.count_by_state())
+        let mut m = self.inner.metrics.render(&self.count_by_state());
+        m.push_str(&self.inner.functions.render_metrics());
+        m
     }
 
     fn remember_deleted(&self, id: &SandboxId, why: &str) {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tokio::net::UnixStream;
-use warren_proto::{ContainerInit, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+use warren_proto::{ContainerInit, Frame, FunctionInit, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_sys::ns::IdRange;
 
 use super::record::{start_time, ContainerRecord, RECORD_VERSION};
@@ -14,7 +14,11 @@ use crate::{RuntimeError, SandboxSpec};
 /// Longest a start-up step may take before the sandbox is declared failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
-pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Container, RuntimeError> {
+pub async fn create(
+    rt: &ContainerRuntime,
+    spec: &SandboxSpec,
+    function: Option<FunctionInit>,
+) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists. The layers are
     // leased to the sandbox in the same step, so no collection removes them while it lives.
     // Off the async workers: resolving may fetch remote layer metadata (blocking I/O).
@@ -36,7 +40,7 @@ pub async fn create(rt: &ContainerRuntime, spec: &SandboxSpec) -> Result<Contain
         return Err(e);
     }
     let t_cg = t0.elapsed();
-    match start(rt, spec, &cgroups, &layers, t0, pins).await {
+    match start(rt, spec, &cgroups, &layers, t0, pins, function).await {
         Ok(c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
             Ok(c)
@@ -82,6 +86,7 @@ async fn start(
     layers: &[String],
     t0: std::time::Instant,
     pins: warren_image::LayerPins,
+    function: Option<FunctionInit>,
 ) -> Result<Container, RuntimeError> {
     let base = rt.cfg.id_base;
     let lowerdirs = layers
@@ -126,6 +131,7 @@ async fn start(
         masked_paths: rt.cfg.masked_paths.clone(),
         readonly_paths: rt.cfg.readonly_paths.clone(),
         seccomp: rt.cfg.seccomp,
+        function,
         landlock: rt.cfg.landlock,
         best_effort: spec.limits.cpu_class == warren_types::CpuClass::BestEffort,
         apparmor_profile: rt.cfg.apparmor_profile.clone(),

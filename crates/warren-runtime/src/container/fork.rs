@@ -189,7 +189,7 @@ pub async fn fork(
     let made = futures::future::join_all(children.iter().map(|spec| {
         let mut spec = spec.clone();
         spec.image = stack.clone();
-        async move { create::create(rt, &spec).await }
+        async move { create::create(rt, &spec, None).await }
     }))
     .await;
     let mut ok: Vec<Arc<dyn Instance>> = Vec::new();

@@ -264,7 +264,17 @@ impl Runtime for ContainerRuntime {
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
-        Ok(Arc::new(create::create(self, spec).await?))
+        Ok(Arc::new(create::create(self, spec, None).await?))
+    }
+
+    async fn create_function(
+        &self,
+        spec: &SandboxSpec,
+        function: &warren_proto::FunctionInit,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        Ok(Arc::new(
+            create::create(self, spec, Some(function.clone())).await?,
+        ))
     }
 
     async fn adopt(

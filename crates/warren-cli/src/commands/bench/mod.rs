@@ -11,12 +11,16 @@
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 //! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
+//! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
+//! | call | `call true` from 16 clients | ≥ 500/s |
+//! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //!
 //! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
 
 mod baselines;
+mod call;
 mod images;
 mod images_gen;
 mod measure;
@@ -45,6 +49,8 @@ pub enum Which {
     /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
     /// own daemons; not part of `all`)
     Images,
+    /// Function calls through warm pools (not part of `all`)
+    Call,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     Net,
@@ -129,6 +135,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<call::CallBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -195,6 +203,9 @@ impl Report {
                 "ms",
                 5.0,
             ));
+        }
+        if let Some(c) = &self.call {
+            checks.extend(c.checks());
         }
         if let Some(nb) = &self.neighbour {
             for p in &nb.phases {
@@ -304,6 +315,12 @@ impl Report {
             }
             out.push_str(&n.render());
         }
+        if let Some(c) = &self.call {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&c.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -411,6 +428,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Net {
         stop.check()?;
         report.net = Some(net::net(setup, n(100)).await?);
+    }
+    if args.which == Which::Call {
+        report.call = Some(call::call(setup, n(1000), c(16)).await?);
     }
     if args.which == Which::Neighbour {
         stop.check()?;

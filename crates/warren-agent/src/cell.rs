@@ -1,0 +1,716 @@
+//! One call environment of a function container (the `cell` mode of the agent).
+//!
+//! The agent forks itself with `clone(2)` into PID 1 of new pid, mount, ipc and uts
+//! namespaces (see `cells`); that child runs [`main`]. The cell builds a fresh root — a new small tmpfs writable
+//! layer over the same read-only image layers, its own /proc, /dev, /dev/shm, /tmp — pivots
+//! into it, drops capabilities, applies the seccomp filter, optionally pre-starts an
+//! interpreter, says `Ready`, and then runs exactly one call. When the call ends the cell
+//! exits: as PID 1 its exit kills whatever the call left running, and its mount namespace
+//! with the writable layer disappears. Nothing of one call can reach the next.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use warren_proto::{
+    Call, ContainerInit, Event, ExecSpec, Frame, FunctionInit, Init, InitReply, InvokeSpec, Kind,
+    PROTOCOL_VERSION,
+};
+use warren_sys::mount::{mount, Flags};
+
+use crate::exec::{prepare, spawn_failed, Pump};
+
+type R<T> = Result<T, String>;
+
+/// Where the agent of a function container keeps the image layers (inside its own root,
+/// which no command ever sees: commands only run in cells).
+pub const LOWER_DIR: &str = "/lower";
+/// Where a cell stages its writable layer and root (in its own mount namespace).
+pub const CELL_DIR: &str = "/cell";
+
+/// The root of a function container's agent: a small tmpfs with the image layers bound at
+/// `/lower/N`, the harmless device nodes, /proc and /sys (so cells may mount their own).
+pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
+    mount(
+        Some("tmpfs"),
+        t,
+        Some("tmpfs"),
+        Flags::MS_NOSUID | Flags::MS_NODEV,
+        Some("size=1m,mode=755"),
+    )
+    .map_err(|x| x.to_string())?;
+    let mk = |p: &str| {
+        let d = t.join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(&d)
+            .map(|_| d)
+            .map_err(|x| format!("mkdir {p}: {x}"))
+    };
+    for (i, l) in cfg.lowerdirs.iter().enumerate() {
+        let d = mk(&format!("{LOWER_DIR}/{i}"))?;
+        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)
+            .map_err(|x| x.to_string())?;
+    }
+    mk(CELL_DIR)?;
+    let dev = mk("/dev")?;
+    crate::setup::bind_devices(&dev)?;
+    let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
+    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
+    crate::setup::mount_sys(&mk("/sys")?)?;
+    Ok(t.to_path_buf())
+}
+
+/// The start-up configuration the agent sends each cell: its own, with the layers at
+/// their paths inside the agent's root.
+pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
+    let mut c = cfg.clone();
+    c.lowerdirs = (0..cfg.lowerdirs.len())
+        .map(|i| format!("{LOWER_DIR}/{i}"))
+        .collect();
+    c
+}
+
+/// The cell's whole life. Never returns. `filters` are the seccomp filters, compiled once by
+/// the agent.
+pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> ! {
+    let cfg = match Frame::read_blocking(&mut ctl).map(|f| f.parse::<Init>()) {
+        Ok(Ok(Init::Container { config, .. })) => config,
+        other => {
+            let _ = Frame::json(
+                0,
+                Kind::Init,
+                &InitReply::Failed {
+                    message: format!("cell: bad start-up message {other:?}"),
+                },
+            )
+            .write_blocking(&mut ctl);
+            std::process::exit(2)
+        }
+    };
+    if let Err(message) = build(&cfg, filters) {
+        let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
+        std::process::exit(1);
+    }
+    let warm = cfg
+        .function
+        .as_ref()
+        .and_then(|f| f.interpreter.as_ref().map(|i| (i, f)))
+        .and_then(|(i, f)| WarmPython::start(i, f));
+    if Frame::json(
+        0,
+        Kind::Init,
+        &InitReply::Ready {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .write_blocking(&mut ctl)
+    .is_err()
+    {
+        std::process::exit(1);
+    }
+    let call = Frame::read_blocking(&mut ctl);
+    let spec = match call.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
+        Ok((stream, Ok(Call::Invoke { spec }))) => (stream, spec),
+        // The agent went away (or retired this cell) before giving it a call.
+        Err(_) => std::process::exit(0),
+        Ok((stream, other)) => {
+            let _ = Frame::json(
+                stream,
+                Kind::Event,
+                &Event::error(
+                    warren_types::ErrorCode::Internal,
+                    format!("call environment: unexpected first frame {other:?}"),
+                ),
+            )
+            .write_blocking(&mut ctl);
+            std::process::exit(3)
+        }
+    };
+    run(ctl, spec.0, spec.1, warm);
+    std::process::exit(0)
+}
+
+fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> R<()> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        Flags::MS_REC | Flags::MS_PRIVATE,
+        None,
+    )
+    .map_err(|x| x.to_string())?;
+    let root = crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR))?;
+    crate::setup::enter(&root)?;
+    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
+    // The agent may run with a protective OOM score; its calls must not inherit it.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
+    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
+    warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
+    warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    if cfg.landlock {
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
+            .map_err(|x| x.to_string())?;
+    }
+    if cfg.seccomp {
+        // Namespaces are made: from here on nothing in this cell may make more.
+        filters
+            .ok_or("seccomp filters missing")?
+            .apply()
+            .map_err(|x| x.to_string())?;
+    }
+    Ok(())
+}
+
+/// Bootstrap of a pre-started Python: imports, then waits on stdin for a length-prefixed
+/// JSON header (argv, env, cwd, code or script path); the rest of stdin is the program's.
+const PY_BOOT: &str = r#"
+import os, sys, json, runpy
+__PRELOAD__
+def _warren_main():
+    n = b""
+    while not n.endswith(b"\n"):
+        c = os.read(0, 1)
+        if not c:
+            os._exit(0)
+        n += c
+    want = int(n)
+    raw = b""
+    while len(raw) < want:
+        c = os.read(0, want - len(raw))
+        if not c:
+            os._exit(0)
+        raw += c
+    m = json.loads(raw)
+    os.chdir(m["cwd"])
+    os.environ.clear()
+    os.environ.update(m["env"])
+    sys.argv = m["argv"]
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    rc = 0
+    try:
+        if m.get("code") is not None:
+            exec(compile(m["code"], "<string>", "exec"), g)
+        else:
+            sys.path[0] = os.path.dirname(os.path.abspath(m["path"]))
+            runpy.run_path(m["path"], run_name="__main__")
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            rc = 0
+        elif isinstance(c, int):
+            rc = c
+        else:
+            print(c, file=sys.stderr)
+            rc = 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        rc = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(rc & 0xFF)
+_warren_main()
+"#;
+
+/// A Python interpreter started ahead of the call.
+struct WarmPython {
+    name: String,
+    child: Child,
+}
+
+impl WarmPython {
+    fn start(interpreter: &str, f: &FunctionInit) -> Option<WarmPython> {
+        let preload: String = f
+            .preload
+            .iter()
+            .filter(|m| {
+                !m.is_empty()
+                    && m.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            })
+            .map(|m| format!("import {m}\n"))
+            .collect();
+        let boot = PY_BOOT.replace("__PRELOAD__", &preload);
+        let spec = ExecSpec {
+            argv: vec![interpreter.to_string(), "-c".into(), boot],
+            output_cap: 0,
+            ..Default::default()
+        };
+        let p = prepare(&spec).ok()?;
+        let env: Vec<(String, String)> = p
+            .cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect();
+        let mut cmd = resolved(p.cmd, &env);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().ok()?;
+        Some(WarmPython {
+            name: interpreter.to_string(),
+            child,
+        })
+    }
+
+    /// The header for `argv` if the warm interpreter can run it.
+    fn header(&self, spec: &ExecSpec, env: &[(String, String)], cwd: &str) -> Option<Vec<u8>> {
+        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+        let a = &spec.argv;
+        if a.is_empty() || base(&a[0]) != base(&self.name) {
+            return None;
+        }
+        if spec
+            .user
+            .as_deref()
+            .is_some_and(|u| u != "root" && u != "0")
+        {
+            return None;
+        }
+        let env: serde_json::Map<String, serde_json::Value> = env
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let m = match a.get(1).map(String::as_str) {
+            Some("-c") if a.len() >= 3 => {
+                let mut argv = vec!["-c".to_string()];
+                argv.extend(a[3..].iter().cloned());
+                serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
+            }
+            Some(p) if !p.starts_with('-') => {
+                serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
+            }
+            _ => return None,
+        };
+        let body = serde_json::to_vec(&m).ok()?;
+        let mut h = format!("{}\n", body.len()).into_bytes();
+        h.extend_from_slice(&body);
+        Some(h)
+    }
+}
+
+/// `cmd` with its program looked up in the command's own `PATH` (so that the standard
+/// library can use `posix_spawn`); unchanged when the program is a path or not found.
+fn resolved(cmd: std::process::Command, env: &[(String, String)]) -> std::process::Command {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let prog = cmd.get_program().to_string_lossy().to_string();
+    if prog.contains('/') {
+        return cmd;
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    let Some(full) = path.split(':').map(|d| Path::new(d).join(&prog)).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }) else {
+        return cmd;
+    };
+    let mut c = std::process::Command::new(full);
+    c.arg0(&prog).args(cmd.get_args()).env_clear();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
+}
+
+/// Input from the agent: file contents then the command's stdin.
+struct Input {
+    ctl: UnixStream,
+    buf: Vec<u8>,
+    eof: bool,
+}
+
+impl Input {
+    /// Reads frames until at least `n` bytes are buffered (or EOF). False on cancel or a lost
+    /// agent.
+    fn fill(&mut self, n: usize) -> bool {
+        while self.buf.len() < n && !self.eof {
+            match Frame::read_blocking(&mut self.ctl) {
+                Ok(f) => match f.kind {
+                    Kind::Stdin => self.buf.extend_from_slice(&f.payload),
+                    Kind::Eof => self.eof = true,
+                    Kind::Cancel => return false,
+                    _ => {}
+                },
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+fn write_file(path: &str, data: &[u8], mode: Option<u32>) -> R<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Path::new(path);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).map_err(|e| format!("{path}: {e}"))?;
+    }
+    std::fs::write(p, data).map_err(|e| format!("{path}: {e}"))?;
+    if let Some(m) = mode {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m & 0o7777))
+            .map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn kill_all() {
+    // From PID 1 of a pid namespace, kill(-1) reaches every other process in it.
+    let _ = warren_sys::process::kill_everyone_else(libc::SIGKILL);
+}
+
+fn error_exit(ctl: &mut UnixStream, stream: u32, code: warren_types::ErrorCode, msg: String) {
+    let _ = Frame::json(stream, Kind::Event, &Event::error(code, msg)).write_blocking(ctl);
+}
+
+fn nonblocking(fd: impl Into<OwnedFd>) -> Option<std::fs::File> {
+    let fd: OwnedFd = fd.into();
+    warren_sys::fd::set_nonblocking(&fd).ok()?;
+    Some(std::fs::File::from(fd))
+}
+
+/// Runs one call and reports it on `stream`: one thread, one poll loop over the command's
+/// output pipes, its stdin, its pidfd and the agent's socket.
+fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>) {
+    let started = Instant::now();
+    let mut input = Input {
+        ctl,
+        buf: Vec::new(),
+        eof: false,
+    };
+    // Files first.
+    let mut off = 0usize;
+    for f in &spec.files {
+        let end = off + f.size as usize;
+        if !input.fill(end) {
+            std::process::exit(5);
+        }
+        if input.buf.len() < end {
+            return error_exit(
+                &mut input.ctl,
+                stream,
+                warren_types::ErrorCode::InvalidRequest,
+                format!("input ended inside file {}", f.path),
+            );
+        }
+        if let Err(m) = write_file(&f.path, &input.buf[off..end], f.mode) {
+            return error_exit(
+                &mut input.ctl,
+                stream,
+                warren_types::ErrorCode::InvalidRequest,
+                format!("cannot write {m}"),
+            );
+        }
+        off = end;
+    }
+    input.buf.drain(..off);
+    let Input {
+        ctl: mut sock,
+        buf: pending_in,
+        eof: input_eof,
+    } = input;
+
+    let exec = &spec.exec;
+    let mut prep = match prepare(exec) {
+        Ok(p) => p,
+        Err(ev) => {
+            let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
+            return;
+        }
+    };
+    let env: Vec<(String, String)> = prep
+        .cmd
+        .get_envs()
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_str()?.to_string(),
+                v.and_then(|v| v.to_str())?.to_string(),
+            ))
+        })
+        .collect();
+    let cwd = prep
+        .cmd
+        .get_current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/".into());
+    let header = warm.as_ref().and_then(|w| w.header(exec, &env, &cwd));
+    let mut stdin_buf: std::collections::VecDeque<u8> = Default::default();
+    let mut child = match (header, warm) {
+        (Some(h), Some(w)) => {
+            stdin_buf.extend(h);
+            w.child
+        }
+        (_, w) => {
+            // The warm interpreter (if any) is not used by this call.
+            drop(w);
+            kill_all();
+            // Root needs no id switch and no session of its own (the whole cell goes at the
+            // end): without a pre-exec hook, and with the program's path resolved here, the
+            // command starts with a vfork-style spawn instead of a copy of this process.
+            let non_root = prep
+                .setup
+                .ids
+                .as_ref()
+                .is_some_and(|(u, g, _)| *u != 0 || *g != 0);
+            let hooked = non_root || prep.setup.sched_idle || prep.setup.apparmor_profile.is_some();
+            let mut cmd = if hooked {
+                warren_sys::process::configure_child(&mut prep.cmd, prep.setup);
+                prep.cmd
+            } else {
+                resolved(prep.cmd, &env)
+            };
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            match cmd.spawn() {
+                Ok(c) => c,
+                Err(err) => {
+                    let (code, msg) = spawn_failed(&exec.argv[0], &err);
+                    let mut e = Pump::new(exec.output_cap);
+                    let keep = e.take(msg.len());
+                    let _ = Frame::new(stream, Kind::Stderr, msg.as_bytes()[..keep].to_vec())
+                        .write_blocking(&mut sock);
+                    let ev = exited(
+                        Some(Exit::Code(code)),
+                        false,
+                        Pump::new(exec.output_cap),
+                        e,
+                        started,
+                    );
+                    let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
+                    return;
+                }
+            }
+        }
+    };
+    let pid = child.id();
+    let _ = Frame::json(stream, Kind::Event, &Event::Started { pid }).write_blocking(&mut sock);
+    let mut out = child.stdout.take().and_then(nonblocking);
+    let mut err = child.stderr.take().and_then(nonblocking);
+    let mut stdin = child.stdin.take().and_then(nonblocking);
+    drop(child);
+    if exec.stdin {
+        stdin_buf.extend(pending_in);
+    }
+    // Without stdin the command sees EOF at once (after the interpreter's header).
+    let mut stdin_open = exec.stdin && !input_eof;
+    let pidfd = warren_sys::pidfd::open(pid).ok();
+    let (mut po, mut pe) = (Pump::new(exec.output_cap), Pump::new(exec.output_cap));
+    let deadline = exec.timeout_ms.map(|t| started + Duration::from_millis(t));
+    let mut exit: Option<Exit> = None;
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if stdin.is_some() && stdin_buf.is_empty() && !stdin_open {
+            stdin = None;
+        }
+        if exit.is_some() && out.is_none() && err.is_none() {
+            break;
+        }
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let mut fds: Vec<PollFd> = Vec::with_capacity(5);
+        let mut slots = [usize::MAX; 5];
+        fn add<'a>(
+            slots: &mut [usize; 5],
+            i: usize,
+            fd: std::os::fd::BorrowedFd<'a>,
+            ev: PollFlags,
+            fds: &mut Vec<PollFd<'a>>,
+        ) {
+            slots[i] = fds.len();
+            fds.push(PollFd::new(fd, ev));
+        }
+        if let Some(o) = &out {
+            add(&mut slots, 0, o.as_fd(), PollFlags::POLLIN, &mut fds);
+        }
+        if let Some(e) = &err {
+            add(&mut slots, 1, e.as_fd(), PollFlags::POLLIN, &mut fds);
+        }
+        if let (Some(i), false) = (&stdin, stdin_buf.is_empty()) {
+            add(&mut slots, 2, i.as_fd(), PollFlags::POLLOUT, &mut fds);
+        }
+        if let (Some(p), None) = (&pidfd, exit) {
+            add(&mut slots, 3, p.as_fd(), PollFlags::POLLIN, &mut fds);
+        }
+        add(&mut slots, 4, sock.as_fd(), PollFlags::POLLIN, &mut fds);
+        let wait = match (deadline, exit) {
+            (Some(d), None) if !timed_out => {
+                let left = d.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+            _ => PollTimeout::NONE,
+        };
+        match nix::poll::poll(&mut fds, wait) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        let ready = |i: usize| {
+            let s = slots[i];
+            s != usize::MAX && fds[s].revents().is_some_and(|r| !r.is_empty())
+        };
+        let (r_out, r_err, r_in, r_pid, r_sock) =
+            (ready(0), ready(1), ready(2), ready(3), ready(4));
+        drop(fds);
+        for (is_err, hit) in [(false, r_out), (true, r_err)] {
+            if !hit {
+                continue;
+            }
+            let (pipe, pump, kind) = if is_err {
+                (&mut err, &mut pe, Kind::Stderr)
+            } else {
+                (&mut out, &mut po, Kind::Stdout)
+            };
+            let Some(p) = pipe.as_mut() else { continue };
+            match p.read(&mut buf) {
+                Ok(0) => *pipe = None,
+                Ok(n) => {
+                    let keep = pump.take(n);
+                    if keep > 0
+                        && Frame::new(stream, kind, buf[..keep].to_vec())
+                            .write_blocking(&mut sock)
+                            .is_err()
+                    {
+                        kill_all();
+                        std::process::exit(1);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => *pipe = None,
+            }
+        }
+        if r_in {
+            if let Some(i) = stdin.as_mut() {
+                let (a, _) = stdin_buf.as_slices();
+                match i.write(a) {
+                    Ok(n) => {
+                        stdin_buf.drain(..n);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => {
+                        stdin = None;
+                        stdin_buf.clear();
+                    }
+                }
+            }
+        }
+        if r_sock {
+            match Frame::read_blocking(&mut sock) {
+                Ok(f) => match f.kind {
+                    Kind::Stdin if exec.stdin => stdin_buf.extend(f.payload.iter()),
+                    Kind::Eof => stdin_open = false,
+                    Kind::Cancel => {
+                        cancelled = true;
+                        kill_all();
+                    }
+                    _ => {}
+                },
+                Err(_) => {
+                    // The agent is gone: nobody wants the result.
+                    kill_all();
+                    std::process::exit(1);
+                }
+            }
+        }
+        if r_pid || (pidfd.is_none() && exit.is_none()) {
+            use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+            let flag = if pidfd.is_some() {
+                None
+            } else {
+                Some(WaitPidFlag::WNOHANG)
+            };
+            match waitpid(nix::unistd::Pid::from_raw(pid as i32), flag) {
+                Ok(WaitStatus::Exited(_, c)) => exit = Some(Exit::Code(c)),
+                Ok(WaitStatus::Signaled(_, s, _)) => exit = Some(Exit::Signal(s as i32)),
+                Ok(_) => {}
+                Err(_) => exit = Some(Exit::Signal(libc::SIGKILL)),
+            }
+            if exit.is_some() {
+                // The call is over: whatever it left running goes now, so its pipes close.
+                kill_all();
+                stdin = None;
+            }
+        }
+        if exit.is_none() && !timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
+            timed_out = true;
+            kill_all();
+        }
+    }
+    if cancelled {
+        std::process::exit(4);
+    }
+    for path in &spec.collect {
+        let _ = Frame::json(stream, Kind::Event, &collect(path, spec.collect_cap))
+            .write_blocking(&mut sock);
+    }
+    let ev = exited(exit, timed_out, po, pe, started);
+    let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
+}
+
+/// How the command ended.
+#[derive(Clone, Copy)]
+enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instant) -> Event {
+    let (exit_code, signal) = match exit {
+        Some(Exit::Code(c)) => (Some(c), None),
+        Some(Exit::Signal(s)) => (None, Some(s)),
+        None => (None, Some(libc::SIGKILL)),
+    };
+    Event::Exited {
+        exit_code,
+        signal,
+        timed_out,
+        stdout_bytes: o.total(),
+        stderr_bytes: e.total(),
+        stdout_truncated: o.truncated(),
+        stderr_truncated: e.truncated(),
+        duration_us: started.elapsed().as_micros() as u64,
+    }
+}
+
+fn collect(path: &str, cap: u64) -> Event {
+    use base64::Engine;
+    let read = || -> std::io::Result<(Vec<u8>, u64)> {
+        let f = std::fs::File::open(path)?;
+        let size = f.metadata()?.len();
+        let mut data = Vec::new();
+        f.take(cap).read_to_end(&mut data)?;
+        Ok((data, size))
+    };
+    match read() {
+        Ok((data, size)) => Event::Collected {
+            path: path.to_string(),
+            truncated: size > data.len() as u64,
+            data: base64::engine::general_purpose::STANDARD.encode(&data),
+            size,
+            error: None,
+        },
+        Err(e) => Event::Collected {
+            path: path.to_string(),
+            data: String::new(),
+            size: 0,
+            truncated: false,
+            error: Some(if e.kind() == std::io::ErrorKind::NotFound {
+                "not found".to_string()
+            } else {
+                e.to_string()
+            }),
+        },
+    }
+}

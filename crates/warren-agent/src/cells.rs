@@ -1,0 +1,240 @@
+//! The agent side of a function container: keeps the next call environment (a `cell`)
+//! ready and relays each `Invoke` to a fresh one.
+
+use std::cell::{Cell as Flag, RefCell};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use warren_proto::{Call, ContainerInit, Event, Frame, Init, InitReply, InvokeSpec, Kind};
+use warren_types::ErrorCode;
+
+use crate::serve::{Inbox, Out};
+
+/// Longest a cell may take to build its root.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A cell that said `Ready` and waits for its call.
+struct ReadyCell {
+    pid: u32,
+    conn: UnixStream,
+    exit: tokio::sync::oneshot::Receiver<crate::reaper::Exit>,
+}
+
+/// The function containers' call environments.
+pub struct Cells {
+    config: ContainerInit,
+    /// Compiled once; each cell installs them on itself.
+    filters: Option<warren_sys::seccomp::SandboxFilters>,
+    reaper: Rc<crate::reaper::Reaper>,
+    ready: RefCell<Option<ReadyCell>>,
+    filling: Flag<bool>,
+}
+
+impl Cells {
+    pub fn new(config: &ContainerInit, reaper: Rc<crate::reaper::Reaper>) -> Rc<Cells> {
+        let filters = if config.seccomp {
+            match warren_sys::seccomp::SandboxFilters::compile() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("warren-agent: seccomp: {e}");
+                    std::process::exit(1);
+                }
+            }
+        } else {
+            None
+        };
+        Rc::new(Cells {
+            filters,
+            config: crate::cell::cell_config(config),
+            reaper,
+            ready: RefCell::new(None),
+            filling: Flag::new(false),
+        })
+    }
+
+    /// Starts one cell and waits until it is ready.
+    async fn start(&self) -> Result<ReadyCell, String> {
+        let (ours, theirs) = warren_sys::fd::socketpair().map_err(|e| e.to_string())?;
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| format!("/dev/null: {e}"))?;
+        use warren_sys::ns::Namespaces as N;
+        let flags = N::CLONE_NEWNS | N::CLONE_NEWPID | N::CLONE_NEWIPC | N::CLONE_NEWUTS;
+        // The agent runs on one thread, so a plain fork-like clone is fine; the child never
+        // returns to the runtime.
+        let pid =
+            match warren_sys::clone::clone_single_threaded(flags).map_err(|e| e.to_string())? {
+                warren_sys::process::Forked::Child => {
+                    let ctl = warren_proto::CONTROL_FD;
+                    if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
+                        .is_err()
+                    {
+                        std::process::exit(127);
+                    }
+                    std::mem::forget(theirs);
+                    std::mem::forget(ours);
+                    std::mem::forget(null);
+                    let Ok(fd) = warren_sys::fd::inherited(ctl) else {
+                        std::process::exit(127)
+                    };
+                    crate::cell::main(
+                        std::os::unix::net::UnixStream::from(fd),
+                        self.filters.as_ref(),
+                    )
+                }
+                warren_sys::process::Forked::Parent { child } => child,
+            };
+        drop(theirs);
+        let exit = self.reaper.watch(pid);
+        let kill = || {
+            let _ = warren_sys::process::kill(pid, libc::SIGKILL);
+        };
+        let std = std::os::unix::net::UnixStream::from(ours);
+        let conn = std
+            .set_nonblocking(true)
+            .and_then(|_| UnixStream::from_std(std))
+            .map_err(|e| {
+                kill();
+                format!("cell socket: {e}")
+            });
+        let mut conn = conn?;
+        let init = Frame::json(
+            0,
+            Kind::Init,
+            &Init::Container {
+                version: warren_proto::PROTOCOL_VERSION,
+                config: self.config.clone(),
+            },
+        );
+        let answer = async {
+            init.write_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let f = Frame::read_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            match f.parse::<InitReply>() {
+                Ok(InitReply::Ready { .. }) => Ok(()),
+                Ok(InitReply::Failed { message }) => Err(message),
+                other => Err(format!("unexpected {other:?}")),
+            }
+        };
+        match tokio::time::timeout(READY_TIMEOUT, answer).await {
+            Ok(Ok(())) => Ok(ReadyCell { pid, conn, exit }),
+            Ok(Err(e)) => {
+                kill();
+                let status = tokio::time::timeout(Duration::from_secs(1), exit).await;
+                Err(format!("call environment: {e} (exit {status:?})"))
+            }
+            Err(_) => {
+                kill();
+                Err("call environment did not start in time".into())
+            }
+        }
+    }
+
+    /// Makes sure a ready cell waits for the next call (in the background).
+    pub fn refill(self: &Rc<Self>) {
+        if self.filling.get() || self.ready.borrow().is_some() {
+            return;
+        }
+        self.filling.set(true);
+        let me = self.clone();
+        tokio::task::spawn_local(async move {
+            match me.start().await {
+                Ok(c) => {
+                    if let Some(old) = me.ready.borrow_mut().replace(c) {
+                        let _ = warren_sys::process::kill(old.pid, libc::SIGKILL);
+                    }
+                }
+                Err(e) => eprintln!("warren-agent: {e}"),
+            }
+            me.filling.set(false);
+        });
+    }
+
+    async fn take(&self) -> Result<ReadyCell, String> {
+        if let Some(c) = self.ready.borrow_mut().take() {
+            return Ok(c);
+        }
+        self.start().await
+    }
+
+    /// Runs one call in a fresh cell, relaying frames both ways; returns the final event.
+    pub async fn invoke(
+        self: &Rc<Self>,
+        spec: InvokeSpec,
+        id: u32,
+        mut inbox: Inbox,
+        out: &Out,
+    ) -> Event {
+        let cell = match self.take().await {
+            Ok(c) => c,
+            Err(e) => return Event::error(ErrorCode::Internal, e),
+        };
+        let ReadyCell { pid, conn, exit } = cell;
+        let (mut rd, mut wr) = conn.into_split();
+        // Frames are read by a task of their own: a frame read is not cancel-safe, so it
+        // must not race the daemon's frames in a `select!`.
+        let (cell_tx, mut cell_rx) = tokio::sync::mpsc::channel::<Frame>(64);
+        let reader = tokio::task::spawn_local(async move {
+            while let Ok(f) = Frame::read_async(&mut rd).await {
+                if cell_tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut ev = None;
+        let call = Frame::json(1, Kind::Call, &Call::Invoke { spec }).encode();
+        if wr.write_all(&call).await.is_ok() {
+            let mut cell_open = true;
+            loop {
+                tokio::select! {
+                    f = cell_rx.recv() => match f {
+                        Some(mut f) => {
+                            f.stream = id;
+                            if f.kind == Kind::Event {
+                                match f.parse::<Event>() {
+                                    Ok(e) if e.is_final() => { ev = Some(e); break; }
+                                    Ok(_) => { let _ = out.send(f).await; }
+                                    Err(_) => {}
+                                }
+                            } else if out.send(f).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                    f = inbox.recv(), if cell_open => match f {
+                        Some(mut f) => {
+                            f.stream = 1;
+                            // A cell that already finished (and closed its end) may still
+                            // have its result queued: keep reading it.
+                            if wr.write_all(&f.encode()).await.is_err() { cell_open = false; }
+                        }
+                        // The daemon gave up on the call.
+                        None => break,
+                    },
+                }
+            }
+        }
+        reader.abort();
+        // One call per cell: whatever is left of it goes now.
+        let _ = warren_sys::process::kill(pid, libc::SIGKILL);
+        self.refill();
+        match ev {
+            Some(ev) => ev,
+            None => {
+                let status = tokio::time::timeout(Duration::from_secs(1), exit).await;
+                Event::error(
+                    ErrorCode::Internal,
+                    format!("the call environment ended without a result ({status:?})"),
+                )
+            }
+        }
+    }
+}

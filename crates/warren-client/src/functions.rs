@@ -1,0 +1,28 @@
+//! Function routes: one-shot calls in warm pools.
+
+use hyper::Method;
+use warren_types::{CallRequest, CallResult, PoolsInfo};
+
+use crate::client::Client;
+use crate::error::ClientError;
+
+impl Client {
+    /// `POST /v1/functions/call`: runs one stateless command in a warm container of the
+    /// request's image and returns its outputs and requested files. A saturated pool answers
+    /// [`crate::ErrorCode::Busy`] with `retry_after`.
+    pub async fn call(&self, req: &CallRequest) -> Result<CallResult, ClientError> {
+        self.call_json(
+            Method::POST,
+            "/v1/functions/call",
+            Some(req),
+            "the call result",
+        )
+        .await
+    }
+
+    /// `GET /v1/functions/pools`.
+    pub async fn function_pools(&self) -> Result<PoolsInfo, ClientError> {
+        self.call_json(Method::GET, "/v1/functions/pools", None::<&()>, "the pools")
+            .await
+    }
+}

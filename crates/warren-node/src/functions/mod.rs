@@ -1,0 +1,339 @@
+//! The function substrate: warm pools of function containers for short stateless calls.
+//!
+//! A call (`POST /v1/functions/call`) names an image stack, limits and optionally a warm
+//! interpreter; those make its [`PoolKey`]. Each pool keeps between `min_warm` and
+//! `max_warm` function containers (see `warren_runtime::Runtime::create_function`): the
+//! container's agent runs every call in a fresh environment of its own (new pid, mount, ipc
+//! and uts namespaces and a new writable layer over the same read-only image layers) and
+//! prepares the next environment in the background, so a call only hands over its command
+//! and nothing of one call is visible to the next.
+//!
+//! - `pool.rs`: one pool — lend/return, bounded queue with a deadline (then `busy` with
+//!   `retry_after`), background starts, replacement of crashed containers, shrinking;
+//! - `backend.rs`: what a pool needs from the substrate, behind a trait (faked in tests);
+//! - `call.rs`: a [`CallRequest`] into an agent call and its output into a [`CallResult`].
+//!
+//! Warm containers are not sandboxes of the API: they are in no listing, and they are
+//! destroyed when the daemon stops (a restarted daemon removes any that were left).
+
+mod backend;
+mod call;
+mod pool;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use warren_types::{Limits, PoolsInfo};
+
+pub use backend::{NoBackend, RuntimeBackend, Warm, WarmBackend};
+pub use pool::{Lease, Pool};
+
+/// Settings of the node's function pools.
+#[derive(Debug, Clone)]
+pub struct FunctionConfig {
+    /// Containers a pool keeps warm while it is in use.
+    pub min_warm: usize,
+    /// Most containers of one pool.
+    pub max_warm: usize,
+    /// Most calls waiting per pool; more are refused with `busy` at once.
+    pub max_queue: usize,
+    /// Longest a call waits for a container before `busy`.
+    pub queue_timeout: Duration,
+    /// A pool unused this long shrinks to `min_warm`.
+    pub idle_shrink: Duration,
+    /// A pool unused this long is emptied and dropped.
+    pub pool_ttl: Duration,
+    /// Cap on the memory (limits) of all warm containers of the node.
+    pub max_warm_memory_mb: u64,
+    /// `retry_after` of a `busy` answer, in seconds.
+    pub retry_after_secs: u64,
+    /// How often pools are checked for shrinking.
+    pub tick: Duration,
+}
+
+impl Default for FunctionConfig {
+    fn default() -> Self {
+        FunctionConfig {
+            min_warm: 2,
+            max_warm: 32,
+            max_queue: 512,
+            queue_timeout: Duration::from_secs(10),
+            idle_shrink: Duration::from_secs(30),
+            pool_ttl: Duration::from_secs(600),
+            max_warm_memory_mb: 64 * 1024,
+            retry_after_secs: 1,
+            tick: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What makes two calls share a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolKey {
+    /// Image refs, lowest first.
+    pub image: Vec<String>,
+    pub limits: Limits,
+    pub interpreter: Option<String>,
+    pub preload: Vec<String>,
+}
+
+impl PoolKey {
+    fn id(&self) -> String {
+        format!(
+            "{:?}|{}|{}|{}|{}|{:?}|{:?}",
+            self.image,
+            self.limits.cpus,
+            self.limits.memory_mb,
+            self.limits.disk_mb,
+            self.limits.pids,
+            self.interpreter,
+            self.preload
+        )
+    }
+}
+
+/// Every warm pool of the node.
+pub struct FunctionPools {
+    shared: Arc<pool::Shared>,
+    pools: Mutex<HashMap<String, Arc<Pool>>>,
+    ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl FunctionPools {
+    pub fn new(cfg: FunctionConfig, backend: Arc<dyn WarmBackend>) -> Arc<FunctionPools> {
+        Arc::new(FunctionPools {
+            shared: Arc::new(pool::Shared {
+                cfg,
+                backend,
+                reserved_mb: Default::default(),
+                live: Default::default(),
+            }),
+            pools: Mutex::new(HashMap::new()),
+            ticker: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> &FunctionConfig {
+        &self.shared.cfg
+    }
+
+    /// The pool of `key`, made (and started towards its minimum) on first use.
+    pub fn pool(self: &Arc<Self>, key: PoolKey) -> Arc<Pool> {
+        let id = key.id();
+        let (p, new) = {
+            let mut pools = self.pools.lock().expect("pools lock");
+            match pools.get(&id) {
+                Some(p) => (p.clone(), false),
+                None => {
+                    let p = Pool::new(key, self.shared.clone());
+                    pools.insert(id, p.clone());
+                    (p, true)
+                }
+            }
+        };
+        if new {
+            self.ensure_ticker();
+            self.make_room(&p);
+            p.refill();
+        }
+        p
+    }
+
+    /// Under the node's memory cap, frees idle containers of the least recently used other
+    /// pools so that `p` can start one.
+    fn make_room(&self, p: &Arc<Pool>) {
+        let need = p.key.limits.memory_mb;
+        let cap = self.shared.cfg.max_warm_memory_mb;
+        loop {
+            if self.shared.reserved_mb.load(Ordering::SeqCst) + need <= cap {
+                return;
+            }
+            let mut others: Vec<Arc<Pool>> = self
+                .pools
+                .lock()
+                .expect("pools lock")
+                .values()
+                .filter(|o| !Arc::ptr_eq(o, p))
+                .cloned()
+                .collect();
+            others.sort_by_key(|o| o.last_used());
+            if !others.iter().any(|o| o.evict_idle()) {
+                return;
+            }
+        }
+    }
+
+    /// Takes a container of `key`'s pool.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        key: PoolKey,
+    ) -> Result<(Arc<Pool>, Lease), warren_types::ApiError> {
+        let p = self.pool(key);
+        if p.stats().idle == 0 {
+            self.make_room(&p);
+        }
+        let lease = p.acquire().await?;
+        Ok((p, lease))
+    }
+
+    fn ensure_ticker(self: &Arc<Self>) {
+        let mut t = self.ticker.lock().expect("ticker lock");
+        if t.is_some() {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let every = self.shared.cfg.tick;
+        *t = Some(tokio::spawn(async move {
+            let mut iv = tokio::time::interval(every);
+            loop {
+                iv.tick().await;
+                let Some(me) = weak.upgrade() else { return };
+                me.tick(Instant::now());
+            }
+        }));
+    }
+
+    /// Shrinks unused pools and drops empty ones; refills the others to their minimum.
+    pub fn tick(&self, now: Instant) {
+        let all: Vec<(String, Arc<Pool>)> = self
+            .pools
+            .lock()
+            .expect("pools lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (id, p) in all {
+            if p.shrink(now) {
+                let mut pools = self.pools.lock().expect("pools lock");
+                if pools.get(&id).is_some_and(|q| Arc::ptr_eq(q, &p)) && p.stats().busy == 0 {
+                    pools.remove(&id);
+                }
+            } else if p
+                .last_used()
+                .is_some_and(|t| now.duration_since(t) < self.shared.cfg.idle_shrink)
+            {
+                p.refill();
+            }
+        }
+    }
+
+    pub fn info(&self) -> PoolsInfo {
+        let mut pools: Vec<_> = self
+            .pools
+            .lock()
+            .expect("pools lock")
+            .values()
+            .map(|p| p.stats())
+            .collect();
+        pools.sort_by(|a, b| a.image.cmp(&b.image).then(a.memory_mb.cmp(&b.memory_mb)));
+        PoolsInfo {
+            pools,
+            warm_memory_mb: self.shared.reserved_mb.load(Ordering::SeqCst),
+            max_warm_memory_mb: self.shared.cfg.max_warm_memory_mb,
+        }
+    }
+
+    /// Prometheus lines of the pools.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let info = self.info();
+        let mut out = String::new();
+        let (mut idle, mut busy, mut queued, mut calls, mut rejected, mut replaced) =
+            (0, 0, 0, 0, 0, 0);
+        for p in &info.pools {
+            idle += p.idle;
+            busy += p.busy;
+            queued += p.queued;
+            calls += p.calls;
+            rejected += p.rejected;
+            replaced += p.replaced;
+        }
+        for (name, help, kind, v) in [
+            (
+                "warren_function_pools",
+                "Warm function pools.",
+                "gauge",
+                info.pools.len() as u64,
+            ),
+            (
+                "warren_function_warm_idle",
+                "Warm function containers waiting for a call.",
+                "gauge",
+                idle,
+            ),
+            (
+                "warren_function_warm_busy",
+                "Warm function containers running a call.",
+                "gauge",
+                busy,
+            ),
+            (
+                "warren_function_queued",
+                "Function calls waiting for a container.",
+                "gauge",
+                queued,
+            ),
+            (
+                "warren_function_warm_memory_mb",
+                "Memory reserved by warm function containers.",
+                "gauge",
+                info.warm_memory_mb,
+            ),
+            (
+                "warren_function_calls_total",
+                "Function calls given a container.",
+                "counter",
+                calls,
+            ),
+            (
+                "warren_function_rejected_total",
+                "Function calls refused with busy.",
+                "counter",
+                rejected,
+            ),
+            (
+                "warren_function_replaced_total",
+                "Warm function containers replaced after a crash or failure.",
+                "counter",
+                replaced,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+        out
+    }
+
+    /// Destroys every warm container (daemon shutdown; calls still running finish first).
+    pub async fn shutdown(&self) {
+        if let Some(t) = self.ticker.lock().expect("ticker lock").take() {
+            t.abort();
+        }
+        let all: Vec<Arc<Pool>> = self
+            .pools
+            .lock()
+            .expect("pools lock")
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in all {
+            p.close().await;
+        }
+        // Calls still running return their containers to closed pools, which destroy them;
+        // containers still starting are destroyed when they are up.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.shared.live.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Containers started and not yet destroyed.
+    pub fn live(&self) -> u64 {
+        self.shared.live.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,76 @@
+//! Timeouts and output caps of calls; bad requests answer typed errors.
+
+use std::time::{Duration, Instant};
+use warren_client::ErrorCode;
+
+use crate::common::Daemon;
+use crate::{call, sh, sh_ok};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_kills_everything_the_call_started() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let mut r = sh("echo started; (setsid sleep 60 &); sleep 60");
+    r.timeout_secs = Some(0.5);
+    let t = Instant::now();
+    let out = call(&d, &r).await;
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.stdout, "started\n");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // The pool goes on serving.
+    assert_eq!(sh_ok(&d, "echo next").await, "next\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_and_returned_files_are_capped() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let mut r = sh("head -c 300000 /dev/zero | tr '\\0' a; head -c 5000 /dev/zero >&2; head -c 9000 /dev/zero > /tmp/big");
+    r.max_output_bytes = Some(1000);
+    r.max_file_bytes = Some(100);
+    r.return_files = vec!["/tmp/big".into()];
+    let out = call(&d, &r).await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.stdout_truncated && out.stderr_truncated);
+    assert_eq!((out.stdout_bytes, out.stderr_bytes), (300_000, 5000));
+    assert_eq!(out.files[0].size, 9000);
+    assert!(out.files[0].truncated);
+    assert_eq!(out.files[0].content.len(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_calls_answer_typed_errors() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let c = d.client();
+    let mut r = sh("true");
+    r.files = vec![warren_client::CallFile {
+        path: "relative".into(),
+        content: String::new(),
+        ..Default::default()
+    }];
+    let e = c.call(&r).await.unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            Some(ErrorCode::InvalidPath | ErrorCode::InvalidRequest)
+        ),
+        "{e}"
+    );
+    let mut r = sh("true");
+    r.image = warren_client::ImageRef::Name("no-such-image".into());
+    let e = c.call(&r).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotFound), "{e}");
+    let mut r = sh("true");
+    r.cwd = Some("/no/such/dir".into());
+    let e = c.call(&r).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidRequest), "{e}");
+    // A missing program is a result (like a shell), not an API error.
+    let out = call(&d, &warren_client::CallRequest::argv(["/no/such/program"])).await;
+    assert_eq!(out.exit_code, Some(127));
+    assert_eq!(sh_ok(&d, "echo fine").await, "fine\n");
+}
