@@ -115,6 +115,26 @@ fn mounts(table: &str) -> BTreeSet<(String, String, String, String)> {
         .collect()
 }
 
+/// Processes in the cgroups of `nodes`, or daemons of them.
+fn leftover_processes(nodes: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pid in pids() {
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cmd = cmdline(pid);
+        for node in nodes {
+            let group = format!("/warren-{node}");
+            let in_group = cg
+                .lines()
+                .any(|l| l.contains(&format!("{group}/")) || l.ends_with(&group));
+            let is_daemon = cmd.contains("warrend") && cmd.contains(&format!("--node {node}"));
+            if in_group || is_daemon {
+                out.push(format!("process {pid} of node {node} is left: {cmd}"));
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn zz_no_leftovers_after_the_suite() {
     if should_skip() {
@@ -187,20 +207,15 @@ fn zz_no_leftovers_after_the_suite() {
     }
 
     // Processes: anything in those cgroups (agents, sandbox processes), or a daemon of ours.
-    for pid in pids() {
-        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let cmd = cmdline(pid);
-        for node in &nodes {
-            let group = format!("/warren-{node}");
-            let in_group = cg
-                .lines()
-                .any(|l| l.contains(&format!("{group}/")) || l.ends_with(&group));
-            let is_daemon = cmd.contains("warrend") && cmd.contains(&format!("--node {node}"));
-            if in_group || is_daemon {
-                failures.push(format!("process {pid} of node {node} is left: {cmd}"));
-            }
-        }
+    // A process that is still exiting (a VMM unmapping guest memory after its group was
+    // killed) is given a few seconds to go before it counts.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut left = leftover_processes(&nodes);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        left = leftover_processes(&nodes);
     }
+    failures.extend(left);
 
     // Mounts: nothing new except the shared layer mounts under <image store>/mnt. Other
     // projects (or other Warren daemons) may mount things meanwhile; only mounts that can be

@@ -461,7 +461,10 @@ async fn well_formed_requests_reach_the_manager() {
     let h: serde_json::Value = call(&app, Method::GET, "/v1/health", None, "").await.json();
     assert_eq!(h["status"], "ok");
     assert_eq!(h["node"], "n1");
-    assert_eq!(h["substrates"], serde_json::json!(["container"]));
+    assert_eq!(
+        h["substrates"],
+        serde_json::json!(["container", "function"])
+    );
     assert_eq!(h["sandboxes"], 1);
 
     let l: serde_json::Value = call(

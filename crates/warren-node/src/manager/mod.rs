@@ -283,8 +283,13 @@ impl Manager {
     }
 
     /// The substrates this node serves.
+    /// `function` is served wherever containers are (see `runtime_for`).
     pub fn substrates(&self) -> Vec<Substrate> {
-        self.inner.runtimes.iter().map(|r| r.substrate()).collect()
+        let mut out: Vec<Substrate> = self.inner.runtimes.iter().map(|r| r.substrate()).collect();
+        if out.contains(&Substrate::Container) && !out.contains(&Substrate::Function) {
+            out.push(Substrate::Function);
+        }
+        out
     }
 
     pub(crate) fn journal(&self) -> &Journal {
