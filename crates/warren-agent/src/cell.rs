@@ -71,9 +71,9 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c
 }
 
-/// The cell's whole life. Never returns. `filters` are the seccomp filters, compiled once by
-/// the agent.
-pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> ! {
+/// The cell's whole life. Never returns. `filters` is the finish half of the seccomp policy (the
+/// agent holds the other half).
+pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilters>) -> ! {
     let cfg = match Frame::read_blocking(&mut ctl).map(|f| f.parse::<Init>()) {
         Ok(Ok(Init::Container { config, .. })) => config,
         other => {
@@ -131,7 +131,7 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::SandboxFi
     std::process::exit(0)
 }
 
-fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilters>) -> R<()> {
+fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>) -> R<()> {
     mount(
         None,
         Path::new("/"),
@@ -156,7 +156,7 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::SandboxFilte
         // Namespaces are made: from here on nothing in this cell may make more.
         filters
             .ok_or("seccomp filters missing")?
-            .apply()
+            .finish()
             .map_err(|x| x.to_string())?;
     }
     Ok(())

@@ -25,26 +25,20 @@ struct ReadyCell {
 /// The function containers' call environments.
 pub struct Cells {
     config: ContainerInit,
-    /// Compiled once; each cell installs them on itself.
-    filters: Option<warren_sys::seccomp::SandboxFilters>,
+    /// The finish half of the seccomp policy (the agent holds the builder half); each cell
+    /// installs it on itself.
+    filters: Option<warren_sys::seccomp::CellFilters>,
     reaper: Rc<crate::reaper::Reaper>,
     ready: RefCell<Option<ReadyCell>>,
     filling: Flag<bool>,
 }
 
 impl Cells {
-    pub fn new(config: &ContainerInit, reaper: Rc<crate::reaper::Reaper>) -> Rc<Cells> {
-        let filters = if config.seccomp {
-            match warren_sys::seccomp::SandboxFilters::compile() {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    eprintln!("warren-agent: seccomp: {e}");
-                    std::process::exit(1);
-                }
-            }
-        } else {
-            None
-        };
+    pub fn new(
+        config: &ContainerInit,
+        filters: Option<warren_sys::seccomp::CellFilters>,
+        reaper: Rc<crate::reaper::Reaper>,
+    ) -> Rc<Cells> {
         Rc::new(Cells {
             filters,
             config: crate::cell::cell_config(config),

@@ -71,6 +71,18 @@ pub fn run(
             std::process::exit(1);
         }
     }
+    // A function container's agent takes the builder half of the policy before anything
+    // else runs (see `warren_sys::seccomp::CellFilters`); each cell adds the other half.
+    let cell_filters = match function.filter(|f| f.seccomp) {
+        Some(_) => match warren_sys::seccomp::CellFilters::install_builder() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("warren-agent: seccomp: {e}");
+                std::process::exit(1);
+            }
+        },
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -82,7 +94,7 @@ pub fn run(
             reaper: reaper.clone(),
             procs: Procs::default(),
             active: RefCell::default(),
-            cells: function.map(|f| crate::cells::Cells::new(f, reaper.clone())),
+            cells: function.map(|f| crate::cells::Cells::new(f, cell_filters, reaper.clone())),
         });
         if let Some(c) = &state.cells {
             c.refill();

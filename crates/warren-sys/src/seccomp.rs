@@ -474,19 +474,28 @@ fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, val: u64) -> Result<Se
 
 /// The allow-list for this architecture (default `EPERM`).
 pub fn sandbox_filter() -> Result<BpfProgram> {
+    allow_list(&[], 0)
+}
+
+/// The allow-list plus the syscalls in `extra`, with `clone` also allowed to make the
+/// namespaces in `ns_allowed`.
+fn allow_list(extra: &[libc::c_long], ns_allowed: u64) -> Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, group) in GROUPS {
         for nr in *group {
             rules.insert(*nr, vec![]);
         }
     }
+    for nr in extra {
+        rules.insert(*nr, vec![]);
+    }
     // personality: allowed here, its values are refined by `refine_filter`.
     rules.insert(libc::SYS_personality, vec![]);
-    // clone: allowed only without namespace flags.
+    // clone: allowed only without (other) namespace flags.
     let no_ns = cond(
         0,
         SeccompCmpArgLen::Qword,
-        SeccompCmpOp::MaskedEq(NS_FLAGS),
+        SeccompCmpOp::MaskedEq(NS_FLAGS & !ns_allowed),
         0,
     )?;
     rules.insert(
@@ -497,6 +506,47 @@ pub fn sandbox_filter() -> Result<BpfProgram> {
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
         SeccompAction::Allow,
+        arch()?,
+    )
+    .map_err(bad)?;
+    filter.try_into().map_err(bad)
+}
+
+/// What a function container's agent does for each call environment (cell) that the sandbox
+/// filter refuses: build its mounts and name its host...
+pub const CELL_BUILDING: &[libc::c_long] =
+    syscalls![SYS_mount, SYS_umount2, SYS_pivot_root, SYS_sethostname];
+
+/// ...in these new namespaces, made by `clone`.
+pub const CELL_NAMESPACES: u64 =
+    (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+
+/// The filter that takes [`CELL_BUILDING`] and the [`CELL_NAMESPACES`] of `clone` back
+/// (default allow): stacked on the builder filters of [`CellFilters`], the sum is exactly the
+/// sandbox policy.
+fn cell_finish_filter() -> Result<BpfProgram> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in CELL_BUILDING {
+        rules.insert(*nr, vec![]);
+    }
+    let mut clone = Vec::new();
+    for bit in 0..64 {
+        let flag = 1u64 << bit;
+        if CELL_NAMESPACES & flag != 0 {
+            let c = cond(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )?;
+            clone.push(SeccompRule::new(vec![c]).map_err(bad)?);
+        }
+    }
+    rules.insert(libc::SYS_clone, clone);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
         arch()?,
     )
     .map_err(bad)?;
@@ -566,33 +616,49 @@ pub fn enosys_filter() -> Result<BpfProgram> {
 /// `no_new_privs` or CAP_SYS_ADMIN. Of two `ERRNO` answers the kernel keeps the one of the
 /// filter installed last, so the `ENOSYS` filter goes last.
 pub fn apply_sandbox_filter() -> Result<()> {
-    SandboxFilters::compile()?.apply()
+    seccompiler::apply_filter(&sandbox_filter()?).map_err(bad)?;
+    seccompiler::apply_filter(&refine_filter()?).map_err(bad)?;
+    seccompiler::apply_filter(&enosys_filter()?).map_err(bad)?;
+    Ok(())
 }
 
-/// The sandbox filters compiled once, to be installed many times (each call environment of
-/// a function container installs them on itself).
+/// The sandbox policy split in two for function containers, whose agent makes a fresh call
+/// environment (cell) for every call. Installing the whole sandbox filter in every cell made
+/// the kernel check and JIT-compile a program of several hundred instructions per call, so:
+///
+/// - the agent installs the *builder* filters on itself once: the whole policy except
+///   [`CELL_BUILDING`] and the [`CELL_NAMESPACES`] of `clone`, which it needs to make cells.
+///   Every cell inherits them;
+/// - each cell, once its root is built, installs the small *finish* filter, which refuses
+///   exactly those again.
+///
+/// Seccomp runs every filter of a thread and keeps the strictest answer (of two `ERRNO`
+/// answers, the newest filter's), so a cell is held to exactly the sandbox policy.
 #[derive(Debug, Clone)]
-pub struct SandboxFilters {
-    main: BpfProgram,
-    refine: BpfProgram,
-    enosys: BpfProgram,
+pub struct CellFilters {
+    finish: BpfProgram,
 }
 
-impl SandboxFilters {
-    pub fn compile() -> Result<Self> {
-        Ok(SandboxFilters {
-            main: sandbox_filter()?,
-            refine: refine_filter()?,
-            enosys: enosys_filter()?,
-        })
+impl CellFilters {
+    /// Installs the builder filters on the calling thread and returns the finish filter for
+    /// the cells. Requires `no_new_privs` or CAP_SYS_ADMIN.
+    pub fn install_builder() -> Result<CellFilters> {
+        let builder = allow_list(CELL_BUILDING, CELL_NAMESPACES)?;
+        let finish = cell_finish_filter()?;
+        seccompiler::apply_filter(&builder).map_err(bad)?;
+        seccompiler::apply_filter(&refine_filter()?).map_err(bad)?;
+        seccompiler::apply_filter(&enosys_filter()?).map_err(bad)?;
+        Ok(CellFilters { finish })
     }
 
-    /// Installs the filters on the calling thread (inherited by children), `ENOSYS` last.
-    pub fn apply(&self) -> Result<()> {
-        seccompiler::apply_filter(&self.main).map_err(bad)?;
-        seccompiler::apply_filter(&self.refine).map_err(bad)?;
-        seccompiler::apply_filter(&self.enosys).map_err(bad)?;
-        Ok(())
+    /// Installs the finish filter on the calling thread (a cell, before it runs anything).
+    pub fn finish(&self) -> Result<()> {
+        seccompiler::apply_filter(&self.finish).map_err(bad)
+    }
+
+    /// Instructions of the finish filter (what each cell pays for).
+    pub fn finish_len(&self) -> usize {
+        self.finish.len()
     }
 }
 
@@ -605,6 +671,12 @@ mod tests {
         assert!(sandbox_filter().unwrap().len() > 100);
         assert!(!refine_filter().unwrap().is_empty());
         assert!(!enosys_filter().unwrap().is_empty());
+        let finish = cell_finish_filter().unwrap();
+        assert!(
+            finish.len() < 100,
+            "finish filter has {} instructions",
+            finish.len()
+        );
     }
 
     #[test]
@@ -639,76 +711,13 @@ mod tests {
         }
     }
 
-    /// In a forked child: the filters refuse what they should, with the right errno, and
-    /// allow ordinary calls.
-    #[test]
-    fn filters_answer_as_documented() {
+    /// Runs `f` in a forked child and asserts it exited 0 (else: the failed check's number).
+    fn in_child(f: impl FnOnce() -> i32) {
         // SAFETY: fork in a test; the child only makes syscalls and leaves with _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let code = (|| {
-                // SAFETY: prctl with constant arguments.
-                if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-                    return 10;
-                }
-                if apply_sandbox_filter().is_err() {
-                    return 11;
-                }
-                let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                // SAFETY: raw syscalls with scalar or null arguments; each is refused
-                // before the kernel reads anything.
-                unsafe {
-                    if libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0) != -1
-                        || errno() != libc::EPERM
-                    {
-                        return 20;
-                    }
-                    if libc::syscall(libc::SYS_bpf, 0, 0, 0) != -1 || errno() != libc::EPERM {
-                        return 21;
-                    }
-                    if libc::syscall(libc::SYS_userfaultfd, 0) != -1 || errno() != libc::EPERM {
-                        return 22;
-                    }
-                    if libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0) != -1
-                        || errno() != libc::EPERM
-                    {
-                        return 23;
-                    }
-                    if libc::syscall(libc::SYS_io_uring_setup, 1, 0) != -1
-                        || errno() != libc::ENOSYS
-                    {
-                        return 24;
-                    }
-                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || errno() != libc::ENOSYS {
-                        return 25;
-                    }
-                    // FICLONE with its high bits flipped is still refused.
-                    if libc::ioctl(0, 0x4004_9409) != -1 || errno() != libc::EPERM {
-                        return 26;
-                    }
-                    if libc::syscall(libc::SYS_ioctl, 0, 0xdead_0000_4004_9409u64) != -1
-                        || errno() != libc::EPERM
-                    {
-                        return 27;
-                    }
-                    if libc::ioctl(0, libc::TIOCSTI, c"x".as_ptr()) != -1 || errno() != libc::EPERM
-                    {
-                        return 28;
-                    }
-                    // READ_IMPLIES_EXEC is refused; the query is allowed.
-                    if libc::personality(0x0040_0000) != -1 || errno() != libc::EPERM {
-                        return 29;
-                    }
-                    if libc::personality(0xffff_ffff) == -1 {
-                        return 30;
-                    }
-                    if libc::getpid() <= 0 {
-                        return 31;
-                    }
-                }
-                0
-            })();
+            let code = f();
             // SAFETY: leave the forked test child without running destructors.
             unsafe { libc::_exit(code) };
         }
@@ -722,5 +731,195 @@ mod tests {
             "the child failed at check {}",
             libc::WEXITSTATUS(status)
         );
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    /// `clone` with `flags` (plus SIGCHLD) from a raw syscall: the errno when refused, 0 when
+    /// a child was made (it leaves at once and is reaped).
+    fn try_clone(flags: u64) -> i32 {
+        // SAFETY: a fork-like clone (no CLONE_VM, no new stack); the child only calls _exit.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                flags | libc::SIGCHLD as u64,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+        match r {
+            -1 => errno(),
+            // SAFETY: the new child leaves without touching anything.
+            0 => unsafe { libc::_exit(0) },
+            pid => {
+                let mut st = 0;
+                // SAFETY: reaping our own child.
+                unsafe { libc::waitpid(pid as i32, &mut st, 0) };
+                0
+            }
+        }
+    }
+
+    /// The checks every sandboxed process passes: refusals with the right errno, ordinary
+    /// calls allowed. 0 or the number of the failed check.
+    fn sandbox_policy_holds() -> i32 {
+        // SAFETY: raw syscalls with scalar or null arguments; each is refused before the
+        // kernel reads anything.
+        unsafe {
+            if libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0) != -1 || errno() != libc::EPERM {
+                return 20;
+            }
+            if libc::syscall(libc::SYS_bpf, 0, 0, 0) != -1 || errno() != libc::EPERM {
+                return 21;
+            }
+            if libc::syscall(libc::SYS_userfaultfd, 0) != -1 || errno() != libc::EPERM {
+                return 22;
+            }
+            if libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0) != -1 || errno() != libc::EPERM
+            {
+                return 23;
+            }
+            if libc::syscall(libc::SYS_io_uring_setup, 1, 0) != -1 || errno() != libc::ENOSYS {
+                return 24;
+            }
+            if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || errno() != libc::ENOSYS {
+                return 25;
+            }
+            // FICLONE with its high bits flipped is still refused.
+            if libc::ioctl(0, 0x4004_9409) != -1 || errno() != libc::EPERM {
+                return 26;
+            }
+            if libc::syscall(libc::SYS_ioctl, 0, 0xdead_0000_4004_9409u64) != -1
+                || errno() != libc::EPERM
+            {
+                return 27;
+            }
+            if libc::ioctl(0, libc::TIOCSTI, c"x".as_ptr()) != -1 || errno() != libc::EPERM {
+                return 28;
+            }
+            // READ_IMPLIES_EXEC is refused; the query is allowed.
+            if libc::personality(0x0040_0000) != -1 || errno() != libc::EPERM {
+                return 29;
+            }
+            if libc::personality(0xffff_ffff) == -1 {
+                return 30;
+            }
+            if libc::getpid() <= 0 {
+                return 31;
+            }
+            if libc::mount(
+                std::ptr::null(),
+                c"/nonexistent-warren".as_ptr(),
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+            ) != -1
+                || errno() != libc::EPERM
+            {
+                return 32;
+            }
+            if libc::umount2(c"/nonexistent-warren".as_ptr(), 0) != -1 || errno() != libc::EPERM {
+                return 33;
+            }
+            if libc::syscall(libc::SYS_pivot_root, c"/x".as_ptr(), c"/y".as_ptr()) != -1
+                || errno() != libc::EPERM
+            {
+                return 34;
+            }
+            if libc::sethostname(c"x".as_ptr(), 1) != -1 || errno() != libc::EPERM {
+                return 35;
+            }
+            if libc::unshare(libc::CLONE_NEWNS) != -1 || errno() != libc::EPERM {
+                return 36;
+            }
+        }
+        for (i, flag) in [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWNET,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if try_clone(flag as u64) != libc::EPERM {
+                return 40 + i as i32;
+            }
+        }
+        // A plain fork is fine.
+        if try_clone(0) != 0 {
+            return 50;
+        }
+        0
+    }
+
+    /// In a forked child: the filters refuse what they should, with the right errno, and
+    /// allow ordinary calls.
+    #[test]
+    fn filters_answer_as_documented() {
+        in_child(|| {
+            // SAFETY: prctl with constant arguments.
+            if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                return 10;
+            }
+            if apply_sandbox_filter().is_err() {
+                return 11;
+            }
+            sandbox_policy_holds()
+        });
+    }
+
+    /// The builder filters let a cell be made (and nothing else more than the sandbox
+    /// policy); with the finish filter on top, the policy is exactly the sandbox's.
+    #[test]
+    fn split_cell_filters_add_up_to_the_sandbox_policy() {
+        in_child(|| {
+            // SAFETY: prctl with constant arguments.
+            if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                return 10;
+            }
+            let Ok(cells) = CellFilters::install_builder() else {
+                return 11;
+            };
+            // The builder lets mount through to the kernel (which may refuse it for its own
+            // reasons, never EPERM from the filter for a missing path)...
+            // SAFETY: mount of a path that does not exist; nothing is mounted.
+            let r = unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    c"/nonexistent-warren".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            // SAFETY: geteuid has no arguments.
+            let root = unsafe { libc::geteuid() } == 0;
+            if r != -1 || (root && errno() != libc::ENOENT) {
+                return 12;
+            }
+            // ...but still refuses a user namespace, unshare and clone3.
+            if try_clone(libc::CLONE_NEWUSER as u64) != libc::EPERM {
+                return 13;
+            }
+            // SAFETY: unshare with a constant flag; refused by the filter.
+            if unsafe { libc::unshare(libc::CLONE_NEWNS) } != -1 || errno() != libc::EPERM {
+                return 14;
+            }
+            // SAFETY: clone3 with a null argument; answered by the filter.
+            if unsafe { libc::syscall(libc::SYS_clone3, 0, 0) } != -1 || errno() != libc::ENOSYS {
+                return 15;
+            }
+            if cells.finish().is_err() {
+                return 16;
+            }
+            sandbox_policy_holds()
+        });
     }
 }

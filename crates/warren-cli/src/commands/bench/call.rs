@@ -2,7 +2,8 @@
 //! exec measured in the same run.
 //!
 //! - `call true` latency (sequential, after warm-up);
-//! - calls/s of `call true` from 16 (`-c`) concurrent clients;
+//! - calls/s of `call true` from 16 (`-c`) concurrent clients, after the pool grew to what
+//!   they keep busy;
 //! - `python3 -c "print(1)"` through a pool with a warm interpreter vs. the same call
 //!   without one (a cold interpreter start in the same kind of environment), and vs. a
 //!   cold `python3` exec in a running sandbox;
@@ -90,26 +91,21 @@ async fn exec_latency(s: &Setup, id: &str, argv: &[&str], n: usize) -> anyhow::R
     Ok(Latency::from_samples(v))
 }
 
-pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<CallBench> {
-    let t_true = req(s, &["true"]);
-    s.note("call: warming the pool (100 calls)");
-    for _ in 0..100 {
-        s.stop.check()?;
-        call_ok(&s.client, &t_true).await?;
-    }
-    s.note(format!("call: {n} sequential `call true`"));
-    let call_true = sequential(s, &t_true, n, Duration::ZERO).await?;
-
-    let total = (n * 2).max(concurrency * 10);
-    s.note(format!("call: {total} calls from {concurrency} clients"));
+/// `total` calls of `r` from `concurrency` clients: (calls that succeeded, calls refused
+/// `busy`).
+async fn concurrent(
+    s: &Setup,
+    r: &CallRequest,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<(usize, usize)> {
     let next = Arc::new(AtomicUsize::new(0));
     let busy = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
-    let t0 = Instant::now();
     let workers = (0..concurrency.max(1)).map(|_| {
         let (client, r, next, busy, done, stop) = (
             s.client.clone(),
-            t_true.clone(),
+            r.clone(),
             next.clone(),
             busy.clone(),
             done.clone(),
@@ -121,7 +117,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
                     Ok(out) if out.success() => {
                         done.fetch_add(1, Ordering::Relaxed);
                     }
-                    Ok(out) => anyhow::bail!("`true` exited with {:?}", out.exit_code),
+                    Ok(out) => anyhow::bail!("{:?} exited with {:?}", r.argv, out.exit_code),
                     Err(e) if e.code() == Some(warren_client::ErrorCode::Busy) => {
                         busy.fetch_add(1, Ordering::Relaxed);
                     }
@@ -134,8 +130,31 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
     for w in run_tasks(workers).await {
         w??;
     }
+    Ok((done.load(Ordering::Relaxed), busy.load(Ordering::Relaxed)))
+}
+
+pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<CallBench> {
+    let t_true = req(s, &["true"]);
+    s.note("call: warming the pool (100 calls)");
+    for _ in 0..100 {
+        s.stop.check()?;
+        call_ok(&s.client, &t_true).await?;
+    }
+    s.note(format!("call: {n} sequential `call true`"));
+    let call_true = sequential(s, &t_true, n, Duration::ZERO).await?;
+
+    // The pool first grows to what `concurrency` clients keep busy (container starts are
+    // not calls); then the calls are counted.
+    let warm_up = concurrency * 20;
+    s.note(format!(
+        "call: warming the pool for {concurrency} clients ({warm_up} calls)"
+    ));
+    concurrent(s, &t_true, warm_up, concurrency).await?;
+    let total = (n * 2).max(concurrency * 10);
+    s.note(format!("call: {total} calls from {concurrency} clients"));
+    let t0 = Instant::now();
+    let (throughput_calls, throughput_busy) = concurrent(s, &t_true, total, concurrency).await?;
     let secs = t0.elapsed().as_secs_f64();
-    let throughput_calls = done.load(Ordering::Relaxed);
     let calls_per_sec = throughput_calls as f64 / secs;
 
     let py = ["python3", "-c", "print(1)"];
@@ -181,7 +200,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
         calls_per_sec,
         concurrency,
         throughput_calls,
-        throughput_busy: busy.load(Ordering::Relaxed),
+        throughput_busy,
         warm_python,
         cold_python_call,
         cold_python_exec,
