@@ -136,3 +136,74 @@ print("agent", agent, "own", own)
     assert_eq!(out.trim(), "agent EPERM own OK", "{out}");
     s.assert_unaffected().await;
 }
+
+/// A function call is held to exactly the sandbox's syscall policy, although its agent holds
+/// only the builder half of it and each call environment adds the rest (see
+/// `warren_sys::seccomp::CellFilters`): the same probes answer the same in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_calls_meet_the_same_syscall_policy() {
+    let Some(s) = Scene::new().await else { return };
+    let probe = format!(
+        "{SYSCALL}\n{}",
+        r#"
+SIGCHLD = 17
+res = [
+  ("keyctl", call(250, 0, 0, 0, 0, 0)),
+  ("bpf", call(321, 0, 0, 0)),
+  ("mount", call(165, b"none", b"/mnt", b"tmpfs", 0, 0)),
+  ("umount2", call(166, b"/proc", 2)),
+  ("pivot_root", call(155, b"/tmp", b"/tmp")),
+  ("sethostname", call(170, b"evil", 4)),
+  ("unshare", call(272, 0x20000)),
+  ("setns", call(308, 0, 0)),
+  ("fsopen", call(430, b"tmpfs", 0)),
+  ("clone_newns", call(56, 0x20000 | SIGCHLD, 0, 0, 0, 0)),
+  ("clone_newpid", call(56, 0x20000000 | SIGCHLD, 0, 0, 0, 0)),
+  ("clone_newuts", call(56, 0x04000000 | SIGCHLD, 0, 0, 0, 0)),
+  ("clone_newipc", call(56, 0x08000000 | SIGCHLD, 0, 0, 0, 0)),
+  ("clone_newuser", call(56, 0x10000000 | SIGCHLD, 0, 0, 0, 0)),
+  ("clone3", call(435, 0, 0)),
+  ("io_uring_setup", call(425, 8, ctypes.create_string_buffer(120))),
+]
+print(" ".join(f"{n}={e}" for n, (_, e) in res))
+"#
+    );
+    let in_sandbox = s.py(&probe).await;
+    let mut req = warren_client::CallRequest::argv(["python3", "-c", probe.as_str()]);
+    req.timeout_secs = Some(30.0);
+    let r = s.d.client().call(&req).await.expect("call");
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(
+        r.stdout, in_sandbox,
+        "a call and a sandbox answer differently"
+    );
+    let words: Vec<&str> = in_sandbox.split_whitespace().collect();
+    for name in [
+        "keyctl",
+        "bpf",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "sethostname",
+        "unshare",
+        "setns",
+        "fsopen",
+        "clone_newns",
+        "clone_newpid",
+        "clone_newuts",
+        "clone_newipc",
+        "clone_newuser",
+    ] {
+        assert!(
+            words.contains(&format!("{name}=EPERM").as_str()),
+            "{name} not refused: {in_sandbox}"
+        );
+    }
+    for name in ["clone3", "io_uring_setup"] {
+        assert!(
+            words.contains(&format!("{name}=ENOSYS").as_str()),
+            "{name}: {in_sandbox}"
+        );
+    }
+    s.assert_unaffected().await;
+}

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod container;
 pub mod error;
+mod leases;
 pub mod reaper;
 pub mod security;
 pub mod vm;

@@ -24,6 +24,7 @@ fn agent_bin() -> Option<PathBuf> {
 
 struct Env {
     rt: VmRuntime,
+    store: Arc<ImageStore>,
     node: NodeId,
     root: PathBuf,
 }
@@ -60,8 +61,13 @@ fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
         eprintln!("SKIP: {why}");
         return None;
     }
-    let rt = VmRuntime::new(cfg, substrate, store).unwrap();
-    Some(Env { rt, node, root })
+    let rt = VmRuntime::new(cfg, substrate, store.clone()).unwrap();
+    Some(Env {
+        rt,
+        store,
+        node,
+        root,
+    })
 }
 
 fn spec(node: &NodeId, memory_mb: u64) -> SandboxSpec {
@@ -214,6 +220,18 @@ async fn template_restores_are_independent_and_snapshots_keep_processes() {
         .expect("create b");
     eprintln!("create by template restore: {:?}", t.elapsed());
     assert!(vm_of(&b).machine().memory_mb == 256);
+    // Each VM leases the layers it uses as disks, so no collection deletes them under it.
+    let leased = |id: &str| {
+        env.store
+            .leases()
+            .into_iter()
+            .find(|(h, _)| h == id)
+            .map(|(_, f)| f.layers)
+    };
+    for sb in [&a, &b] {
+        let layers = leased(sb.id().as_str()).expect("the VM holds no lease");
+        assert_eq!(layers, vm_of(sb).machine().layers);
+    }
     let (_, host) = run(&b, "hostname").await;
     assert_eq!(
         host.trim(),
@@ -250,6 +268,10 @@ async fn template_restores_are_independent_and_snapshots_keep_processes() {
     let (pid_a, dir_a) = (vm_of(&a).qemu_pid(), vm_of(&a).dir().to_path_buf());
     a.destroy().await.unwrap();
     assert_gone(pid_a, &dir_a);
+    assert!(
+        leased(a.id().as_str()).is_none(),
+        "the lease outlived the VM"
+    );
 
     let t = Instant::now();
     let c: Arc<dyn Instance> = env

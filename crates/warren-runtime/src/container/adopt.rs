@@ -49,13 +49,7 @@ pub async fn adopt(
     }
     let stream = result?;
     // Sandboxes started before layers were leased get their lease now.
-    let images = rt.images.clone();
-    let (holder, layers) = (spec.id.to_string(), rec.layers.clone());
-    if let Ok(Err(e)) =
-        tokio::task::spawn_blocking(move || images.lease_layers(&holder, &layers)).await
-    {
-        tracing::warn!(sandbox = %spec.id, error = %e, "cannot lease the sandbox's layers");
-    }
+    crate::leases::lease(&rt.images, &spec.id, &rec.layers).await;
     Ok(Container {
         id: spec.id.clone(),
         agent: AgentConn::new(stream),

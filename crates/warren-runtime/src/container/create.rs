@@ -21,22 +21,14 @@ pub async fn create(
 ) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists. The layers are
     // leased to the sandbox in the same step, so no collection removes them while it lives.
-    // Off the async workers: resolving may fetch remote layer metadata (blocking I/O).
-    let (images, refs, holder) = (rt.images.clone(), spec.image.clone(), spec.id.to_string());
-    let layers = tokio::task::spawn_blocking(move || images.acquire(&holder, &refs))
-        .await
-        .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
-        .map_err(|e| match e {
-            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
-            e => RuntimeError::Image(e),
-        })?;
+    let layers = crate::leases::acquire(&rt.images, &spec.id, &spec.image).await?;
     // Pinned from here on: the node's layer cache must not evict them while they are mounted.
     let pins = warren_image::LayerPins::new(&rt.images, &layers);
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if let Err(e) = cgroups.create(&spec.limits) {
         let _ = cgroups.remove().await;
-        super::release_layers(&rt.images, &spec.id).await;
+        crate::leases::release(&rt.images, &spec.id).await;
         return Err(e);
     }
     let t_cg = t0.elapsed();
@@ -49,7 +41,7 @@ pub async fn create(
             if let Err(ce) = destroy::kill_and_remove(&cgroups).await {
                 tracing::error!(sandbox = %spec.id, error = %ce, "cleanup after failed start");
             }
-            super::release_layers(&rt.images, &spec.id).await;
+            crate::leases::release(&rt.images, &spec.id).await;
             Err(match e {
                 RuntimeError::StartFailed(_) | RuntimeError::ImageNotFound(_) => e,
                 other => RuntimeError::StartFailed(other.to_string()),

@@ -194,20 +194,6 @@ pub struct Container {
     _pins: warren_image::LayerPins,
 }
 
-/// Drops a sandbox's lease on its layers and collects those nothing else references (a
-/// fork's snapshot, layers of images removed while it ran). Never fails the caller.
-async fn release_layers(images: &Arc<ImageStore>, id: &SandboxId) {
-    let images = images.clone();
-    let holder = id.to_string();
-    match tokio::task::spawn_blocking(move || images.release_and_collect(&holder)).await {
-        Ok(Ok(r)) if !r.removed.is_empty() => {
-            tracing::debug!(sandbox = %id, removed = ?r.removed, "collected layers");
-        }
-        Ok(Err(e)) => tracing::warn!(sandbox = %id, error = %e, "collecting layers"),
-        _ => {}
-    }
-}
-
 #[async_trait]
 impl Instance for Container {
     fn id(&self) -> &SandboxId {
@@ -224,7 +210,7 @@ impl Instance for Container {
 
     async fn destroy(&self) -> Result<(), RuntimeError> {
         destroy::kill_and_remove(&self.cgroups).await?;
-        release_layers(&self.images, &self.id).await;
+        crate::leases::release(&self.images, &self.id).await;
         Ok(())
     }
 
@@ -292,7 +278,7 @@ impl Runtime for ContainerRuntime {
     ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
         destroy::kill_and_remove(&set).await?;
-        release_layers(&self.images, id).await;
+        crate::leases::release(&self.images, id).await;
         Ok(())
     }
 

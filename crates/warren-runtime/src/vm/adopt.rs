@@ -48,8 +48,11 @@ pub async fn adopt(
         qmp.stop().await?;
     }
     let stream = stream?;
+    // VMs started before layers were leased get their lease now.
+    crate::leases::lease(&rt.images, &spec.id, &rec.layers).await;
     Ok(Vm {
         id: spec.id.clone(),
+        images: rt.images.clone(),
         agent: AgentConn::new(stream),
         qmp,
         cgroups,

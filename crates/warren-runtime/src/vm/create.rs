@@ -285,7 +285,7 @@ async fn boot_with(
 
 #[allow(clippy::too_many_arguments)]
 fn finish(
-    _rt: &VmRuntime,
+    rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
     dir: &Path,
@@ -304,6 +304,7 @@ fn finish(
     };
     Vm {
         id: spec.id.clone(),
+        images: rt.images.clone(),
         agent: AgentConn::new(s.agent),
         qmp: s.qmp,
         cgroups,

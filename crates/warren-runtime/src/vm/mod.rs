@@ -300,6 +300,8 @@ fn vcpus(spec: &SandboxSpec) -> u32 {
 /// A live VM sandbox.
 pub struct Vm {
     id: SandboxId,
+    /// Holds the sandbox's lease on its layers (the VM's read-only disks).
+    images: Arc<ImageStore>,
     agent: AgentConn,
     qmp: qmp::Qmp,
     cgroups: CgroupSet,
@@ -344,7 +346,9 @@ impl Instance for Vm {
     }
 
     async fn destroy(&self) -> Result<(), RuntimeError> {
-        destroy::destroy(&self.cgroups, &self.record.dir).await
+        destroy::destroy(&self.cgroups, &self.record.dir).await?;
+        crate::leases::release(&self.images, &self.id).await;
+        Ok(())
     }
 
     async fn lost(&self) {
@@ -395,12 +399,24 @@ impl Runtime for VmRuntime {
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
-        let layers = self.resolve(spec)?;
-        if !self.cfg.templates {
-            return Ok(Arc::new(create::boot(self, spec, &layers, None).await?));
+        // The layers are the VM's disks: leased before QEMU opens them, so no collection
+        // deletes one while the sandbox lives.
+        let layers = crate::leases::acquire(&self.images, &spec.id, &spec.image).await?;
+        let vm = async {
+            if !self.cfg.templates {
+                return create::boot(self, spec, &layers, None).await;
+            }
+            let snap = snapshot::template(self, spec, &layers).await?;
+            create::restore(self, spec, &layers, &snap).await
         }
-        let snap = snapshot::template(self, spec, &layers).await?;
-        Ok(Arc::new(create::restore(self, spec, &layers, &snap).await?))
+        .await;
+        match vm {
+            Ok(vm) => Ok(Arc::new(vm)),
+            Err(e) => {
+                crate::leases::release(&self.images, &spec.id).await;
+                Err(e)
+            }
+        }
     }
 
     async fn adopt(
@@ -417,7 +433,9 @@ impl Runtime for VmRuntime {
         _record: Option<&serde_json::Value>,
     ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
-        destroy::destroy(&set, &self.sandbox_dir(id.as_str())).await
+        destroy::destroy(&set, &self.sandbox_dir(id.as_str())).await?;
+        crate::leases::release(&self.images, id).await;
+        Ok(())
     }
 
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {

@@ -1,0 +1,52 @@
+//! A sandbox's lease on its image layers (see `warren_image::lease`), shared by every
+//! substrate: taken when the image is resolved, before anything is mounted or attached, so no
+//! collection removes a layer a live sandbox uses; dropped when the sandbox goes, and the
+//! layers nothing else references are collected then.
+
+use std::sync::Arc;
+use warren_image::ImageStore;
+use warren_types::SandboxId;
+
+use crate::RuntimeError;
+
+/// Resolves `refs` to layers and leases them to `id`. Off the async workers: resolving may
+/// fetch remote layer metadata (blocking I/O).
+pub(crate) async fn acquire(
+    images: &Arc<ImageStore>,
+    id: &SandboxId,
+    refs: &[String],
+) -> Result<Vec<String>, RuntimeError> {
+    let (images, refs, holder) = (images.clone(), refs.to_vec(), id.to_string());
+    tokio::task::spawn_blocking(move || images.acquire(&holder, &refs))
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
+        .map_err(|e| match e {
+            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
+            e => RuntimeError::Image(e),
+        })
+}
+
+/// Leases known layers to `id` (a sandbox adopted from before leases existed, or whose
+/// lease was lost). Never fails the caller.
+pub(crate) async fn lease(images: &Arc<ImageStore>, id: &SandboxId, layers: &[String]) {
+    let (images, holder, layers) = (images.clone(), id.to_string(), layers.to_vec());
+    if let Ok(Err(e)) =
+        tokio::task::spawn_blocking(move || images.lease_layers(&holder, &layers)).await
+    {
+        tracing::warn!(sandbox = %id, error = %e, "cannot lease the sandbox's layers");
+    }
+}
+
+/// Drops `id`'s lease and collects the layers nothing else references (a fork's snapshot,
+/// layers of images removed while it ran). Never fails the caller.
+pub(crate) async fn release(images: &Arc<ImageStore>, id: &SandboxId) {
+    let images = images.clone();
+    let holder = id.to_string();
+    match tokio::task::spawn_blocking(move || images.release_and_collect(&holder)).await {
+        Ok(Ok(r)) if !r.removed.is_empty() => {
+            tracing::debug!(sandbox = %id, removed = ?r.removed, "collected layers");
+        }
+        Ok(Err(e)) => tracing::warn!(sandbox = %id, error = %e, "collecting layers"),
+        _ => {}
+    }
+}
