@@ -162,11 +162,13 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
     Ok(())
 }
 
-/// Bootstrap of a pre-started Python: imports, then waits on stdin for a length-prefixed
+/// Bootstrap of a pre-started Python: imports, writes one byte to say it is warm (the cell
+/// reads it before it says `Ready`), then waits on stdin for a length-prefixed
 /// JSON header (argv, env, cwd, code or script path); the rest of stdin is the program's.
 const PY_BOOT: &str = r#"
 import os, sys, json, runpy
 __PRELOAD__
+os.write(1, b"R")
 def _warren_main():
     n = b""
     while not n.endswith(b"\n"):
@@ -250,7 +252,14 @@ impl WarmPython {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = cmd.spawn().ok()?;
+        let mut child = cmd.spawn().ok()?;
+        // Ready only when warm: a call that comes earlier waits for the cell (which the daemon
+        // sees, and answers by growing the pool), not inside the interpreter's start.
+        if !warmed_up(&mut child) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
         Some(WarmPython {
             name: interpreter.to_string(),
             child,
@@ -291,6 +300,41 @@ impl WarmPython {
         h.extend_from_slice(&body);
         Some(h)
     }
+}
+
+/// Longest a warm interpreter may take to import its modules; after that the cell goes on
+/// without it (its calls start cold). Below the agent's 20 s limit for a cell to start.
+const WARM_UP_TIMEOUT_MS: u16 = 15_000;
+
+/// Waits for the interpreter's "warm" byte. False when it exited (a preload failed to import)
+/// or took too long.
+fn warmed_up(child: &mut Child) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let Some(out) = child.stdout.as_mut() else {
+        return false;
+    };
+    let deadline = Instant::now() + Duration::from_millis(WARM_UP_TIMEOUT_MS.into());
+    loop {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis();
+        if left == 0 {
+            return false;
+        }
+        let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::from(left.min(u16::MAX as u128) as u16),
+        ) {
+            Ok(0) => return false,
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
+        }
+    }
+    let mut b = [0u8; 1];
+    matches!(out.read(&mut b), Ok(1) if b[0] == b'R')
 }
 
 /// `cmd` with its program looked up in the command's own `PATH` (so that the standard

@@ -31,6 +31,8 @@ pub struct Cells {
     reaper: Rc<crate::reaper::Reaper>,
     ready: RefCell<Option<ReadyCell>>,
     filling: Flag<bool>,
+    /// Woken when a background start ends (ready or failed).
+    filled: tokio::sync::Notify,
 }
 
 impl Cells {
@@ -45,6 +47,7 @@ impl Cells {
             reaper,
             ready: RefCell::new(None),
             filling: Flag::new(false),
+            filled: tokio::sync::Notify::new(),
         })
     }
 
@@ -148,14 +151,23 @@ impl Cells {
                 Err(e) => eprintln!("warren-agent: {e}"),
             }
             me.filling.set(false);
+            me.filled.notify_waiters();
         });
     }
 
+    /// The ready cell; a call that comes while the next one is still being built waits for
+    /// it (it has a head start) instead of building a second one.
     async fn take(&self) -> Result<ReadyCell, String> {
-        if let Some(c) = self.ready.borrow_mut().take() {
-            return Ok(c);
+        loop {
+            if let Some(c) = self.ready.borrow_mut().take() {
+                return Ok(c);
+            }
+            if !self.filling.get() {
+                return self.start().await;
+            }
+            // Single-threaded: nothing runs between the check above and this registration.
+            self.filled.notified().await;
         }
-        self.start().await
     }
 
     /// Runs one call in a fresh cell, relaying frames both ways; returns the final event.
@@ -166,10 +178,23 @@ impl Cells {
         mut inbox: Inbox,
         out: &Out,
     ) -> Event {
+        let t0 = std::time::Instant::now();
         let cell = match self.take().await {
             Ok(c) => c,
             Err(e) => return Event::error(ErrorCode::Internal, e),
         };
+        // The daemon's pool grows when calls keep waiting for their cells.
+        let waited = Event::CellWaited {
+            us: t0.elapsed().as_micros() as u64,
+        };
+        if out
+            .send(Frame::json(id, Kind::Event, &waited))
+            .await
+            .is_err()
+        {
+            let _ = warren_sys::process::kill(cell.pid, libc::SIGKILL);
+            return Event::error(ErrorCode::Internal, "the daemon went away");
+        }
         let ReadyCell { pid, conn, exit } = cell;
         let (mut rd, mut wr) = conn.into_split();
         // Frames are read by a task of their own: a frame read is not cancel-safe, so it

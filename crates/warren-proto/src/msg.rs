@@ -138,6 +138,11 @@ pub enum Event {
     Started {
         pid: u32,
     },
+    /// A function call waited this long for its call environment (cell) to be ready; sent
+    /// by a function container's agent before the call's own events.
+    CellWaited {
+        us: u64,
+    },
     Exited {
         exit_code: Option<i32>,
         signal: Option<i32>,
@@ -176,7 +181,10 @@ pub enum Event {
 impl Event {
     /// True for events that close their stream.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Event::Started { .. } | Event::Collected { .. })
+        !matches!(
+            self,
+            Event::Started { .. } | Event::Collected { .. } | Event::CellWaited { .. }
+        )
     }
 
     pub fn error(code: warren_types::ErrorCode, message: impl Into<String>) -> Self {
@@ -289,5 +297,6 @@ mod tests {
         };
         assert!(e.is_final());
         assert!(!Event::Started { pid: 1 }.is_final());
+        assert!(!Event::CellWaited { us: 1 }.is_final());
     }
 }

@@ -61,6 +61,8 @@ pub struct InvokeOutput {
     pub stderr: Vec<u8>,
     pub exit: ExitInfo,
     pub files: Vec<CollectedFile>,
+    /// How long the call waited in the container for its call environment.
+    pub cell_wait_us: u64,
 }
 
 /// One item of a streamed command or terminal.
@@ -293,6 +295,7 @@ impl AgentConn {
                     .map_err(|e| RuntimeError::Protocol(e.to_string()))?
                 {
                     Event::Started { .. } => {}
+                    Event::CellWaited { us } => out.cell_wait_us = us,
                     Event::Collected {
                         path,
                         data,

@@ -13,6 +13,10 @@ use warren_types::{
 use super::{FunctionPools, PoolKey};
 use crate::manager::encode;
 
+/// A call that waited this long (µs) inside its container for a call environment makes the
+/// pool grow (see `Pool::cells_lagging`).
+const CELL_LAG_US: u64 = 1_000;
+
 /// Validates `req` and splits it into its pool key, the agent call and its input (the
 /// files' contents then stdin).
 pub fn prepare(
@@ -97,6 +101,15 @@ impl FunctionPools {
             match r {
                 Ok(out) => {
                     pool.release(lease, true);
+                    tracing::debug!(
+                        cell_wait_us = out.cell_wait_us,
+                        queued_us = queued.as_micros() as u64,
+                        total_us = t0.elapsed().as_micros() as u64,
+                        "function call"
+                    );
+                    if out.cell_wait_us >= CELL_LAG_US {
+                        pool.cells_lagging();
+                    }
                     let enc = req.encoding;
                     return Ok(CallResult {
                         exit_code: out.exit.exit_code,

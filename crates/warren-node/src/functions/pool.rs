@@ -15,6 +15,9 @@ use warren_types::{ApiError, ErrorCode, PoolStats};
 use super::backend::{Warm, WarmBackend};
 use super::{FunctionConfig, PoolKey};
 
+/// Shortest time between two growths of a pool whose calls wait for cells.
+pub const GROW_INTERVAL: Duration = Duration::from_millis(250);
+
 /// A container of a pool.
 pub struct Member {
     pub warm: Arc<dyn Warm>,
@@ -30,6 +33,8 @@ struct State {
     starting: usize,
     waiters: VecDeque<Handoff>,
     last_used: Option<Instant>,
+    /// When [`Pool::cells_lagging`] last grew the pool.
+    last_grown: Option<Instant>,
     calls: u64,
     rejected: u64,
     replaced: u64,
@@ -291,6 +296,32 @@ impl Pool {
             }
         });
         true
+    }
+
+    /// A call waited for its container's next call environment (cell): each container
+    /// prepares one cell at a time (a warm interpreter takes a cold start to prepare), so
+    /// calls come faster than this pool's containers can take them. Grow by one container,
+    /// unless one is already starting or the pool and node caps forbid it; idle ones shrink
+    /// away again when the calls stop.
+    ///
+    /// Damped: at most one container per [`GROW_INTERVAL`], so the CPU that starting
+    /// containers takes (which makes cells slower still) cannot feed the growth.
+    pub fn cells_lagging(self: &Arc<Self>) {
+        let now = Instant::now();
+        let go = {
+            let mut st = self.lock();
+            let due = st
+                .last_grown
+                .is_none_or(|t| now.duration_since(t) >= GROW_INTERVAL);
+            let go = due && st.starting == 0 && st.waiters.is_empty();
+            if go {
+                st.last_grown = Some(now);
+            }
+            go
+        };
+        if go && self.start_one() {
+            tracing::debug!(image = ?self.key.image, "calls wait for cells: one more warm container");
+        }
     }
 
     /// Shrinks an unused pool: idle containers above the minimum go after `idle_shrink`,

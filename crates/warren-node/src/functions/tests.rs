@@ -19,6 +19,7 @@ struct FakeWarm {
     destroyed: AtomicBool,
     calls: AtomicUsize,
     delay: Duration,
+    cell_wait_us: u64,
 }
 
 #[async_trait]
@@ -35,6 +36,7 @@ impl Warm for FakeWarm {
                 exit_code: Some(0),
                 ..Default::default()
             },
+            cell_wait_us: self.cell_wait_us,
             ..Default::default()
         })
     }
@@ -56,6 +58,7 @@ struct Fake {
     made: Mutex<Vec<Arc<FakeWarm>>>,
     fail: AtomicBool,
     call_delay: Mutex<Duration>,
+    cell_wait_us: Mutex<u64>,
 }
 
 impl Fake {
@@ -82,6 +85,7 @@ impl WarmBackend for Fake {
             destroyed: AtomicBool::new(false),
             calls: AtomicUsize::new(0),
             delay: *self.call_delay.lock().unwrap(),
+            cell_wait_us: *self.cell_wait_us.lock().unwrap(),
         });
         self.made.lock().unwrap().push(w.clone());
         Ok(w)
@@ -150,6 +154,33 @@ async fn first_call_fills_the_pool_to_its_minimum() {
     // Different limits make another pool.
     call(&p, req(200)).await.unwrap();
     assert_eq!(p.info().pools.len(), 2);
+}
+
+/// Calls that wait for their container's call environment grow the pool by one container per
+/// `GROW_INTERVAL` at most, up to `max_warm`.
+#[tokio::test]
+async fn calls_waiting_for_cells_grow_the_pool_damped() {
+    let fake = Arc::new(Fake::default());
+    *fake.cell_wait_us.lock().unwrap() = 5_000;
+    let p = pools(&fake, cfg());
+    call(&p, req(100)).await.unwrap();
+    settle().await;
+    assert_eq!(fake.made().len(), 3, "the first lagging call adds one");
+    call(&p, req(100)).await.unwrap();
+    call(&p, req(100)).await.unwrap();
+    settle().await;
+    assert_eq!(fake.made().len(), 3, "growth is damped");
+    for _ in 0..3 {
+        tokio::time::sleep(pool::GROW_INTERVAL).await;
+        call(&p, req(100)).await.unwrap();
+        settle().await;
+    }
+    assert_eq!(
+        fake.made().len(),
+        cfg().max_warm,
+        "growth stops at max_warm"
+    );
+    assert_eq!(fake.alive(), cfg().max_warm);
 }
 
 #[tokio::test]

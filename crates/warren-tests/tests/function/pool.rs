@@ -203,6 +203,24 @@ async fn a_warm_interpreter_runs_python() {
         .all(|p| p.interpreter.as_deref() == Some("python3")));
 }
 
+/// A preload that cannot be imported leaves the pool without a warm interpreter: its calls
+/// start Python cold and still answer, with the import error nowhere in their output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_preload_falls_back_to_cold_starts() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let mut r = CallRequest::argv(["python3", "-c", "import sys; print(len(sys.modules) > 0)"]);
+    r.interpreter = Some("python3".into());
+    r.preload = vec!["warren_no_such_module".into()];
+    for _ in 0..3 {
+        let out = call(&d, &r).await;
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        assert_eq!(out.stdout, "True\n", "{out:?}");
+        assert!(!out.stderr.contains("warren_no_such_module"), "{out:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_sandbox_serves_the_uniform_api() {
     let Some(d) = Daemon::start().await else {

@@ -30,6 +30,9 @@ pub struct CallBench {
     pub throughput_calls: usize,
     pub throughput_busy: usize,
     pub warm_python: Latency,
+    /// Warm-interpreter calls with no gap between them (the pool grows until each call finds
+    /// a ready interpreter).
+    pub warm_python_back_to_back: Latency,
     pub cold_python_call: Latency,
     pub cold_python_exec: Latency,
     pub exec_true: Latency,
@@ -171,6 +174,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
     // next interpreter after a call, which takes a cold start's time), so calls are spaced.
     let gap = Duration::from_millis(1000);
     let warm_python = sequential(s, &warm, pn, gap).await?;
+    let warm_python_back_to_back = sequential(s, &warm, pn * 4, Duration::ZERO).await?;
     let cold = req(s, &py);
     let cold_python_call = sequential(s, &cold, pn, gap).await?;
 
@@ -202,6 +206,7 @@ pub async fn call(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Cal
         throughput_calls,
         throughput_busy,
         warm_python,
+        warm_python_back_to_back,
         cold_python_call,
         cold_python_exec,
         exec_true,
@@ -218,6 +223,10 @@ impl CallBench {
             ("call true", &self.call_true),
             ("exec true (sandbox)", &self.exec_true),
             ("call python3 (warm interpreter)", &self.warm_python),
+            (
+                "call python3 (warm, back to back)",
+                &self.warm_python_back_to_back,
+            ),
             ("call python3 (cold)", &self.cold_python_call),
             ("exec python3 (sandbox, cold)", &self.cold_python_exec),
         ] {
