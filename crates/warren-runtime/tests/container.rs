@@ -1,52 +1,14 @@
 //! Real container sandboxes (root only). Skips, saying why, when it cannot run here.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use warren_image::ImageStore;
 use warren_proto::ExecSpec;
-use warren_runtime::container::{ContainerConfig, ContainerRuntime};
+use warren_runtime::container::ContainerRuntime;
 use warren_runtime::{Runtime, SandboxSpec};
 use warren_types::{Limits, NodeId, SandboxId};
 
-fn agent_bin() -> Option<PathBuf> {
-    let mut cands = Vec::new();
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        cands.push(PathBuf::from(d).join("warren-agent"));
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    cands.push(root.join("target/release/warren-agent"));
-    cands.push(root.join("target/debug/warren-agent"));
-    cands.into_iter().find(|p| p.is_file())
-}
+mod common;
 
 fn setup() -> Option<(ContainerRuntime, NodeId)> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: container tests need root");
-        return None;
-    }
-    let Some(agent) = agent_bin() else {
-        eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
-        return None;
-    };
-    let store_dir =
-        std::env::var("WARREN_IMAGE_STORE").unwrap_or_else(|_| "/var/lib/warren/images".into());
-    let store = Arc::new(ImageStore::open(&store_dir).unwrap());
-    if store.manifest("default").is_err() {
-        let rootfs = PathBuf::from("/var/cache/warren/rootfs-default");
-        assert!(
-            rootfs.is_dir(),
-            "no default image and no rootfs to build it from: run scripts/setup.sh"
-        );
-        store.build_layer(&rootfs, "default").unwrap();
-    }
-    // One node name per test: tests run side by side and reconcile their own node only.
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let node: NodeId = format!("rt{}x{n}", std::process::id() % 100000)
-        .parse()
-        .unwrap();
-    let rt = ContainerRuntime::new(ContainerConfig::new(node.clone(), agent), store).unwrap();
-    Some((rt, node))
+    common::container_runtime()
 }
 
 fn spec(node: &NodeId) -> SandboxSpec {

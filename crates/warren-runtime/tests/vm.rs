@@ -11,16 +11,7 @@ use warren_runtime::vm::{VmConfig, VmRuntime};
 use warren_runtime::{Instance, Runtime, SandboxSpec};
 use warren_types::{Limits, NodeId, SandboxId, Substrate};
 
-fn agent_bin() -> Option<PathBuf> {
-    let mut cands = Vec::new();
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        cands.push(PathBuf::from(d).join("warren-agent"));
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    cands.push(root.join("target/release/warren-agent"));
-    cands.push(root.join("target/debug/warren-agent"));
-    cands.into_iter().find(|p| p.is_file())
-}
+mod common;
 
 struct Env {
     rt: VmRuntime,
@@ -30,28 +21,10 @@ struct Env {
 }
 
 fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: VM tests need root");
-        return None;
-    }
+    let (agent, store) = common::prerequisites("VM", false)?;
     // Host tools run through the reaper, as in the daemon.
     warren_runtime::reaper::start().unwrap();
-    let Some(agent) = agent_bin() else {
-        eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
-        return None;
-    };
-    let store_dir =
-        std::env::var("WARREN_IMAGE_STORE").unwrap_or_else(|_| "/var/lib/warren/images".into());
-    let store = Arc::new(ImageStore::open(&store_dir).unwrap());
-    if store.manifest("default").is_err() {
-        eprintln!("SKIP: no default image (scripts/build-default-image.sh)");
-        return None;
-    }
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let node: NodeId = format!("vm{}x{n}", std::process::id() % 100000)
-        .parse()
-        .unwrap();
+    let node = common::node("vm");
     let base = std::env::var("WARREN_TEST_DIR").unwrap_or_else(|_| "/tmp/warren-tests".into());
     // Bases and templates are shared by every test run (they are caches); sandboxes are not.
     let root = PathBuf::from(base).join("vm-runtime");

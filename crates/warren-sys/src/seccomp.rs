@@ -468,6 +468,19 @@ fn arch() -> Result<seccompiler::TargetArch> {
     std::env::consts::ARCH.try_into().map_err(bad)
 }
 
+/// Compiles `rules` into a program: `mismatch` for syscalls without a matching rule,
+/// `matched` for those with one.
+fn program(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mismatch: SeccompAction,
+    matched: SeccompAction,
+) -> Result<BpfProgram> {
+    SeccompFilter::new(rules, mismatch, matched, arch()?)
+        .map_err(bad)?
+        .try_into()
+        .map_err(bad)
+}
+
 fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, val: u64) -> Result<SeccompCondition> {
     SeccompCondition::new(arg, len, op, val).map_err(bad)
 }
@@ -502,14 +515,11 @@ fn allow_list(extra: &[libc::c_long], ns_allowed: u64) -> Result<BpfProgram> {
         libc::SYS_clone,
         vec![SeccompRule::new(vec![no_ns]).map_err(bad)?],
     );
-    let filter = SeccompFilter::new(
+    program(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
         SeccompAction::Allow,
-        arch()?,
     )
-    .map_err(bad)?;
-    filter.try_into().map_err(bad)
 }
 
 /// What a function container's agent does for each call environment (cell) that the sandbox
@@ -543,14 +553,11 @@ fn cell_finish_filter() -> Result<BpfProgram> {
         }
     }
     rules.insert(libc::SYS_clone, clone);
-    let filter = SeccompFilter::new(
+    program(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
-        arch()?,
     )
-    .map_err(bad)?;
-    filter.try_into().map_err(bad)
 }
 
 /// Argument refinements (default allow): denied ioctl requests and `personality` values
@@ -576,14 +583,11 @@ pub fn refine_filter() -> Result<BpfProgram> {
         libc::SYS_personality,
         vec![SeccompRule::new(not_allowed).map_err(bad)?],
     );
-    let filter = SeccompFilter::new(
+    program(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
-        arch()?,
     )
-    .map_err(bad)?;
-    filter.try_into().map_err(bad)
 }
 
 /// Syscalls answered `ENOSYS`, as if the kernel lacked them: `clone3` (libc falls back to
@@ -602,14 +606,11 @@ pub fn enosys_filter() -> Result<BpfProgram> {
     for nr in ENOSYS {
         rules.insert(*nr, vec![]);
     }
-    let filter = SeccompFilter::new(
+    program(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
-        arch()?,
     )
-    .map_err(bad)?;
-    filter.try_into().map_err(bad)
 }
 
 /// Installs the sandbox filters on the calling thread (inherited by children). Requires
