@@ -93,6 +93,10 @@ struct Args {
     /// Cap on the memory limits of all warm function containers, in MiB.
     #[arg(long, default_value_t = 64 * 1024)]
     function_max_memory_mb: u64,
+    /// A pool whose calls wait for their call environments grows only while the node's CPU
+    /// pressure (PSI `some avg10`, percent) is at most this; 100 ignores the pressure.
+    #[arg(long, default_value_t = 40.0, value_parser = pressure_percent)]
+    function_max_cpu_pressure: f64,
     /// Do not put sandboxes into a Landlock domain (it is applied best effort by the
     /// kernel's ABI otherwise).
     #[arg(long)]
@@ -297,6 +301,8 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_queue = args.function_queue;
     cfg.functions.queue_timeout = Duration::from_millis(args.function_queue_timeout_ms);
     cfg.functions.max_warm_memory_mb = args.function_max_memory_mb;
+    cfg.functions.max_cpu_pressure =
+        (args.function_max_cpu_pressure < 100.0).then_some(args.function_max_cpu_pressure);
     cfg.security = security;
     let manager = Manager::new(cfg, runtimes, store).with_image_store(images);
     let net_cfg = match &args.network_config {
@@ -376,4 +382,12 @@ async fn run(args: Args) -> Result<()> {
     manager.stop_functions().await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
+}
+
+/// A percentage from 0 to 100.
+fn pressure_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
 }

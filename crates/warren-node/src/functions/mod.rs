@@ -19,6 +19,7 @@
 mod backend;
 mod call;
 mod pool;
+mod pressure;
 #[cfg(test)]
 mod tests;
 
@@ -52,6 +53,10 @@ pub struct FunctionConfig {
     pub retry_after_secs: u64,
     /// How often pools are checked for shrinking.
     pub tick: Duration,
+    /// A pool whose calls wait for cells does not grow while the node's CPU pressure (PSI
+    /// `some avg10`, in percent) is above this: more containers cannot help a saturated CPU.
+    /// `None` ignores the pressure.
+    pub max_cpu_pressure: Option<f64>,
 }
 
 impl Default for FunctionConfig {
@@ -66,6 +71,7 @@ impl Default for FunctionConfig {
             max_warm_memory_mb: 64 * 1024,
             retry_after_secs: 1,
             tick: Duration::from_secs(1),
+            max_cpu_pressure: Some(40.0),
         }
     }
 }

@@ -305,8 +305,15 @@ impl Pool {
     /// away again when the calls stop.
     ///
     /// Damped: at most one container per [`GROW_INTERVAL`], so the CPU that starting
-    /// containers takes (which makes cells slower still) cannot feed the growth.
+    /// containers takes (which makes cells slower still) cannot feed the growth; and not at
+    /// all while the node's CPU is saturated (`max_cpu_pressure`), when cells are slow for
+    /// want of CPU, not of containers.
     pub fn cells_lagging(self: &Arc<Self>) {
+        if let Some(max) = self.shared.cfg.max_cpu_pressure {
+            if super::pressure::cpu_some_avg10().is_some_and(|p| p > max) {
+                return;
+            }
+        }
         let now = Instant::now();
         let go = {
             let mut st = self.lock();

@@ -103,6 +103,7 @@ fn cfg() -> FunctionConfig {
         max_warm_memory_mb: 10_000,
         retry_after_secs: 2,
         tick: Duration::from_secs(3600),
+        max_cpu_pressure: None,
     }
 }
 
