@@ -20,10 +20,15 @@ pub(crate) async fn acquire(
     tokio::task::spawn_blocking(move || images.acquire(&holder, &refs))
         .await
         .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
-        .map_err(|e| match e {
-            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
-            e => RuntimeError::Image(e),
-        })
+        .map_err(image_error)
+}
+
+/// An image store error as the runtime reports it: an unknown image is `ImageNotFound`.
+pub(crate) fn image_error(e: warren_image::ImageError) -> RuntimeError {
+    match e {
+        warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
+        e => RuntimeError::Image(e),
+    }
 }
 
 /// Leases known layers to `id` (a sandbox adopted from before leases existed, or whose

@@ -617,7 +617,13 @@ pub fn enosys_filter() -> Result<BpfProgram> {
 /// `no_new_privs` or CAP_SYS_ADMIN. Of two `ERRNO` answers the kernel keeps the one of the
 /// filter installed last, so the `ENOSYS` filter goes last.
 pub fn apply_sandbox_filter() -> Result<()> {
-    seccompiler::apply_filter(&sandbox_filter()?).map_err(bad)?;
+    install(&sandbox_filter()?)
+}
+
+/// Installs `allow_list`, then the argument refinements, then the `ENOSYS` filter (last, so
+/// that its answer wins over the allow-list's `EPERM`).
+fn install(allow_list: &BpfProgram) -> Result<()> {
+    seccompiler::apply_filter(allow_list).map_err(bad)?;
     seccompiler::apply_filter(&refine_filter()?).map_err(bad)?;
     seccompiler::apply_filter(&enosys_filter()?).map_err(bad)?;
     Ok(())
@@ -644,22 +650,14 @@ impl CellFilters {
     /// Installs the builder filters on the calling thread and returns the finish filter for
     /// the cells. Requires `no_new_privs` or CAP_SYS_ADMIN.
     pub fn install_builder() -> Result<CellFilters> {
-        let builder = allow_list(CELL_BUILDING, CELL_NAMESPACES)?;
         let finish = cell_finish_filter()?;
-        seccompiler::apply_filter(&builder).map_err(bad)?;
-        seccompiler::apply_filter(&refine_filter()?).map_err(bad)?;
-        seccompiler::apply_filter(&enosys_filter()?).map_err(bad)?;
+        install(&allow_list(CELL_BUILDING, CELL_NAMESPACES)?)?;
         Ok(CellFilters { finish })
     }
 
     /// Installs the finish filter on the calling thread (a cell, before it runs anything).
     pub fn finish(&self) -> Result<()> {
         seccompiler::apply_filter(&self.finish).map_err(bad)
-    }
-
-    /// Instructions of the finish filter (what each cell pays for).
-    pub fn finish_len(&self) -> usize {
-        self.finish.len()
     }
 }
 

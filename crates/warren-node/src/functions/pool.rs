@@ -309,11 +309,6 @@ impl Pool {
     /// all while the node's CPU is saturated (`max_cpu_pressure`), when cells are slow for
     /// want of CPU, not of containers.
     pub fn cells_lagging(self: &Arc<Self>) {
-        if let Some(max) = self.shared.cfg.max_cpu_pressure {
-            if super::pressure::cpu_some_avg10().is_some_and(|p| p > max) {
-                return;
-            }
-        }
         let now = Instant::now();
         let go = {
             let mut st = self.lock();
@@ -326,7 +321,16 @@ impl Pool {
             }
             go
         };
-        if go && self.start_one() {
+        if !go {
+            return;
+        }
+        // Read only once a growth is due (at most once per `GROW_INTERVAL`), not per call.
+        let saturated = self
+            .shared
+            .cfg
+            .max_cpu_pressure
+            .is_some_and(|max| super::pressure::cpu_some_avg10().is_some_and(|p| p > max));
+        if !saturated && self.start_one() {
             tracing::debug!(image = ?self.key.image, "calls wait for cells: one more warm container");
         }
     }

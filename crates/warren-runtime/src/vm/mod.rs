@@ -263,10 +263,9 @@ impl VmRuntime {
     }
 
     fn resolve(&self, spec: &SandboxSpec) -> Result<Vec<String>, RuntimeError> {
-        self.images.resolve(&spec.image).map_err(|e| match e {
-            warren_image::ImageError::NotFound(r) => RuntimeError::ImageNotFound(r),
-            e => RuntimeError::Image(e),
-        })
+        self.images
+            .resolve(&spec.image)
+            .map_err(crate::leases::image_error)
     }
 
     /// Boots a sandbox without a template (the cold path; templates are made this way).
