@@ -32,6 +32,8 @@ PACKAGES=(
     curl ca-certificates                # health checks against the daemon socket
     fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
+    etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
+    protobuf-compiler                   # protoc for the etcd-client crate
 )
 
 missing=()
