@@ -134,3 +134,52 @@ async fn malformed_and_oversized_requests_get_typed_errors() {
     );
     s.assert_unaffected().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_can_never_fit_the_node_are_refused_before_anything_starts() {
+    let Some(s) = Scene::new().await else { return };
+    let sock = s.d.socket.clone();
+    let before = s.d.list().await.len();
+    let host_mb = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap()
+        / 1024;
+    let cases = [
+        // More memory than the host has (plus the VMM's share).
+        format!(r#"{{"substrate":"microvm","memory_mb":{}}}"#, host_mb + 1024),
+        format!(r#"{{"substrate":"vm","memory_mb":{host_mb}}}"#),
+        // An allow-list network on a substrate without network policies.
+        r#"{"substrate":"microvm","network":{"mode":"allow","allow":[{"cidr":"10.254.1.0/24","ports":443,"protocol":"tcp"}]}}"#.to_string(),
+        // A writable layer in memory larger than the memory limit.
+        r#"{"memory_mb":64,"disk_mb":4096}"#.to_string(),
+    ];
+    // The VM directory of this daemon: a VM that booted leaves its template there.
+    let vm_dir = std::env::var_os("WARREN_VM_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| s.d.state_dir.join("vm"));
+    let templates = || std::fs::read_dir(vm_dir.join("templates")).map_or(0, |d| d.count());
+    let made = templates();
+    for body in cases {
+        let (status, _, reply) = raw_request(
+            &sock,
+            "POST",
+            "/v1/sandboxes",
+            Some("application/json"),
+            body.clone(),
+        )
+        .await;
+        let reply = String::from_utf8_lossy(&reply);
+        assert_eq!(status, 400, "{body}: {status} {reply}");
+        assert!(reply.contains("invalid_request"), "{body}: {reply}");
+        assert_eq!(
+            templates(),
+            made,
+            "{body}: a VM was booted before the refusal"
+        );
+    }
+    assert_eq!(s.d.list().await.len(), before, "something was created");
+    s.assert_unaffected().await;
+}

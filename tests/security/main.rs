@@ -10,13 +10,16 @@ mod agent;
 mod api;
 mod cpu;
 mod devices;
+mod episode;
 mod files;
 mod floods;
 mod image;
 mod kernel;
 mod kernel_apis;
 mod landlock;
+mod messages;
 mod mounts;
+mod storage;
 
 use std::time::Duration;
 

@@ -112,3 +112,34 @@ async fn proc_cannot_be_remounted_or_unmasked() {
     assert!(!r.success(), "traces of the host's tree are reachable");
     s.assert_unaffected().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_inside_names_a_host_path() {
+    let Some(s) = Scene::new().await else { return };
+    let seen = s
+        .sh_ok_stdout(
+            "tr '\\0' ' ' < /proc/1/cmdline; echo; cat /proc/mounts /proc/self/mountinfo; \
+             cat /proc/1/mountinfo /proc/1/mounts 2>/dev/null; true",
+        )
+        .await;
+    let d = &s.d;
+    let host = [
+        crate::common::bin_dir(),
+        crate::common::image_store(),
+        crate::common::repo_root(),
+        d.dir.clone(),
+        d.state_dir.clone(),
+        "/var/lib/warren".into(),
+        "/run/warren".into(),
+    ];
+    for p in host {
+        let p = p.display().to_string();
+        assert!(
+            !seen.contains(&p),
+            "the sandbox sees the host path {p}:\n{seen}"
+        );
+    }
+    // PID 1 is named, not located.
+    assert!(seen.starts_with("warren-agent container"), "{seen}");
+    s.assert_unaffected().await;
+}

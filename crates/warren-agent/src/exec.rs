@@ -14,7 +14,7 @@ use warren_proto::{Control, Event, ExecSpec, Frame, Kind, ProcEntry};
 use warren_sys::process::ChildSetup;
 use warren_types::{ErrorCode, ProcessState};
 
-use crate::reaper::{kill_command, kill_tree, start_ticks, Exit};
+use crate::reaper::{kill_command, kill_command_fully, kill_tree, start_ticks, Exit};
 use crate::serve::{event, Inbox, Out, State};
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -215,7 +215,9 @@ pub async fn foreground(
     let mut exit_rx = state.reaper.watch(pid);
     let since = start_ticks(pid);
     state.active.borrow_mut().insert(pid);
-    let kill_all = || kill_command(pid, since, &state.others(pid));
+    let kill_all = || {
+        kill_command(pid, since, &state.others(pid));
+    };
     let _ = event(out, id, &Event::Started { pid }).await;
     let mut stdout = child.stdout.take().and_then(receiver);
     let mut stderr = child.stderr.take().and_then(receiver);
@@ -288,6 +290,10 @@ pub async fn foreground(
             st = &mut exit_rx, if exit.is_none() => {
                 exit = Some(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
                 exited_at = Instant::now();
+                if spec.kill_tree {
+                    // Everything the command started ends with it (its pipes close too).
+                    kill_command_fully(pid, since, &state.others(pid)).await;
+                }
             },
             f = inbox.recv(), if inbox_open => match f {
                 Some(f) => match f.kind {
@@ -423,6 +429,8 @@ pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
     };
     let pid = child.id();
     let exit_rx = state.reaper.watch(pid);
+    let since = start_ticks(pid);
+    let kill_tree_at_exit = spec.kill_tree.then(|| state.clone());
     let p = Rc::new(Proc {
         argv: spec.argv.clone(),
         started_at_ms: now_ms(),
@@ -460,6 +468,9 @@ pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
             },
             None => exit_rx.await.ok(),
         };
+        if let Some(state) = kill_tree_at_exit {
+            kill_command_fully(pid, since, &state.others(pid)).await;
+        }
         p.exit
             .set(Some(exit.unwrap_or(Exit::Signal(libc::SIGKILL))));
         // Let the readers take what is left in the pipes.

@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use warren_proto::{Event, Frame, Kind};
 use warren_types::{ErrorCode, FileKind, FileStat};
 
@@ -97,26 +97,118 @@ pub async fn read(path: &str, window: u32, id: u32, mut inbox: Inbox, out: &Out)
     }
 }
 
-pub async fn write(path: &str, mode: Option<u32>, mut inbox: Inbox) -> Event {
-    let mut f = match open_regular(
-        path,
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode.unwrap_or(0o644)),
-    ) {
-        Ok(f) => f,
+/// Where an upload lands: `path`, or the file its symlink names (resolved inside the
+/// sandbox), with the metadata of the file it replaces.
+fn upload_target(path: &str) -> Result<(PathBuf, Option<std::fs::Metadata>), Event> {
+    let target = match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_symlink() => {
+            std::fs::canonicalize(path).map_err(|e| io_event(path, &e))?
+        }
+        Ok(_) => PathBuf::from(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => PathBuf::from(path),
+        Err(e) => return Err(io_event(path, &e)),
+    };
+    let existing = match std::fs::symlink_metadata(&target) {
+        Ok(md) if md.is_file() => Some(md),
+        Ok(_) => {
+            return Err(Event::error(
+                ErrorCode::FileError,
+                format!("{path}: not a regular file"),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_event(path, &e)),
+    };
+    Ok((target, existing))
+}
+
+/// Removes a partly written upload when dropped (unless it was renamed into place).
+struct TempFile(Option<PathBuf>);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Writes an upload to a new file beside its target and renames it into place at the end:
+/// a failed, cancelled or cut-off upload leaves no partial file. A known `size` is checked
+/// against the free space before anything is written, and against what arrived.
+pub async fn write(path: &str, mode: Option<u32>, size: Option<u64>, mut inbox: Inbox) -> Event {
+    let (target, existing) = match upload_target(path) {
+        Ok(t) => t,
         Err(ev) => return ev,
     };
-    if let Some(m) = mode {
-        let _ = f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777));
+    let dir = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let dir_fd = match File::open(&dir) {
+        Ok(f) => f,
+        Err(e) => return io_event(path, &e),
+    };
+    if let Err(ev) = check_kernel_fs(path, &dir_fd) {
+        return ev;
     }
+    if let Some(n) = size {
+        if let Ok(st) = nix::sys::statvfs::fstatvfs(dir_fd.as_fd()) {
+            let free = st.blocks_available() * st.fragment_size();
+            if n > free {
+                return Event::error(
+                    ErrorCode::FileError,
+                    format!("{path}: no space left: the upload is {n} bytes, {free} are free"),
+                );
+            }
+        }
+    }
+    static UPLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp_name: String = format!(
+        ".{}.upload-{}-{}",
+        name,
+        std::process::id(),
+        UPLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+    .chars()
+    .take(200)
+    .collect();
+    let tmp_path = dir.join(tmp_name);
+    let mut f = match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&tmp_path)
+    {
+        Ok(f) => f,
+        Err(e) => return io_event(path, &e),
+    };
+    let tmp = TempFile(Some(tmp_path));
+    let final_mode = mode
+        .or_else(|| existing.as_ref().map(|m| m.mode()))
+        .unwrap_or(0o644)
+        & 0o7777;
+    if let Some(md) = &existing {
+        let _ = std::os::unix::fs::fchown(&f, Some(md.uid()), Some(md.gid()));
+    }
+    if let Err(e) = f.set_permissions(std::fs::Permissions::from_mode(final_mode)) {
+        return io_event(path, &e);
+    }
+    let mut written = 0u64;
     loop {
         match inbox.recv().await {
             Some(fr) => match fr.kind {
                 Kind::Stdin => {
-                    if let Err(e) = f.write_all(&fr.payload) {
+                    written += fr.payload.len() as u64;
+                    let over = size.is_some_and(|n| written > n);
+                    let res = if over {
+                        Err(std::io::Error::other("more bytes than the announced size"))
+                    } else {
+                        f.write_all(&fr.payload)
+                    };
+                    if let Err(e) = res {
                         // Keep reading so the daemon's upload is not stuck on a full inbox.
                         while let Some(fr) = inbox.recv().await {
                             if fr.kind != Kind::Stdin {
@@ -126,13 +218,30 @@ pub async fn write(path: &str, mode: Option<u32>, mut inbox: Inbox) -> Event {
                         return io_event(path, &e);
                     }
                 }
-                Kind::Eof => return Event::Done,
+                Kind::Eof => break,
                 Kind::Cancel => return Event::error(ErrorCode::Internal, "upload cancelled"),
                 _ => {}
             },
-            None => return Event::Done,
+            // The daemon went away mid-upload: nothing is kept.
+            None => return Event::error(ErrorCode::Internal, "upload cut off"),
         }
     }
+    if let Some(n) = size.filter(|n| *n != written) {
+        return Event::error(
+            ErrorCode::InvalidRequest,
+            format!("{path}: the upload announced {n} bytes and sent {written}"),
+        );
+    }
+    drop(f);
+    let mut tmp = tmp;
+    let Some(from) = tmp.0.take() else {
+        return Event::error(ErrorCode::Internal, "upload lost its file");
+    };
+    if let Err(e) = std::fs::rename(&from, &target) {
+        let _ = std::fs::remove_file(&from);
+        return io_event(path, &e);
+    }
+    Event::Done
 }
 
 fn stat_of(name: String, p: &Path) -> std::io::Result<FileStat> {
@@ -173,22 +282,52 @@ pub fn stat(path: &str) -> Event {
     }
 }
 
-pub fn list(path: &str) -> Event {
+/// One page of a directory: the `limit` smallest names after `after`. Memory and answer size
+/// stay bounded by the page however large the directory (the sandbox decides how many files
+/// it holds).
+pub fn list(path: &str, after: Option<&str>, limit: Option<u32>) -> Event {
+    use warren_types::files::{DEFAULT_LIST_ENTRIES, MAX_LIST_BYTES, MAX_LIST_ENTRIES};
     let rd = match std::fs::read_dir(path) {
         Ok(r) => r,
         Err(e) => return io_event(path, &e),
     };
-    let mut entries = Vec::new();
+    let limit = limit
+        .map(|l| l as usize)
+        .unwrap_or(DEFAULT_LIST_ENTRIES)
+        .clamp(1, MAX_LIST_ENTRIES);
+    let mut page = std::collections::BTreeSet::new();
+    let mut more = false;
     for ent in rd.flatten() {
-        if entries.len() >= warren_types::files::MAX_LIST_ENTRIES {
-            break;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if after.is_some_and(|a| name.as_str() <= a) {
+            continue;
         }
-        if let Ok(s) = stat_of(ent.file_name().to_string_lossy().into_owned(), &ent.path()) {
-            entries.push(s);
+        page.insert(name);
+        if page.len() > limit {
+            page.pop_last();
+            more = true;
         }
     }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Event::Entries { entries }
+    let dir = Path::new(path);
+    let mut entries = Vec::with_capacity(page.len());
+    let mut bytes = 0usize;
+    let mut next = None;
+    for name in page {
+        if bytes >= MAX_LIST_BYTES {
+            more = true;
+            break;
+        }
+        if let Ok(s) = stat_of(name.clone(), &dir.join(&name)) {
+            // Worst case of its JSON: every byte escaped (6 bytes) plus the fixed fields.
+            bytes += 6 * (s.name.len() + s.link_target.as_ref().map_or(0, |t| t.len())) + 160;
+            entries.push(s);
+        }
+        next = Some(name);
+    }
+    if !more {
+        next = None;
+    }
+    Event::Entries { entries, next }
 }
 
 pub fn mkdir(path: &str, parents: bool, mode: Option<u32>) -> Event {

@@ -65,11 +65,15 @@ impl Reaper {
     }
 }
 
-/// Fields of /proc/PID/stat after the command name: (ppid, pgrp, session, starttime).
+/// Fields of /proc/PID/stat after the command name: (ppid, pgrp, session, starttime), for
+/// processes that are not dead already (zombies wait for the reaper).
 fn stat_fields(pid: u32) -> Option<(u32, u32, u32, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
+    if matches!(f.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
     Some((
         f.get(1)?.parse().ok()?,
         f.get(2)?.parse().ok()?,
@@ -86,11 +90,13 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// Kills a command's whole tree: its process group, every process still in its session, and
 /// (when `since` is given) every orphan started after the command began that left its session
 /// (`setsid`, double fork) — unless it belongs to another live command in `protect`.
-pub fn kill_command(leader: u32, since: Option<u64>, protect: &[u32]) {
+/// Returns how many live processes it signalled.
+pub fn kill_command(leader: u32, since: Option<u64>, protect: &[u32]) -> usize {
     let _ = warren_sys::process::kill_group(leader, libc::SIGKILL);
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
+        return 0;
     };
+    let mut killed = 0;
     for ent in dir.flatten() {
         let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -111,7 +117,21 @@ pub fn kill_command(leader: u32, since: Option<u64>, protect: &[u32]) {
         });
         if ours || stray {
             let _ = warren_sys::process::kill(pid, libc::SIGKILL);
+            killed += 1;
         }
+    }
+    killed
+}
+
+/// [`kill_command`] until nothing of the command is left alive: a process that forked while
+/// a pass ran is found by the next one (a fork bomb under its pid limit ends in a few).
+pub async fn kill_command_fully(leader: u32, since: Option<u64>, protect: &[u32]) {
+    for _ in 0..200 {
+        if kill_command(leader, since, protect) == 0 {
+            return;
+        }
+        // Lets the reaper collect the dead before the next pass looks again.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
 }
 

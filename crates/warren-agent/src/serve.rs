@@ -45,9 +45,24 @@ impl State {
     }
 }
 
-/// Sends an event; false when the daemon is gone.
+/// Sends an event; false when the daemon is gone. An answer too large for the protocol is
+/// replaced by an error (the connection outlives any answer).
 pub async fn event(out: &Out, stream: u32, ev: &Event) -> bool {
-    out.send(Frame::json(stream, Kind::Event, ev)).await.is_ok()
+    let mut f = Frame::json(stream, Kind::Event, ev);
+    if !f.fits() {
+        f = Frame::json(
+            stream,
+            Kind::Event,
+            &Event::error(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "the answer is larger than {} bytes; ask for less (e.g. a page of a listing)",
+                    warren_proto::MAX_MESSAGE
+                ),
+            ),
+        );
+    }
+    out.send(f).await.is_ok()
 }
 
 /// The agent's shared state, made once per agent.
@@ -219,7 +234,7 @@ where
                     let _ = tx.send(frame).await;
                 }
             }
-            Kind::Event | Kind::Stdout | Kind::Stderr => {}
+            Kind::Event | Kind::Stdout | Kind::Stderr | Kind::Part => {}
         }
     }
     // The daemon is gone: in-flight foreground calls see their inbox close and stop.
@@ -262,9 +277,9 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
             crate::exec::pty(spec, cols, rows, id, inbox, out, state).await
         }
         Call::ReadFile { path, window } => crate::files::read(&path, window, id, inbox, out).await,
-        Call::WriteFile { path, mode } => crate::files::write(&path, mode, inbox).await,
+        Call::WriteFile { path, mode, size } => crate::files::write(&path, mode, size, inbox).await,
         Call::Stat { path } => crate::files::stat(&path),
-        Call::List { path } => crate::files::list(&path),
+        Call::List { path, after, limit } => crate::files::list(&path, after.as_deref(), limit),
         Call::Mkdir {
             path,
             parents,

@@ -114,20 +114,29 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         std::fs::create_dir(t.join(d)).map_err(e("mkdir in writable layer"))?;
     }
     let root = t.join("root");
+    // The overlay's options are shown in the sandbox's /proc/mounts as given: name every
+    // layer by a relative link in the staging directory, so no host path appears there.
+    let mut lower = Vec::with_capacity(lowerdirs.len());
+    for (i, l) in lowerdirs.iter().enumerate() {
+        let name = format!("l{i}");
+        std::os::unix::fs::symlink(l, t.join(&name)).map_err(e("layer link"))?;
+        lower.push(name);
+    }
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
-        lowerdirs.join(":"),
-        t.join("upper").display(),
-        t.join("work").display()
+        "lowerdir={},upperdir=upper,workdir=work,userxattr",
+        lower.join(":")
     );
-    mount(
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    std::env::set_current_dir(t).map_err(e("enter the staging directory"))?;
+    let mounted = mount(
         Some("overlay"),
         &root,
         Some("overlay"),
         Flags::MS_NODEV,
         Some(&opts),
-    )
-    .map_err(|x| x.to_string())?;
+    );
+    let _ = std::env::set_current_dir(&cwd);
+    mounted.map_err(|x| x.to_string())?;
 
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
     let mk = |p: &str| {

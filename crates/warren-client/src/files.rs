@@ -8,8 +8,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::Method;
-use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWriteExt};
+use warren_types::files::DirPage;
 use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 
 use crate::client::{empty_body, enc, full_body, seg, Body, Client, OCTET_STREAM};
@@ -18,11 +18,6 @@ use crate::stream::ByteStream;
 
 /// Chunk size used when streaming a local reader into an upload.
 const UPLOAD_CHUNK: usize = 256 << 10;
-
-#[derive(Deserialize)]
-struct DirList {
-    entries: Vec<FileStat>,
-}
 
 fn files_path(id: &str, suffix: &str, path: &str) -> String {
     format!("/v1/sandboxes/{}/files{suffix}?path={}", seg(id), enc(path))
@@ -55,11 +50,29 @@ impl Client {
         S: Stream<Item = Result<Bytes, E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        self.write_file_sized(id, path, mode, None, body).await
+    }
+
+    /// [`Client::write_file`] of a body whose length is known (`size`): the node refuses it
+    /// before anything is written when the sandbox has no room for it, and a body of another
+    /// length fails without changing the file.
+    pub async fn write_file_sized<S, E>(
+        &self,
+        id: &str,
+        path: &str,
+        mode: Option<u32>,
+        size: Option<u64>,
+        body: S,
+    ) -> Result<(), ClientError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
         let frames = body
             .map_ok(Frame::data)
             .map_err(|e| std::io::Error::other(e.into()));
         let body: Body = StreamBody::new(frames).boxed_unsync();
-        self.put_file(id, path, mode, body).await
+        self.put_file(id, path, mode, size, body).await
     }
 
     /// Streams any [`AsyncRead`] into a sandbox file.
@@ -85,7 +98,9 @@ impl Client {
         mode: Option<u32>,
         data: impl Into<Bytes>,
     ) -> Result<(), ClientError> {
-        self.put_file(id, path, mode, full_body(data.into())).await
+        let data = data.into();
+        let size = Some(data.len() as u64);
+        self.put_file(id, path, mode, size, full_body(data)).await
     }
 
     async fn put_file(
@@ -93,11 +108,15 @@ impl Client {
         id: &str,
         path: &str,
         mode: Option<u32>,
+        size: Option<u64>,
         body: Body,
     ) -> Result<(), ClientError> {
         let mut uri = files_path(id, "", path);
         if let Some(m) = mode {
             uri.push_str(&format!("&mode={m}"));
+        }
+        if let Some(n) = size {
+            uri.push_str(&format!("&size={n}"));
         }
         self.send(Method::PUT, &uri, body, Some(OCTET_STREAM))
             .await?
@@ -172,7 +191,9 @@ impl Client {
                 counter.fetch_add(c.len() as u64, std::sync::atomic::Ordering::Relaxed);
             },
         );
-        self.write_file(id, remote, Some(mode), chunks).await?;
+        let size = meta.is_file().then_some(meta.len());
+        self.write_file_sized(id, remote, Some(mode), size, chunks)
+            .await?;
         Ok(counted.load(std::sync::atomic::Ordering::Relaxed))
     }
 
@@ -187,17 +208,38 @@ impl Client {
         .await
     }
 
-    /// `GET /v1/sandboxes/{id}/files/list?path=`: the entries of a directory.
+    /// `GET /v1/sandboxes/{id}/files/list?path=`: every entry of a directory, page by page.
     pub async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileStat>, ClientError> {
-        let list: DirList = self
-            .call_json(
-                Method::GET,
-                &files_path(id, "/list", path),
-                None::<&()>,
-                "the listing",
-            )
-            .await?;
-        Ok(list.entries)
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.list_page(id, path, after.as_deref(), None).await?;
+            all.extend(page.entries);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of a directory: at most `limit` entries (node default 1,000) after the name
+    /// `after`, in name order; `next` is set when more follow.
+    pub async fn list_page(
+        &self,
+        id: &str,
+        path: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<DirPage, ClientError> {
+        let mut url = files_path(id, "/list", path);
+        if let Some(a) = after {
+            url.push_str(&format!("&after={}", enc(a)));
+        }
+        if let Some(l) = limit {
+            url.push_str(&format!("&limit={l}"));
+        }
+        self.call_json(Method::GET, &url, None::<&()>, "the listing")
+            .await
     }
 
     /// `POST /v1/sandboxes/{id}/files/mkdir`.

@@ -23,7 +23,13 @@ pub struct NodeConfig {
     pub functions: crate::functions::FunctionConfig,
     /// The confinement the node's runtime applies (reported by `/v1/health`).
     pub security: warren_runtime::security::SecurityReport,
+    /// Once the state file is this large, no sandbox's output is kept in its trajectory
+    /// (digests and sizes only), whatever its budget.
+    pub state_max_bytes: u64,
 }
+
+/// Default of [`NodeConfig::state_max_bytes`]: 8 GiB.
+pub const DEFAULT_STATE_MAX_BYTES: u64 = 8 << 30;
 
 impl NodeConfig {
     pub fn new(node: NodeId) -> Self {
@@ -36,6 +42,7 @@ impl NodeConfig {
             default_hostname: "sandbox".into(),
             functions: Default::default(),
             security: Default::default(),
+            state_max_bytes: DEFAULT_STATE_MAX_BYTES,
         }
     }
 }

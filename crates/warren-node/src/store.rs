@@ -28,6 +28,8 @@ use crate::trajectory::{journal, Journal};
 
 const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+/// Page cache of the state file: reads of any trajectory cost the daemon at most this.
+const CACHE_BYTES: usize = 32 << 20;
 
 /// Format version of the values this build writes.
 pub const FORMAT: u32 = 1;
@@ -111,11 +113,16 @@ impl Store {
                 source,
             })?;
         }
-        let db = Database::create(&path).map_err(|e| StoreError::Db {
-            what: "open",
-            path: path.clone(),
-            source: Box::new(e.into()),
-        })?;
+        // redb caches pages in memory (1 GiB by default): bounded, so reading a large
+        // trajectory costs the daemon no more than this.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
+            .map_err(|e| StoreError::Db {
+                what: "open",
+                path: path.clone(),
+                source: Box::new(e.into()),
+            })?;
         let db = Arc::new(db);
         let store = Store {
             journal: Journal::start(db.clone(), path.clone()),

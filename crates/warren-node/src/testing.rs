@@ -96,7 +96,7 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         id,
                         Event::error(warren_types::ErrorCode::Timeout, "still running"),
                     ),
-                    Call::Stat { path } | Call::List { path } if path == "/missing" => ev(
+                    Call::Stat { path } | Call::List { path, .. } if path == "/missing" => ev(
                         &mut out,
                         id,
                         Event::error(
@@ -105,11 +105,12 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         ),
                     ),
                     Call::Stat { path } => ev(&mut out, id, Event::Stat { stat: stat(&path) }),
-                    Call::List { path } => ev(
+                    Call::List { path, .. } => ev(
                         &mut out,
                         id,
                         Event::Entries {
                             entries: vec![stat(&path)],
+                            next: None,
                         },
                     ),
                     Call::ReadFile { .. } => {

@@ -147,12 +147,16 @@ fn schemas_name_the_serialized_fields() {
     let cases: Vec<(&str, BTreeSet<String>)> = vec![
         (
             "CreateSandboxRequest",
-            fields_of(&CreateSandboxRequest::default()),
+            fields_of(&CreateSandboxRequest {
+                trajectory_mb: Some(1),
+                ..CreateSandboxRequest::default()
+            }),
         ),
         (
             "ExecRequest",
             fields_of(&ExecRequest {
                 step: Some(0),
+                kill_tree: true,
                 ..ExecRequest::default()
             }),
         ),
@@ -182,7 +186,13 @@ fn schemas_name_the_serialized_fields() {
                 labels: Default::default(),
             }),
         ),
-        ("ExecCall", fields_of(&ExecCall::default())),
+        (
+            "ExecCall",
+            fields_of(&ExecCall {
+                kill_tree: true,
+                ..ExecCall::default()
+            }),
+        ),
         (
             "TrajectoryEntry",
             fields_of(&TrajectoryEntry {

@@ -6,8 +6,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest frame (stream id + kind + payload) accepted: 1 MiB + header.
 pub const MAX_FRAME: u32 = (1 << 20) + 5;
-/// Largest payload a sender puts in one frame.
+/// Largest payload a sender puts in one frame; a larger message is split (see [`Kind::Part`]).
 pub const MAX_PAYLOAD: usize = 1 << 20;
+/// Largest message (a frame with its [`Kind::Part`]s) a reader reassembles. Senders check
+/// their messages against it ([`Frame::fits`]) and answer an error instead of sending one that
+/// does not fit, so a message of any size never costs the connection.
+pub const MAX_MESSAGE: usize = 64 << 20;
 
 /// Frame kinds. The numeric values are the wire format; never renumber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,10 @@ pub enum Kind {
     Control = 9,
     /// both ways during start-up: JSON [`crate::Init`] / [`crate::InitReply`] on stream 0.
     Init = 10,
+    /// both ways: the first [`MAX_PAYLOAD`] bytes of a message too large for one frame. The
+    /// parts of a message are consecutive on the wire and end with a frame of the message's
+    /// own kind holding the rest; readers hand out the joined message only.
+    Part = 11,
 }
 
 impl Kind {
@@ -48,6 +56,7 @@ impl Kind {
             8 => Kind::Credit,
             9 => Kind::Control,
             10 => Kind::Init,
+            11 => Kind::Part,
             _ => return None,
         })
     }
@@ -60,6 +69,10 @@ pub enum FrameError {
     Closed,
     #[error("frame of {0} bytes is larger than the limit")]
     TooLarge(u32),
+    #[error("message of more than {0} bytes is larger than the limit")]
+    MessageTooLarge(usize),
+    #[error("a split message on stream {0} was interrupted by stream {1}")]
+    BadPart(u32, u32),
     #[error("frame too short")]
     Short,
     #[error("unknown frame kind {0}")]
@@ -122,11 +135,51 @@ impl Frame {
         buf
     }
 
+    /// True when the message fits [`MAX_MESSAGE`] (larger ones must not be sent).
+    pub fn fits(&self) -> bool {
+        self.payload.len() <= MAX_MESSAGE
+    }
+
+    /// Appends the frame to `buf`; a payload over [`MAX_PAYLOAD`] goes out as [`Kind::Part`]
+    /// frames followed by the final one, all consecutive.
     pub fn encode_into(&self, buf: &mut BytesMut) {
-        buf.put_u32(5 + self.payload.len() as u32);
-        buf.put_u32(self.stream);
-        buf.put_u8(self.kind as u8);
-        buf.put_slice(&self.payload);
+        let mut rest = &self.payload[..];
+        while rest.len() > MAX_PAYLOAD {
+            let (part, tail) = rest.split_at(MAX_PAYLOAD);
+            put_frame(buf, self.stream, Kind::Part, part);
+            rest = tail;
+        }
+        put_frame(buf, self.stream, self.kind, rest);
+    }
+
+    /// Joins a part or final frame onto the parts read before it (`parts`: their stream and
+    /// bytes). `Some` once the message is complete.
+    fn join(parts: &mut Option<(u32, BytesMut)>, f: Frame) -> Result<Option<Frame>, FrameError> {
+        match parts {
+            None if f.kind != Kind::Part => return Ok(Some(f)),
+            None => {
+                *parts = Some((f.stream, BytesMut::from(&f.payload[..])));
+                return Ok(None);
+            }
+            Some((stream, acc)) => {
+                if *stream != f.stream {
+                    return Err(FrameError::BadPart(*stream, f.stream));
+                }
+                if acc.len() + f.payload.len() > MAX_MESSAGE {
+                    return Err(FrameError::MessageTooLarge(MAX_MESSAGE));
+                }
+                acc.extend_from_slice(&f.payload);
+            }
+        }
+        if f.kind == Kind::Part {
+            return Ok(None);
+        }
+        let (stream, acc) = parts.take().expect("parts were checked above");
+        Ok(Some(Frame {
+            stream,
+            kind: f.kind,
+            payload: acc.freeze(),
+        }))
     }
 
     fn decode_body(len: u32, body: Vec<u8>) -> Result<Frame, FrameError> {
@@ -143,8 +196,18 @@ impl Frame {
         })
     }
 
-    /// Reads one frame from an async reader.
+    /// Reads one message from an async reader (its parts joined).
     pub async fn read_async<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameError> {
+        let mut parts = None;
+        loop {
+            let f = Self::read_one_async(r).await?;
+            if let Some(f) = Self::join(&mut parts, f)? {
+                return Ok(f);
+            }
+        }
+    }
+
+    async fn read_one_async<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameError> {
         let mut len = [0u8; 4];
         match r.read_exact(&mut len).await {
             Ok(_) => {}
@@ -177,8 +240,18 @@ impl Frame {
         Ok(())
     }
 
-    /// Reads one frame, blocking.
+    /// Reads one message, blocking (its parts joined).
     pub fn read_blocking<R: Read>(r: &mut R) -> Result<Frame, FrameError> {
+        let mut parts = None;
+        loop {
+            let f = Self::read_one_blocking(r)?;
+            if let Some(f) = Self::join(&mut parts, f)? {
+                return Ok(f);
+            }
+        }
+    }
+
+    fn read_one_blocking<R: Read>(r: &mut R) -> Result<Frame, FrameError> {
         let mut len = [0u8; 4];
         match r.read_exact(&mut len) {
             Ok(_) => {}
@@ -202,6 +275,14 @@ impl Frame {
         w.flush()?;
         Ok(())
     }
+}
+
+fn put_frame(buf: &mut BytesMut, stream: u32, kind: Kind, payload: &[u8]) {
+    buf.reserve(9 + payload.len());
+    buf.put_u32(5 + payload.len() as u32);
+    buf.put_u32(stream);
+    buf.put_u8(kind as u8);
+    buf.put_slice(payload);
 }
 
 #[cfg(test)]
@@ -235,6 +316,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn messages_of_any_size_around_the_frame_limit_round_trip() {
+        let sizes = [
+            0,
+            1,
+            MAX_PAYLOAD - 1,
+            MAX_PAYLOAD,
+            MAX_PAYLOAD + 1,
+            2 * MAX_PAYLOAD,
+            2 * MAX_PAYLOAD + 7,
+            5 * MAX_PAYLOAD - 3,
+        ];
+        let mut wire = BytesMut::new();
+        let mut sent = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let payload: Vec<u8> = (0..*n).map(|b| (b % 251) as u8).collect();
+            let f = Frame::new(i as u32 + 1, Kind::Event, payload);
+            assert!(f.fits());
+            f.encode_into(&mut wire);
+            // Every frame on the wire stays within the frame limit.
+            sent.push(f);
+        }
+        let mut r = &wire[..];
+        while !r.is_empty() {
+            let len = u32::from_be_bytes(r[..4].try_into().unwrap());
+            assert!(len <= MAX_FRAME);
+            r = &r[4 + len as usize..];
+        }
+        let mut r = &wire[..];
+        for f in &sent {
+            assert_eq!(&Frame::read_async(&mut r).await.unwrap(), f);
+        }
+        let mut r = &wire[..];
+        for f in &sent {
+            assert_eq!(&Frame::read_blocking(&mut r).unwrap(), f);
+        }
+        assert!(!Frame::new(1, Kind::Event, vec![0u8; MAX_MESSAGE + 1]).fits());
+    }
+
+    #[tokio::test]
     async fn hostile_frames_are_errors_not_panics() {
         let cases: Vec<Vec<u8>> = vec![
             vec![0, 0, 0, 1, 0],
@@ -246,6 +366,24 @@ mod tests {
             let mut r = &c[..];
             assert!(Frame::read_async(&mut r).await.is_err());
         }
+        // Parts of one message interrupted by another stream, and a message over the limit.
+        let mut wire = BytesMut::new();
+        put_frame(&mut wire, 1, Kind::Part, b"ab");
+        put_frame(&mut wire, 2, Kind::Event, b"cd");
+        let mut r = &wire[..];
+        assert!(matches!(
+            Frame::read_async(&mut r).await,
+            Err(FrameError::BadPart(1, 2))
+        ));
+        let mut wire = BytesMut::new();
+        for _ in 0..=MAX_MESSAGE / MAX_PAYLOAD {
+            put_frame(&mut wire, 1, Kind::Part, &[b'x'; MAX_PAYLOAD]);
+        }
+        let mut r = &wire[..];
+        assert!(matches!(
+            Frame::read_async(&mut r).await,
+            Err(FrameError::MessageTooLarge(_))
+        ));
         let f = Frame::new(1, Kind::Credit, &b"ab"[..]);
         assert!(f.credit_value().is_err());
         let f = Frame::new(1, Kind::Event, &b"{nope"[..]);

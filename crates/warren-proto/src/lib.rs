@@ -22,7 +22,7 @@
 pub mod codec;
 pub mod msg;
 
-pub use codec::{Frame, FrameError, Kind, MAX_FRAME, MAX_PAYLOAD};
+pub use codec::{Frame, FrameError, Kind, MAX_FRAME, MAX_MESSAGE, MAX_PAYLOAD};
 pub use msg::{
     Call, ContainerInit, Control, Event, ExecSpec, FunctionInit, Init, InitReply, InvokeFile,
     InvokeSpec, ProcEntry,

@@ -26,6 +26,10 @@ pub struct ExecSpec {
     /// Initial output credit in bytes; `None` means unlimited (bounded by `output_cap`).
     #[serde(default)]
     pub window: Option<u32>,
+    /// When the command ends, kill everything it started (its process group and session,
+    /// and orphans it left behind) — as a timeout does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill_tree: bool,
 }
 
 /// A request from the daemon; opens a stream.
@@ -54,12 +58,26 @@ pub enum Call {
     },
     /// Read a file; contents as STDOUT frames (credit-limited). → `Done`.
     ReadFile { path: String, window: u32 },
-    /// Create or truncate a file and write the STDIN frames that follow until EOF. → `Done`.
-    WriteFile { path: String, mode: Option<u32> },
+    /// Write the STDIN frames that follow until EOF to a new file beside `path`, then rename
+    /// it over `path` (a failed or cancelled write leaves nothing). With `size`, the free
+    /// space is checked first and a different length fails. → `Done`.
+    WriteFile {
+        path: String,
+        mode: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+    },
     /// → `Stat`.
     Stat { path: String },
-    /// → `Entries`.
-    List { path: String },
+    /// → `Entries`: at most `limit` entries (and about [`crate::MAX_PAYLOAD`] × 4 bytes) in
+    /// name order, starting after the name `after`; `next` names the last one when more follow.
+    List {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
     /// → `Done`.
     Mkdir {
         path: String,
@@ -161,6 +179,9 @@ pub enum Event {
     },
     Entries {
         entries: Vec<FileStat>,
+        /// Set when more entries follow: ask again with `after` = this name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<String>,
     },
     Done,
     /// A file read back after an `Invoke` (not final). `data` is base64.

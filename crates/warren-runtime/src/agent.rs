@@ -32,6 +32,8 @@ pub struct ExitInfo {
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub duration_us: u64,
+    /// Killed by the OOM killer (set by the node, which watches the sandbox's memory group).
+    pub oom_killed: bool,
 }
 
 /// A finished command with its captured output.
@@ -120,6 +122,7 @@ fn exit_info(ev: &Event) -> Option<ExitInfo> {
             stdout_truncated: *stdout_truncated,
             stderr_truncated: *stderr_truncated,
             duration_us: *duration_us,
+            oom_killed: false,
         }),
         _ => None,
     }
@@ -190,6 +193,18 @@ impl AgentConn {
         if self.is_closed() {
             return Err(RuntimeError::AgentLost);
         }
+        let frame = Frame::json(0, Kind::Call, call);
+        if !frame.fits() {
+            // Never sent: the agent's connection outlives any request.
+            return Err(RuntimeError::Agent {
+                code: ErrorCode::InvalidRequest,
+                message: format!(
+                    "the request is {} bytes encoded, more than the {} bytes a call may carry",
+                    frame.payload.len(),
+                    warren_proto::MAX_MESSAGE
+                ),
+            });
+        }
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed).max(1);
         let (tx, rx) = mpsc::unbounded_channel();
         self.inner
@@ -203,7 +218,7 @@ impl AgentConn {
             conn: self.clone(),
             done: false,
         };
-        s.send(Frame::json(id, Kind::Call, call)).await?;
+        s.send(Frame::new(id, Kind::Call, frame.payload)).await?;
         Ok(s)
     }
 
@@ -463,16 +478,18 @@ impl AgentConn {
         Ok(FileReader { s, pending })
     }
 
-    /// Creates or truncates a file; write chunks, then `finish`.
+    /// Replaces a file (see [`Call::WriteFile`]); write chunks, then `finish`.
     pub async fn write_file(
         &self,
         path: &str,
         mode: Option<u32>,
+        size: Option<u64>,
     ) -> Result<FileWriter, RuntimeError> {
         let s = self
             .open(&Call::WriteFile {
                 path: path.to_string(),
                 mode,
+                size,
             })
             .await?;
         Ok(FileWriter { s })
@@ -490,14 +507,22 @@ impl AgentConn {
         }
     }
 
-    pub async fn list(&self, path: &str) -> Result<Vec<FileStat>, RuntimeError> {
+    /// One page of a directory (see [`Call::List`]); the name to continue after, if any.
+    pub async fn list(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<FileStat>, Option<String>), RuntimeError> {
         match self
             .simple(Call::List {
                 path: path.to_string(),
+                after: after.map(String::from),
+                limit,
             })
             .await?
         {
-            Event::Entries { entries } => Ok(entries),
+            Event::Entries { entries, next } => Ok((entries, next)),
             other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
         }
     }
@@ -688,7 +713,13 @@ pub struct PtySession {
 impl PtySession {
     /// Keystrokes to the terminal.
     pub async fn input(&self, data: Bytes) -> Result<(), RuntimeError> {
-        self.s.send(Frame::new(self.s.id, Kind::Stdin, data)).await
+        for off in (0..data.len()).step_by(MAX_PAYLOAD) {
+            let end = (off + MAX_PAYLOAD).min(data.len());
+            self.s
+                .send(Frame::new(self.s.id, Kind::Stdin, data.slice(off..end)))
+                .await?;
+        }
+        Ok(())
     }
 
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
@@ -720,10 +751,15 @@ pub struct PtyInput {
 
 impl PtyInput {
     pub async fn input(&self, data: Bytes) -> Result<(), RuntimeError> {
-        self.tx
-            .send(Frame::new(self.id, Kind::Stdin, data))
-            .await
-            .map_err(|_| RuntimeError::AgentLost)
+        // Keystrokes go in input-sized frames: a huge paste stays a stream of ordinary input.
+        for off in (0..data.len()).step_by(MAX_PAYLOAD) {
+            let end = (off + MAX_PAYLOAD).min(data.len());
+            self.tx
+                .send(Frame::new(self.id, Kind::Stdin, data.slice(off..end)))
+                .await
+                .map_err(|_| RuntimeError::AgentLost)?;
+        }
+        Ok(())
     }
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), RuntimeError> {
         self.tx

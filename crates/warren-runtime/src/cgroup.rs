@@ -158,6 +158,14 @@ fn read_u64(p: PathBuf) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
+/// The value of `key` in a flat-keyed file (`memory.events`, `memory.oom_control`).
+fn read_field(p: PathBuf, key: &str) -> Option<u64> {
+    std::fs::read_to_string(p).ok()?.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
 impl CgroupSet {
     /// Creates the groups and applies the limits.
     pub fn create(&self, limits: &Limits) -> Result<(), RuntimeError> {
@@ -386,7 +394,10 @@ impl CgroupSet {
         let mut u = Usage::default();
         for (ctl, d) in &self.dirs {
             match ctl {
-                Ctl::Memory => u.memory_bytes = read_u64(d.join("memory.usage_in_bytes")),
+                Ctl::Memory => {
+                    u.memory_bytes = read_u64(d.join("memory.usage_in_bytes"));
+                    u.oom_kills = read_field(d.join("memory.oom_control"), "oom_kill");
+                }
                 Ctl::Pids => u.pids = read_u64(d.join("pids.current")),
                 Ctl::Cpu => {
                     let acct = d.join("cpuacct.usage");
@@ -394,6 +405,7 @@ impl CgroupSet {
                 }
                 Ctl::Unified if self.v2_only => {
                     u.memory_bytes = read_u64(d.join("memory.current"));
+                    u.oom_kills = read_field(d.join("memory.events"), "oom_kill");
                     u.pids = read_u64(d.join("pids.current"));
                     u.cpu_usec = std::fs::read_to_string(d.join("cpu.stat"))
                         .ok()

@@ -42,6 +42,18 @@ pub struct SandboxSpec {
 pub trait Runtime: Send + Sync + 'static {
     fn substrate(&self) -> Substrate;
 
+    /// Refuses, before anything starts, limits this substrate can never run on this host
+    /// (e.g. a VM with more memory than the machine). The message says what fits.
+    fn admit(&self, limits: &Limits) -> Result<(), String> {
+        let _ = limits;
+        Ok(())
+    }
+
+    /// True when network policies other than `none` apply to this substrate's sandboxes.
+    fn network_policies(&self) -> bool {
+        true
+    }
+
     /// Creates and starts a sandbox. On error nothing of it is left on the host.
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError>;
 
@@ -167,4 +179,6 @@ pub struct Usage {
     pub memory_bytes: Option<u64>,
     pub cpu_usec: Option<u64>,
     pub pids: Option<u64>,
+    /// Processes the OOM killer has killed in the sandbox so far.
+    pub oom_kills: Option<u64>,
 }

@@ -84,7 +84,11 @@ fn vm_of(sb: &Arc<dyn Instance>) -> &Vm {
 }
 
 async fn write(sb: &Arc<dyn Instance>, path: &str, data: &[u8]) {
-    let mut w = sb.agent().write_file(path, None).await.expect("write_file");
+    let mut w = sb
+        .agent()
+        .write_file(path, None, None)
+        .await
+        .expect("write_file");
     w.write(bytes::Bytes::copy_from_slice(data)).await.unwrap();
     w.finish().await.unwrap();
 }

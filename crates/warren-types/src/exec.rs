@@ -51,6 +51,11 @@ pub struct ExecRequest {
     pub user: Option<String>,
     #[serde(default)]
     pub encoding: OutputEncoding,
+    /// When the command ends, kill every process it started (background jobs, daemons,
+    /// double forks), as a timeout does. Off by default: without it such processes keep
+    /// running in the sandbox. Function calls always end everything they started.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill_tree: bool,
     /// The caller's step index in its trajectory. A step already logged with the same
     /// request answers the recorded result without running anything (`replayed`); one logged
     /// with a different request answers `step_conflict`.
@@ -117,6 +122,7 @@ impl ExecRequest {
         for (k, v) in &self.env {
             validate::env_pair(k, v)?;
         }
+        validate::command_size(&self.command(), &self.env, validate::MAX_COMMAND_BYTES)?;
         if let Some(u) = &self.user {
             validate::user(u)?;
         }
@@ -165,6 +171,10 @@ pub struct ExecResult {
     pub stderr_bytes: u64,
     pub encoding: OutputEncoding,
     pub duration_ms: f64,
+    /// True when the command was killed by the OOM killer (`signal` is then 9): the sandbox
+    /// ran out of memory (its processes and its writable layer share `memory_mb`).
+    #[serde(default)]
+    pub oom_killed: bool,
     /// True when this result was recorded by an earlier call of the same step and nothing
     /// ran now.
     #[serde(default)]

@@ -2,8 +2,23 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Largest single directory listing returned.
-pub const MAX_LIST_ENTRIES: usize = 100_000;
+/// Most entries one page of a directory listing returns (`limit`).
+pub const MAX_LIST_ENTRIES: usize = 10_000;
+/// Entries of a listing page when the request names no `limit`.
+pub const DEFAULT_LIST_ENTRIES: usize = 1_000;
+/// A listing page stops early once its entries take about this many bytes, so that no answer
+/// grows with the directory.
+pub const MAX_LIST_BYTES: usize = 4 << 20;
+
+/// One page of `GET /v1/sandboxes/{id}/files/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirPage {
+    /// Entries in byte order of their names.
+    pub entries: Vec<FileStat>,
+    /// Present when more entries follow: pass it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -73,6 +73,25 @@ pub struct Limits {
     /// CPU class: `best_effort` sandboxes yield the CPU to every `normal` one.
     #[serde(default)]
     pub cpu_class: CpuClass,
+    /// Trajectory budget in MiB: once the sandbox's log holds this much, captured output of
+    /// later calls is kept as its sha256 and size only (the entry says so).
+    #[serde(default = "default_trajectory_mb")]
+    pub trajectory_mb: u64,
+}
+
+/// The node default of [`Limits::trajectory_mb`].
+pub const DEFAULT_TRAJECTORY_MB: u64 = 32;
+
+fn default_trajectory_mb() -> u64 {
+    DEFAULT_TRAJECTORY_MB
+}
+
+impl Substrate {
+    /// True when the writable layer lives in memory (a tmpfs charged to the memory limit),
+    /// so it can never hold more than `memory_mb`.
+    pub fn layer_in_memory(self) -> bool {
+        matches!(self, Substrate::Container | Substrate::Function)
+    }
 }
 
 /// How a sandbox competes for CPU with its neighbours.
@@ -92,9 +111,10 @@ impl Default for Limits {
         Limits {
             cpus: 1.0,
             memory_mb: 512,
-            disk_mb: 1024,
+            disk_mb: 512,
             pids: 512,
             cpu_class: CpuClass::Normal,
+            trajectory_mb: DEFAULT_TRAJECTORY_MB,
         }
     }
 }
@@ -118,6 +138,10 @@ pub struct CreateSandboxRequest {
     /// `normal` (default) or `best_effort`.
     #[serde(default)]
     pub cpu_class: Option<CpuClass>,
+    /// Trajectory budget in MiB (node default 32): output of calls beyond it is logged as
+    /// sha256 and size only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory_mb: Option<u64>,
     /// Environment for every command (merged under each exec's own env).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -152,6 +176,7 @@ pub struct LimitBounds {
     pub max_disk_mb: u64,
     pub max_pids: u64,
     pub max_ttl_secs: u64,
+    pub max_trajectory_mb: u64,
 }
 
 impl Default for LimitBounds {
@@ -162,6 +187,7 @@ impl Default for LimitBounds {
             max_disk_mb: 1024 * 1024,
             max_pids: 65536,
             max_ttl_secs: 30 * 24 * 3600,
+            max_trajectory_mb: 1024,
         }
     }
 }
@@ -190,11 +216,33 @@ impl CreateSandboxRequest {
                 bounds.max_memory_mb
             )));
         }
-        let disk_mb = self.disk_mb.unwrap_or(defaults.disk_mb);
+        let in_memory = self.substrate.layer_in_memory();
+        // A writable layer in memory cannot hold more than the memory limit: the default
+        // shrinks to it, an explicit larger one is refused (it could only end in the OOM
+        // killer instead of ENOSPC).
+        let disk_mb = match self.disk_mb {
+            Some(d) => d,
+            None if in_memory => defaults.disk_mb.min(memory_mb),
+            None => defaults.disk_mb,
+        };
         if !(1..=bounds.max_disk_mb).contains(&disk_mb) {
             return Err(ApiError::invalid(format!(
                 "disk_mb must be between 1 and {}, got {disk_mb}",
                 bounds.max_disk_mb
+            )));
+        }
+        if in_memory && disk_mb > memory_mb {
+            return Err(ApiError::invalid(format!(
+                "disk_mb ({disk_mb}) must be at most memory_mb ({memory_mb}): the writable \
+                 layer of a {} sandbox lives in memory",
+                self.substrate.as_str()
+            )));
+        }
+        let trajectory_mb = self.trajectory_mb.unwrap_or(defaults.trajectory_mb);
+        if !(1..=bounds.max_trajectory_mb).contains(&trajectory_mb) {
+            return Err(ApiError::invalid(format!(
+                "trajectory_mb must be between 1 and {}, got {trajectory_mb}",
+                bounds.max_trajectory_mb
             )));
         }
         let pids = self.pids.unwrap_or(defaults.pids);
@@ -207,6 +255,12 @@ impl CreateSandboxRequest {
         for (k, v) in &self.env {
             validate::env_pair(k, v)?;
         }
+        // The sandbox's environment goes to every command: leave room for their own.
+        validate::command_size(
+            std::iter::empty(),
+            &self.env,
+            validate::MAX_SANDBOX_ENV_BYTES,
+        )?;
         if let Some(w) = &self.workdir {
             validate::sandbox_path(w)?;
         }
@@ -245,6 +299,7 @@ impl CreateSandboxRequest {
             disk_mb,
             pids,
             cpu_class: self.cpu_class.unwrap_or(defaults.cpu_class),
+            trajectory_mb,
         })
     }
 }
@@ -378,6 +433,12 @@ mod tests {
         let l = v(r#"{"image":["a:1","b"],"cpus":0.5,"memory_mb":64}"#).unwrap();
         assert_eq!(l.cpus, 0.5);
         assert_eq!(l.memory_mb, 64);
+        // The in-memory writable layer follows a smaller memory limit; a VM's disk does not.
+        assert_eq!(l.disk_mb, 64);
+        let l = v(r#"{"substrate":"microvm","memory_mb":256,"disk_mb":2048}"#).unwrap();
+        assert_eq!(l.disk_mb, 2048);
+        assert_eq!(l.trajectory_mb, DEFAULT_TRAJECTORY_MB);
+        assert_eq!(v(r#"{"trajectory_mb":100}"#).unwrap().trajectory_mb, 100);
     }
 
     #[test]
@@ -395,6 +456,9 @@ mod tests {
             r#"{"ttl_secs":0}"#,
             r#"{"substrate":"lambda"}"#,
             r#"{"labels":{"":"x"}}"#,
+            r#"{"memory_mb":64,"disk_mb":1024}"#,
+            r#"{"trajectory_mb":0}"#,
+            r#"{"trajectory_mb":100000}"#,
         ] {
             assert!(v(bad).is_err(), "{bad} should be refused");
         }

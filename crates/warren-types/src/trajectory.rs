@@ -30,6 +30,9 @@ pub struct ExecCall {
     /// a streamed and a one-shot exec of the same command are the same step.
     #[serde(default)]
     pub streamed: bool,
+    /// Everything the command started was killed when it ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill_tree: bool,
 }
 
 /// What was called: `kind` and `request` of an entry.
@@ -99,6 +102,12 @@ pub struct ExecOutcome {
     pub result: ExecResult,
     pub stdout_sha256: String,
     pub stderr_sha256: String,
+    /// True when the output was not kept (the sandbox's trajectory budget or the node's
+    /// state limit was reached): `stdout` is empty, its sha256 and `stdout_bytes` stand.
+    #[serde(default)]
+    pub stdout_omitted: bool,
+    #[serde(default)]
+    pub stderr_omitted: bool,
 }
 
 /// The result part of an entry (exec and spawn have one; the other kinds only succeed or fail).
@@ -171,6 +180,8 @@ mod tests {
                 },
                 stdout_sha256: "x".into(),
                 stderr_sha256: "y".into(),
+                stdout_omitted: false,
+                stderr_omitted: false,
             })),
             ..e
         };

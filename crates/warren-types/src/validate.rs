@@ -78,9 +78,79 @@ pub fn env_pair(k: &str, v: &str) -> Result<(), ApiError> {
             "bad environment variable name {k:?}"
         )));
     }
-    if v.contains('\0') || v.len() > 128 * 1024 {
+    if v.contains('\0') || k.len() + v.len() + 1 >= MAX_ARG_BYTES {
         return Err(ApiError::invalid(format!(
             "bad value for environment variable {k}"
+        )));
+    }
+    Ok(())
+}
+
+/// Longest single argument or `NAME=value` string the kernel passes to a program
+/// (`MAX_ARG_STRLEN`, with its NUL).
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+
+/// Most bytes a command's arguments and environment may take together, counted as `execve`
+/// does (each string with its NUL plus a pointer): `ARG_MAX` under the default 8 MiB stack.
+pub const MAX_COMMAND_BYTES: usize = 2 << 20;
+
+/// Most bytes a sandbox's own environment may take (counted like [`MAX_COMMAND_BYTES`]), so
+/// that every command still has room for its arguments.
+pub const MAX_SANDBOX_ENV_BYTES: usize = 1 << 20;
+
+/// The bytes `execve` counts for `argv` and `env`.
+pub fn command_bytes<'a>(
+    argv: impl IntoIterator<Item = &'a String>,
+    env: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> usize {
+    let ptr = std::mem::size_of::<u64>();
+    let a: usize = argv.into_iter().map(|s| s.len() + 1 + ptr).sum();
+    let e: usize = env
+        .into_iter()
+        .map(|(k, v)| k.len() + v.len() + 2 + ptr)
+        .sum();
+    a + e
+}
+
+/// A command that the kernel can start: no argument or `NAME=value` longer than
+/// [`MAX_ARG_BYTES`], and all of them within `limit` bytes (see [`command_bytes`]). Anything
+/// larger can never run (`E2BIG`), so it is refused before it reaches the sandbox.
+pub fn command_size<'a>(
+    argv: impl IntoIterator<Item = &'a String> + Clone,
+    env: impl IntoIterator<Item = (&'a String, &'a String)> + Clone,
+    limit: usize,
+) -> Result<(), ApiError> {
+    if let Some((i, a)) = argv
+        .clone()
+        .into_iter()
+        .enumerate()
+        .find(|(_, a)| a.len() >= MAX_ARG_BYTES)
+    {
+        return Err(ApiError::invalid(format!(
+            "argument {i} is {} bytes; the kernel takes at most {} bytes per argument (put \
+             large data in stdin or a file)",
+            a.len(),
+            MAX_ARG_BYTES - 1
+        )));
+    }
+    if let Some((k, v)) = env
+        .clone()
+        .into_iter()
+        .find(|(k, v)| k.len() + v.len() + 1 >= MAX_ARG_BYTES)
+    {
+        return Err(ApiError::invalid(format!(
+            "environment variable {} is {} bytes; the kernel takes at most {} bytes per \
+             NAME=value",
+            k.chars().take(64).collect::<String>(),
+            k.len() + v.len() + 1,
+            MAX_ARG_BYTES - 1
+        )));
+    }
+    let total = command_bytes(argv, env);
+    if total > limit {
+        return Err(ApiError::invalid(format!(
+            "arguments and environment take {total} bytes, more than the {limit} bytes a \
+             command may have (put large data in stdin or a file)"
         )));
     }
     Ok(())
@@ -148,6 +218,30 @@ pub fn label(k: &str, v: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_the_kernel_cannot_start_are_refused() {
+        let none: Vec<(String, String)> = Vec::new();
+        let env = || none.iter().map(|(k, v)| (k, v));
+        let ok = vec!["x".repeat(MAX_ARG_BYTES - 1)];
+        command_size(&ok, env(), MAX_COMMAND_BYTES).unwrap();
+        let long = vec!["x".repeat(MAX_ARG_BYTES)];
+        assert!(command_size(&long, env(), MAX_COMMAND_BYTES).is_err());
+        // 1,100 arguments of 1,000 bytes fit; 2,200 of them do not.
+        let many: Vec<String> = (0..1100).map(|_| "a".repeat(1000)).collect();
+        command_size(&many, env(), MAX_COMMAND_BYTES).unwrap();
+        let more: Vec<String> = (0..2200).map(|_| "a".repeat(1000)).collect();
+        assert!(command_size(&more, env(), MAX_COMMAND_BYTES).is_err());
+        // Many small variables count their pointers too: 100,000 of them are more than a
+        // sandbox's environment may hold.
+        let vars: Vec<(String, String)> = (0..100_000)
+            .map(|i| (format!("V{i}"), "1".into()))
+            .collect();
+        let pairs = || vars.iter().map(|(k, v)| (k, v));
+        assert!(command_bytes(std::iter::empty(), pairs()) > 1_600_000);
+        assert!(command_size(std::iter::empty(), pairs(), MAX_SANDBOX_ENV_BYTES).is_err());
+        assert!(env_pair("K", &"v".repeat(MAX_ARG_BYTES)).is_err());
+    }
 
     #[test]
     fn paths_normalize_and_never_escape() {

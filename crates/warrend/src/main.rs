@@ -63,6 +63,15 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Trajectory budget of a sandbox whose request names none, in MiB (at most 32): output
+    /// of later calls is logged as sha256 and size only.
+    #[arg(long, default_value_t = warren_types::sandbox::DEFAULT_TRAJECTORY_MB,
+          value_parser = clap::value_parser!(u64).range(1..=32))]
+    trajectory_mb: u64,
+    /// Once the state file (state.redb) is this large, in MiB, no output is kept in any
+    /// trajectory (digests and sizes only).
+    #[arg(long, default_value_t = warren_node::config::DEFAULT_STATE_MAX_BYTES >> 20)]
+    state_max_mb: u64,
     /// Working directory of the microvm and vm substrates: sandboxes' disks and sockets,
     /// templates, base disks (default: STATE_DIR/vm). Daemons may share one.
     #[arg(long, env = "WARREN_VM_DIR")]
@@ -296,6 +305,8 @@ async fn run(args: Args) -> Result<()> {
     runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    cfg.defaults.trajectory_mb = args.trajectory_mb;
+    cfg.state_max_bytes = args.state_max_mb << 20;
     cfg.functions.min_warm = args.function_min_warm;
     cfg.functions.max_warm = args.function_max_warm.max(1);
     cfg.functions.max_queue = args.function_queue;

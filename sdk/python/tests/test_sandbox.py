@@ -40,7 +40,7 @@ async def test_create_with_every_option(aclient: warren.AsyncClient) -> None:
         substrate="container",
         cpus=0.5,
         memory="96M",
-        disk="256M",
+        disk="64M",
         pids=128,
         ttl=600,
         idle_timeout=300,
@@ -55,7 +55,7 @@ async def test_create_with_every_option(aclient: warren.AsyncClient) -> None:
         i = sb.info
         assert i.id.startswith((await aclient.health()).node + "-")
         assert i.state == "running" and i.substrate == "container" and i.image == ["default"]
-        assert (i.limits.cpus, i.limits.memory_mb, i.limits.disk_mb, i.limits.pids) == (0.5, 96, 256, 128)
+        assert (i.limits.cpus, i.limits.memory_mb, i.limits.disk_mb, i.limits.pids) == (0.5, 96, 64, 128)
         assert i.labels == {"suite": "py", "case": "options"}
         assert i.env == {"GREETING": "hello"} and i.workdir == "/tmp" and i.user == "root"
         assert i.expires_at_ms is not None and i.idle_timeout_secs == 300

@@ -5,13 +5,14 @@ from __future__ import annotations
 import inspect
 import pickle
 import time
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 import httpx
 import pytest
 
 import warren
-from warren._client import _parse_url
+from warren._client import AsyncSandbox, _parse_url
+from warren._models import SandboxInfo
 
 
 def test_parse_mib() -> None:
@@ -101,6 +102,10 @@ def test_exec_body_shapes() -> None:
         "timeout_secs": 1.5,
         "max_output_bytes": 100,
         "user": "root",
+    }
+    assert _exec_body("sleep 1 &", None, None, None, None, None, None, kill_tree=True) == {
+        "shell": "sleep 1 &",
+        "kill_tree": True,
     }
     with pytest.raises(ValueError):
         _exec_body("cat", None, None, b"\xff\xfe", None, None, None)
@@ -258,3 +263,31 @@ def test_every_public_name_has_a_docstring() -> None:
                 if attr.startswith("_") or not (callable(v) or isinstance(v, property)):
                     continue
                 assert inspect.getdoc(v), f"{name}.{attr}"
+
+
+async def test_list_pages_through_a_directory() -> None:
+    names = ["f%03d" % i for i in range(25)]
+    seen: List[Dict[str, str]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = dict(req.url.params)
+        seen.append(q)
+        after = q.get("after")
+        rest = [n for n in names if after is None or n > after][:10]
+        body: Dict[str, Any] = {
+            "entries": [
+                {"name": n, "kind": "file", "size": 0, "mode": 420, "uid": 0, "gid": 0, "mtime_ms": 0} for n in rest
+            ]
+        }
+        if rest and rest[-1] != names[-1]:
+            body["next"] = rest[-1]
+        return httpx.Response(200, json=body)
+
+    c = warren.AsyncClient("unix:///nonexistent.sock")
+    _mock(c, handler)
+    sb = AsyncSandbox(c, SandboxInfo.from_json(INFO))
+    got = await sb.files.list("/d")
+    assert [f.name for f in got] == names
+    assert [q.get("after") for q in seen] == [None, "f009", "f019"]
+    entries, nxt = await sb.files.list_page("/d", limit=10)
+    assert len(entries) == 10 and nxt == "f009" and seen[-1]["limit"] == "10"

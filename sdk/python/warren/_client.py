@@ -187,6 +187,7 @@ def _exec_body(
     timeout: Optional[float],
     max_output: Optional[int],
     step: Optional[int] = None,
+    kill_tree: bool = False,
 ) -> Dict[str, Any]:
     if isinstance(cmd, str):
         body: Dict[str, Any] = {"shell": cmd}
@@ -207,6 +208,8 @@ def _exec_body(
             except UnicodeDecodeError:
                 raise ValueError("stdin must be UTF-8 text; upload binary input as a file and redirect it") from None
         body["stdin"] = stdin
+    if kill_tree:
+        body["kill_tree"] = True
     if timeout is not None:
         body["timeout_secs"] = float(timeout)
     if max_output is not None:
@@ -673,9 +676,30 @@ class AsyncFiles:
         return total
 
     async def list(self, path: str = "/") -> List[FileStat]:
-        """The entries of the directory at ``path`` (names are base names)."""
-        resp = await self._http.request("GET", self._path + "/list", params={"path": path}, retry=True)
-        return [FileStat.from_json(e) for e in resp.json().get("entries", [])]
+        """Every entry of the directory at ``path`` (names are base names), in name order,
+        fetched page by page (see :meth:`list_page`)."""
+        out: List[FileStat] = []
+        after: Optional[str] = None
+        while True:
+            entries, after = await self.list_page(path, after=after)
+            out.extend(entries)
+            if after is None:
+                return out
+
+    async def list_page(
+        self, path: str = "/", after: Optional[str] = None, limit: Optional[int] = None
+    ) -> Tuple[List[FileStat], Optional[str]]:
+        """One page of a directory: at most ``limit`` entries (node default 1,000) after the
+        name ``after``. Returns the entries and the name to pass as ``after`` for the next
+        page (``None`` after the last)."""
+        params: Dict[str, Any] = {"path": path}
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        resp = await self._http.request("GET", self._path + "/list", params=params, retry=True)
+        body = resp.json()
+        return [FileStat.from_json(e) for e in body.get("entries", [])], body.get("next")
 
     async def stat(self, path: str) -> FileStat:
         """The :class:`FileStat` of ``path`` (symlinks are not followed)."""
@@ -890,6 +914,7 @@ class AsyncSandbox:
         max_output: Optional[int] = None,
         check: bool = False,
         step: Optional[int] = None,
+        kill_tree: bool = False,
     ) -> ExecResult:
         """Runs a command to completion and returns its :class:`ExecResult`.
 
@@ -909,12 +934,15 @@ class AsyncSandbox:
                 result (``replayed=True``) and runs nothing; one logged with a different
                 request raises :class:`~warren.StepConflict`. Steps need not be contiguous but
                 only go forward. See :meth:`trajectory_session`.
+            kill_tree: When the command ends, kill every process it started (background
+                jobs, daemons, double forks), as a timeout does. Off by default: such
+                processes keep running in the sandbox. Function calls always end everything.
 
         Exec calls without a step are never retried: a command may have side effects. With a
         step, a call cut off by a connection failure is retried: the node answers the one run.
         """
         http = self._client._http
-        body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step)
+        body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step, kill_tree)
         if step is not None:
             resp = await http.request(
                 "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
@@ -943,6 +971,7 @@ class AsyncSandbox:
         max_output: Optional[int] = None,
         check: bool = False,
         step: Optional[int] = None,
+        kill_tree: bool = False,
     ) -> AsyncExecStream:
         """Runs a command and streams its output as :class:`OutputChunk` s.
 
@@ -953,7 +982,9 @@ class AsyncSandbox:
         to its end even if the stream is closed early, and a replayed step streams its recorded
         output at once.
         """
-        return AsyncExecStream(self, _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step), check)
+        return AsyncExecStream(
+            self, _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step, kill_tree), check
+        )
 
     async def spawn(
         self,
@@ -1274,6 +1305,7 @@ class AsyncClient:
         disk: Union[int, str, None] = None,
         pids: Optional[int] = None,
         cpu_class: Optional[str] = None,
+        trajectory: Union[int, str, None] = None,
         ttl: Union[int, float, datetime.timedelta, None] = None,
         idle_timeout: Union[int, float, datetime.timedelta, None] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -1294,10 +1326,13 @@ class AsyncClient:
             cpus: CPU cores (fractions allowed).
             memory: MiB as an int, or a string like ``"512M"`` / ``"1G"``. The writable layer
                 counts against it.
-            disk: Size of the writable layer, like ``memory``.
+            disk: Size of the writable layer, like ``memory``. For ``container`` and
+                ``function`` sandboxes it lives in memory: at most ``memory`` (its default).
             pids: Maximum processes and threads.
             cpu_class: ``"normal"`` (default) or ``"best_effort"``: lowest CPU weight and
                 ``SCHED_IDLE``, so busy best-effort sandboxes do not starve normal ones.
+            trajectory: Trajectory budget, like ``memory`` (node default 32 MiB): output of
+                calls after the log holds this much is kept as sha256 and size only.
             ttl: Hard lifetime (seconds or a timedelta); the sandbox is deleted when it expires.
             idle_timeout: Seconds without any call after which the sandbox is stopped.
             env: Environment of every command.
@@ -1326,6 +1361,9 @@ class AsyncClient:
             body["pids"] = int(pids)
         if cpu_class is not None:
             body["cpu_class"] = cpu_class
+        traj = parse_mib(trajectory, "trajectory")
+        if traj is not None:
+            body["trajectory_mb"] = traj
         t = _secs(ttl, "ttl")
         if t is not None:
             body["ttl_secs"] = t

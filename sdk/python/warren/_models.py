@@ -57,6 +57,8 @@ class Limits:
         disk_mb: Size limit of the writable layer in MiB.
         pids: Maximum number of processes and threads.
         cpu_class: ``"normal"`` or ``"best_effort"``.
+        trajectory_mb: Trajectory budget: output of calls beyond it is logged as sha256 and
+            size only.
     """
 
     cpus: float
@@ -64,6 +66,7 @@ class Limits:
     disk_mb: int
     pids: int
     cpu_class: str = "normal"
+    trajectory_mb: int = 32
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> Limits:
@@ -74,6 +77,7 @@ class Limits:
             disk_mb=int(d.get("disk_mb", 0)),
             pids=int(d.get("pids", 0)),
             cpu_class=str(d.get("cpu_class", "normal")),
+            trajectory_mb=int(d.get("trajectory_mb", 32)),
         )
 
 
@@ -172,6 +176,8 @@ class ExecResult:
         stderr_bytes: Total bytes written to stderr, captured or not.
         replayed: True when the call named a trajectory step that was already logged with the
             same request: this is the recorded result and nothing ran now.
+        oom_killed: True when the OOM killer ended the command (``signal`` is then 9): the
+            sandbox ran out of memory (its processes and writable layer share it).
     """
 
     exit_code: Optional[int]
@@ -185,6 +191,7 @@ class ExecResult:
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     replayed: bool = False
+    oom_killed: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -217,6 +224,7 @@ class ExecResult:
             stdout_bytes=int(d.get("stdout_bytes", 0)),
             stderr_bytes=int(d.get("stderr_bytes", 0)),
             replayed=bool(d.get("replayed", False)),
+            oom_killed=bool(d.get("oom_killed", False)),
         )
 
 

@@ -170,6 +170,7 @@ class Files:
     upload = _sync(AsyncFiles.upload)
     download = _sync(AsyncFiles.download)
     list = _sync(AsyncFiles.list)
+    list_page = _sync(AsyncFiles.list_page)
     stat = _sync(AsyncFiles.stat)
     exists = _sync(AsyncFiles.exists)
     remove = _sync(AsyncFiles.remove)

@@ -149,17 +149,16 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             Location::Sandbox { id, path },
         ) => {
             let target = remote_target(&client, &id, &path, base_name(&spath)).await?;
-            let mode = client
+            let st = client
                 .stat(&sid, &spath)
                 .await
-                .with_context(|| format!("stat {sid}:{spath}"))?
-                .mode;
+                .with_context(|| format!("stat {sid}:{spath}"))?;
             let stream = client
                 .read_file(&sid, &spath)
                 .await
                 .with_context(|| format!("reading {sid}:{spath}"))?;
             client
-                .write_file(&id, &target, Some(mode), stream)
+                .write_file_sized(&id, &target, Some(st.mode), Some(st.size), stream)
                 .await
                 .with_context(|| format!("copying {sid}:{spath} to {id}:{target}"))?;
         }

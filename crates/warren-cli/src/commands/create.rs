@@ -21,9 +21,12 @@ pub struct Args {
     /// Memory limit in MiB
     #[arg(long)]
     pub memory: Option<u64>,
-    /// Writable layer size in MiB
+    /// Writable layer size in MiB (a container's lives in memory: at most --memory)
     #[arg(long)]
     pub disk: Option<u64>,
+    /// Trajectory budget in MiB: output of later calls is logged as sha256 and size only
+    #[arg(long)]
+    pub trajectory_mb: Option<u64>,
     /// Process limit
     #[arg(long)]
     pub pids: Option<u64>,
@@ -78,6 +81,7 @@ pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
         cpus: args.cpus,
         memory_mb: args.memory,
         disk_mb: args.disk,
+        trajectory_mb: args.trajectory_mb,
         pids: args.pids,
         cpu_class: args.best_effort.then_some(CpuClass::BestEffort),
         env: args.env.into_iter().collect::<BTreeMap<_, _>>(),

@@ -34,6 +34,10 @@ pub struct Args {
     /// Feed this file to the command's stdin (UTF-8, at most 16 MiB)
     #[arg(long, value_name = "PATH")]
     pub stdin_file: Option<std::path::PathBuf>,
+    /// When the command ends, kill every process it started (background jobs, daemons);
+    /// without it they keep running in the sandbox
+    #[arg(long)]
+    pub kill_tree: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -64,6 +68,7 @@ pub async fn request(args: &Args) -> anyhow::Result<ExecRequest> {
     req.env = args.env.iter().cloned().collect();
     req.user = args.user.clone();
     req.timeout_secs = args.timeout;
+    req.kill_tree = args.kill_tree;
     req.encoding = OutputEncoding::Base64;
     if let Some(p) = &args.stdin_file {
         let bytes = tokio::fs::read(p)

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
+use warren_types::files::DirPage;
 use warren_types::validate::sandbox_path;
 use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 
@@ -56,15 +56,19 @@ pub async fn upload(
     headers: header::HeaderMap,
     body: RawBody,
 ) -> HttpResult<Response> {
-    let path = path_query(&q, &["path", "mode", "step"])?;
+    let path = path_query(&q, &["path", "mode", "step", "size"])?;
     let mode = q.parsed::<u32>("mode", "a decimal permission number (e.g. 420 for 0o644)")?;
-    // A body announced larger than the sandbox's whole writable layer cannot fit: refuse it
-    // before anything is written (bodies without a length stop at the layer's limit).
-    if let Some(len) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    // The body's length, when known (`size`, else Content-Length): a body larger than the
+    // sandbox's whole writable layer cannot fit and is refused before anything is written;
+    // the agent checks it against the free space too, and a body of another length fails.
+    let size = match q.parsed::<u64>("size", "the body's length in bytes")? {
+        Some(n) => Some(n),
+        None => headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok()),
+    };
+    if let Some(len) = size {
         let disk = m.get(&id)?.limits.disk_mb;
         if len > disk << 20 {
             return Err(warren_types::ApiError::new(
@@ -78,7 +82,7 @@ pub async fn upload(
         }
     }
     let replayed = m
-        .write_file(&id, &path, mode, step(&q)?, body.into_data_stream())
+        .write_file(&id, &path, mode, size, step(&q)?, body.into_data_stream())
         .await?;
     Ok(done(replayed))
 }
@@ -104,20 +108,15 @@ pub async fn stat(
     Ok(Json(m.stat(&id, &path).await?))
 }
 
-#[derive(Debug, Serialize)]
-pub struct Entries {
-    pub entries: Vec<FileStat>,
-}
-
 pub async fn list(
     State(m): State<Manager>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
-) -> HttpResult<Json<Entries>> {
-    let path = path_query(&q, &["path"])?;
-    Ok(Json(Entries {
-        entries: m.list_dir(&id, &path).await?,
-    }))
+) -> HttpResult<Json<DirPage>> {
+    let path = path_query(&q, &["path", "after", "limit"])?;
+    let limit = q.parsed::<u32>("limit", "a number of entries")?;
+    let after = q.get("after");
+    Ok(Json(m.list_dir(&id, &path, after, limit).await?))
 }
 
 pub async fn mkdir(

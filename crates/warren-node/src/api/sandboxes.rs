@@ -23,6 +23,17 @@ pub struct Health {
     pub sandboxes: usize,
     /// seccomp, Landlock (ABI and what is enforced) and AppArmor on this node.
     pub security: warren_runtime::security::SecurityReport,
+    /// The state file: its size and the limit beyond which no output is kept.
+    pub state: StateUsage,
+}
+
+/// `state` of `/v1/health`.
+#[derive(Debug, Serialize)]
+pub struct StateUsage {
+    pub bytes: u64,
+    pub max_bytes: u64,
+    /// True once `bytes` reached `max_bytes`: trajectories keep digests and sizes only.
+    pub full: bool,
 }
 
 pub async fn health(State(m): State<Manager>) -> Json<Health> {
@@ -33,6 +44,14 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
         substrates: m.substrates().iter().map(|s| s.as_str()).collect(),
         sandboxes: m.count(),
         security: m.config().security.clone(),
+        state: {
+            let (bytes, max_bytes) = m.state_usage();
+            StateUsage {
+                bytes,
+                max_bytes,
+                full: bytes >= max_bytes,
+            }
+        },
     })
 }
 

@@ -68,6 +68,8 @@ pub fn prepare(
             output_cap: req.output_cap(),
             stdin: req.stdin.is_some(),
             window: None,
+            // A call's environment ends with it: everything it started dies anyway.
+            kill_tree: true,
         },
         files,
         collect: req

@@ -2,7 +2,7 @@
 //! the substrate's runtime, record `running`. A failed start leaves no record behind.
 
 use tracing::{info, warn};
-use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+use warren_types::{ApiError, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
@@ -24,6 +24,15 @@ impl Manager {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
         let runtime = self.runtime_for(req.substrate)?;
+        // What can never run here is refused before anything starts.
+        runtime.admit(&limits).map_err(ApiError::invalid)?;
+        if !req.network.is_none() && !runtime.network_policies() {
+            return Err(ApiError::invalid(format!(
+                "{} sandboxes take no network policy yet: create it with network \"none\"",
+                req.substrate.as_str()
+            ))
+            .into());
+        }
         self.check_network(&req.network)?;
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key

@@ -15,8 +15,8 @@ use warren_proto::ExecSpec;
 use warren_runtime::agent::{PtyInput, PtyOutput};
 use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StreamItem};
 use warren_types::{
-    ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState,
-    SandboxId, SandboxInfo, TrajectoryCall,
+    validate, ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo,
+    ProcessState, SandboxId, SandboxInfo, TrajectoryCall,
 };
 
 use super::logged::{exec_call, Done, Step};
@@ -31,11 +31,13 @@ pub const DEFAULT_SHELL: &str = "/bin/sh";
 /// Longest wait a `wait` call may ask for (7 days).
 const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
-/// Builds the agent's command from the request and the sandbox's defaults.
-pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> ExecSpec {
+/// Builds the agent's command from the request and the sandbox's defaults. The merged
+/// command must still be one the kernel can start (see [`validate::command_size`]).
+pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> Result<ExecSpec, NodeError> {
     let mut env = info.env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    ExecSpec {
+    validate::command_size(&req.command(), &env, validate::MAX_COMMAND_BYTES)?;
+    Ok(ExecSpec {
         argv: req.command(),
         cwd: req.cwd.clone().or_else(|| info.workdir.clone()),
         env: env.into_iter().collect(),
@@ -44,7 +46,8 @@ pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> ExecSpec {
         output_cap: req.output_cap(),
         stdin: req.stdin.is_some(),
         window: None,
-    }
+        kill_tree: req.kill_tree,
+    })
 }
 
 /// Output bytes as the request asked for them.
@@ -74,9 +77,22 @@ pub(crate) fn exec_result(
         stderr_bytes: exit.stderr_bytes,
         encoding,
         duration_ms: exit.duration_us as f64 / 1000.0,
+        oom_killed: exit.oom_killed,
         replayed: false,
     }
 }
+
+/// Marks `exit` as an OOM kill when it died of SIGKILL and the sandbox's OOM killer fired
+/// since `before` (its count of OOM kills when the command started).
+pub(crate) fn mark_oom(exit: &mut ExitInfo, before: Option<u64>, now: Option<u64>) {
+    if exit.signal == Some(SIGKILL) {
+        if let (Some(a), Some(b)) = (before, now) {
+            exit.oom_killed = b > a;
+        }
+    }
+}
+
+const SIGKILL: i32 = 9;
 
 fn output_result(out: &ExecOutput, encoding: OutputEncoding) -> ExecResult {
     exec_result(&out.stdout, &out.stderr, &out.exit, encoding)
@@ -147,6 +163,9 @@ struct Drive {
     encoding: OutputEncoding,
     cap: u64,
     started_ms: u64,
+    instance: Arc<dyn warren_runtime::Instance>,
+    /// The sandbox's OOM kill count when the command started.
+    ooms: Option<u64>,
     _busy: ActivityGuard,
 }
 
@@ -185,6 +204,7 @@ impl Drive {
                     m.observe_exec(started.elapsed());
                     exit.stdout_truncated |= out_over;
                     exit.stderr_truncated |= err_over;
+                    mark_oom(&mut exit, self.ooms, self.instance.usage().oom_kills);
                     break Some(Ok(Done::Exec(ExecOutput {
                         stdout: out,
                         stderr: err,
@@ -279,14 +299,16 @@ impl Manager {
         let step = req.step;
         let logged = self
             .logged(id, step, call, move |instance, info| async move {
-                let spec = exec_spec(&info, &req);
+                let spec = exec_spec(&info, &req)?;
                 let stdin = req.stdin.map(Bytes::from);
                 let started = Instant::now();
                 Metrics::inc(&m.inner.metrics.execs);
-                let out = instance.agent().exec(spec, stdin).await.map_err(|e| {
+                let ooms = instance.usage().oom_kills;
+                let mut out = instance.agent().exec(spec, stdin).await.map_err(|e| {
                     Metrics::inc(&m.inner.metrics.exec_errors);
                     NodeError::runtime(&sid, e)
                 })?;
+                mark_oom(&mut out.exit, ooms, instance.usage().oom_kills);
                 m.inner.metrics.observe_exec(started.elapsed());
                 Ok(Done::Exec(out))
             })
@@ -326,10 +348,11 @@ impl Manager {
             Step::Run(guard) => guard,
         };
         let (instance, info, busy) = self.ready_sb(&sb).await?;
-        let spec = exec_spec(&info, &req);
+        let spec = exec_spec(&info, &req)?;
         let stdin = req.stdin.clone().map(Bytes::from);
         let started_ms = now_ms();
         Metrics::inc(&self.inner.metrics.execs);
+        let ooms = instance.usage().oom_kills;
         let stream = match instance.agent().exec_stream(spec, stdin).await {
             Ok(s) => s,
             Err(e) => {
@@ -350,6 +373,8 @@ impl Manager {
             encoding: req.encoding,
             cap: req.output_cap(),
             started_ms,
+            instance,
+            ooms,
             _busy: busy,
         };
         tokio::spawn(drive.run(stream, tx));
@@ -374,7 +399,7 @@ impl Manager {
         let step = req.step;
         let logged = self
             .logged(id, step, call, move |instance, info| async move {
-                let spec = exec_spec(&info, &req);
+                let spec = exec_spec(&info, &req)?;
                 let argv = spec.argv.clone();
                 let pid = instance
                     .agent()
@@ -478,7 +503,7 @@ impl Manager {
             return Err(ApiError::invalid("cols and rows must be at least 1").into());
         }
         let (instance, info, guard) = self.ready(id).await?;
-        let mut spec = exec_spec(&info, &exec);
+        let mut spec = exec_spec(&info, &exec)?;
         if !spec.env.iter().any(|(k, _)| k == "TERM") {
             spec.env.push(("TERM".into(), "xterm-256color".into()));
         }

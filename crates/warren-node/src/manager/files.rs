@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sha2::{Digest as _, Sha256};
 use warren_runtime::FileReader;
+use warren_types::files::{DirPage, MAX_LIST_ENTRIES};
 use warren_types::validate::sandbox_path;
 use warren_types::{ApiError, FileStat, SandboxId, TrajectoryCall};
 
@@ -107,14 +108,17 @@ impl Manager {
         })
     }
 
-    /// `PUT /v1/sandboxes/{id}/files`: creates or truncates `path` and writes `body` to it
-    /// chunk by chunk (any size; nothing is held beyond one chunk). True when the step was
-    /// replayed (then nothing was written).
+    /// `PUT /v1/sandboxes/{id}/files`: writes `body` to a new file beside `path`, chunk by
+    /// chunk (any size; nothing is held beyond one chunk), and renames it over `path` at the
+    /// end, so a failed upload leaves no partial file. A known `size` is checked against the
+    /// sandbox's free space before anything is written. True when the step was replayed (then
+    /// nothing was written).
     pub async fn write_file<S, E>(
         &self,
         id: &SandboxId,
         path: &str,
         mode: Option<u32>,
+        size: Option<u64>,
         step: Option<u64>,
         mut body: S,
     ) -> Result<bool, NodeError>
@@ -142,7 +146,7 @@ impl Manager {
         };
         let (instance, _, _busy) = self.ready_sb(&sb).await?;
         let started_ms = now_ms();
-        let outcome = match instance.agent().write_file(&path, mode).await {
+        let outcome = match instance.agent().write_file(&path, mode, size).await {
             Ok(mut w) => {
                 let mut failed = None;
                 while let Some(chunk) = body.next().await {
@@ -194,15 +198,38 @@ impl Manager {
             .map_err(|e| NodeError::runtime(id, e))
     }
 
-    /// `GET /v1/sandboxes/{id}/files/list`.
-    pub async fn list_dir(&self, id: &SandboxId, path: &str) -> Result<Vec<FileStat>, NodeError> {
+    /// `GET /v1/sandboxes/{id}/files/list`: one page, in name order, after the name `after`.
+    pub async fn list_dir(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<DirPage, NodeError> {
         let path = sandbox_path(path)?;
+        if let Some(a) = after {
+            if a.is_empty() || a.len() > 1024 || a.contains(['/', '\0']) {
+                return Err(ApiError::invalid(
+                    "after must be a file name (1-1024 bytes, no '/' or NUL)",
+                )
+                .into());
+            }
+        }
+        if let Some(l) = limit {
+            if l == 0 || l as usize > MAX_LIST_ENTRIES {
+                return Err(ApiError::invalid(format!(
+                    "limit must be between 1 and {MAX_LIST_ENTRIES}"
+                ))
+                .into());
+            }
+        }
         let (instance, _, _guard) = self.ready(id).await?;
-        instance
+        let (entries, next) = instance
             .agent()
-            .list(&path)
+            .list(&path, after, limit)
             .await
-            .map_err(|e| NodeError::runtime(id, e))
+            .map_err(|e| NodeError::runtime(id, e))?;
+        Ok(DirPage { entries, next })
     }
 
     /// `POST /v1/sandboxes/{id}/files/mkdir`. True when the step was replayed.

@@ -66,6 +66,7 @@ pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
         stdin_sha256: req.stdin.as_ref().map(|s| hex(&sha256(s.as_bytes()))),
         stdin_bytes: req.stdin.as_ref().map_or(0, |s| s.len() as u64),
         streamed,
+        kill_tree: req.kill_tree,
     }
 }
 
@@ -240,17 +241,31 @@ impl Manager {
         let answer = match outcome {
             Ok(Done::Exec(out)) => {
                 let x = &out.exit;
+                // Output is kept while the sandbox's log is within its budget and the node's
+                // state file within its limit; beyond, only digests and sizes.
+                let budget = sb.lock().info.limits.trajectory_mb << 20;
+                let state_full = self.journal().file_bytes() >= self.config().state_max_bytes;
+                let mut room = budget.saturating_sub(sb.log.stored_bytes());
+                let mut keep = |n: usize| {
+                    let fits = !state_full && n as u64 <= room;
+                    if fits {
+                        room -= n as u64;
+                    }
+                    fits
+                };
+                let (keep_out, keep_err) = (keep(out.stdout.len()), keep(out.stderr.len()));
                 entry.result = Some(StoredResult::Exec(StoredExec {
                     exit_code: x.exit_code,
                     signal: x.signal,
                     timed_out: x.timed_out,
-                    stdout: StoredOutput::new(&out.stdout, &mut blobs),
-                    stderr: StoredOutput::new(&out.stderr, &mut blobs),
+                    stdout: StoredOutput::kept_if(keep_out, &out.stdout, &mut blobs),
+                    stderr: StoredOutput::kept_if(keep_err, &out.stderr, &mut blobs),
                     stdout_truncated: x.stdout_truncated,
                     stderr_truncated: x.stderr_truncated,
                     stdout_bytes: x.stdout_bytes,
                     stderr_bytes: x.stderr_bytes,
                     duration_ms: x.duration_us as f64 / 1000.0,
+                    oom_killed: x.oom_killed,
                 }));
                 Ok(Answer::Exec(exec_result(
                     &out.stdout,

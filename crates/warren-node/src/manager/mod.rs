@@ -411,8 +411,26 @@ impl Manager {
     }
 
     /// The Prometheus text of `/metrics`.
+    /// The state file's size and its limit, in bytes.
+    pub fn state_usage(&self) -> (u64, u64) {
+        (self.journal().file_bytes(), self.config().state_max_bytes)
+    }
+
     pub fn render_metrics(&self) -> String {
         let mut m = self.inner.metrics.render(&self.count_by_state());
+        let (bytes, max) = self.state_usage();
+        m.push_str(&format!(
+            "# HELP warren_state_bytes Size of the node's state file (sandboxes, trajectories).\n\
+             # TYPE warren_state_bytes gauge\nwarren_state_bytes {bytes}\n\
+             # HELP warren_state_max_bytes State file size beyond which no output is kept.\n\
+             # TYPE warren_state_max_bytes gauge\nwarren_state_max_bytes {max}\n"
+        ));
+        if let Some(rss) = resident_bytes() {
+            m.push_str(&format!(
+                "# HELP process_resident_memory_bytes Resident memory of the daemon.\n\
+                 # TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}\n"
+            ));
+        }
         m.push_str(&self.inner.functions.render_metrics());
         m
     }
@@ -424,4 +442,14 @@ impl Manager {
         }
         t.push_back((id.clone(), why.to_string()));
     }
+}
+
+/// The daemon's resident memory (`VmRSS`).
+fn resident_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
 }

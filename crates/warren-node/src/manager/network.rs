@@ -65,7 +65,9 @@ impl Manager {
             let text = warren_net::resolv_conf(link.as_ref());
             let agent = instance.agent();
             let write = async {
-                let mut w = agent.write_file("/etc/resolv.conf", Some(0o644)).await?;
+                let mut w = agent
+                    .write_file("/etc/resolv.conf", Some(0o644), None)
+                    .await?;
                 w.write(bytes::Bytes::from(text)).await?;
                 w.finish().await
             };
@@ -158,7 +160,7 @@ impl Manager {
             let text = warren_net::resolv_conf(link.as_ref());
             let mut w = instance
                 .agent()
-                .write_file("/etc/resolv.conf", Some(0o644))
+                .write_file("/etc/resolv.conf", Some(0o644), None)
                 .await
                 .map_err(|e| NodeError::runtime(&sb.id, e))?;
             w.write(bytes::Bytes::from(text))

@@ -496,7 +496,7 @@ async fn processes_and_files_reach_the_agent() {
     let chunks = futures::stream::iter(
         (0..3).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"abc"))),
     );
-    m.write_file(&id, "/f", Some(0o644), None, chunks)
+    m.write_file(&id, "/f", Some(0o644), None, None, chunks)
         .await
         .unwrap();
     let mut dl = m.read_file(&id, "/f").await.unwrap();
@@ -508,7 +508,17 @@ async fn processes_and_files_reach_the_agent() {
         m.chmod(&id, "/d", 0o17777, None).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
-    assert_eq!(m.list_dir(&id, "/d").await.unwrap().len(), 1);
+    let page = m.list_dir(&id, "/d", None, None).await.unwrap();
+    assert_eq!((page.entries.len(), page.next), (1, None));
+    for (after, limit) in [(Some("a/b"), None), (Some(""), None), (None, Some(0))] {
+        assert_eq!(
+            m.list_dir(&id, "/d", after, limit)
+                .await
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidRequest
+        );
+    }
 }
 
 #[tokio::test]

@@ -60,13 +60,13 @@ async fn a_logged_step_answers_its_record_and_runs_nothing() {
 
     // File changes replay too, and run nothing.
     assert!(!m
-        .write_file(&id, "/f", None, Some(1), bytes_of(b"abc"))
+        .write_file(&id, "/f", None, None, Some(1), bytes_of(b"abc"))
         .await
         .unwrap());
     assert!(!m.mkdir(&id, "/d", true, None, Some(2)).await.unwrap());
     let changes = rt.shared.changes.load(Ordering::SeqCst);
     assert!(m
-        .write_file(&id, "/f", None, Some(1), bytes_of(b"abc"))
+        .write_file(&id, "/f", None, None, Some(1), bytes_of(b"abc"))
         .await
         .unwrap());
     assert!(m.mkdir(&id, "/d", true, None, Some(2)).await.unwrap());
@@ -91,11 +91,11 @@ async fn a_different_request_at_a_logged_step_is_a_conflict() {
     let e = m.mkdir(&id, "/d", false, None, Some(0)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     // A write with other content at a logged write step.
-    m.write_file(&id, "/f", None, Some(1), bytes_of(b"one"))
+    m.write_file(&id, "/f", None, None, Some(1), bytes_of(b"one"))
         .await
         .unwrap();
     let e = m
-        .write_file(&id, "/f", None, Some(1), bytes_of(b"two"))
+        .write_file(&id, "/f", None, None, Some(1), bytes_of(b"two"))
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
@@ -213,7 +213,7 @@ async fn the_export_says_what_ran_and_stores_big_output_once() {
     )
     .await
     .unwrap();
-    m.write_file(&id, "/f", Some(0o600), Some(2), bytes_of(b"abc"))
+    m.write_file(&id, "/f", Some(0o600), None, Some(2), bytes_of(b"abc"))
         .await
         .unwrap();
     m.mkdir(&id, "/d", true, None, None).await.unwrap();

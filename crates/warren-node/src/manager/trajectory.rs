@@ -6,8 +6,11 @@ use warren_types::{SandboxId, TrajectoryEntry};
 use super::Manager;
 use crate::error::NodeError;
 
-/// Entries read per page.
+/// Most entries read per page.
 const PAGE: usize = 256;
+/// A page stops once its entries and their output take this much: an export holds about one
+/// page (plus one entry's output) at a time, however long the trajectory.
+const PAGE_BYTES: u64 = 1 << 20;
 
 /// The pages of one export.
 pub struct TrajectoryPages {
@@ -35,11 +38,15 @@ impl TrajectoryPages {
         }
         let (m, id, from) = (self.manager.clone(), self.id.clone(), self.next_seq);
         let read = tokio::task::spawn_blocking(move || {
-            let (entries, blobs) = m.journal().read()?.entries(&id, from, PAGE)?;
-            Ok::<_, NodeError>(entries.iter().map(|e| e.export(&blobs)).collect::<Vec<_>>())
+            let (entries, blobs, more) = m
+                .journal()
+                .read()?
+                .entries_within(&id, from, PAGE, PAGE_BYTES)?;
+            let page = entries.iter().map(|e| e.export(&blobs)).collect::<Vec<_>>();
+            Ok::<_, NodeError>((page, more))
         })
         .await;
-        let page = match read {
+        let (page, more) = match read {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 self.done = true;
@@ -53,7 +60,7 @@ impl TrajectoryPages {
             }
         };
         match page.last() {
-            Some(last) if page.len() == PAGE => self.next_seq = last.seq + 1,
+            Some(last) if more => self.next_seq = last.seq + 1,
             _ => self.done = true,
         }
         if page.is_empty() {

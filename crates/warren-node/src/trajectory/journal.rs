@@ -250,6 +250,11 @@ impl Journal {
         }
     }
 
+    /// Size of the state file on disk.
+    pub fn file_bytes(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    }
+
     /// A consistent view for reads.
     pub fn read(&self) -> Result<Reader<'_>, StoreError> {
         let tx = self
@@ -294,6 +299,22 @@ impl Reader<'_> {
         Ok((seq, step))
     }
 
+    /// Bytes `id`'s log holds against its budget (see [`StoredEntry::budget_bytes`]).
+    pub fn stored_bytes(&self, id: &SandboxId) -> Result<u64, StoreError> {
+        let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
+        let t = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let mut total = 0;
+        for item in t.range(range).map_err(|e| self.err(e))? {
+            let (_, v) = item.map_err(|e| self.err(e))?;
+            let v = v.value();
+            total += match serde_json::from_slice::<StoredEntry>(v) {
+                Ok(e) => e.budget_bytes(v.len()),
+                Err(_) => v.len() as u64,
+            };
+        }
+        Ok(total)
+    }
+
     /// The seq and request digest logged for `step`.
     pub fn step(&self, id: &SandboxId, step: u64) -> Result<Option<(u64, Digest)>, StoreError> {
         let steps = self.tx.open_table(STEPS).map_err(|e| self.err(e))?;
@@ -308,20 +329,42 @@ impl Reader<'_> {
         from_seq: u64,
         limit: usize,
     ) -> Result<(Vec<StoredEntry>, Blobs), StoreError> {
+        let (entries, blobs, _) = self.entries_within(id, from_seq, limit, u64::MAX)?;
+        Ok((entries, blobs))
+    }
+
+    /// Like [`Reader::entries`], but stops once the entries and their output take `max_bytes`
+    /// (at least one entry is returned), so a page's memory does not grow with the log. The
+    /// flag is true when the page stopped at a bound (more entries may follow).
+    pub fn entries_within(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        limit: usize,
+        max_bytes: u64,
+    ) -> Result<(Vec<StoredEntry>, Blobs, bool), StoreError> {
         let t = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
+        let mut bytes = 0u64;
         let range = (id.as_str(), from_seq)..=(id.as_str(), u64::MAX);
         for item in t.range(range).map_err(|e| self.err(e))?.take(limit) {
+            if bytes >= max_bytes {
+                break;
+            }
             let (k, v) = item.map_err(|e| self.err(e))?;
             match serde_json::from_slice::<StoredEntry>(v.value()) {
-                Ok(e) => out.push(e),
+                Ok(e) => {
+                    bytes += e.budget_bytes(v.value().len());
+                    out.push(e)
+                }
                 Err(e) => {
                     tracing::warn!(sandbox = %id, seq = k.value().1, error = %e, "unreadable trajectory entry skipped")
                 }
             }
         }
         let blobs = self.blobs(&out)?;
-        Ok((out, blobs))
+        let more = out.len() == limit || bytes >= max_bytes;
+        Ok((out, blobs, more))
     }
 
     /// One entry and the blobs it refers to.

@@ -9,8 +9,11 @@
 //! - this file owns the stored entry format and the request digest.
 //!
 //! Output larger than [`INLINE_MAX`] is stored once by sha256 in the blob table and counted
-//! by reference; smaller output is inline in the entry. A sandbox's trajectory is deleted with
-//! the sandbox (in the same transaction): export it before deleting.
+//! by reference; smaller output is inline in the entry. Once a sandbox's log holds its budget
+//! (`Limits::trajectory_mb`), or the node's state file its limit, output is kept as sha256 and
+//! size only and the entry says so (`omitted`): what a sandbox prints cannot grow the node's
+//! disk beyond the budget. A sandbox's trajectory is deleted with the sandbox (in the same
+//! transaction): export it before deleting.
 //!
 //! This module never runs anything in a sandbox and never decides whether a call may run;
 //! the manager does, with [`steps::Claim`].
@@ -92,6 +95,9 @@ pub struct StoredOutput {
     pub len: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<String>,
+    /// Not kept (over the budget): only the digest and the size are stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
 }
 
 /// A blob to store with an entry: digest (hex) and bytes.
@@ -116,7 +122,26 @@ impl StoredOutput {
             sha256: digest,
             len: bytes.len() as u64,
             inline,
+            omitted: false,
         }
+    }
+
+    /// Keeps `bytes` (as [`StoredOutput::new`]) when `keep`, else only their digest and size.
+    pub fn kept_if(keep: bool, bytes: &[u8], blobs: &mut Vec<Blob>) -> StoredOutput {
+        if keep {
+            return StoredOutput::new(bytes, blobs);
+        }
+        StoredOutput {
+            sha256: hex(&sha256(bytes)),
+            len: bytes.len() as u64,
+            inline: None,
+            omitted: true,
+        }
+    }
+
+    /// True when the bytes are in the blob table.
+    pub fn in_blob(&self) -> bool {
+        self.inline.is_none() && !self.omitted
     }
 
     /// The bytes, from the entry or from `blobs` (digest → bytes, read by the caller).
@@ -143,6 +168,8 @@ pub struct StoredExec {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub duration_ms: f64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,12 +216,25 @@ impl StoredEntry {
         }
     }
 
+    /// Bytes this entry adds to its sandbox's budget: its encoding plus its output in blobs.
+    pub fn budget_bytes(&self, encoded_len: usize) -> u64 {
+        let blobs: u64 = match &self.result {
+            Some(StoredResult::Exec(e)) => [&e.stdout, &e.stderr]
+                .into_iter()
+                .filter(|o| o.in_blob())
+                .map(|o| o.len)
+                .sum(),
+            _ => 0,
+        };
+        encoded_len as u64 + blobs
+    }
+
     /// Digests of the blobs this entry refers to.
     pub fn blob_refs(&self) -> Vec<&str> {
         match &self.result {
             Some(StoredResult::Exec(e)) => [&e.stdout, &e.stderr]
                 .into_iter()
-                .filter(|o| o.inline.is_none())
+                .filter(|o| o.in_blob())
                 .map(|o| o.sha256.as_str())
                 .collect(),
             _ => Vec::new(),
@@ -223,6 +263,7 @@ impl StoredEntry {
             stderr_bytes: e.stderr_bytes,
             encoding,
             duration_ms: e.duration_ms,
+            oom_killed: e.oom_killed,
             replayed: false,
         }
     }
@@ -246,6 +287,8 @@ impl StoredEntry {
                 result: self.exec_result(e, blobs),
                 stdout_sha256: e.stdout.sha256.clone(),
                 stderr_sha256: e.stderr.sha256.clone(),
+                stdout_omitted: e.stdout.omitted,
+                stderr_omitted: e.stderr.omitted,
             }),
             StoredResult::Process(p) => TrajectoryResult::Process(p.clone()),
         });
@@ -298,6 +341,10 @@ mod tests {
         let mut blobs = Vec::new();
         let small = StoredOutput::new(b"hi", &mut blobs);
         assert!(small.inline.is_some() && blobs.is_empty());
+        let gone = StoredOutput::kept_if(false, b"hi", &mut blobs);
+        assert!(gone.omitted && gone.inline.is_none() && blobs.is_empty());
+        assert_eq!((gone.len, gone.sha256.clone()), (2, small.sha256.clone()));
+        assert!(gone.bytes(&HashMap::new()).is_empty());
         let big = vec![7u8; INLINE_MAX + 1];
         let a = StoredOutput::new(&big, &mut blobs);
         let b = StoredOutput::new(&big, &mut blobs);

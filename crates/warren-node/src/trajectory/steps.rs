@@ -46,6 +46,8 @@ struct State {
     running: HashMap<u64, Running>,
     /// The sandbox is being deleted: nothing more is appended.
     closed: bool,
+    /// Bytes the log holds (entries plus output in blobs), against the sandbox's budget.
+    stored: u64,
 }
 
 /// A sandbox's trajectory state in memory.
@@ -120,7 +122,9 @@ pub fn conflict(id: &SandboxId, step: u64, why: &str) -> NodeError {
 impl SandboxLog {
     /// The log of `id`, continuing from what `journal` holds for it.
     pub fn open(journal: &Journal, id: &SandboxId) -> Result<Arc<SandboxLog>, StoreError> {
-        let (last_seq, max_step) = journal.read()?.tail(id)?;
+        let read = journal.read()?;
+        let (last_seq, max_step) = read.tail(id)?;
+        let stored = read.stored_bytes(id)?;
         Ok(Arc::new(SandboxLog {
             id: id.clone(),
             state: Mutex::new(State {
@@ -128,6 +132,7 @@ impl SandboxLog {
                 max_logged_step: max_step,
                 running: HashMap::new(),
                 closed: false,
+                stored,
             }),
         }))
     }
@@ -141,6 +146,7 @@ impl SandboxLog {
                 max_logged_step: None,
                 running: HashMap::new(),
                 closed: false,
+                stored: 0,
             }),
         })
     }
@@ -159,6 +165,11 @@ impl SandboxLog {
     /// Lets appends go on again (a delete that failed).
     pub fn reopen(&self) {
         self.lock().closed = false;
+    }
+
+    /// Bytes the log holds against the sandbox's trajectory budget.
+    pub fn stored_bytes(&self) -> u64 {
+        self.lock().stored
     }
 
     /// The last sequence number given out (0 when none).
@@ -229,6 +240,7 @@ impl SandboxLog {
                 what: "trajectory entry",
                 source,
             })?;
+            st.stored += entry.budget_bytes(bytes.len());
             let rx = journal.queue(Append {
                 sandbox: self.id.clone(),
                 seq,

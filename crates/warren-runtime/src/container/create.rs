@@ -14,6 +14,9 @@ use crate::{RuntimeError, SandboxSpec};
 /// Longest a start-up step may take before the sandbox is declared failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Memory a container's cgroup holds for its agent beyond the sandbox's `memory_mb`.
+pub const AGENT_MEMORY_MB: u64 = 32;
+
 pub async fn create(
     rt: &ContainerRuntime,
     spec: &SandboxSpec,
@@ -26,7 +29,12 @@ pub async fn create(
     let pins = warren_image::LayerPins::new(&rt.images, &layers);
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
-    if let Err(e) = cgroups.create(&spec.limits) {
+    // The agent's own memory is on top of the sandbox's: the writable layer (at most
+    // `memory_mb`) and the commands can use all of `memory_mb`, and the agent (which the OOM
+    // killer never picks) still has room to serve.
+    let mut limits = spec.limits.clone();
+    limits.memory_mb += AGENT_MEMORY_MB;
+    if let Err(e) = cgroups.create(&limits) {
         let _ = cgroups.remove().await;
         crate::leases::release(&rt.images, &spec.id).await;
         return Err(e);
@@ -162,9 +170,10 @@ async fn start(
         }
     };
     let t_child = t0.elapsed();
-    // Make the OOM killer prefer the sandbox's processes over its agent (needs
-    // CAP_SYS_RESOURCE; hosts without it keep the default score).
-    if let Err(e) = std::fs::write(format!("/proc/{agent_pid}/oom_score_adj"), "-900") {
+    // The OOM killer never picks the agent (needs CAP_SYS_RESOURCE; hosts without it keep the
+    // default score): commands drop back to 0 before they start, and the agent has
+    // `AGENT_MEMORY_MB` of its own beyond the sandbox's memory.
+    if let Err(e) = std::fs::write(format!("/proc/{agent_pid}/oom_score_adj"), "-1000") {
         tracing::trace!(error = %e, "cannot protect the agent from the OOM killer");
     }
     match recv(&mut stream, "root filesystem").await? {

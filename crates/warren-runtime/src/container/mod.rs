@@ -137,9 +137,11 @@ fn spawn_agent(
         .open("/dev/null")
         .map_err(|e| RuntimeError::io("open /dev/null", e))?;
     let null = devnull.as_raw_fd();
+    // argv[0] is the bare name: `/proc/1/cmdline` inside the sandbox shows it, and nothing
+    // inside names a host path.
     let pid = warren_sys::process::spawn_with_fds(
         &agent,
-        &[agent.clone(), mode.to_string()],
+        &["warren-agent".to_string(), mode.to_string()],
         &[],
         &[
             (null, 0),

@@ -292,6 +292,18 @@ impl VmRuntime {
 }
 
 /// vCPUs for a sandbox: its CPU limit rounded up.
+/// The host's memory in MiB (`MemTotal`), 0 when unknown.
+fn host_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024)
+}
+
 fn vcpus(spec: &SandboxSpec) -> u32 {
     (spec.limits.cpus.ceil() as u32).clamp(1, 64)
 }
@@ -395,6 +407,24 @@ impl Instance for Vm {
 impl Runtime for VmRuntime {
     fn substrate(&self) -> Substrate {
         self.substrate
+    }
+
+    fn admit(&self, limits: &warren_types::Limits) -> Result<(), String> {
+        let host_mb = host_memory_mb();
+        if host_mb > 0 && limits.memory_mb + VMM_OVERHEAD_MB > host_mb {
+            return Err(format!(
+                "memory_mb {} cannot fit this host: it has {host_mb} MiB and a {} sandbox \
+                 needs its memory plus {VMM_OVERHEAD_MB} MiB for the VMM (at most {} here)",
+                limits.memory_mb,
+                self.substrate.as_str(),
+                host_mb.saturating_sub(VMM_OVERHEAD_MB)
+            ));
+        }
+        Ok(())
+    }
+
+    fn network_policies(&self) -> bool {
+        false
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {

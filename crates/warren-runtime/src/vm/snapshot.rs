@@ -7,7 +7,10 @@
 //! migration bandwidth limit, migrates, copies the disk, and (for a live sandbox) continues.
 //!
 //! A template is a snapshot of a freshly booted VM at "agent ready", one per machine shape,
-//! under `templates/<digest of the machine key>`; later sandboxes restore it.
+//! under `templates/<digest of the machine key>`; later sandboxes restore it. Templates are
+//! a cache bounded in count and bytes ([`MAX_TEMPLATES`], [`MAX_TEMPLATE_BYTES`]): making a
+//! new one removes the least recently used that no process has open, so requests of ever new
+//! machine shapes cannot fill the disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +22,13 @@ use crate::{Instance, RuntimeError, SandboxSpec};
 
 /// Migration capabilities both ends enable.
 pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
+
+/// Most templates kept in a VM directory.
+pub const MAX_TEMPLATES: usize = 8;
+/// Most bytes (allocated on disk) all templates of a VM directory may take.
+pub const MAX_TEMPLATE_BYTES: u64 = 2 << 30;
+/// A template used this recently is never pruned (a restore may be about to open it).
+const TEMPLATE_GRACE: Duration = Duration::from_secs(120);
 
 /// Hostname of a template's guest (every restored sandbox shares it).
 pub const TEMPLATE_HOSTNAME: &str = "sandbox";
@@ -144,6 +154,7 @@ pub async fn template(
     let digest = key.digest();
     let dir = rt.cfg.root.join("templates").join(&digest);
     if let Ok(s) = Snapshot::open(&dir) {
+        touch(&dir);
         return Ok(s);
     }
     let lock = {
@@ -181,6 +192,14 @@ pub async fn template(
         Ok(s) => s,
         Err(e) => Snapshot::open(&dir).map_err(|_| e)?,
     };
+    touch(&dir);
+    let root = rt.cfg.root.join("templates");
+    let removed = tokio::task::spawn_blocking(move || prune_templates(&root, &dir))
+        .await
+        .unwrap_or_default();
+    for r in removed {
+        tracing::info!(template = %r.display(), "least recently used VM template removed");
+    }
     tracing::info!(
         template = digest,
         substrate = key.substrate,
@@ -189,4 +208,117 @@ pub async fn template(
         "VM template made"
     );
     Ok(snap)
+}
+
+/// Marks a template as used now (its directory's mtime orders the pruning).
+fn touch(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Bytes a directory's files take on disk (sparse memory files count what is allocated).
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// True when a process has a file below `dir` open (a VM using the template's disk).
+fn in_use(dir: &Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for p in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(dir)) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Removes least recently used templates of `root` beyond [`MAX_TEMPLATES`] or
+/// [`MAX_TEMPLATE_BYTES`], never `keep`, one used within [`TEMPLATE_GRACE`], or one a process
+/// has open. Returns what was removed.
+pub fn prune_templates(root: &Path, keep: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut all: Vec<(std::time::SystemTime, PathBuf, u64)> = rd
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| {
+            let used = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (used, e.path(), allocated_bytes(&e.path()))
+        })
+        .collect();
+    // Newest first: what is kept is a prefix.
+    all.sort_by_key(|b| std::cmp::Reverse(b.0));
+    let now = std::time::SystemTime::now();
+    let (mut count, mut bytes) = (0usize, 0u64);
+    let mut removed = Vec::new();
+    for (used, path, size) in all {
+        let fits = count < MAX_TEMPLATES && bytes + size <= MAX_TEMPLATE_BYTES;
+        let recent = now.duration_since(used).unwrap_or_default() < TEMPLATE_GRACE;
+        if fits || path == keep || recent || in_use(&path) {
+            count += 1;
+            bytes += size;
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_pruned_least_recently_used_first() {
+        let root = tempfile::tempdir_in("/tmp").unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        let mut dirs = Vec::new();
+        for i in 0..MAX_TEMPLATES + 3 {
+            let d = root.path().join(format!("t{i:02}"));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("memory"), vec![1u8; 8192]).unwrap();
+            // t00 is the oldest; each later one was used a second after.
+            let f = std::fs::File::open(&d).unwrap();
+            f.set_modified(old + Duration::from_secs(i as u64)).unwrap();
+            dirs.push(d);
+        }
+        // One old template is open (a VM runs on it): it stays.
+        let _open = std::fs::File::open(dirs[1].join("memory")).unwrap();
+        let removed = prune_templates(root.path(), &dirs[0]);
+        // The 8 most recently used stay; of the 3 older ones, the one being made (`keep`) and
+        // the one in use stay too: only t02 goes.
+        assert_eq!(removed, vec![dirs[2].clone()]);
+        assert!(dirs.iter().enumerate().all(|(i, d)| d.exists() == (i != 2)));
+        // Recently used templates are never pruned, whatever their number.
+        for d in &dirs[3..] {
+            std::fs::File::open(d)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now())
+                .unwrap();
+        }
+        std::fs::remove_dir_all(&dirs[10]).unwrap();
+        assert!(prune_templates(root.path(), &dirs[0]).is_empty());
+    }
 }

@@ -16,11 +16,14 @@
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
+//! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
+//! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
 //!
 //! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
 
 mod baselines;
 mod call;
+mod hostile;
 mod images;
 mod images_gen;
 mod measure;
@@ -57,6 +60,9 @@ pub enum Which {
     All,
     /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
     Vm,
+    /// What a hostile sandbox costs the node: output floods against the trajectory budget,
+    /// a huge directory paged through (not part of `all`)
+    Hostile,
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,7 +72,7 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
-    /// neighbour 200 per phase, net 100, vm 8]
+    /// neighbour 200 per phase, net 100, vm 8, hostile 10000]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -87,6 +93,9 @@ pub struct Args {
     pub baseline_n: usize,
     #[command(flatten)]
     pub images: images::ImagesArgs,
+    /// hostile: files made in the listed directory
+    #[arg(long, default_value_t = 100_000)]
+    pub files: usize,
 }
 
 /// One target and whether it was met.
@@ -139,6 +148,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     pub net: Option<net::NetBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostile: Option<hostile::Hostile>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baselines: Vec<Baseline>,
     pub checks: Vec<Check>,
@@ -206,6 +217,9 @@ impl Report {
         }
         if let Some(c) = &self.call {
             checks.extend(c.checks());
+        }
+        if let Some(h) = &self.hostile {
+            checks.extend(h.checks());
         }
         if let Some(nb) = &self.neighbour {
             for p in &nb.phases {
@@ -327,6 +341,12 @@ impl Report {
             }
             out.push_str(&nb.render());
         }
+        if let Some(h) = &self.hostile {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&h.render());
+        }
         if !self.baselines.is_empty() {
             let mut t = Table::new(["BASELINE", "N", "P50 ms", "P99 ms", "NOTE"]);
             let opt = |v: Option<f64>| v.map(ms).unwrap_or_else(|| "-".into());
@@ -435,6 +455,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
+    }
+    if args.which == Which::Hostile {
+        stop.check()?;
+        report.hostile = Some(hostile::hostile(setup, n(10_000), args.files.max(1)).await?);
     }
     if args.baselines {
         stop.check()?;
