@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt};
 use warren_types::files::DirPage;
 use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 
-use crate::client::{empty_body, enc, full_body, seg, Body, Client, OCTET_STREAM};
+use crate::client::{empty_body, enc, full_body, seg, Body, Client, Payload, OCTET_STREAM};
 use crate::error::{BoxError, ClientError};
 use crate::stream::ByteStream;
 
@@ -72,7 +72,8 @@ impl Client {
             .map_ok(Frame::data)
             .map_err(|e| std::io::Error::other(e.into()));
         let body: Body = StreamBody::new(frames).boxed_unsync();
-        self.put_file(id, path, mode, size, body).await
+        self.put_file(id, path, mode, size, Payload::stream(body))
+            .await
     }
 
     /// Streams any [`AsyncRead`] into a sandbox file.
@@ -109,7 +110,7 @@ impl Client {
         path: &str,
         mode: Option<u32>,
         size: Option<u64>,
-        body: Body,
+        body: Payload,
     ) -> Result<(), ClientError> {
         let mut uri = files_path(id, "", path);
         if let Some(m) = mode {
