@@ -32,7 +32,11 @@ async fn running_out_of_memory_never_kills_the_agent() {
     let adj = s
         .sh_ok_stdout("cat /proc/1/oom_score_adj /proc/self/oom_score_adj")
         .await;
-    assert_eq!(adj.split_whitespace().collect::<Vec<_>>(), ["-1000", "0"]);
+    let adj: Vec<i32> = adj.split_whitespace().map(|a| a.parse().unwrap()).collect();
+    assert!(
+        adj[0] <= 0 && adj[1] == 1000,
+        "oom_score_adj agent/command: {adj:?}"
+    );
     // Fill the in-memory writable layer to its limit: the writer gets ENOSPC or is killed...
     let mut fill = ExecRequest::shell("dd if=/dev/zero of=/fill bs=1M count=200 2>&1; sync");
     fill.timeout_secs = Some(60.0);

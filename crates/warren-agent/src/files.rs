@@ -282,6 +282,17 @@ pub fn stat(path: &str) -> Event {
     }
 }
 
+/// Bytes of `s` as a JSON string body (control characters take 6, quote and backslash 2).
+fn json_len(s: &str) -> usize {
+    s.chars()
+        .map(|c| match c {
+            '"' | '\\' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum()
+}
+
 /// One page of a directory: the `limit` smallest names after `after`. Memory and answer size
 /// stay bounded by the page however large the directory (the sandbox decides how many files
 /// it holds).
@@ -318,8 +329,8 @@ pub fn list(path: &str, after: Option<&str>, limit: Option<u32>) -> Event {
             break;
         }
         if let Ok(s) = stat_of(name.clone(), &dir.join(&name)) {
-            // Worst case of its JSON: every byte escaped (6 bytes) plus the fixed fields.
-            bytes += 6 * (s.name.len() + s.link_target.as_ref().map_or(0, |t| t.len())) + 160;
+            // Its JSON: the strings as escaped plus the fixed fields.
+            bytes += json_len(&s.name) + s.link_target.as_deref().map_or(0, json_len) + 160;
             entries.push(s);
         }
         next = Some(name);

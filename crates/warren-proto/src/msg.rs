@@ -69,7 +69,7 @@ pub enum Call {
     },
     /// → `Stat`.
     Stat { path: String },
-    /// → `Entries`: at most `limit` entries (and about [`crate::MAX_PAYLOAD`] × 4 bytes) in
+    /// → `Entries`: at most `limit` entries (and about 8 MiB) in
     /// name order, starting after the name `after`; `next` names the last one when more follow.
     List {
         path: String,

@@ -164,13 +164,15 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     // before fork).
     unsafe {
         cmd.pre_exec(move || {
-            // The agent may run with a protective OOM score; its commands must not inherit it.
+            // Commands are the OOM killer's first choice, never the agent: raising a score
+            // needs no privilege (hosts where the daemon cannot lower the agent's keep this),
+            // and a command cannot go below the agent's score again.
             let fd = libc::open(
                 c"/proc/self/oom_score_adj".as_ptr(),
                 libc::O_WRONLY | libc::O_CLOEXEC,
             );
             if fd >= 0 {
-                libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::write(fd, b"1000".as_ptr().cast(), 4);
                 libc::close(fd);
             }
             if setup.sched_idle {

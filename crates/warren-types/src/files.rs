@@ -8,7 +8,7 @@ pub const MAX_LIST_ENTRIES: usize = 10_000;
 pub const DEFAULT_LIST_ENTRIES: usize = 1_000;
 /// A listing page stops early once its entries take about this many bytes, so that no answer
 /// grows with the directory.
-pub const MAX_LIST_BYTES: usize = 4 << 20;
+pub const MAX_LIST_BYTES: usize = 8 << 20;
 
 /// One page of `GET /v1/sandboxes/{id}/files/list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
