@@ -109,7 +109,7 @@ def test_exec_body_shapes() -> None:
 
 
 def _mock(client: warren.AsyncClient, handler: Callable[[httpx.Request], httpx.Response]) -> None:
-    client._http.client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
+    client._http.targets[0].client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
 
 
 INFO = {

@@ -20,16 +20,21 @@ if TYPE_CHECKING:
 
 
 class AsyncClient:
-    """The asyncio client of one Warren node.
+    """The asyncio client of one Warren node, or of the gateways of a cluster.
 
     Args:
-        url: ``unix:///path/to/warren.sock`` or ``http://host:port``. Default: the
-            ``WARREN_URL`` environment variable, else ``unix:///run/warren/warren.sock``.
+        url: ``unix:///path/to/warren.sock`` or ``http://host:port``, or several (a list, or
+            one string with commas) -- the gateways of a cluster. Default: the
+            ``WARREN_URL`` environment variable (which may list several), else
+            ``unix:///run/warren/warren.sock``. Calls go to the URL that answered last; a
+            request that could not be sent goes to the next URL, and calls that are safe to
+            repeat also move on after a broken connection or a ``503``.
         timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
         max_connections: Size of the connection pool; each concurrent call holds one
             connection, so this is how many calls run at once (more wait their turn).
-        max_retries: Retries of safe calls (reads, deletes, creates with an idempotency key)
-            on transport failures and ``busy`` answers.
+        max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
+            an idempotency key) after transport failures, ``503`` on every URL and ``busy``
+            answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
 
     One client serves thousands of concurrent calls from one event loop. Use it from the loop
     it was first used on; ``async with`` closes it.
@@ -37,7 +42,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        url: Optional[str] = None,
+        url: Union[str, Sequence[str], None] = None,
         *,
         timeout: float = 120.0,
         max_connections: int = 4096,
@@ -47,8 +52,14 @@ class AsyncClient:
 
     @property
     def url(self) -> str:
-        """The node's address as used (``unix:///...`` or ``http://...``)."""
+        """The address calls go to first (``unix:///...`` or ``http://...``): the one that
+        answered last."""
         return self._http.url
+
+    @property
+    def urls(self) -> List[str]:
+        """Every address of this client, in the order given."""
+        return self._http.urls
 
     def __repr__(self) -> str:
         return f"<AsyncClient {self.url}>"
@@ -266,7 +277,7 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         """Closes the connection pool."""
-        await self._http.client.aclose()
+        await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self

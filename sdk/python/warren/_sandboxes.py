@@ -10,15 +10,13 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlencode
 
-import httpx
-
 from ._errors import CommandError, ConnectionError, NotFound, Unsupported, WarrenError, error_from_body
 from ._exec import AsyncExecStream, AsyncProcess, _exec_body
 from ._files import AsyncFiles
 from ._models import ExecResult, ProcessInfo, SandboxInfo
 from ._pty import AsyncPty
 from ._trajectory import AsyncTrajectory
-from ._transport import _VERSION, _raise_for, _transport_error
+from ._transport import _VERSION
 
 if TYPE_CHECKING:
     from ._client import AsyncClient
@@ -193,12 +191,7 @@ class AsyncSandbox:
                 "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
             )
         else:
-            try:
-                resp = await http.client.post(self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
-            except httpx.TransportError as e:
-                raise _transport_error(e, "exec") from e
-            if resp.status_code >= 400:
-                _raise_for(resp)
+            resp = await http.request("POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
         result = ExecResult.from_json(resp.json())
         if check and (result.exit_code != 0 or result.timed_out):
             raise CommandError(cmd, result)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from typing import Any, Dict, Optional, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
 import httpx
 
-from ._errors import Busy, ConnectionError, Timeout, WarrenError, error_from_body
+from ._errors import ConnectionError, Timeout, WarrenError, error_from_body
+from ._failover import BROKEN, GIVE_UP, NEXT_URL, NOT_SENT, Plan, split_urls
 from ._pool import PoolTransport
 
 T = TypeVar("T")
@@ -84,29 +85,74 @@ def _raise_fd_limit(want: int) -> None:
         pass
 
 
-class _Http:
-    """The pooled HTTP connection to one node, with the retry policy for safe calls."""
+class _Target:
+    """One URL and its connection pool."""
 
-    def __init__(
-        self,
-        url: Optional[str],
-        timeout: float,
-        max_connections: int,
-        max_retries: int,
-    ) -> None:
+    def __init__(self, url: Optional[str], timeout: httpx.Timeout, max_connections: int) -> None:
         self.base_url, self.uds = _parse_url(url)
         self.url = f"unix://{self.uds}" if self.uds else self.base_url
-        self.max_retries = max_retries
-        self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
         # httpx's own pool costs O(open connections) per call; ours is O(1) at any size.
         transport = PoolTransport(self.uds, max_connections=max_connections, keepalive_expiry=30.0)
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
-            timeout=self.timeout,
+            timeout=timeout,
             headers={"user-agent": f"warren-python/{_VERSION}"},
         )
-        _raise_fd_limit(max_connections + 1024)
+
+
+class _Http:
+    """The pooled HTTP connections to a node or to the gateways of a cluster, with the retry
+    and failover policy of :mod:`warren._failover`."""
+
+    def __init__(
+        self,
+        url: Union[str, Sequence[str], None],
+        timeout: float,
+        max_connections: int,
+        max_retries: int,
+    ) -> None:
+        self.max_retries = max_retries
+        self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
+        if isinstance(url, str) and "," not in url:
+            urls: List[Optional[str]] = [url]
+        elif url is None:
+            env = os.environ.get("WARREN_URL")
+            urls = split_urls(env) if env else [None]
+        else:
+            urls = split_urls(url)
+        self.targets = [_Target(u, self.timeout, max_connections) for u in urls]
+        # The target that answered last: calls start there.
+        self.preferred = 0
+        _raise_fd_limit(max_connections * len(self.targets) + 1024)
+
+    @property
+    def _current(self) -> _Target:
+        return self.targets[self.preferred]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._current.client
+
+    @property
+    def base_url(self) -> str:
+        return self._current.base_url
+
+    @property
+    def uds(self) -> Optional[str]:
+        return self._current.uds
+
+    @property
+    def url(self) -> str:
+        return self._current.url
+
+    @property
+    def urls(self) -> List[str]:
+        return [t.url for t in self.targets]
+
+    async def aclose(self) -> None:
+        for t in self.targets:
+            await t.client.aclose()
 
     def call_timeout(self, seconds: Optional[float]) -> httpx.Timeout:
         """A timeout whose read part waits for ``seconds`` plus a margin (``None``: forever)."""
@@ -126,40 +172,11 @@ class _Http:
     ) -> httpx.Response:
         """One call; raises the mapped :class:`WarrenError` on an error answer.
 
-        With ``retry``, transport failures and ``busy`` answers are retried with exponential
-        backoff and jitter, honouring the node's ``retry_after``.
+        A request that could not be sent goes to the next URL. With ``retry`` (the call is
+        safe to repeat), broken connections and ``503`` answers go to the next URL too, and
+        ``busy`` answers are waited for, honouring the server's ``retry_after``.
         """
-        attempt = 0
-        while True:
-            try:
-                resp = await self.client.request(
-                    method,
-                    path,
-                    json=json,
-                    params=params,
-                    content=content,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}")
-                if not retry or attempt >= self.max_retries or isinstance(e, httpx.ReadTimeout):
-                    raise err from e
-                await asyncio.sleep(_backoff(attempt))
-                attempt += 1
-                continue
-            if resp.status_code < 400:
-                return resp
-            try:
-                _raise_for(resp)
-            except WarrenError as err:
-                retryable = isinstance(err, Busy) or (resp.status_code == 429 and err.retry_after is not None)
-                if not retry or not retryable or attempt >= self.max_retries:
-                    raise
-                delay = _backoff(attempt)
-                if err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-                await asyncio.sleep(delay)
-                attempt += 1
+        return await self._send(method, path, json, params, content, timeout, retry, stream=False)
 
     async def stream(
         self,
@@ -173,9 +190,26 @@ class _Http:
         retry: bool = False,
     ) -> httpx.Response:
         """Like :meth:`request` but returns the answer unread (the caller closes it)."""
-        attempt = 0
+        return await self._send(method, path, json, params, content, timeout, retry, stream=True)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: Any,
+        content: Any,
+        timeout: Any,
+        retry: bool,
+        stream: bool,
+    ) -> httpx.Response:
+        # A streamed upload (an async iterator) cannot be sent twice.
+        replayable = content is None or isinstance(content, (bytes, bytearray, str))
+        plan = Plan(len(self.targets), self.max_retries, retry and replayable)
+        first = idx = self.preferred
         while True:
-            req = self.client.build_request(
+            target = self.targets[idx]
+            req = target.client.build_request(
                 method,
                 path,
                 json=json,
@@ -184,24 +218,36 @@ class _Http:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
             try:
-                resp = await self.client.send(req, stream=True)
+                resp = await target.client.send(req, stream=stream)
             except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}")
-                if not retry or attempt >= self.max_retries:
+                err: WarrenError = _transport_error(e, f"{method} {path} at {target.url}")
+                if isinstance(e, httpx.ReadTimeout) and not stream:
                     raise err from e
-                await asyncio.sleep(_backoff(attempt))
-                attempt += 1
-                continue
-            if resp.status_code < 400:
-                return resp
-            try:
-                await resp.aread()
-            finally:
-                await resp.aclose()
-            try:
-                _raise_for(resp)
-            except WarrenError as err:
-                if not retry or not isinstance(err, Busy) or attempt >= self.max_retries:
-                    raise
-                await asyncio.sleep(max(_backoff(attempt), err.retry_after or 0))
-                attempt += 1
+                not_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                # An unsent request's body was not read, so even a stream may go elsewhere.
+                step = plan.after(NOT_SENT if not_sent else BROKEN)
+                if step == GIVE_UP:
+                    raise err from e
+            else:
+                if resp.status_code < 400:
+                    self.preferred = idx
+                    return resp
+                if stream:
+                    try:
+                        await resp.aread()
+                    finally:
+                        await resp.aclose()
+                try:
+                    _raise_for(resp)
+                except WarrenError as e:
+                    err = e
+                step = plan.after((resp.status_code, err.retry_after, err.code))
+                if step == GIVE_UP:
+                    if idx != first:
+                        self.preferred = idx  # it answered: later calls start with it
+                    raise err
+            if step == NEXT_URL:
+                idx = (idx + 1) % len(self.targets)
+            else:
+                await asyncio.sleep(float(step))
+                idx = self.preferred
