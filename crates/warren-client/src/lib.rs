@@ -27,6 +27,7 @@
 mod client;
 mod error;
 mod exec;
+mod failover;
 mod files;
 mod functions;
 mod images;
@@ -37,7 +38,7 @@ mod stream;
 mod trajectory;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS};
+pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES};
 pub use error::{BoxError, ClientError};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
 pub use sandboxes::Health;

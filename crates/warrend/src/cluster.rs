@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use warren_cluster::etcd::parse_endpoints;
 use warren_cluster::{Keys, MemberConfig, Membership};
 use warren_image::ImageStore;
-use warren_node::Manager;
+use warren_node::Node;
 use warren_types::{NodeRecord, WarmPool, NODE_RECORD_FORMAT};
 
 #[derive(Debug, clap::Args)]
@@ -39,7 +39,7 @@ const IMAGE_REFRESH: Duration = Duration::from_secs(3);
 pub fn start(
     args: &ClusterArgs,
     listen: Option<std::net::SocketAddr>,
-    manager: &Manager,
+    node: &Node,
     images: &Arc<ImageStore>,
     blob_store: bool,
 ) -> Result<Option<Membership>> {
@@ -71,7 +71,8 @@ pub fn start(
         images: Default::default(),
         layers: Vec::new(),
     });
-    let m = manager.clone();
+    let m = node.sandboxes.clone();
+    let functions = node.functions.clone();
     let store = images.clone();
     let source = Arc::new(move || {
         let (images, layers) = {
@@ -84,8 +85,7 @@ pub fn start(
             }
             (c.images.clone(), c.layers.clone())
         };
-        let pools = m
-            .functions()
+        let pools = functions
             .info()
             .pools
             .into_iter()
