@@ -26,6 +26,8 @@ pub struct NodeConfig {
     /// Once the state file is this large, no sandbox's output is kept in its trajectory
     /// (digests and sizes only), whatever its budget.
     pub state_max_bytes: u64,
+    /// Caps on starting and held sandboxes and the memory kept free (see [`crate::admission`]).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 /// Default of [`NodeConfig::state_max_bytes`]: 8 GiB.
@@ -43,6 +45,7 @@ impl NodeConfig {
             functions: Default::default(),
             security: Default::default(),
             state_max_bytes: DEFAULT_STATE_MAX_BYTES,
+            admission: Default::default(),
         }
     }
 }

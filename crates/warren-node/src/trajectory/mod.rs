@@ -6,6 +6,8 @@
 //!   writer thread that commits appends in groups (one fsync for every append waiting);
 //! - [`steps`] owns a sandbox's in-memory side: the next sequence number and which steps are
 //!   running now, so a step is run at most once however many times it is asked for;
+//! - [`kinds`] owns what each kind of call (exec, spawn, calls that only change files or
+//!   processes) stores in its entry and answers from it;
 //! - this file owns the stored entry format and the request digest.
 //!
 //! Output larger than [`INLINE_MAX`] is stored once by sha256 in the blob table and counted
@@ -16,21 +18,26 @@
 //! transaction): export it before deleting.
 //!
 //! This module never runs anything in a sandbox and never decides whether a call may run;
-//! the manager does, with [`steps::Claim`].
+//! the manager's step runner does, with [`steps::Claim`].
 
 pub mod journal;
+pub mod kinds;
 pub mod steps;
 
 use base64::Engine;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use warren_types::{
-    ApiError, ExecOutcome, ExecResult, OutputEncoding, ProcessInfo, TrajectoryCall,
+    ApiError, ExecOutcome, ExecResult, ExitInfo, OutputEncoding, ProcessInfo, TrajectoryCall,
     TrajectoryEntry, TrajectoryResult,
 };
 
+use crate::clock::now_ms;
+
 pub use journal::Journal;
+pub use kinds::{CallKind, Effect, Exec, Spawn};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
 
 /// Format version of stored entries.
@@ -66,25 +73,12 @@ pub fn request_digest(call: &TrajectoryCall) -> Digest {
     sha256(&canonical.unwrap_or_default())
 }
 
-/// What a call answers; shared with callers that waited for the same step.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
-    Exec(ExecResult),
-    Process(ProcessInfo),
-    Done,
-}
-
-impl Answer {
-    /// The same answer, marked as not run by this call.
-    pub fn replayed(self) -> Answer {
-        match self {
-            Answer::Exec(mut r) => {
-                r.replayed = true;
-                Answer::Exec(r)
-            }
-            other => other,
-        }
-    }
+/// A logged entry with the blobs it refers to: what a step's record is read back from, and
+/// what a running step hands to the calls that waited for it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub entry: StoredEntry,
+    pub blobs: Blobs,
 }
 
 /// Captured output as stored: its digest and size, and the bytes themselves (base64) when
@@ -101,10 +95,10 @@ pub struct StoredOutput {
 }
 
 /// A blob to store with an entry: digest (hex) and bytes.
-pub type Blob = (String, bytes::Bytes);
+pub type Blob = (String, Bytes);
 
 /// Blobs read back: digest (hex) → bytes.
-pub type Blobs = HashMap<String, Vec<u8>>;
+pub type Blobs = HashMap<String, Bytes>;
 
 impl StoredOutput {
     /// Stores `bytes` inline, or returns the blob to write.
@@ -114,7 +108,7 @@ impl StoredOutput {
             Some(base64::engine::general_purpose::STANDARD.encode(bytes))
         } else {
             if !blobs.iter().any(|(d, _)| *d == digest) {
-                blobs.push((digest.clone(), bytes::Bytes::copy_from_slice(bytes)));
+                blobs.push((digest.clone(), Bytes::copy_from_slice(bytes)));
             }
             None
         };
@@ -145,31 +139,91 @@ impl StoredOutput {
     }
 
     /// The bytes, from the entry or from `blobs` (digest → bytes, read by the caller).
-    pub fn bytes(&self, blobs: &Blobs) -> Vec<u8> {
+    pub fn bytes(&self, blobs: &Blobs) -> Bytes {
         match &self.inline {
             Some(b64) => base64::engine::general_purpose::STANDARD
                 .decode(b64)
+                .map(Bytes::from)
                 .unwrap_or_default(),
             None => blobs.get(&self.sha256).cloned().unwrap_or_default(),
         }
     }
 }
 
-/// An exec's result as stored (output raw, encoded again on the way out).
+/// How much output a sandbox's log may still keep: the rest of its budget, nothing once the
+/// node's state file is full.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    left: u64,
+    state_full: bool,
+}
+
+impl Room {
+    /// `left` bytes of room; none at all when `state_full`.
+    pub fn new(left: u64, state_full: bool) -> Room {
+        Room { left, state_full }
+    }
+
+    /// Room for everything.
+    pub fn unlimited() -> Room {
+        Room::new(u64::MAX, false)
+    }
+
+    /// True (and the room shrinks) when `n` bytes fit.
+    pub fn keep(&mut self, n: usize) -> bool {
+        let fits = !self.state_full && n as u64 <= self.left;
+        if fits {
+            self.left -= n as u64;
+        }
+        fits
+    }
+}
+
+/// An exec's result as stored: how it ended and its output (raw, encoded again on the way
+/// out).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredExec {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
+    #[serde(flatten)]
+    pub exit: ExitInfo,
     pub stdout: StoredOutput,
     pub stderr: StoredOutput,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub duration_ms: f64,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub oom_killed: bool,
+    /// Entries written before the exit was stored whole carry its duration here.
+    #[serde(default, skip_serializing)]
+    pub duration_ms: Option<f64>,
+}
+
+impl StoredExec {
+    /// The result of `exit` with this output, its bytes stored inline or as `blobs` while
+    /// `room` has room for them, else as sha256 and size only.
+    pub fn new(
+        exit: ExitInfo,
+        stdout: &[u8],
+        stderr: &[u8],
+        room: &mut Room,
+        blobs: &mut Vec<Blob>,
+    ) -> Self {
+        let (keep_out, keep_err) = (room.keep(stdout.len()), room.keep(stderr.len()));
+        StoredExec {
+            exit,
+            stdout: StoredOutput::kept_if(keep_out, stdout, blobs),
+            stderr: StoredOutput::kept_if(keep_err, stderr, blobs),
+            duration_ms: None,
+        }
+    }
+
+    /// The exec result as the API shows it.
+    pub fn result(&self, encoding: OutputEncoding, blobs: &Blobs) -> ExecResult {
+        let mut exit = self.exit;
+        if let Some(ms) = self.duration_ms {
+            exit.duration_us = (ms * 1000.0).round() as u64;
+        }
+        ExecResult::new(
+            &exit,
+            &self.stdout.bytes(blobs),
+            &self.stderr.bytes(blobs),
+            encoding,
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -200,7 +254,7 @@ pub struct StoredEntry {
 impl StoredEntry {
     /// A new entry (its `seq` is set when it is appended).
     pub fn new(call: TrajectoryCall, step: Option<u64>, started_at_ms: u64) -> StoredEntry {
-        let ended = crate::manager::now_ms();
+        let ended = now_ms();
         StoredEntry {
             format: FORMAT,
             seq: 0,
@@ -241,50 +295,19 @@ impl StoredEntry {
         }
     }
 
-    fn encoding(&self) -> OutputEncoding {
+    /// How the call asked for its output.
+    pub fn encoding(&self) -> OutputEncoding {
         match &self.call {
             TrajectoryCall::Exec(e) | TrajectoryCall::Spawn(e) => e.encoding,
             _ => OutputEncoding::Utf8,
         }
     }
 
-    /// The exec result as the API shows it.
-    fn exec_result(&self, e: &StoredExec, blobs: &Blobs) -> ExecResult {
-        let encoding = self.encoding();
-        ExecResult {
-            exit_code: e.exit_code,
-            signal: e.signal,
-            timed_out: e.timed_out,
-            stdout: crate::manager::encode(&e.stdout.bytes(blobs), encoding),
-            stderr: crate::manager::encode(&e.stderr.bytes(blobs), encoding),
-            stdout_truncated: e.stdout_truncated,
-            stderr_truncated: e.stderr_truncated,
-            stdout_bytes: e.stdout_bytes,
-            stderr_bytes: e.stderr_bytes,
-            encoding,
-            duration_ms: e.duration_ms,
-            oom_killed: e.oom_killed,
-            replayed: false,
-        }
-    }
-
-    /// What the call answered (not yet marked as replayed).
-    pub fn answer(&self, blobs: &Blobs) -> Result<Answer, ApiError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        Ok(match &self.result {
-            Some(StoredResult::Exec(e)) => Answer::Exec(self.exec_result(e, blobs)),
-            Some(StoredResult::Process(p)) => Answer::Process(p.clone()),
-            None => Answer::Done,
-        })
-    }
-
     /// The entry as exported.
     pub fn export(&self, blobs: &Blobs) -> TrajectoryEntry {
         let result = self.result.as_ref().map(|r| match r {
             StoredResult::Exec(e) => TrajectoryResult::Exec(ExecOutcome {
-                result: self.exec_result(e, blobs),
+                result: e.result(self.encoding(), blobs),
                 stdout_sha256: e.stdout.sha256.clone(),
                 stderr_sha256: e.stderr.sha256.clone(),
                 stdout_omitted: e.stdout.omitted,
@@ -351,9 +374,8 @@ mod tests {
         assert_eq!(blobs.len(), 1);
         assert_eq!(a, b);
         assert!(a.inline.is_none());
-        let map: HashMap<String, Vec<u8>> =
-            blobs.into_iter().map(|(d, b)| (d, b.to_vec())).collect();
+        let map: Blobs = blobs.into_iter().collect();
         assert_eq!(a.bytes(&map), big);
-        assert_eq!(small.bytes(&map), b"hi");
+        assert_eq!(small.bytes(&map), &b"hi"[..]);
     }
 }
