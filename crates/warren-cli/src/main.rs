@@ -18,10 +18,18 @@ use commands::Ctx;
 #[derive(Debug, Parser)]
 #[command(name = "warren", version, propagate_version = true)]
 struct Cli {
-    /// The daemon: unix:///path/to.sock or http://host:port
+    /// The daemon: unix:///path/to.sock, http://host:port or https://host:port
     /// [default: unix:///run/warren/warren.sock]
     #[arg(long, global = true, env = "WARREN_URL")]
     url: Option<String>,
+
+    /// Read the API token from this file (else WARREN_TOKEN).
+    #[arg(long, global = true, env = "WARREN_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
+
+    /// PEM file of the CAs to trust for https URLs (else WARREN_CA, else the system's).
+    #[arg(long, global = true, env = "WARREN_CA")]
+    ca: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -102,7 +110,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let ctx = Ctx { url: cli.url };
+    let ctx = Ctx {
+        url: cli.url,
+        token_file: cli.token_file,
+        ca: cli.ca,
+    };
     let result = runtime.block_on(dispatch(ctx, cli.command));
     // A blocked stdin reader (shell, exec) must not hold the process open.
     runtime.shutdown_background();

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -22,7 +22,25 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ClientError;
 use crate::stream::ByteStream;
-use crate::transport::{Connector, Endpoint};
+use crate::tls::TlsSettings;
+use crate::transport::{Connector, Endpoint, TlsFailure};
+
+/// The environment variable holding the API token.
+pub const TOKEN_ENV: &str = "WARREN_TOKEN";
+
+/// A token that never shows up in `Debug` output.
+#[derive(Clone, Default)]
+struct Secret(Option<String>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<token>)"
+        } else {
+            "None"
+        })
+    }
+}
 
 /// Request bodies: empty, a JSON document, or a stream of chunks.
 pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
@@ -45,6 +63,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     request_timeout: Option<Duration>,
     idle_timeout: Duration,
+    token: Secret,
+    tls: TlsSettings,
 }
 
 impl Default for ClientBuilder {
@@ -55,6 +75,8 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(10),
             request_timeout: None,
             idle_timeout: Duration::from_secs(60),
+            token: Secret(None),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -96,13 +118,59 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client. No connection is opened until the first call.
+    /// The API token sent as `Authorization: Bearer` (default: `WARREN_TOKEN`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Secret(Some(token.into()));
+        self
+    }
+
+    /// A PEM file of the CAs to trust for `https` URLs instead of the system's (default:
+    /// `WARREN_CA`).
+    pub fn ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// A client certificate chain and key (PEM) presented to daemons that require one
+    /// (`warrend --tls-client-ca`).
+    pub fn client_identity(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls.identity = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Builds the client. No connection is opened until the first call (CA and certificate
+    /// files are read now).
     pub fn build(self) -> Result<Client, ClientError> {
         let endpoint = match &self.url {
             Some(u) => Endpoint::parse(u)?,
             None => Endpoint::from_env()?,
         };
-        let connector = Connector::new(endpoint.clone(), self.connect_timeout);
+        let tls = if endpoint.is_tls() {
+            Some(self.tls.connector()?)
+        } else {
+            None
+        };
+        let token = self.token.0.clone().or_else(|| {
+            std::env::var(TOKEN_ENV)
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+        });
+        let auth = match token {
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                    ClientError::InvalidToken("the token must be printable ASCII".into())
+                })?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let connector = Connector::new(endpoint.clone(), tls.clone(), self.connect_timeout);
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(self.idle_timeout)
@@ -115,6 +183,8 @@ impl ClientBuilder {
                 http,
                 slots: Arc::new(Semaphore::new(self.max_connections)),
                 request_timeout: self.request_timeout,
+                auth,
+                tls,
             }),
         })
     }
@@ -133,6 +203,9 @@ struct Inner {
     /// One permit per connection that may be in use.
     slots: Arc<Semaphore>,
     request_timeout: Option<Duration>,
+    /// `Bearer <token>`, marked sensitive.
+    auth: Option<HeaderValue>,
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl std::fmt::Debug for Client {
@@ -208,6 +281,47 @@ impl Client {
         &self.inner.authority
     }
 
+    /// The `Authorization` header value, when a token is configured.
+    pub(crate) fn auth_header(&self) -> Option<&HeaderValue> {
+        self.inner.auth.as_ref()
+    }
+
+    /// Opens a connection outside the pool (terminals).
+    pub(crate) async fn connect_raw(&self) -> Result<crate::RawStream, ClientError> {
+        self.inner
+            .endpoint
+            .connect(self.inner.tls.as_ref())
+            .await
+            .map_err(|e| self.connect_error(e))
+    }
+
+    /// A failed connect: TLS failures get their own variant, naming what to fix.
+    pub(crate) fn connect_error(&self, e: impl Into<crate::BoxError>) -> ClientError {
+        let e: crate::BoxError = e.into();
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+        while let Some(err) = cur {
+            if let Some(t) = err.downcast_ref::<TlsFailure>() {
+                return ClientError::Tls {
+                    url: t.url.clone(),
+                    reason: t.reason.clone(),
+                };
+            }
+            if let Some(io) = err.downcast_ref::<io::Error>() {
+                if let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<TlsFailure>()) {
+                    return ClientError::Tls {
+                        url: t.url.clone(),
+                        reason: t.reason.clone(),
+                    };
+                }
+            }
+            cur = err.source();
+        }
+        ClientError::transport(
+            format!("cannot connect to warrend at {}", self.inner.endpoint),
+            e,
+        )
+    }
+
     /// Sends one request and checks the status: non-2xx answers become
     /// [`ClientError::Api`] (or [`ClientError::Status`] without a JSON error body).
     pub(crate) async fn send(
@@ -229,6 +343,9 @@ impl Client {
         if let Some(ct) = content_type {
             req = req.header(CONTENT_TYPE, HeaderValue::from_static(ct));
         }
+        if let Some(auth) = &self.inner.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
         let req = req
             .body(body)
             .map_err(|e| ClientError::transport(format!("building request {method} {path}"), e))?;
@@ -240,12 +357,11 @@ impl Client {
             None => fut.await,
         };
         let response = result.map_err(|e| {
-            let context = if e.is_connect() {
-                format!("cannot connect to warrend at {}", self.inner.endpoint)
+            if e.is_connect() {
+                self.connect_error(e)
             } else {
-                format!("{method} {path} failed")
-            };
-            ClientError::transport(context, e)
+                ClientError::transport(format!("{method} {path} failed"), e)
+            }
         })?;
         let status = response.status();
         if !status.is_success() {
@@ -254,9 +370,27 @@ impl Client {
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            return Err(ClientError::from_response(status.as_u16(), &body));
+            return Err(self.with_url(ClientError::from_response(status.as_u16(), &body)));
         }
         Ok(Reply { response, permit })
+    }
+
+    /// Names the daemon in `401` errors, so a wrong token says where it was refused.
+    pub(crate) fn with_url(&self, mut e: ClientError) -> ClientError {
+        if let ClientError::Api { error, .. } = &mut e {
+            if error.code == warren_types::ErrorCode::Unauthorized {
+                let hint = if self.inner.auth.is_some() {
+                    "the token sent was refused"
+                } else {
+                    "no token was sent; set WARREN_TOKEN"
+                };
+                error.message = format!(
+                    "{} ({hint}; warrend at {})",
+                    error.message, self.inner.endpoint
+                );
+            }
+        }
+        e
     }
 
     /// A call with an optional JSON body that answers JSON.

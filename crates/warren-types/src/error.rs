@@ -36,6 +36,13 @@ pub enum ErrorCode {
     /// The request names a trajectory step that was already logged with a different request,
     /// or a step lower than one already logged. Nothing ran.
     StepConflict,
+    /// No token, or a token the node does not know (HTTP 401). Nothing was done.
+    Unauthorized,
+    /// The caller's role may not make this call (HTTP 403).
+    Forbidden,
+    /// A tenant quota refuses the request; the message names the quota; retry after
+    /// `retry_after` seconds.
+    QuotaExceeded,
 }
 
 impl ErrorCode {
@@ -46,7 +53,9 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
             ErrorCode::FileError => 422,
-            ErrorCode::LimitExceeded | ErrorCode::Busy => 429,
+            ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
             ErrorCode::StartFailed | ErrorCode::SandboxLost => 502,
@@ -71,11 +80,14 @@ impl ErrorCode {
             ErrorCode::FileError => "file_error",
             ErrorCode::Internal => "internal",
             ErrorCode::StepConflict => "step_conflict",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -90,6 +102,9 @@ impl ErrorCode {
         ErrorCode::FileError,
         ErrorCode::Internal,
         ErrorCode::StepConflict,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::QuotaExceeded,
     ];
 }
 
@@ -105,7 +120,7 @@ impl std::fmt::Display for ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    /// Seconds to wait before retrying (only with `busy` / `limit_exceeded`).
+    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded`, `quota_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
 }

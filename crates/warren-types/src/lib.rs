@@ -4,6 +4,7 @@
 //! This crate owns the *shape* of the API and the validation rules that every edge applies
 //! (HTTP server, CLI, agent). It never does I/O and never depends on another Warren crate.
 
+pub mod auth;
 pub mod error;
 pub mod exec;
 pub mod files;
@@ -15,6 +16,7 @@ pub mod sandbox;
 pub mod trajectory;
 pub mod validate;
 
+pub use auth::{Caller, Quota, Quotas, Role};
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};

@@ -174,7 +174,7 @@ def _parse_url(url: Optional[str]) -> Tuple[str, Optional[str]]:
         return "http://warren", url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"url must be unix:///path.sock or http://host:port, got {url!r}")
+        raise ValueError(f"url must be unix:///path.sock, http://host:port or https://host:port, got {url!r}")
     return url.rstrip("/"), None
 
 
@@ -229,18 +229,40 @@ def _backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> float:
     return random.uniform(0, min(cap, base * (2**attempt)))
 
 
-def _raise_for(resp: httpx.Response) -> None:
+def _raise_for(resp: httpx.Response, node: Optional[str] = None, token: bool = False) -> None:
     try:
         body: Any = resp.json()
     except ValueError:
         body = resp.text
-    raise error_from_body(resp.status_code, body, resp.headers.get("retry-after"))
+    err = error_from_body(resp.status_code, body, resp.headers.get("retry-after"))
+    if resp.status_code == 401 and node:
+        hint = "the token sent was refused" if token else "no token was sent; pass token= or set WARREN_TOKEN"
+        err.message = f"{err.message} ({hint}; warrend at {node})"
+        err.args = (err.message,)
+    raise err
 
 
-def _transport_error(e: Exception, what: str) -> WarrenError:
+def _transport_error(e: Exception, what: str, node: Optional[str] = None) -> WarrenError:
     if isinstance(e, httpx.TimeoutException):
         return Timeout(f"{what}: the HTTP call timed out ({type(e).__name__})", code="timeout")
+    text = str(e)
+    if node and ("CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLSV1_ALERT" in text):
+        if "certificate verify failed" in text.lower() or "CERTIFICATE_VERIFY_FAILED" in text:
+            why = "the node's certificate is not trusted (pass ca= or set WARREN_CA to the CA that signed it)"
+        else:
+            why = "the TLS handshake failed (the node may require a client certificate)"
+        return ConnectionError(f"{what}: TLS with {node} failed: {why} [{type(e).__name__}: {text}]")
     return ConnectionError(f"{what}: {type(e).__name__}: {e}")
+
+
+def _tls_context(ca: Optional[str]) -> Any:
+    """The TLS verification of ``https`` URLs: the CA file ``ca`` (else ``WARREN_CA``), else the system's."""
+    ca = ca or os.environ.get("WARREN_CA") or None
+    if ca is None:
+        return True
+    import ssl
+
+    return ssl.create_default_context(cafile=os.fspath(ca))
 
 
 def _raise_fd_limit(want: int) -> None:
@@ -266,18 +288,28 @@ class _Http:
         timeout: float,
         max_connections: int,
         max_retries: int,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
     ) -> None:
         self.base_url, self.uds = _parse_url(url)
         self.url = f"unix://{self.uds}" if self.uds else self.base_url
         self.max_retries = max_retries
         self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
+        token = token if token is not None else (os.environ.get("WARREN_TOKEN") or "").strip() or None
+        self.headers: Dict[str, str] = {"user-agent": f"warren-python/{_VERSION}"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.has_token = bool(token)
+        self.verify = _tls_context(ca) if self.base_url.startswith("https://") else True
         # httpx's own pool costs O(open connections) per call; ours is O(1) at any size.
-        transport = PoolTransport(self.uds, max_connections=max_connections, keepalive_expiry=30.0)
+        transport = PoolTransport(
+            self.uds, max_connections=max_connections, keepalive_expiry=30.0, verify=self.verify
+        )
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
             timeout=self.timeout,
-            headers={"user-agent": f"warren-python/{_VERSION}"},
+            headers=self.headers,
         )
         _raise_fd_limit(max_connections + 1024)
 
@@ -314,7 +346,7 @@ class _Http:
                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
             except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}")
+                err = _transport_error(e, f"{method} {path}", self.url)
                 if not retry or attempt >= self.max_retries or isinstance(e, httpx.ReadTimeout):
                     raise err from e
                 await asyncio.sleep(_backoff(attempt))
@@ -323,7 +355,7 @@ class _Http:
             if resp.status_code < 400:
                 return resp
             try:
-                _raise_for(resp)
+                _raise_for(resp, self.url, self.has_token)
             except WarrenError as err:
                 retryable = isinstance(err, Busy) or (resp.status_code == 429 and err.retry_after is not None)
                 if not retry or not retryable or attempt >= self.max_retries:
@@ -359,7 +391,7 @@ class _Http:
             try:
                 resp = await self.client.send(req, stream=True)
             except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}")
+                err = _transport_error(e, f"{method} {path}", self.url)
                 if not retry or attempt >= self.max_retries:
                     raise err from e
                 await asyncio.sleep(_backoff(attempt))
@@ -372,7 +404,7 @@ class _Http:
             finally:
                 await resp.aclose()
             try:
-                _raise_for(resp)
+                _raise_for(resp, self.url, self.has_token)
             except WarrenError as err:
                 if not retry or not isinstance(err, Busy) or attempt >= self.max_retries:
                     raise
@@ -1005,11 +1037,15 @@ class AsyncSandbox:
             compression=None,
             user_agent_header=f"warren-python/{_VERSION}",
         )
+        if "authorization" in http.headers:
+            kwargs["additional_headers"] = {"Authorization": http.headers["authorization"]}
         try:
             if http.uds:
                 ws = await unix_connect(http.uds, uri="ws://warren" + path, **kwargs)
             else:
                 base = http.base_url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+                if base.startswith("wss://") and not isinstance(http.verify, bool):
+                    kwargs["ssl"] = http.verify
                 ws = await connect(base + path, **kwargs)
         except InvalidStatus as e:
             r = e.response
@@ -1229,8 +1265,13 @@ class AsyncClient:
     """The asyncio client of one Warren node.
 
     Args:
-        url: ``unix:///path/to/warren.sock`` or ``http://host:port``. Default: the
-            ``WARREN_URL`` environment variable, else ``unix:///run/warren/warren.sock``.
+        url: ``unix:///path/to/warren.sock``, ``http://host:port`` or ``https://host:port``.
+            Default: the ``WARREN_URL`` environment variable, else
+            ``unix:///run/warren/warren.sock``.
+        token: The API token of a node started with ``--auth``, sent as
+            ``Authorization: Bearer``. Default: the ``WARREN_TOKEN`` environment variable.
+        ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
+            the system's CAs.
         timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
         max_connections: Size of the connection pool; each concurrent call holds one
             connection, so this is how many calls run at once (more wait their turn).
@@ -1248,8 +1289,10 @@ class AsyncClient:
         timeout: float = 120.0,
         max_connections: int = 4096,
         max_retries: int = 5,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
     ) -> None:
-        self._http = _Http(url, timeout, max_connections, max_retries)
+        self._http = _Http(url, timeout, max_connections, max_retries, token=token, ca=ca)
 
     @property
     def url(self) -> str:

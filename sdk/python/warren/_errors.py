@@ -17,7 +17,10 @@ __all__ = [
     "InvalidState",
     "LimitExceeded",
     "Busy",
+    "Forbidden",
+    "QuotaExceeded",
     "Timeout",
+    "Unauthorized",
     "Unsupported",
     "UnsupportedSubstrate",
     "StartFailed",
@@ -119,6 +122,30 @@ class Busy(WarrenError):
     default_code = "busy"
 
 
+class Unauthorized(WarrenError):
+    """No token, or a token the node does not know (``unauthorized``, HTTP 401); nothing was done.
+
+    Pass ``token=`` or set ``WARREN_TOKEN``.
+    """
+
+    default_code = "unauthorized"
+
+
+class Forbidden(WarrenError):
+    """The token's role may not make this call, e.g. collecting images as a ``user`` (``forbidden``, 403)."""
+
+    default_code = "forbidden"
+
+
+class QuotaExceeded(WarrenError):
+    """A tenant quota refuses the call; the message names it (``quota_exceeded``, HTTP 429).
+
+    Retry after :attr:`retry_after` seconds.
+    """
+
+    default_code = "quota_exceeded"
+
+
 class Timeout(WarrenError, builtins.TimeoutError):
     """A call did not finish in time (``timeout``, HTTP 504), or the HTTP call itself timed out."""
 
@@ -213,10 +240,15 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "file_error": FileError,
     "internal": ServerError,
     "step_conflict": StepConflict,
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "quota_exceeded": QuotaExceeded,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {
     400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     405: InvalidRequest,
     409: Conflict,

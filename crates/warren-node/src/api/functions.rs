@@ -5,22 +5,18 @@ use axum::Json;
 use warren_types::{CallRequest, CallResult, PoolsInfo};
 
 use super::error::HttpResult;
-use super::extract::JsonBody;
+use super::extract::{Auth, JsonBody};
 use crate::manager::Manager;
 
 pub async fn call(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
-    let cfg = m.config();
-    let r = m
-        .functions()
-        .call(req, &cfg.defaults, &cfg.bounds)
-        .await
-        .map_err(crate::NodeError::Api)?;
-    Ok(Json(r))
+    Ok(Json(m.call_function(&caller, req).await?))
 }
 
-pub async fn pools(State(m): State<Manager>) -> Json<PoolsInfo> {
-    Json(m.functions().info())
+/// A tenant sees its own pools; admins see every pool.
+pub async fn pools(State(m): State<Manager>, Auth(caller): Auth) -> Json<PoolsInfo> {
+    Json(m.functions().info_for(caller.scope()))
 }

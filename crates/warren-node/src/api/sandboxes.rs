@@ -10,7 +10,7 @@ use warren_types::{
 };
 
 use super::error::{HttpError, HttpResult};
-use super::extract::{JsonBody, QueryPairs, SandboxParam};
+use super::extract::{Auth, JsonBody, QueryPairs, SandboxParam};
 use crate::manager::{ListFilter, Manager};
 
 /// `GET /v1/health`.
@@ -36,24 +36,26 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(m): State<Manager>) -> Response {
-    (
+pub async fn metrics(State(m): State<Manager>, Auth(caller): Auth) -> HttpResult<Response> {
+    caller.require_admin("GET /metrics")?;
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         m.render_metrics(),
     )
-        .into_response()
+        .into_response())
 }
 
 pub async fn create(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
     // Run to completion even if the client goes away: a create cut off half-way would leave
     // a sandbox stuck in `creating`.
-    let created = tokio::spawn(async move { m.create(req).await })
+    let created = tokio::spawn(async move { m.create_as(&caller, req).await })
         .await
         .map_err(|e| ApiError::internal(format!("create task: {e}")))??;
     let status = if created.created {
@@ -89,8 +91,13 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
     Ok(filter)
 }
 
-pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
-    let filter = list_filter(&q)?;
+pub async fn list(
+    State(m): State<Manager>,
+    Auth(caller): Auth,
+    q: QueryPairs,
+) -> HttpResult<Json<SandboxList>> {
+    let mut filter = list_filter(&q)?;
+    filter.tenant = caller.scope().map(str::to_string);
     Ok(Json(SandboxList {
         sandboxes: m.list(&filter),
     }))
@@ -145,9 +152,10 @@ pub async fn resume(
 
 pub async fn fork(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ForkRequest>,
 ) -> HttpResult<Response> {
-    let sandboxes = detached("fork", async move { m.fork(&id, req).await }).await?;
+    let sandboxes = detached("fork", async move { m.fork_as(&caller, &id, req).await }).await?;
     Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
 }

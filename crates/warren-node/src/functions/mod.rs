@@ -84,12 +84,16 @@ pub struct PoolKey {
     pub limits: Limits,
     pub interpreter: Option<String>,
     pub preload: Vec<String>,
+    /// The tenant the pool's containers serve: warm containers are never lent across
+    /// tenants.
+    pub tenant: Option<String>,
 }
 
 impl PoolKey {
     fn id(&self) -> String {
         format!(
-            "{:?}|{}|{}|{}|{}|{:?}|{:?}",
+            "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}",
+            self.tenant,
             self.image,
             self.limits.cpus,
             self.limits.memory_mb,
@@ -227,12 +231,18 @@ impl FunctionPools {
     }
 
     pub fn info(&self) -> PoolsInfo {
+        self.info_for(None)
+    }
+
+    /// The pools of `tenant` only (`None`: every pool).
+    pub fn info_for(&self, tenant: Option<&str>) -> PoolsInfo {
         let mut pools: Vec<_> = self
             .pools
             .lock()
             .expect("pools lock")
             .values()
             .map(|p| p.stats())
+            .filter(|p| tenant.is_none_or(|t| p.tenant.as_deref() == Some(t)))
             .collect();
         pools.sort_by(|a, b| a.image.cmp(&b.image).then(a.memory_mb.cmp(&b.memory_mb)));
         PoolsInfo {
