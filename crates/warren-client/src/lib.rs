@@ -30,6 +30,7 @@
 mod client;
 mod error;
 mod exec;
+mod failover;
 mod files;
 mod functions;
 mod images;
@@ -41,7 +42,7 @@ mod tls;
 mod trajectory;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, TOKEN_ENV};
+pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES, TOKEN_ENV};
 pub use error::{BoxError, ClientError};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
 pub use sandboxes::Health;

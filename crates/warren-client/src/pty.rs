@@ -209,13 +209,12 @@ impl Client {
         cols: u16,
         rows: u16,
     ) -> Result<PtySession, ClientError> {
+        let (stream, authority) = self.connect_raw().await?;
         let url = format!(
-            "ws://{}/v1/sandboxes/{}/pty?cmd={}&cols={cols}&rows={rows}",
-            self.authority(),
+            "ws://{authority}/v1/sandboxes/{}/pty?cmd={}&cols={cols}&rows={rows}",
             seg(id),
             enc(cmd)
         );
-        let stream = self.connect_raw().await?;
         let mut request = url
             .into_client_request()
             .map_err(|e| ClientError::websocket("building the terminal request", e))?;
@@ -229,7 +228,10 @@ impl Client {
             .map_err(|e| match e {
                 tungstenite::Error::Http(resp) => {
                     let body = resp.body().as_deref().unwrap_or_default();
-                    self.with_url(ClientError::from_response(resp.status().as_u16(), body))
+                    self.with_url(
+                        self.current_endpoint(),
+                        ClientError::from_response(resp.status().as_u16(), body),
+                    )
                 }
                 e => ClientError::websocket("opening the terminal", e),
             })?;

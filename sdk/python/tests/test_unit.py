@@ -112,7 +112,7 @@ def test_exec_body_shapes() -> None:
 
 
 def _mock(client: warren.AsyncClient, handler: Callable[[httpx.Request], httpx.Response]) -> None:
-    client._http.client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
+    client._http.targets[0].client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
 
 
 INFO = {
@@ -274,7 +274,7 @@ async def test_tokens_are_sent_and_401_names_the_node(monkeypatch: pytest.Monkey
     for kwargs, want in [({}, "Bearer from-env"), ({"token": "explicit"}, "Bearer explicit")]:
         client = warren.AsyncClient("http://127.0.0.1:7443", **kwargs)  # type: ignore[arg-type]
         http = client._http
-        http.client = httpx.AsyncClient(
+        http.targets[0].client = httpx.AsyncClient(
             transport=httpx.MockTransport(handler), base_url=http.base_url, headers=http.headers
         )
         with pytest.raises(warren.Unauthorized) as e:

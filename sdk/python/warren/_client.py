@@ -39,6 +39,7 @@ from ._errors import (
     WarrenError,
     error_from_body,
 )
+from ._failover import BROKEN, GIVE_UP, NEXT_URL, NOT_SENT, Plan, split_urls
 from ._function import CallResult, call_body
 from ._models import ExecResult, FileStat, Health, OutputChunk, ProcessInfo, SandboxInfo
 from ._pool import PoolTransport
@@ -246,8 +247,8 @@ def _transport_error(e: Exception, what: str, node: Optional[str] = None) -> War
     if isinstance(e, httpx.TimeoutException):
         return Timeout(f"{what}: the HTTP call timed out ({type(e).__name__})", code="timeout")
     text = str(e)
-    if node and ("CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLSV1_ALERT" in text):
-        if "certificate verify failed" in text.lower() or "CERTIFICATE_VERIFY_FAILED" in text:
+    if node and node.startswith("https://") and ("SSL" in text or "CERTIFICATE" in text or "TLSV1" in text):
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text.lower():
             why = "the node's certificate is not trusted (pass ca= or set WARREN_CA to the CA that signed it)"
         else:
             why = "the TLS handshake failed (the node may require a client certificate)"
@@ -279,27 +280,19 @@ def _raise_fd_limit(want: int) -> None:
         pass
 
 
-class _Http:
-    """The pooled HTTP connection to one node, with the retry policy for safe calls."""
+class _Target:
+    """One URL and its connection pool."""
 
     def __init__(
         self,
         url: Optional[str],
-        timeout: float,
+        timeout: httpx.Timeout,
         max_connections: int,
-        max_retries: int,
-        token: Optional[str] = None,
+        headers: Dict[str, str],
         ca: Optional[str] = None,
     ) -> None:
         self.base_url, self.uds = _parse_url(url)
         self.url = f"unix://{self.uds}" if self.uds else self.base_url
-        self.max_retries = max_retries
-        self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
-        token = token if token is not None else (os.environ.get("WARREN_TOKEN") or "").strip() or None
-        self.headers: Dict[str, str] = {"user-agent": f"warren-python/{_VERSION}"}
-        if token:
-            self.headers["authorization"] = f"Bearer {token}"
-        self.has_token = bool(token)
         self.verify = _tls_context(ca) if self.base_url.startswith("https://") else True
         # httpx's own pool costs O(open connections) per call; ours is O(1) at any size.
         transport = PoolTransport(
@@ -308,10 +301,74 @@ class _Http:
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
-            timeout=self.timeout,
-            headers=self.headers,
+            timeout=timeout,
+            headers=headers,
         )
-        _raise_fd_limit(max_connections + 1024)
+
+
+class _Http:
+    """The pooled HTTP connections to a node or to the gateways of a cluster, with the retry
+    and failover policy of :mod:`warren._failover`."""
+
+    def __init__(
+        self,
+        url: Union[str, Sequence[str], None],
+        timeout: float,
+        max_connections: int,
+        max_retries: int,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
+    ) -> None:
+        self.max_retries = max_retries
+        self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
+        token = token if token is not None else (os.environ.get("WARREN_TOKEN") or "").strip() or None
+        self.headers: Dict[str, str] = {"user-agent": f"warren-python/{_VERSION}"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.has_token = bool(token)
+        if isinstance(url, str) and "," not in url:
+            urls: List[Optional[str]] = [url]
+        elif url is None:
+            env = os.environ.get("WARREN_URL")
+            urls = split_urls(env) if env else [None]
+        else:
+            urls = split_urls(url)
+        self.targets = [_Target(u, self.timeout, max_connections, self.headers, ca) for u in urls]
+        # The target that answered last: calls start there.
+        self.preferred = 0
+        _raise_fd_limit(max_connections * len(self.targets) + 1024)
+
+    @property
+    def _current(self) -> _Target:
+        return self.targets[self.preferred]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._current.client
+
+    @property
+    def base_url(self) -> str:
+        return self._current.base_url
+
+    @property
+    def uds(self) -> Optional[str]:
+        return self._current.uds
+
+    @property
+    def verify(self) -> Any:
+        return self._current.verify
+
+    @property
+    def url(self) -> str:
+        return self._current.url
+
+    @property
+    def urls(self) -> List[str]:
+        return [t.url for t in self.targets]
+
+    async def aclose(self) -> None:
+        for t in self.targets:
+            await t.client.aclose()
 
     def call_timeout(self, seconds: Optional[float]) -> httpx.Timeout:
         """A timeout whose read part waits for ``seconds`` plus a margin (``None``: forever)."""
@@ -331,40 +388,11 @@ class _Http:
     ) -> httpx.Response:
         """One call; raises the mapped :class:`WarrenError` on an error answer.
 
-        With ``retry``, transport failures and ``busy`` answers are retried with exponential
-        backoff and jitter, honouring the node's ``retry_after``.
+        A request that could not be sent goes to the next URL. With ``retry`` (the call is
+        safe to repeat), broken connections and ``503`` answers go to the next URL too, and
+        ``busy`` answers are waited for, honouring the server's ``retry_after``.
         """
-        attempt = 0
-        while True:
-            try:
-                resp = await self.client.request(
-                    method,
-                    path,
-                    json=json,
-                    params=params,
-                    content=content,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}", self.url)
-                if not retry or attempt >= self.max_retries or isinstance(e, httpx.ReadTimeout):
-                    raise err from e
-                await asyncio.sleep(_backoff(attempt))
-                attempt += 1
-                continue
-            if resp.status_code < 400:
-                return resp
-            try:
-                _raise_for(resp, self.url, self.has_token)
-            except WarrenError as err:
-                retryable = isinstance(err, Busy) or (resp.status_code == 429 and err.retry_after is not None)
-                if not retry or not retryable or attempt >= self.max_retries:
-                    raise
-                delay = _backoff(attempt)
-                if err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-                await asyncio.sleep(delay)
-                attempt += 1
+        return await self._send(method, path, json, params, content, timeout, retry, stream=False)
 
     async def stream(
         self,
@@ -378,9 +406,26 @@ class _Http:
         retry: bool = False,
     ) -> httpx.Response:
         """Like :meth:`request` but returns the answer unread (the caller closes it)."""
-        attempt = 0
+        return await self._send(method, path, json, params, content, timeout, retry, stream=True)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: Any,
+        content: Any,
+        timeout: Any,
+        retry: bool,
+        stream: bool,
+    ) -> httpx.Response:
+        # A streamed upload (an async iterator) cannot be sent twice.
+        replayable = content is None or isinstance(content, (bytes, bytearray, str))
+        plan = Plan(len(self.targets), self.max_retries, retry and replayable)
+        first = idx = self.preferred
         while True:
-            req = self.client.build_request(
+            target = self.targets[idx]
+            req = target.client.build_request(
                 method,
                 path,
                 json=json,
@@ -389,27 +434,39 @@ class _Http:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
             try:
-                resp = await self.client.send(req, stream=True)
+                resp = await target.client.send(req, stream=stream)
             except httpx.TransportError as e:
-                err = _transport_error(e, f"{method} {path}", self.url)
-                if not retry or attempt >= self.max_retries:
+                err: WarrenError = _transport_error(e, f"{method} {path} at {target.url}", target.url)
+                if isinstance(e, httpx.ReadTimeout) and not stream:
                     raise err from e
-                await asyncio.sleep(_backoff(attempt))
-                attempt += 1
-                continue
-            if resp.status_code < 400:
-                return resp
-            try:
-                await resp.aread()
-            finally:
-                await resp.aclose()
-            try:
-                _raise_for(resp, self.url, self.has_token)
-            except WarrenError as err:
-                if not retry or not isinstance(err, Busy) or attempt >= self.max_retries:
-                    raise
-                await asyncio.sleep(max(_backoff(attempt), err.retry_after or 0))
-                attempt += 1
+                not_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                # An unsent request's body was not read, so even a stream may go elsewhere.
+                step = plan.after(NOT_SENT if not_sent else BROKEN)
+                if step == GIVE_UP:
+                    raise err from e
+            else:
+                if resp.status_code < 400:
+                    self.preferred = idx
+                    return resp
+                if stream:
+                    try:
+                        await resp.aread()
+                    finally:
+                        await resp.aclose()
+                try:
+                    _raise_for(resp, target.url, self.has_token)
+                except WarrenError as e:
+                    err = e
+                step = plan.after((resp.status_code, err.retry_after, err.code))
+                if step == GIVE_UP:
+                    if idx != first:
+                        self.preferred = idx  # it answered: later calls start with it
+                    raise err
+            if step == NEXT_URL:
+                idx = (idx + 1) % len(self.targets)
+            else:
+                await asyncio.sleep(float(step))
+                idx = self.preferred
 
 
 class AsyncExecStream:
@@ -952,12 +1009,7 @@ class AsyncSandbox:
                 "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
             )
         else:
-            try:
-                resp = await http.client.post(self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
-            except httpx.TransportError as e:
-                raise _transport_error(e, "exec") from e
-            if resp.status_code >= 400:
-                _raise_for(resp)
+            resp = await http.request("POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
         result = ExecResult.from_json(resp.json())
         if check and (result.exit_code != 0 or result.timed_out):
             raise CommandError(cmd, result)
@@ -1262,21 +1314,25 @@ class AsyncTrajectory:
 
 
 class AsyncClient:
-    """The asyncio client of one Warren node.
+    """The asyncio client of one Warren node, or of the gateways of a cluster.
 
     Args:
-        url: ``unix:///path/to/warren.sock``, ``http://host:port`` or ``https://host:port``.
-            Default: the ``WARREN_URL`` environment variable, else
-            ``unix:///run/warren/warren.sock``.
+        url: ``unix:///path/to/warren.sock``, ``http://host:port`` or ``https://host:port``, or several (a list, or
+            one string with commas) -- the gateways of a cluster. Default: the
+            ``WARREN_URL`` environment variable (which may list several), else
+            ``unix:///run/warren/warren.sock``. Calls go to the URL that answered last; a
+            request that could not be sent goes to the next URL, and calls that are safe to
+            repeat also move on after a broken connection or a ``503``.
+        timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
+        max_connections: Size of the connection pool; each concurrent call holds one
+            connection, so this is how many calls run at once (more wait their turn).
         token: The API token of a node started with ``--auth``, sent as
             ``Authorization: Bearer``. Default: the ``WARREN_TOKEN`` environment variable.
         ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
             the system's CAs.
-        timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
-        max_connections: Size of the connection pool; each concurrent call holds one
-            connection, so this is how many calls run at once (more wait their turn).
-        max_retries: Retries of safe calls (reads, deletes, creates with an idempotency key)
-            on transport failures and ``busy`` answers.
+        max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
+            an idempotency key) after transport failures, ``503`` on every URL and ``busy``
+            answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
 
     One client serves thousands of concurrent calls from one event loop. Use it from the loop
     it was first used on; ``async with`` closes it.
@@ -1284,7 +1340,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        url: Optional[str] = None,
+        url: Union[str, Sequence[str], None] = None,
         *,
         timeout: float = 120.0,
         max_connections: int = 4096,
@@ -1296,8 +1352,14 @@ class AsyncClient:
 
     @property
     def url(self) -> str:
-        """The node's address as used (``unix:///...`` or ``http://...``)."""
+        """The address calls go to first (``unix:///...`` or ``http://...``): the one that
+        answered last."""
         return self._http.url
+
+    @property
+    def urls(self) -> List[str]:
+        """Every address of this client, in the order given."""
+        return self._http.urls
 
     def __repr__(self) -> str:
         return f"<AsyncClient {self.url}>"
@@ -1515,7 +1577,7 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         """Closes the connection pool."""
-        await self._http.client.aclose()
+        await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self
