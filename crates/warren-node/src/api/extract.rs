@@ -2,7 +2,7 @@
 //! with a JSON `invalid_request` answer (never axum's plain-text rejections).
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
@@ -118,9 +118,17 @@ fn param(params: &[(String, String)], name: &str) -> Result<String, HttpError> {
         .ok_or_else(|| HttpError::invalid(format!("missing path parameter {name}")))
 }
 
-fn sandbox_id(s: &str) -> Result<SandboxId, HttpError> {
+pub(crate) fn sandbox_id(s: &str) -> Result<SandboxId, HttpError> {
     s.parse()
         .map_err(|e: warren_types::id::IdError| HttpError::invalid(e.to_string()))
+}
+
+/// A `{pid}` path parameter: a positive integer.
+pub(crate) fn pid(s: &str) -> Result<u32, HttpError> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| HttpError::invalid(format!("pid must be a positive integer, got {s:?}")))
 }
 
 /// Who is calling: the [`Caller`] the edge's authentication put into the request, or the
@@ -149,10 +157,14 @@ fn caller(parts: &Parts) -> Caller {
 #[derive(Debug)]
 pub struct SandboxParam(pub SandboxId);
 
-impl FromRequestParts<Manager> for SandboxParam {
+impl<S: Send + Sync> FromRequestParts<S> for SandboxParam
+where
+    Manager: FromRef<S>,
+{
     type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, m: &Manager) -> Result<Self, HttpError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let m = Manager::from_ref(state);
         let params = path_params(parts).await?;
         let id = sandbox_id(&param(&params, "id")?)?;
         m.authorize(&caller(parts), &id)?;
@@ -164,17 +176,18 @@ impl FromRequestParts<Manager> for SandboxParam {
 #[derive(Debug)]
 pub struct ProcessParam(pub SandboxId, pub u32);
 
-impl FromRequestParts<Manager> for ProcessParam {
+impl<S: Send + Sync> FromRequestParts<S> for ProcessParam
+where
+    Manager: FromRef<S>,
+{
     type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, m: &Manager) -> Result<Self, HttpError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let m = Manager::from_ref(state);
         let params = path_params(parts).await?;
         let id = sandbox_id(&param(&params, "id")?)?;
         m.authorize(&caller(parts), &id)?;
-        let pid = param(&params, "pid")?;
-        let pid = pid.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
-            HttpError::invalid(format!("pid must be a positive integer, got {pid:?}"))
-        })?;
+        let pid = pid(&param(&params, "pid")?)?;
         Ok(ProcessParam(id, pid))
     }
 }

@@ -6,17 +6,17 @@ use warren_types::{CallRequest, CallResult, PoolsInfo};
 
 use super::error::HttpResult;
 use super::extract::{Auth, JsonBody};
-use crate::manager::Manager;
+use crate::functions::Functions;
 
 pub async fn call(
-    State(m): State<Manager>,
+    State(f): State<Functions>,
     Auth(caller): Auth,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
-    Ok(Json(m.call_function(&caller, req).await?))
+    Ok(Json(f.call_as(&caller, req).await?))
 }
 
 /// A tenant sees its own pools; admins see every pool.
-pub async fn pools(State(m): State<Manager>, Auth(caller): Auth) -> Json<PoolsInfo> {
-    Json(m.functions().info_for(caller.scope()))
+pub async fn pools(State(f): State<Functions>, Auth(caller): Auth) -> Json<PoolsInfo> {
+    Json(f.info_for(caller.scope()))
 }

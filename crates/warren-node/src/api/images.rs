@@ -9,7 +9,7 @@ use warren_types::{GcReport, ImageDeleted, ImageInfo};
 
 use super::error::{HttpError, HttpResult};
 use super::extract::Auth;
-use crate::manager::Manager;
+use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
 #[derive(Debug)]
@@ -43,30 +43,30 @@ pub struct ImageList {
     pub images: Vec<ImageInfo>,
 }
 
-pub async fn list(State(m): State<Manager>) -> HttpResult<Json<ImageList>> {
+pub async fn list(State(images): State<Images>) -> HttpResult<Json<ImageList>> {
     Ok(Json(ImageList {
-        images: m.list_images().await?,
+        images: images.list().await?,
     }))
 }
 
 pub async fn get(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageInfo>> {
-    Ok(Json(m.image(&r).await?))
+    Ok(Json(images.get(&r).await?))
 }
 
 /// Images are node-wide: removing one needs the admin role.
 pub async fn delete(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     Auth(caller): Auth,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageDeleted>> {
     caller.require_admin("deleting an image")?;
-    Ok(Json(m.delete_image(&r).await?))
+    Ok(Json(images.delete(&r).await?))
 }
 
-pub async fn gc(State(m): State<Manager>, Auth(caller): Auth) -> HttpResult<Json<GcReport>> {
+pub async fn gc(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<Json<GcReport>> {
     caller.require_admin("collecting images")?;
-    Ok(Json(m.gc_images().await?))
+    Ok(Json(images.gc().await?))
 }

@@ -12,6 +12,7 @@ use warren_types::{
 use super::error::{HttpError, HttpResult};
 use super::extract::{Auth, JsonBody, QueryPairs, SandboxParam};
 use crate::manager::{ListFilter, Manager};
+use crate::node::Node;
 
 /// `GET /v1/health`.
 #[derive(Debug, Serialize)]
@@ -36,14 +37,14 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(m): State<Manager>, Auth(caller): Auth) -> HttpResult<Response> {
+pub async fn metrics(State(node): State<Node>, Auth(caller): Auth) -> HttpResult<Response> {
     caller.require_admin("GET /metrics")?;
     Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        m.render_metrics(),
+        node.render_metrics(),
     )
         .into_response())
 }

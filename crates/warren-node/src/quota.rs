@@ -1,4 +1,4 @@
-//! Tenant quotas: live sandboxes, memory and CPUs reserved, creations per second (a token
+//! Tenant quotas (used by the sandbox manager and the function calls): live sandboxes, memory and CPUs reserved, creations per second (a token
 //! bucket) and concurrent function calls. The limits come with each call's [`Caller`] (so a
 //! reloaded auth file applies to the next call); the usage lives here, per tenant.
 //!
