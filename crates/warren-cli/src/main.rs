@@ -97,31 +97,12 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let ctx = Ctx {
         url: cli.url,
         token_file: cli.token_file,
         ca: cli.ca,
     };
-    let result = runtime.block_on(dispatch(ctx, cli.command));
-    // A blocked stdin reader (shell, exec) must not hold the process open.
-    runtime.shutdown_background();
-    match result {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) => {
-            eprintln!("warren: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    warren_cli::run_main("warren", dispatch(ctx, cli.command))
 }
 
 #[cfg(test)]

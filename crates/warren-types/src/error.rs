@@ -43,6 +43,15 @@ pub enum ErrorCode {
     /// A tenant quota refuses the request; the message names the quota; retry after
     /// `retry_after` seconds.
     QuotaExceeded,
+    /// Cluster gateway: every node that could take the request refused it for now (all busy,
+    /// draining or short of memory); retry after `retry_after` seconds.
+    CapacityUnavailable,
+    /// Cluster gateway: no node of the cluster can ever take the request (substrate, image or
+    /// size); the message says how many nodes each check excluded.
+    Unschedulable,
+    /// Cluster gateway: the sandbox's node does not answer. The sandbox may come back when
+    /// its node does; nothing was moved.
+    NodeUnreachable,
 }
 
 impl ErrorCode {
@@ -52,7 +61,8 @@ impl ErrorCode {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
-            ErrorCode::FileError => 422,
+            ErrorCode::FileError | ErrorCode::Unschedulable => 422,
+            ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
             ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
@@ -83,11 +93,14 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::CapacityUnavailable => "capacity_unavailable",
+            ErrorCode::Unschedulable => "unschedulable",
+            ErrorCode::NodeUnreachable => "node_unreachable",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -105,6 +118,9 @@ impl ErrorCode {
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::QuotaExceeded,
+        ErrorCode::CapacityUnavailable,
+        ErrorCode::Unschedulable,
+        ErrorCode::NodeUnreachable,
     ];
 }
 
@@ -120,7 +136,8 @@ impl std::fmt::Display for ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded`, `quota_exceeded`).
+    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded`,
+    /// `capacity_unavailable` and `quota_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
 }

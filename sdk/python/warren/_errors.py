@@ -27,6 +27,9 @@ __all__ = [
     "SandboxLost",
     "FileError",
     "ServerError",
+    "Unschedulable",
+    "CapacityUnavailable",
+    "NodeUnreachable",
     "ConnectionError",
     "CommandError",
     "error_from_body",
@@ -189,6 +192,24 @@ class StepConflict(Conflict):
     default_code = "step_conflict"
 
 
+class Unschedulable(WarrenError):
+    """No node of the cluster can ever hold the sandbox as asked (422)."""
+
+    default_code = "unschedulable"
+
+
+class CapacityUnavailable(WarrenError):
+    """No node of the cluster has room now; retry after ``retry_after`` (503)."""
+
+    default_code = "capacity_unavailable"
+
+
+class NodeUnreachable(WarrenError):
+    """The node that owns the sandbox does not answer the gateway (503)."""
+
+    default_code = "node_unreachable"
+
+
 class ServerError(WarrenError):
     """A bug or an unexpected host failure on the node (``internal``, HTTP 500, or any other 5xx)."""
 
@@ -243,6 +264,9 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "quota_exceeded": QuotaExceeded,
+    "unschedulable": Unschedulable,
+    "capacity_unavailable": CapacityUnavailable,
+    "node_unreachable": NodeUnreachable,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {

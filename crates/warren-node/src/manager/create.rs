@@ -43,7 +43,9 @@ impl Manager {
             .map(|k| Self::scoped_key(tenant.as_deref(), k));
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
-        // start one sandbox and the node limit holds under load.
+        // start one sandbox and the node limit holds under load. The admission slot counts
+        // the sandbox as starting until this call returns.
+        let _slot;
         let sb = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
             if let Some(key) = &key {
@@ -66,6 +68,11 @@ impl Manager {
                 .tenants
                 .rate(caller, 1, std::time::Instant::now())?;
             let mut map = self.map_mut();
+            _slot = self
+                .inner
+                .admission
+                .admit(map.len())
+                .map_err(NodeError::Api)?;
             if map.len() >= cfg.max_sandboxes {
                 return Err(NodeError::TooManySandboxes {
                     max: cfg.max_sandboxes,
