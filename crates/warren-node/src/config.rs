@@ -23,6 +23,13 @@ pub struct NodeConfig {
     pub functions: crate::functions::FunctionConfig,
     /// The confinement the node's runtime applies (reported by `/v1/health`).
     pub security: warren_runtime::security::SecurityReport,
+    /// Lifetime of a sandbox whose create names no `ttl_secs`.
+    pub default_ttl_secs: Option<u64>,
+    /// Longest lifetime from now a create or an extension may give; a sandbox without a ttl
+    /// (and no default) gets this one. `None`: no cap beyond `bounds.max_ttl_secs`.
+    pub max_ttl_secs: Option<u64>,
+    /// Timeout of a foreground command whose request names none.
+    pub default_exec_timeout_secs: Option<f64>,
 }
 
 impl NodeConfig {
@@ -36,6 +43,21 @@ impl NodeConfig {
             default_hostname: "sandbox".into(),
             functions: Default::default(),
             security: Default::default(),
+            default_ttl_secs: None,
+            max_ttl_secs: None,
+            default_exec_timeout_secs: None,
         }
+    }
+
+    /// The ttl a create gets: its own, else the node's default, else the node's cap.
+    pub fn ttl_for(&self, asked: Option<u64>) -> Option<u64> {
+        asked.or(self.default_ttl_secs).or(self.max_ttl_secs)
+    }
+
+    /// The longest ttl a request may ask for.
+    pub fn ttl_cap(&self) -> u64 {
+        self.max_ttl_secs
+            .unwrap_or(self.bounds.max_ttl_secs)
+            .min(self.bounds.max_ttl_secs)
     }
 }

@@ -56,6 +56,12 @@ pub enum Call {
     ReadFile { path: String, window: u32 },
     /// Create or truncate a file and write the STDIN frames that follow until EOF. → `Done`.
     WriteFile { path: String, mode: Option<u32> },
+    /// Pack a directory's tree (or one file) as a tar stream; STDOUT frames
+    /// (credit-limited). → `Done`.
+    ReadTar { path: String, window: u32 },
+    /// Unpack the tar stream of the STDIN frames that follow (until EOF) under a directory,
+    /// made when missing. → `Done`.
+    WriteTar { path: String },
     /// → `Stat`.
     Stat { path: String },
     /// → `Entries`.

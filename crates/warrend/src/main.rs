@@ -40,6 +40,9 @@ struct Args {
     /// Unix socket to serve the API on.
     #[arg(long, default_value = "/run/warren/warren.sock")]
     socket: PathBuf,
+    /// Group that owns the socket: its members may use the API without root (mode 0660).
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// Also serve the API on this TCP address (no authentication: bind to loopback).
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -63,6 +66,18 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Lifetime of a sandbox created without a ttl: 30m, 12h, 7d (a plain number is
+    /// seconds). Default: none (it lives until deleted, or --max-ttl).
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    default_ttl: Option<u64>,
+    /// Longest lifetime a create or an extension may give a sandbox: 1d, 30d. A sandbox
+    /// created without a ttl (and no --default-ttl) gets this one.
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    max_ttl: Option<u64>,
+    /// Timeout of a command whose exec request names none: 10m, 1h (a plain number is
+    /// seconds). Default: none.
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
+    default_exec_timeout: Option<f64>,
     /// Working directory of the microvm and vm substrates: sandboxes' disks and sockets,
     /// templates, base disks (default: STATE_DIR/vm). Daemons may share one.
     #[arg(long, env = "WARREN_VM_DIR")]
@@ -183,7 +198,7 @@ fn check_socket(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
+fn bind_socket(path: &Path, group: Option<&str>) -> Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -191,6 +206,14 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
         .with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod {}", path.display()))?;
+    if let Some(name) = group {
+        let g = nix::unistd::Group::from_name(name)
+            .with_context(|| format!("looking up group {name}"))?
+            .with_context(|| format!("--socket-group {name}: no such group (groupadd {name})"))?;
+        nix::unistd::chown(path, None, Some(g.gid))
+            .with_context(|| format!("chgrp {name} {}", path.display()))?;
+        info!(socket = %path.display(), group = name, "socket group set");
+    }
     Ok(listener)
 }
 
@@ -296,6 +319,17 @@ async fn run(args: Args) -> Result<()> {
     runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    if let (Some(d), Some(m)) = (args.default_ttl, args.max_ttl) {
+        if d > m {
+            bail!("--default-ttl ({d} s) is longer than --max-ttl ({m} s)");
+        }
+    }
+    if args.default_exec_timeout.is_some_and(|t| t <= 0.0) {
+        bail!("--default-exec-timeout must be more than 0");
+    }
+    cfg.default_ttl_secs = args.default_ttl;
+    cfg.max_ttl_secs = args.max_ttl;
+    cfg.default_exec_timeout_secs = args.default_exec_timeout;
     cfg.functions.min_warm = args.function_min_warm;
     cfg.functions.max_warm = args.function_max_warm.max(1);
     cfg.functions.max_queue = args.function_queue;
@@ -340,7 +374,7 @@ async fn run(args: Args) -> Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let listener = bind_socket(&args.socket)?;
+    let listener = bind_socket(&args.socket, args.socket_group.as_deref())?;
     info!(socket = %args.socket.display(), node = %args.node, "serving");
     let mut servers = tokio::task::JoinSet::new();
     let unix = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped(stop_rx.clone()));

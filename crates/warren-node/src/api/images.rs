@@ -5,9 +5,10 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::Json;
 use serde::Serialize;
-use warren_types::{GcReport, ImageDeleted, ImageInfo};
+use warren_types::{GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest};
 
 use super::error::{HttpError, HttpResult};
+use super::extract::{JsonBody, QueryPairs, RawBody};
 use crate::manager::Manager;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
@@ -64,4 +65,23 @@ pub async fn delete(
 
 pub async fn gc(State(m): State<Manager>) -> HttpResult<Json<GcReport>> {
     Ok(Json(m.gc_images().await?))
+}
+
+/// `POST /v1/images/import?tag=name[:tag]`: the body is the archive.
+pub async fn import(
+    State(m): State<Manager>,
+    q: QueryPairs,
+    body: RawBody,
+) -> HttpResult<Json<ImageImported>> {
+    q.only(&["tag"], &[])?;
+    let tag = q.get("tag").map(str::to_string);
+    Ok(Json(m.import_image(tag, body.into_data_stream()).await?))
+}
+
+/// `POST /v1/images/pull`.
+pub async fn pull(
+    State(m): State<Manager>,
+    JsonBody(req): JsonBody<PullRequest>,
+) -> HttpResult<Json<ImageImported>> {
+    Ok(Json(m.pull_image(req).await?))
 }

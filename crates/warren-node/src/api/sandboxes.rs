@@ -23,6 +23,19 @@ pub struct Health {
     pub sandboxes: usize,
     /// seccomp, Landlock (ABI and what is enforced) and AppArmor on this node.
     pub security: warren_runtime::security::SecurityReport,
+    /// What the node applies when a request leaves it out.
+    pub defaults: NodeDefaults,
+}
+
+/// `defaults` of `/v1/health`.
+#[derive(Debug, Serialize)]
+pub struct NodeDefaults {
+    /// Lifetime of a sandbox created without `ttl_secs` (none: it lives until deleted).
+    pub ttl_secs: Option<u64>,
+    /// Longest lifetime a create or an extension may give.
+    pub max_ttl_secs: u64,
+    /// Timeout of a command whose exec request names none.
+    pub exec_timeout_secs: Option<f64>,
 }
 
 pub async fn health(State(m): State<Manager>) -> Json<Health> {
@@ -33,6 +46,11 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
         substrates: m.substrates().iter().map(|s| s.as_str()).collect(),
         sandboxes: m.count(),
         security: m.config().security.clone(),
+        defaults: NodeDefaults {
+            ttl_secs: m.config().ttl_for(None),
+            max_ttl_secs: m.config().ttl_cap(),
+            exec_timeout_secs: m.config().default_exec_timeout_secs,
+        },
     })
 }
 
@@ -62,6 +80,21 @@ pub async fn create(
         StatusCode::OK
     };
     Ok((status, Json(created.info)).into_response())
+}
+
+/// `POST /v1/sandboxes/{id}/extend` body.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub ttl_secs: u64,
+}
+
+pub async fn extend(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ExtendRequest>,
+) -> HttpResult<Json<SandboxInfo>> {
+    Ok(Json(m.extend(&id, req.ttl_secs).await?))
 }
 
 #[derive(Debug, Serialize)]

@@ -1,8 +1,10 @@
 //! Create: validate, reserve (node limit, idempotency key), record `creating`, start through
 //! the substrate's runtime, record `running`. A failed start leaves no record behind.
 
+use std::sync::Arc;
 use tracing::{info, warn};
-use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+use warren_runtime::Runtime;
+use warren_types::{ApiError, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
@@ -23,78 +25,114 @@ impl Manager {
     pub async fn create(&self, req: CreateSandboxRequest) -> Result<Created, NodeError> {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
+        if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
+            return Err(ApiError::invalid(format!(
+                "ttl_secs {t} is over this node's maximum lifetime of {} s",
+                cfg.ttl_cap()
+            ))
+            .into());
+        }
         let runtime = self.runtime_for(req.substrate)?;
         self.check_network(&req.network)?;
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
         // start one sandbox and the node limit holds under load.
-        let sb = {
+        let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
-            if let Some(key) = &req.idempotency_key {
-                if let Some(existing) = keys.get(key).cloned() {
-                    drop(keys);
-                    if existing.request != req {
-                        return Err(NodeError::IdempotencyConflict {
-                            key: key.clone(),
-                            id: existing.id,
-                        });
-                    }
-                    let info = self.get(&existing.id)?;
-                    return Ok(Created {
-                        info,
-                        created: false,
+            let existing = req
+                .idempotency_key
+                .as_ref()
+                .and_then(|key| keys.get(key).cloned().map(|e| (key, e)));
+            if let Some((key, existing)) = existing {
+                if existing.request != req {
+                    return Err(NodeError::IdempotencyConflict {
+                        key: key.clone(),
+                        id: existing.id,
                     });
                 }
+                // A key is dropped before its sandbox leaves the map, so this finds it.
+                Err(self.lookup(&existing.id)?)
+            } else {
+                let mut map = self.map_mut();
+                if map.len() >= cfg.max_sandboxes {
+                    return Err(NodeError::TooManySandboxes {
+                        max: cfg.max_sandboxes,
+                    });
+                }
+                let id = SandboxId::generate(&cfg.node);
+                let now = now_ms();
+                let info = SandboxInfo {
+                    id: id.to_string(),
+                    substrate: req.substrate,
+                    state: SandboxState::Creating,
+                    image: req.image.refs(),
+                    limits,
+                    labels: req.labels.clone(),
+                    env: req.env.clone(),
+                    workdir: req
+                        .workdir
+                        .as_deref()
+                        .map(warren_types::validate::sandbox_path)
+                        .transpose()?,
+                    user: req.user.clone(),
+                    network: req.network.clone(),
+                    created_at_ms: now,
+                    expires_at_ms: cfg.ttl_for(req.ttl_secs).map(|t| now + t * 1000),
+                    idle_timeout_secs: req.idle_timeout_secs,
+                    last_activity_ms: now,
+                    reason: None,
+                    idempotency_key: req.idempotency_key.clone(),
+                };
+                let hostname = req
+                    .hostname
+                    .clone()
+                    .unwrap_or_else(|| cfg.default_hostname.clone());
+                let log = SandboxLog::empty(&id);
+                let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
+                map.insert(id.clone(), sb.clone());
+                if let Some(key) = &req.idempotency_key {
+                    keys.insert(
+                        key.clone(),
+                        KeyEntry {
+                            id,
+                            request: req.clone(),
+                        },
+                    );
+                }
+                Ok(sb)
             }
-            let mut map = self.map_mut();
-            if map.len() >= cfg.max_sandboxes {
-                return Err(NodeError::TooManySandboxes {
-                    max: cfg.max_sandboxes,
-                });
-            }
-            let id = SandboxId::generate(&cfg.node);
-            let now = now_ms();
-            let info = SandboxInfo {
-                id: id.to_string(),
-                substrate: req.substrate,
-                state: SandboxState::Creating,
-                image: req.image.refs(),
-                limits,
-                labels: req.labels.clone(),
-                env: req.env.clone(),
-                workdir: req
-                    .workdir
-                    .as_deref()
-                    .map(warren_types::validate::sandbox_path)
-                    .transpose()?,
-                user: req.user.clone(),
-                network: req.network.clone(),
-                created_at_ms: now,
-                expires_at_ms: req.ttl_secs.map(|t| now + t * 1000),
-                idle_timeout_secs: req.idle_timeout_secs,
-                last_activity_ms: now,
-                reason: None,
-                idempotency_key: req.idempotency_key.clone(),
-            };
-            let hostname = req
-                .hostname
-                .clone()
-                .unwrap_or_else(|| cfg.default_hostname.clone());
-            let log = SandboxLog::empty(&id);
-            let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
-            map.insert(id.clone(), sb.clone());
-            if let Some(key) = &req.idempotency_key {
-                keys.insert(
-                    key.clone(),
-                    KeyEntry {
-                        id,
-                        request: req.clone(),
-                    },
-                );
-            }
-            sb
+        };
+        let sb = match reserved {
+            Ok(sb) => sb,
+            Err(earlier) => return self.repeat(earlier).await,
         };
 
+        // However the start ends (even cut off), repeated creates and early calls learn it.
+        let settle = SettleOnDrop(sb.clone());
+        let outcome = self.start(&sb, &req, runtime).await;
+        sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
+        drop(settle);
+        outcome
+    }
+
+    /// A create repeated with the key of an earlier one: waits for that one's start and answers
+    /// its outcome (the sandbox as it is now, or the same error).
+    async fn repeat(&self, sb: Arc<Sandbox>) -> Result<Created, NodeError> {
+        sb.wait_started().await.map_err(NodeError::Api)?;
+        let info = sb.lock().info.clone();
+        Ok(Created {
+            info,
+            created: false,
+        })
+    }
+
+    /// Records, starts and records again a sandbox reserved by [`Manager::create`].
+    async fn start(
+        &self,
+        sb: &Arc<Sandbox>,
+        req: &CreateSandboxRequest,
+        runtime: Arc<dyn Runtime>,
+    ) -> Result<Created, NodeError> {
         let (spec, stored) = {
             let st = sb.lock();
             let stored = StoredSandbox {
@@ -164,7 +202,7 @@ impl Manager {
             st.info.last_activity_ms = now_ms();
             st.record = Some(instance.record());
             st.instance = Some(instance.clone());
-            self.persist(&sb, &st).map(|_| st.info.clone())
+            self.persist(sb, &st).map(|_| st.info.clone())
         };
         match persisted {
             Ok(info) => {
@@ -194,14 +232,26 @@ impl Manager {
         }
     }
 
-    /// Drops a sandbox (and its key) from memory only.
+    /// Drops a sandbox (and its key) from memory only. The key goes first, so whoever finds a
+    /// key also finds its sandbox.
     pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
-        self.map_mut().remove(id);
         if let Some(k) = key {
             let mut keys = self.inner.keys.lock().expect("keys lock");
             if keys.get(k).is_some_and(|e| &e.id == id) {
                 keys.remove(k);
             }
         }
+        self.map_mut().remove(id);
+    }
+}
+
+/// Settles a start that did not get to (its task was dropped), so nobody waits forever.
+struct SettleOnDrop(Arc<Sandbox>);
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        self.0.settle_start(Err(ApiError::internal(
+            "the sandbox's creation was cut off",
+        )));
     }
 }

@@ -50,6 +50,14 @@ impl Hashed {
         Ok(())
     }
 
+    fn tar_call(self, path: &str) -> TrajectoryCall {
+        TrajectoryCall::WriteTar {
+            path: path.to_string(),
+            sha256: hex(&self.hasher.finalize().into()),
+            size: self.size,
+        }
+    }
+
     fn call(self, path: &str, mode: Option<u32>) -> TrajectoryCall {
         TrajectoryCall::WriteFile {
             path: path.to_string(),
@@ -105,6 +113,78 @@ impl Manager {
             id: id.clone(),
             _guard: guard,
         })
+    }
+
+    /// `GET /v1/sandboxes/{id}/files/tar`: a directory tree (or one file) as a tar stream.
+    /// Not-found errors come back here, before any byte is sent.
+    pub async fn read_tar(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
+        let path = sandbox_path(path)?;
+        let (instance, _, guard) = self.ready(id).await?;
+        let reader = instance
+            .agent()
+            .read_tar(&path)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        Ok(FileDownload {
+            reader,
+            id: id.clone(),
+            _guard: guard,
+        })
+    }
+
+    /// `PUT /v1/sandboxes/{id}/files/tar`: unpacks the tar stream `body` under the directory
+    /// `path` (made when missing) as it arrives. Entries that would leave `path` are refused.
+    pub async fn write_tar<S, E>(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        mut body: S,
+    ) -> Result<(), NodeError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        let path = sandbox_path(path)?;
+        let sb = self.lookup(id)?;
+        let (instance, _, _busy) = self.ready_sb(&sb).await?;
+        let mut hashed = Hashed::new();
+        let started_ms = now_ms();
+        let outcome = match instance.agent().write_tar(&path).await {
+            Ok(mut w) => {
+                let mut failed = None;
+                while let Some(chunk) = body.next().await {
+                    let chunk = match chunk {
+                        Ok(c) => c,
+                        Err(e) => {
+                            drop(w);
+                            self.log_cancelled(&sb, hashed.tar_call(&path), started_ms)
+                                .await;
+                            return Err(interrupted(e));
+                        }
+                    };
+                    hashed.add(&chunk);
+                    if failed.is_none() && !chunk.is_empty() {
+                        if let Err(e) = w.write(chunk).await {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => w.finish().await,
+                }
+            }
+            Err(e) => {
+                hashed.drain(&mut body).await?;
+                Err(e)
+            }
+        };
+        let outcome = outcome
+            .map(|()| Done::Unit)
+            .map_err(|e| NodeError::runtime(id, e));
+        self.log_outcome(&sb, None, hashed.tar_call(&path), started_ms, outcome)
+            .await?;
+        Ok(())
     }
 
     /// `PUT /v1/sandboxes/{id}/files`: creates or truncates `path` and writes `body` to it

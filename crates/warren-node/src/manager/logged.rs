@@ -54,6 +54,8 @@ pub(crate) enum Step {
 
 /// An exec request as logged.
 pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
+    // Validated before: the encoding is good.
+    let stdin = req.stdin_bytes().ok().flatten();
     ExecCall {
         argv: req.argv.clone(),
         shell: req.shell.clone(),
@@ -63,8 +65,8 @@ pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
         timeout_secs: req.timeout_secs,
         max_output_bytes: req.max_output_bytes,
         encoding: req.encoding,
-        stdin_sha256: req.stdin.as_ref().map(|s| hex(&sha256(s.as_bytes()))),
-        stdin_bytes: req.stdin.as_ref().map_or(0, |s| s.len() as u64),
+        stdin_sha256: stdin.as_ref().map(|s| hex(&sha256(s))),
+        stdin_bytes: stdin.as_ref().map_or(0, |s| s.len() as u64),
         streamed,
     }
 }
@@ -207,7 +209,12 @@ impl Manager {
         Fut: Future<Output = Result<Done, NodeError>>,
     {
         // Failing here (deleted, lost) runs nothing, logs nothing, and frees the step.
-        let (instance, info, _busy) = self.ready_sb(&sb).await?;
+        let limit = match &call {
+            TrajectoryCall::Exec(c) | TrajectoryCall::Spawn(c) => c.timeout_secs,
+            _ => None,
+        };
+        let limit = limit.map(std::time::Duration::from_secs_f64);
+        let (instance, info, _busy) = self.ready_within(&sb, limit).await?;
         let started_ms = now_ms();
         let cancel = CancelLog {
             armed: guard
