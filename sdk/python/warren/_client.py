@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64 as _b64
 import datetime
+import io
+import queue as _queue
+import tarfile
+import threading
 import json as _json
 import os
 import random
@@ -202,11 +207,11 @@ def _exec_body(
         body["env"] = dict(env)
     if stdin is not None:
         if isinstance(stdin, (bytes, bytearray, memoryview)):
-            try:
-                stdin = bytes(stdin).decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError("stdin must be UTF-8 text; upload binary input as a file and redirect it") from None
-        body["stdin"] = stdin
+            # Any bytes: carried as base64.
+            body["stdin"] = _b64.b64encode(bytes(stdin)).decode("ascii")
+            body["stdin_encoding"] = "base64"
+        else:
+            body["stdin"] = stdin
     if timeout is not None:
         body["timeout_secs"] = float(timeout)
     if max_output is not None:
@@ -672,6 +677,131 @@ class AsyncFiles:
                     pass
         return total
 
+    async def upload_dir(self, local_dir: Union[str, os.PathLike[str]], remote_dir: str) -> None:
+        """Copies the local directory ``local_dir``'s contents into ``remote_dir`` (made when
+        missing), streamed as a tar: modes, symlinks and mtimes are kept; files are owned by
+        the sandbox's root. Memory stays flat whatever the tree's size.
+        """
+        local_dir = os.fspath(local_dir)
+        if not os.path.isdir(local_dir):
+            raise NotADirectoryError(local_dir)
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[Optional[bytes]] = asyncio.Queue(maxsize=4)
+        stop = threading.Event()
+
+        class _Writer(io.RawIOBase):
+            def writable(self) -> bool:
+                return True
+
+            def write(self, b: Any) -> int:
+                if stop.is_set():
+                    raise BrokenPipeError("upload stopped")
+                data = bytes(b)
+                asyncio.run_coroutine_threadsafe(chunks.put(data), loop).result()
+                return len(data)
+
+        def pack() -> None:
+            try:
+                w = io.BufferedWriter(_Writer(), buffer_size=_CHUNK)
+                with tarfile.open(fileobj=w, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+                    for name in sorted(os.listdir(local_dir)):
+                        tf.add(os.path.join(local_dir, name), arcname=name, recursive=True)
+                w.flush()
+            finally:
+                if not stop.is_set():
+                    asyncio.run_coroutine_threadsafe(chunks.put(None), loop).result()
+
+        packer = loop.run_in_executor(None, pack)
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                c = await chunks.get()
+                if c is None:
+                    return
+                yield c
+
+        try:
+            await self._http.request(
+                "PUT",
+                self._path + "/tar",
+                params={"path": remote_dir},
+                content=body(),
+                timeout=self._http.call_timeout(None),
+            )
+        finally:
+            stop.set()
+            while not packer.done():
+                # Unblock a packer waiting on a full queue; it stops at its next write.
+                while not chunks.empty():
+                    chunks.get_nowait()
+                await asyncio.sleep(0.01)
+        await packer
+
+    async def download_dir(self, remote_dir: str, local_dir: Union[str, os.PathLike[str]]) -> None:
+        """Copies the sandbox directory ``remote_dir``'s contents into ``local_dir`` (made when
+        missing), streamed as a tar: modes, symlinks and mtimes are kept. Entries that would
+        land outside ``local_dir`` (``..``, absolute names, writes through symlinks, links
+        out) raise ``ValueError`` and are not written.
+        """
+        local_dir = os.path.realpath(os.fspath(local_dir))
+        os.makedirs(local_dir, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        chunks: _queue.Queue[Optional[bytes]] = _queue.Queue(maxsize=4)
+
+        class _Reader(io.RawIOBase):
+            buf = b""
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, b: Any) -> int:
+                while not self.buf:
+                    c = chunks.get()
+                    if c is None:
+                        return 0
+                    self.buf = c
+                n = min(len(b), len(self.buf))
+                b[:n] = self.buf[:n]
+                self.buf = self.buf[n:]
+                return n
+
+        def unpack() -> None:
+            with tarfile.open(fileobj=io.BufferedReader(_Reader(), _CHUNK), mode="r|") as tf:
+                for m in tf:
+                    if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                        continue
+                    _check_member(m, local_dir)
+                    if _HAS_FILTERS:
+                        tf.extract(m, local_dir, filter="fully_trusted")  # checked above
+                    else:
+                        tf.extract(m, local_dir)
+
+        unpacker = loop.run_in_executor(None, unpack)
+        resp = await self._http.stream("GET", self._path + "/tar", params={"path": remote_dir}, retry=True)
+        try:
+            async for piece in resp.aiter_raw():
+                while True:
+                    try:
+                        chunks.put_nowait(piece)
+                        break
+                    except _queue.Full:
+                        if unpacker.done():
+                            break
+                        await asyncio.sleep(0.005)
+                if unpacker.done():
+                    break
+        except httpx.TransportError as e:
+            raise _transport_error(e, f"reading {remote_dir}") from e
+        finally:
+            await resp.aclose()
+            while not unpacker.done():
+                try:
+                    chunks.put_nowait(None)
+                    break
+                except _queue.Full:
+                    await asyncio.sleep(0.005)
+        await unpacker
+
     async def list(self, path: str = "/") -> List[FileStat]:
         """The entries of the directory at ``path`` (names are base names)."""
         resp = await self._http.request("GET", self._path + "/list", params={"path": path}, retry=True)
@@ -717,6 +847,23 @@ class AsyncFiles:
             params=_step_params({}, step),
             retry=step is not None,
         )
+
+
+_HAS_FILTERS = hasattr(tarfile, "fully_trusted_filter")
+
+
+def _check_member(m: tarfile.TarInfo, dest: str) -> None:
+    """Refuses a tar entry that would be written, or link, outside ``dest``."""
+    name = m.name
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"tar entry {name!r} would leave {dest}")
+    target = os.path.realpath(os.path.join(dest, name))
+    if os.path.commonpath([dest, target]) != dest:
+        raise ValueError(f"tar entry {name!r} goes through a symlink out of {dest}")
+    if m.islnk():
+        src = os.path.realpath(os.path.join(dest, m.linkname))
+        if m.linkname.startswith("/") or os.path.commonpath([dest, src]) != dest:
+            raise ValueError(f"tar entry {name!r} links to {m.linkname!r}, outside {dest}")
 
 
 async def _aiter_file(f: IO[bytes], close: bool = False, chunk_size: int = _CHUNK) -> AsyncIterator[bytes]:
@@ -890,6 +1037,7 @@ class AsyncSandbox:
         max_output: Optional[int] = None,
         check: bool = False,
         step: Optional[int] = None,
+        binary: bool = False,
     ) -> ExecResult:
         """Runs a command to completion and returns its :class:`ExecResult`.
 
@@ -899,7 +1047,7 @@ class AsyncSandbox:
                 result has ``timed_out=True``. ``None``: no limit.
             cwd: Working directory (absolute); default the sandbox's workdir.
             env: Extra environment, over the sandbox's.
-            stdin: Text (or UTF-8 bytes) fed to stdin, then closed.
+            stdin: Text, or any bytes, fed to stdin, then closed (at most 16 MiB).
             user: Run as this user (name or ``uid[:gid]``); default the sandbox's user.
             max_output: Cap per output stream in bytes (node default 1 MiB, at most 64 MiB);
                 the rest is dropped and ``truncated`` is set.
@@ -909,12 +1057,16 @@ class AsyncSandbox:
                 result (``replayed=True``) and runs nothing; one logged with a different
                 request raises :class:`~warren.StepConflict`. Steps need not be contiguous but
                 only go forward. See :meth:`trajectory_session`.
+            binary: Return ``stdout`` and ``stderr`` as the raw ``bytes`` the command wrote,
+                not decoded as UTF-8.
 
         Exec calls without a step are never retried: a command may have side effects. With a
         step, a call cut off by a connection failure is retried: the node answers the one run.
         """
         http = self._client._http
         body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step)
+        if binary:
+            body["encoding"] = "base64"
         if step is not None:
             resp = await http.request(
                 "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
@@ -926,7 +1078,7 @@ class AsyncSandbox:
                 raise _transport_error(e, "exec") from e
             if resp.status_code >= 400:
                 _raise_for(resp)
-        result = ExecResult.from_json(resp.json())
+        result = ExecResult.from_json(resp.json(), binary=binary)
         if check and (result.exit_code != 0 or result.timed_out):
             raise CommandError(cmd, result)
         return result
@@ -1064,6 +1216,16 @@ class AsyncSandbox:
     async def resume(self) -> None:
         """Resumes a paused sandbox. Raises :class:`~warren.Unsupported` where not served yet."""
         self._update(await self._feature("resume"))
+
+    async def extend(self, ttl: Union[int, float, datetime.timedelta]) -> None:
+        """Gives the sandbox a new lifetime: it now expires ``ttl`` (seconds or a
+        ``timedelta``) from now, within the node's maximum lifetime (``warrend --max-ttl``).
+        ``info.expires_at_ms`` shows the new expiry."""
+        secs = _secs(ttl, "ttl")
+        resp = await self._client._http.request(
+            "POST", self._path + "/extend", json={"ttl_secs": secs}, retry=True
+        )
+        self._update(resp.json())
 
     async def fork(self, n: int = 1, labels: Optional[Mapping[str, str]] = None) -> List[AsyncSandbox]:
         """Makes ``n`` (1-64) new sandboxes with a copy of this one's files (running or paused;
@@ -1377,7 +1539,7 @@ class AsyncClient:
             image: An image name or a stack of layer refs, lowest first.
             cmd: A string runs through ``/bin/sh -c``; a list is an argv run directly.
             files: Path to contents (text or bytes) written before the command starts.
-            stdin: Text (or UTF-8 bytes) fed to stdin, then closed.
+            stdin: Text, or any bytes, fed to stdin, then closed (at most 16 MiB).
             timeout: Seconds; when exceeded everything the call started is killed.
             limits: ``cpus``, ``memory`` and ``disk`` (MiB or ``"512M"``), ``pids`` of the
                 pool's containers; calls with the same image, limits and interpreter share a pool.
