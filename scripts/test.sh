@@ -5,9 +5,10 @@
 #   ./scripts/test.sh
 #
 # Phases: setup (node packages and rootfs: scripts/setup.sh; then what only tests need:
-# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy ->
-# nextest -> python SDK -> leak check. A failure in the first three stops the run; the others all
-# run and are reported together. Exits non-zero when any phase failed.
+# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy -> nextest ->
+# python SDK -> API contract (Schemathesis against a private node) -> leak check. A failure in
+# the first three stops the run; the others all run and are reported together. Exits non-zero
+# when any phase failed.
 #
 # Environment: WARREN_IMAGE_STORE (default /var/lib/warren/images), WARREN_CACHE (rootfs cache).
 set -euo pipefail
@@ -122,6 +123,7 @@ if [[ -d sdk/python/tests ]]; then
 else
     skip python "no sdk/python/tests"
 fi
+phase api-contract scripts/api-contract.sh "$REPO/target/venv" || true
 phase leaks scripts/check-leaks.sh --baseline "$LEAK_BASELINE" || true
 
 finish

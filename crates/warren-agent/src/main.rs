@@ -22,6 +22,7 @@ mod setup;
 mod tarball;
 mod users;
 mod vm;
+mod wire;
 
 use std::os::fd::OwnedFd;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use warren_proto::{Event, Frame, Kind};
 use warren_types::ErrorCode;
 
-use crate::serve::{Inbox, Out};
+use crate::wire::{Inbox, Out};
 
 const BLOCK: usize = 512;
 const CHUNK: usize = 256 * 1024;
@@ -795,7 +795,7 @@ mod tests {
             let t = tempfile::tempdir().unwrap();
             let ev = unpack(t.path(), &tar, 512);
             assert!(
-                matches!(&ev, Event::Error { code, .. } if code == ErrorCode::InvalidPath.as_str()),
+                matches!(&ev, Event::Error { code, .. } if *code == ErrorCode::InvalidPath),
                 "{ev:?}"
             );
         }

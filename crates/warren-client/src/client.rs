@@ -1,18 +1,19 @@
 //! The [`Client`] handle, its builder, and the request plumbing every route method shares:
-//! connection slots, status checks, JSON bodies and error mapping.
+//! connection slots, failover over several URLs, status checks, JSON bodies and error mapping.
 //!
 //! Route methods live next to their topic (`sandboxes`, `exec`, `files`, `pty`); this module
 //! never knows a route by name.
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -21,14 +22,42 @@ use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ClientError;
+use crate::failover::{parse_retry_after, Attempt, Plan, Retry, Step};
 use crate::stream::ByteStream;
 use crate::transport::{Connector, Endpoint};
 
 /// Request bodies: empty, a JSON document, or a stream of chunks.
 pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
 
+/// What a request sends: bytes, which can be sent again (to another URL), or a stream, which
+/// is sent once.
+pub(crate) enum Payload {
+    Bytes(Bytes),
+    Stream(Option<Body>),
+}
+
+impl Payload {
+    pub(crate) fn stream(body: Body) -> Payload {
+        Payload::Stream(Some(body))
+    }
+
+    /// The body of one attempt; `None` once a stream was handed out.
+    fn take(&mut self) -> Option<Body> {
+        match self {
+            Payload::Bytes(b) => Some(
+                Full::new(b.clone())
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            ),
+            Payload::Stream(s) => s.take(),
+        }
+    }
+}
+
 /// Default cap on connections (and so on requests in flight) per client.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default number of waits (`Retry-After` or backoff) a call that is safe to repeat may make.
+pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Largest error body read to build a [`ClientError`].
 const MAX_ERROR_BODY: usize = 1 << 20;
 /// Largest JSON answer read into memory.
@@ -45,6 +74,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     request_timeout: Option<Duration>,
     idle_timeout: Duration,
+    max_retries: u32,
 }
 
 impl Default for ClientBuilder {
@@ -55,15 +85,29 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(10),
             request_timeout: None,
             idle_timeout: Duration::from_secs(60),
+            max_retries: DEFAULT_MAX_RETRIES,
         }
     }
 }
 
 impl ClientBuilder {
-    /// The daemon URL (`unix:///path` or `http://host:port`); default `WARREN_URL`, else
-    /// [`crate::DEFAULT_URL`].
+    /// The daemon URL (`unix:///path` or `http://host:port`), or several separated by commas
+    /// (the gateways of a cluster); default `WARREN_URL`, else [`crate::DEFAULT_URL`].
+    ///
+    /// With several URLs, calls go to the one that answered last; a call moves on to the next
+    /// URL when its request could not be sent, and calls that are safe to repeat also when
+    /// the connection broke or the server answered `503` (see [`ClientBuilder::max_retries`]).
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
+        self
+    }
+
+    /// How many times a call that is safe to repeat (a read, a create with an idempotency
+    /// key) waits and tries again after `429`/`503` answers or broken connections on every
+    /// URL. Each wait is the server's `Retry-After` (at most 30 s), else a short backoff.
+    /// `0` turns waiting off; moving on to the next URL still happens.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
         self
     }
 
@@ -98,49 +142,76 @@ impl ClientBuilder {
 
     /// Builds the client. No connection is opened until the first call.
     pub fn build(self) -> Result<Client, ClientError> {
-        let endpoint = match &self.url {
-            Some(u) => Endpoint::parse(u)?,
-            None => Endpoint::from_env()?,
+        let endpoints = match &self.url {
+            Some(u) => Endpoint::parse_list(u)?,
+            None => Endpoint::list_from_env()?,
         };
-        let connector = Connector::new(endpoint.clone(), self.connect_timeout);
-        let http = HyperClient::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(self.idle_timeout)
-            .pool_max_idle_per_host(self.max_connections)
-            .build(connector);
+        let targets = endpoints
+            .into_iter()
+            .map(|endpoint| {
+                let connector = Connector::new(endpoint.clone(), self.connect_timeout);
+                let http = HyperClient::builder(TokioExecutor::new())
+                    .pool_timer(TokioTimer::new())
+                    .pool_idle_timeout(self.idle_timeout)
+                    .pool_max_idle_per_host(self.max_connections)
+                    .build(connector);
+                Target {
+                    authority: endpoint.authority(),
+                    endpoint,
+                    http,
+                }
+            })
+            .collect();
         Ok(Client {
             inner: Arc::new(Inner {
-                authority: endpoint.authority(),
-                endpoint,
-                http,
+                targets,
+                preferred: AtomicUsize::new(0),
                 slots: Arc::new(Semaphore::new(self.max_connections)),
                 request_timeout: self.request_timeout,
+                max_retries: self.max_retries,
             }),
         })
     }
 }
 
-/// An async client of one warrend. Cheap to clone; clones share the connection pool.
+/// An async client of a warrend, or of the gateways of a cluster. Cheap to clone; clones
+/// share the connection pools.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    endpoint: Endpoint,
-    authority: String,
-    http: HyperClient<Connector, Body>,
+    /// One per URL, in the order given; never empty.
+    targets: Vec<Target>,
+    /// The target that answered last: calls start there.
+    preferred: AtomicUsize,
     /// One permit per connection that may be in use.
     slots: Arc<Semaphore>,
     request_timeout: Option<Duration>,
+    max_retries: u32,
+}
+
+/// One URL and its connection pool.
+struct Target {
+    endpoint: Endpoint,
+    authority: String,
+    http: HyperClient<Connector, Body>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let endpoints: Vec<&Endpoint> = self.inner.targets.iter().map(|t| &t.endpoint).collect();
         f.debug_struct("Client")
-            .field("endpoint", &self.inner.endpoint)
+            .field("endpoints", &endpoints)
             .finish_non_exhaustive()
     }
+}
+
+/// How one attempt ended.
+enum Sent {
+    Answer(Response<Incoming>),
+    Failed(ClientError, Attempt),
 }
 
 /// A successful answer and the connection slot it occupies until its body is consumed.
@@ -198,23 +269,75 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// Where this client connects.
+    /// Where this client connects: the first of its URLs.
     pub fn endpoint(&self) -> &Endpoint {
-        &self.inner.endpoint
+        &self.inner.targets[0].endpoint
     }
 
-    /// The `host[:port]` written into request URIs.
-    pub(crate) fn authority(&self) -> &str {
-        &self.inner.authority
+    /// Every URL of this client, in the order given.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.inner.targets.iter().map(|t| &t.endpoint)
+    }
+
+    /// The URL the next call goes to first (the one that answered last).
+    pub fn current_endpoint(&self) -> &Endpoint {
+        &self.inner.targets[self.preferred()].endpoint
+    }
+
+    fn preferred(&self) -> usize {
+        self.inner.preferred.load(Ordering::Relaxed) % self.inner.targets.len()
+    }
+
+    /// Opens a raw connection to the preferred URL, else to the next ones in turn (for
+    /// upgrades such as the terminal WebSocket); returns the stream and the authority to
+    /// name in the request.
+    pub(crate) async fn connect_raw(
+        &self,
+    ) -> Result<(crate::transport::RawStream, &str), ClientError> {
+        let n = self.inner.targets.len();
+        let first = self.preferred();
+        let mut last = None;
+        for i in 0..n {
+            let idx = (first + i) % n;
+            let t = &self.inner.targets[idx];
+            match t.endpoint.connect().await {
+                Ok(s) => {
+                    self.inner.preferred.store(idx, Ordering::Relaxed);
+                    return Ok((s, t.authority.as_str()));
+                }
+                Err(e) => {
+                    last = Some(ClientError::transport(
+                        format!("cannot connect to warrend at {}", t.endpoint),
+                        e,
+                    ))
+                }
+            }
+        }
+        Err(last.expect("a client has at least one URL"))
     }
 
     /// Sends one request and checks the status: non-2xx answers become
-    /// [`ClientError::Api`] (or [`ClientError::Status`] without a JSON error body).
+    /// [`ClientError::Api`] (or [`ClientError::Status`] without a JSON error body). `GET`s
+    /// may be repeated (see [`Client::send_as`]).
     pub(crate) async fn send(
         &self,
         method: Method,
         path: &str,
-        body: Body,
+        body: Payload,
+        content_type: Option<&'static str>,
+    ) -> Result<Reply, ClientError> {
+        let retry = Retry::for_method(&method);
+        self.send_as(retry, method, path, body, content_type).await
+    }
+
+    /// [`Client::send`] with the call's own retry class: the request goes to the preferred
+    /// URL, then on as `crate::failover` rules.
+    pub(crate) async fn send_as(
+        &self,
+        retry: Retry,
+        method: Method,
+        path: &str,
+        mut body: Payload,
         content_type: Option<&'static str>,
     ) -> Result<Reply, ClientError> {
         let permit = self
@@ -224,7 +347,64 @@ impl Client {
             .acquire_owned()
             .await
             .expect("the slot semaphore is never closed");
-        let uri = format!("http://{}{}", self.inner.authority, path);
+        let n = self.inner.targets.len();
+        let first = self.preferred();
+        let mut idx = first;
+        let mut plan = Plan::new(n, self.inner.max_retries, retry);
+        loop {
+            let Some(attempt_body) = body.take() else {
+                // Not reached: a stream is never sent twice (see below).
+                return Err(ClientError::Protocol(format!(
+                    "{method} {path}: the streamed request body cannot be sent again"
+                )));
+            };
+            let target = &self.inner.targets[idx];
+            let (err, attempt) = match self
+                .send_once(target, &method, path, attempt_body, content_type)
+                .await?
+            {
+                Sent::Answer(response) => {
+                    if idx != first {
+                        self.inner.preferred.store(idx, Ordering::Relaxed);
+                    }
+                    return Ok(Reply { response, permit });
+                }
+                Sent::Failed(err, attempt) => (err, attempt),
+            };
+            // hyper consumed a streamed body even when it could not connect.
+            let step = if matches!(body, Payload::Stream(_)) {
+                Step::GiveUp
+            } else {
+                plan.after(&attempt)
+            };
+            match step {
+                Step::NextUrl => idx = (idx + 1) % n,
+                Step::Wait(d) => {
+                    tokio::time::sleep(d).await;
+                    idx = self.preferred();
+                }
+                Step::GiveUp => {
+                    if attempt != Attempt::NotSent && idx != first {
+                        // It answered: later calls start with it.
+                        self.inner.preferred.store(idx, Ordering::Relaxed);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// One attempt against one URL. `Err` only for failures no other URL can mend (a
+    /// request that cannot be built, the client's own timeout).
+    async fn send_once(
+        &self,
+        target: &Target,
+        method: &Method,
+        path: &str,
+        body: Body,
+        content_type: Option<&'static str>,
+    ) -> Result<Sent, ClientError> {
+        let uri = format!("http://{}{}", target.authority, path);
         let mut req = Request::builder().method(method.clone()).uri(uri);
         if let Some(ct) = content_type {
             req = req.header(CONTENT_TYPE, HeaderValue::from_static(ct));
@@ -232,31 +412,55 @@ impl Client {
         let req = req
             .body(body)
             .map_err(|e| ClientError::transport(format!("building request {method} {path}"), e))?;
-        let fut = self.inner.http.request(req);
+        let fut = target.http.request(req);
         let result = match self.inner.request_timeout {
             Some(t) => tokio::time::timeout(t, fut)
                 .await
                 .map_err(|_| ClientError::Timeout(t))?,
             None => fut.await,
         };
-        let response = result.map_err(|e| {
-            let context = if e.is_connect() {
-                format!("cannot connect to warrend at {}", self.inner.endpoint)
-            } else {
-                format!("{method} {path} failed")
-            };
-            ClientError::transport(context, e)
-        })?;
+        let response = match result {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => {
+                let context = format!("cannot connect to warrend at {}", target.endpoint);
+                return Ok(Sent::Failed(
+                    ClientError::transport(context, e),
+                    Attempt::NotSent,
+                ));
+            }
+            Err(e) => {
+                let context = format!("{method} {path} failed at {}", target.endpoint);
+                return Ok(Sent::Failed(
+                    ClientError::transport(context, e),
+                    Attempt::Broken,
+                ));
+            }
+        };
         let status = response.status();
-        if !status.is_success() {
-            let body = Limited::new(response.into_body(), MAX_ERROR_BODY)
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            return Err(ClientError::from_response(status.as_u16(), &body));
+        if status.is_success() {
+            return Ok(Sent::Answer(response));
         }
-        Ok(Reply { response, permit })
+        let header_wait = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = Limited::new(response.into_body(), MAX_ERROR_BODY)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let err = ClientError::from_response(status.as_u16(), &body);
+        let api = err.api_error();
+        let attempt = Attempt::Status {
+            status: status.as_u16(),
+            retry_after: header_wait
+                .or_else(|| api.and_then(|e| e.retry_after).map(Duration::from_secs)),
+            code: api
+                .map(|e| e.code.as_str().to_string())
+                .or_else(|| error_code_of(&body)),
+        };
+        Ok(Sent::Failed(err, attempt))
     }
 
     /// A call with an optional JSON body that answers JSON.
@@ -267,8 +471,24 @@ impl Client {
         body: Option<&(impl Serialize + ?Sized)>,
         what: &str,
     ) -> Result<T, ClientError> {
+        let retry = Retry::for_method(&method);
+        self.call_json_as(retry, method, path, body, what).await
+    }
+
+    /// [`Client::call_json`] with the call's own retry class.
+    pub(crate) async fn call_json_as<T: DeserializeOwned>(
+        &self,
+        retry: Retry,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+        what: &str,
+    ) -> Result<T, ClientError> {
         let (body, ct) = json_body(body)?;
-        self.send(method, path, body, ct).await?.json(what).await
+        self.send_as(retry, method, path, body, ct)
+            .await?
+            .json(what)
+            .await
     }
 
     /// A call with an optional JSON body whose answer has no body worth reading (204).
@@ -284,22 +504,24 @@ impl Client {
 }
 
 /// An empty request body.
-pub(crate) fn empty_body() -> Body {
-    Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed_unsync()
+pub(crate) fn empty_body() -> Payload {
+    Payload::Bytes(Bytes::new())
 }
 
 /// A request body of fixed bytes.
-pub(crate) fn full_body(bytes: Bytes) -> Body {
-    Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
+pub(crate) fn full_body(bytes: Bytes) -> Payload {
+    Payload::Bytes(bytes)
+}
+
+/// The `code` of an error body whose code this client does not know (a newer server's).
+fn error_code_of(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(v.get("error")?.get("code")?.as_str()?.to_string())
 }
 
 fn json_body(
     body: Option<&(impl Serialize + ?Sized)>,
-) -> Result<(Body, Option<&'static str>), ClientError> {
+) -> Result<(Payload, Option<&'static str>), ClientError> {
     match body {
         None => Ok((empty_body(), None)),
         Some(b) => {

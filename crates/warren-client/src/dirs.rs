@@ -166,10 +166,15 @@ impl Client {
             .map_ok(Frame::data)
             .map_err(|e| std::io::Error::other(e.into()));
         let body: Body = StreamBody::new(frames).boxed_unsync();
-        self.send(Method::PUT, &tar_path(id, path), body, Some(TAR))
-            .await?
-            .drain()
-            .await
+        self.send(
+            Method::PUT,
+            &tar_path(id, path),
+            crate::client::Payload::stream(body),
+            Some(TAR),
+        )
+        .await?
+        .drain()
+        .await
     }
 
     /// Copies the local directory `local`'s contents into the sandbox directory `remote`

@@ -80,7 +80,12 @@ impl Client {
             .map_ok(hyper::body::Frame::data);
         let body: crate::client::Body = StreamBody::new(frames).boxed_unsync();
         let reply = self
-            .send(Method::POST, &path, body, Some(crate::client::OCTET_STREAM))
+            .send(
+                Method::POST,
+                &path,
+                crate::client::Payload::stream(body),
+                Some(crate::client::OCTET_STREAM),
+            )
             .await?;
         Ok(ExecStream::new(reply.into_stream()))
     }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 
-use crate::client::{empty_body, enc, full_body, seg, Body, Client, OCTET_STREAM};
+use crate::client::{empty_body, enc, full_body, seg, Body, Client, Payload, OCTET_STREAM};
 use crate::error::{BoxError, ClientError};
 use crate::stream::ByteStream;
 
@@ -59,7 +59,7 @@ impl Client {
             .map_ok(Frame::data)
             .map_err(|e| std::io::Error::other(e.into()));
         let body: Body = StreamBody::new(frames).boxed_unsync();
-        self.put_file(id, path, mode, body).await
+        self.put_file(id, path, mode, Payload::stream(body)).await
     }
 
     /// Streams any [`AsyncRead`] into a sandbox file.
@@ -93,7 +93,7 @@ impl Client {
         id: &str,
         path: &str,
         mode: Option<u32>,
-        body: Body,
+        body: Payload,
     ) -> Result<(), ClientError> {
         let mut uri = files_path(id, "", path);
         if let Some(m) = mode {

@@ -65,10 +65,15 @@ impl Client {
         let chunks = tokio_util::io::ReaderStream::with_capacity(archive, 256 << 10)
             .map_ok(hyper::body::Frame::data);
         let body: crate::client::Body = StreamBody::new(chunks).boxed_unsync();
-        self.send(Method::POST, &path, body, Some("application/x-tar"))
-            .await?
-            .json("the import report")
-            .await
+        self.send(
+            Method::POST,
+            &path,
+            crate::client::Payload::stream(body),
+            Some("application/x-tar"),
+        )
+        .await?
+        .json("the import report")
+        .await
     }
 
     /// `POST /v1/images/pull`: the node pulls an image of an OCI registry and tags it.

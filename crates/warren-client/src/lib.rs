@@ -28,6 +28,7 @@ mod client;
 mod dirs;
 mod error;
 mod exec;
+mod failover;
 mod files;
 mod functions;
 mod images;
@@ -38,7 +39,7 @@ mod stream;
 mod trajectory;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS};
+pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES};
 pub use dirs::{pack_dir, unpack_into};
 pub use error::{BoxError, ClientError};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};

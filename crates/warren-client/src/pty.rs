@@ -208,18 +208,12 @@ impl Client {
         cols: u16,
         rows: u16,
     ) -> Result<PtySession, ClientError> {
+        let (stream, authority) = self.connect_raw().await?;
         let url = format!(
-            "ws://{}/v1/sandboxes/{}/pty?cmd={}&cols={cols}&rows={rows}",
-            self.authority(),
+            "ws://{authority}/v1/sandboxes/{}/pty?cmd={}&cols={cols}&rows={rows}",
             seg(id),
             enc(cmd)
         );
-        let stream = self.endpoint().connect().await.map_err(|e| {
-            ClientError::transport(
-                format!("cannot connect to warrend at {}", self.endpoint()),
-                e,
-            )
-        })?;
         let (ws, _response) = tokio_tungstenite::client_async(url, stream)
             .await
             .map_err(|e| match e {

@@ -11,6 +11,7 @@ use warren_types::{
 
 use crate::client::{empty_body, enc, seg, Client};
 use crate::error::ClientError;
+use crate::failover::Retry;
 
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,8 +67,20 @@ impl Client {
     /// `POST /v1/sandboxes`: creates a sandbox (or returns the one created earlier with the
     /// same idempotency key).
     pub async fn create(&self, req: &CreateSandboxRequest) -> Result<SandboxInfo, ClientError> {
-        self.call_json(Method::POST, "/v1/sandboxes", Some(req), "the new sandbox")
-            .await
+        // With a key, a second delivery returns the first sandbox: safe to repeat.
+        let retry = if req.idempotency_key.is_some() {
+            Retry::Idempotent
+        } else {
+            Retry::IfUnsent
+        };
+        self.call_json_as(
+            retry,
+            Method::POST,
+            "/v1/sandboxes",
+            Some(req),
+            "the new sandbox",
+        )
+        .await
     }
 
     /// `GET /v1/sandboxes/{id}`.

@@ -95,11 +95,31 @@ impl Endpoint {
         Ok(Endpoint::Tcp { host, port })
     }
 
-    /// The endpoint named by `WARREN_URL`, else [`DEFAULT_URL`].
+    /// The endpoint named by `WARREN_URL` (its first URL when it lists several), else
+    /// [`DEFAULT_URL`].
     pub fn from_env() -> Result<Endpoint, ClientError> {
+        let mut list = Endpoint::list_from_env()?;
+        Ok(list.swap_remove(0))
+    }
+
+    /// Parses one URL or several separated by commas (`http://gw1:7070,http://gw2:7070`);
+    /// never empty.
+    pub fn parse_list(urls: &str) -> Result<Vec<Endpoint>, ClientError> {
+        let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(ClientError::InvalidUrl {
+                url: urls.into(),
+                reason: "an empty URL in the list (expected URL[,URL...])".into(),
+            });
+        }
+        parts.into_iter().map(Endpoint::parse).collect()
+    }
+
+    /// The endpoints named by `WARREN_URL`, else [`DEFAULT_URL`].
+    pub fn list_from_env() -> Result<Vec<Endpoint>, ClientError> {
         match std::env::var(URL_ENV) {
-            Ok(u) if !u.trim().is_empty() => Endpoint::parse(&u),
-            _ => Endpoint::parse(DEFAULT_URL),
+            Ok(u) if !u.trim().is_empty() => Endpoint::parse_list(&u),
+            _ => Endpoint::parse_list(DEFAULT_URL),
         }
     }
 
@@ -362,6 +382,28 @@ mod tests {
             Endpoint::parse("unix:///tmp/a.sock").unwrap().to_string(),
             "unix:///tmp/a.sock"
         );
+        assert_eq!(
+            Endpoint::parse_list("http://a:1, unix:///b.sock").unwrap(),
+            [
+                Endpoint::Tcp {
+                    host: "a".into(),
+                    port: 1
+                },
+                Endpoint::Unix("/b.sock".into())
+            ]
+        );
+        for bad in [
+            "",
+            "http://a:1,",
+            ",http://a:1",
+            "http://a:1,,http://b:2",
+            "http://a:1,x",
+        ] {
+            assert!(
+                Endpoint::parse_list(bad).is_err(),
+                "{bad:?} should be refused"
+            );
+        }
         for bad in [
             "",
             "unix://",

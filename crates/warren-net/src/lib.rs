@@ -145,11 +145,6 @@ impl Network {
         (32 - (self.pool_links * 4).trailing_zeros()) as u8
     }
 
-    /// The node's nftables table name (`warren-<node>`).
-    pub fn table_name(&self) -> &str {
-        &self.table.name
-    }
-
     /// Interface name prefix of this node's links.
     pub fn link_prefix(&self) -> &str {
         &self.table.prefix

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import warren
-from warren._client import _parse_url
+from warren._transport import _parse_url
 
 
 def test_parse_mib() -> None:
@@ -91,7 +91,7 @@ def test_error_hierarchy_and_fallbacks() -> None:
 
 
 def test_exec_body_shapes() -> None:
-    from warren._client import _exec_body
+    from warren._exec import _exec_body
 
     assert _exec_body("echo hi", None, None, None, None, None, None) == {"shell": "echo hi"}
     body = _exec_body(["ls", "-l"], "/tmp", {"A": "1"}, b"in", "root", 1.5, 100)
@@ -113,7 +113,7 @@ def test_exec_body_shapes() -> None:
 
 
 def _mock(client: warren.AsyncClient, handler: Callable[[httpx.Request], httpx.Response]) -> None:
-    client._http.client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
+    client._http.targets[0].client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://warren")
 
 
 INFO = {
@@ -275,7 +275,7 @@ def test_binary_results_keep_the_bytes() -> None:
 def test_tar_members_that_leave_the_destination_are_refused(tmp_path: Path) -> None:
     import tarfile
 
-    from warren._client import _check_member
+    from warren._files import _check_member
 
     dest = str(tmp_path.resolve())
     os.symlink("/etc", tmp_path / "out")

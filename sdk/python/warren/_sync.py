@@ -8,19 +8,15 @@ import asyncio
 import functools
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Optional, Sequence, TypeVar, Union
 
-from ._client import (
-    AsyncClient,
-    AsyncExecStream,
-    AsyncFiles,
-    AsyncProcess,
-    AsyncPty,
-    AsyncSandbox,
-    AsyncTrajectory,
-    Command,
-)
+from ._client import AsyncClient
+from ._exec import AsyncExecStream, AsyncProcess, Command
+from ._files import AsyncFiles
 from ._models import ExecResult, OutputChunk, SandboxInfo
+from ._pty import AsyncPty
+from ._sandboxes import AsyncSandbox
+from ._trajectory import AsyncTrajectory
 
 __all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Pty", "Trajectory"]
 
@@ -373,17 +369,23 @@ class Sandbox:
 
 
 class Client:
-    """The blocking client of one Warren node; takes the arguments of
-    :class:`~warren.AsyncClient`. Safe to share between threads. ``with`` closes it."""
+    """The blocking client of one Warren node or of the gateways of a cluster; takes the
+    arguments of :class:`~warren.AsyncClient` (``url`` may list several). Safe to share
+    between threads. ``with`` closes it."""
 
-    def __init__(self, url: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, url: Union[str, Sequence[str], None] = None, **kwargs: Any) -> None:
         self._portal = _get_portal()
         self._async = AsyncClient(url, **kwargs)
 
     @property
     def url(self) -> str:
-        """The node's address as used."""
+        """The address calls go to first: the one that answered last."""
         return self._async.url
+
+    @property
+    def urls(self) -> List[str]:
+        """Every address of this client, in the order given."""
+        return self._async.urls
 
     def __repr__(self) -> str:
         return f"<Client {self.url}>"

@@ -9,7 +9,7 @@ use warren_types::{GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{JsonBody, QueryPairs, RawBody};
-use crate::manager::Manager;
+use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
 #[derive(Debug)]
@@ -43,45 +43,45 @@ pub struct ImageList {
     pub images: Vec<ImageInfo>,
 }
 
-pub async fn list(State(m): State<Manager>) -> HttpResult<Json<ImageList>> {
+pub async fn list(State(images): State<Images>) -> HttpResult<Json<ImageList>> {
     Ok(Json(ImageList {
-        images: m.list_images().await?,
+        images: images.list().await?,
     }))
 }
 
 pub async fn get(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageInfo>> {
-    Ok(Json(m.image(&r).await?))
+    Ok(Json(images.get(&r).await?))
 }
 
 pub async fn delete(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageDeleted>> {
-    Ok(Json(m.delete_image(&r).await?))
+    Ok(Json(images.delete(&r).await?))
 }
 
-pub async fn gc(State(m): State<Manager>) -> HttpResult<Json<GcReport>> {
-    Ok(Json(m.gc_images().await?))
+pub async fn gc(State(images): State<Images>) -> HttpResult<Json<GcReport>> {
+    Ok(Json(images.gc().await?))
 }
 
 /// `POST /v1/images/import?tag=name[:tag]`: the body is the archive.
 pub async fn import(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     q: QueryPairs,
     body: RawBody,
 ) -> HttpResult<Json<ImageImported>> {
     q.only(&["tag"], &[])?;
     let tag = q.get("tag").map(str::to_string);
-    Ok(Json(m.import_image(tag, body.into_data_stream()).await?))
+    Ok(Json(images.import(tag, body.into_data_stream()).await?))
 }
 
 /// `POST /v1/images/pull`.
 pub async fn pull(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     JsonBody(req): JsonBody<PullRequest>,
 ) -> HttpResult<Json<ImageImported>> {
-    Ok(Json(m.pull_image(req).await?))
+    Ok(Json(images.pull(req).await?))
 }

@@ -1,5 +1,8 @@
-//! The node's layer store as the API sees it: list, inspect, delete (with collection), gc.
-//! Store work is file I/O and runs on the blocking pool.
+//! The node's images as the API sees them: list, inspect, delete (with collection), gc.
+//!
+//! It owns nothing but a handle on the layer store the runtimes use (a node may serve
+//! without one: then every image route answers `not_found`). Store work is file I/O and runs
+//! on the blocking pool.
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -12,34 +15,42 @@ use warren_types::{
     ApiError, ErrorCode, GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest,
 };
 
-use super::Manager;
 use crate::error::NodeError;
+
+/// The image routes' owner. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Images {
+    store: Option<Arc<ImageStore>>,
+}
+
+impl std::fmt::Debug for Images {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Images")
+            .field("store", &self.store.is_some())
+            .finish()
+    }
+}
 
 fn image_error(e: ImageError) -> NodeError {
     NodeError::Api(ApiError::new(e.code(), e.to_string()))
 }
 
-impl Manager {
-    /// Serves `store` through the image routes (the store the container runtime uses).
-    pub fn with_image_store(self, store: Arc<ImageStore>) -> Self {
-        let _ = self.inner.images.set(store);
-        self
-    }
-
-    fn image_store(&self) -> Result<Arc<ImageStore>, NodeError> {
-        self.inner.images.get().cloned().ok_or_else(|| {
-            NodeError::Api(ApiError::new(
-                ErrorCode::NotFound,
-                "this node has no image store",
-            ))
-        })
+impl Images {
+    /// Serves `store` (the store the runtimes use), or nothing.
+    pub fn new(store: Option<Arc<ImageStore>>) -> Images {
+        Images { store }
     }
 
     async fn on_store<T: Send + 'static>(
         &self,
         f: impl FnOnce(&ImageStore) -> Result<T, ImageError> + Send + 'static,
     ) -> Result<T, NodeError> {
-        let store = self.image_store()?;
+        let store = self.store.clone().ok_or_else(|| {
+            NodeError::Api(ApiError::new(
+                ErrorCode::NotFound,
+                "this node has no image store",
+            ))
+        })?;
         tokio::task::spawn_blocking(move || f(&store))
             .await
             .map_err(|e| NodeError::Api(ApiError::internal(format!("image store task: {e}"))))?
@@ -47,30 +58,30 @@ impl Manager {
     }
 
     /// `GET /v1/images`.
-    pub async fn list_images(&self) -> Result<Vec<ImageInfo>, NodeError> {
+    pub async fn list(&self) -> Result<Vec<ImageInfo>, NodeError> {
         self.on_store(|s| Ok(s.list_info())).await
     }
 
     /// `GET /v1/images/{ref}`.
-    pub async fn image(&self, r: &str) -> Result<ImageInfo, NodeError> {
+    pub async fn get(&self, r: &str) -> Result<ImageInfo, NodeError> {
         let r = r.to_string();
         self.on_store(move |s| s.info(&r)).await
     }
 
     /// `DELETE /v1/images/{ref}`: untag, then collect what only that image referenced.
-    pub async fn delete_image(&self, r: &str) -> Result<ImageDeleted, NodeError> {
+    pub async fn delete(&self, r: &str) -> Result<ImageDeleted, NodeError> {
         let r = r.to_string();
         self.on_store(move |s| s.remove_and_collect(&r)).await
     }
 
     /// `POST /v1/images/gc`.
-    pub async fn gc_images(&self) -> Result<GcReport, NodeError> {
+    pub async fn gc(&self) -> Result<GcReport, NodeError> {
         self.on_store(|s| s.gc()).await
     }
 
     /// `POST /v1/images/import`: `body` is a `docker save` or OCI archive tar, kept in the
     /// store's scratch space while it is converted, then removed.
-    pub async fn import_image<S, E>(
+    pub async fn import<S, E>(
         &self,
         tag: Option<String>,
         mut body: S,
@@ -82,7 +93,12 @@ impl Manager {
         if let Some(t) = &tag {
             warren_types::validate::image_ref(t)?;
         }
-        let store = self.image_store()?;
+        let store = self.store.clone().ok_or_else(|| {
+            NodeError::Api(ApiError::new(
+                ErrorCode::NotFound,
+                "this node has no image store",
+            ))
+        })?;
         let path = store.tmp_path("upload");
         let received = async {
             if let Some(dir) = path.parent() {
@@ -112,9 +128,14 @@ impl Manager {
     }
 
     /// `POST /v1/images/pull`: an image of an OCI registry.
-    pub async fn pull_image(&self, req: PullRequest) -> Result<ImageImported, NodeError> {
+    pub async fn pull(&self, req: PullRequest) -> Result<ImageImported, NodeError> {
         warren_types::validate::image_ref(&req.tag)?;
-        let store = self.image_store()?;
+        let store = self.store.clone().ok_or_else(|| {
+            NodeError::Api(ApiError::new(
+                ErrorCode::NotFound,
+                "this node has no image store",
+            ))
+        })?;
         let opts = RegistryOptions {
             insecure: req.insecure,
             credentials: req
