@@ -37,6 +37,8 @@ PACKAGES=(
     curl ca-certificates                # health checks against the daemon socket
     fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
+    etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
+    protobuf-compiler libprotobuf-dev   # protoc and its well-known types for the etcd-client crate
 )
 # Ubuntu's debootstrap needs Debian's archive keys for the default image (Debian bookworm).
 if [[ "$OS_ID" == ubuntu ]]; then

@@ -30,6 +30,8 @@ pub struct NodeConfig {
     pub max_ttl_secs: Option<u64>,
     /// Timeout of a foreground command whose request names none.
     pub default_exec_timeout_secs: Option<f64>,
+    /// Caps on starting and held sandboxes and the memory kept free (see [`crate::admission`]).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl NodeConfig {
@@ -46,6 +48,7 @@ impl NodeConfig {
             default_ttl_secs: None,
             max_ttl_secs: None,
             default_exec_timeout_secs: None,
+            admission: Default::default(),
         }
     }
 

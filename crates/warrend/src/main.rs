@@ -26,6 +26,7 @@ use warren_runtime::vm::{Accel, VmConfig, VmRuntime};
 use warren_types::NodeId;
 
 mod blobs;
+mod cluster;
 
 /// How long open streams and terminals may take to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -40,12 +41,16 @@ struct Args {
     /// Unix socket to serve the API on.
     #[arg(long, default_value = "/run/warren/warren.sock")]
     socket: PathBuf,
-    /// Group that owns the socket: its members may use the API without root (mode 0660).
-    #[arg(long, value_name = "GROUP")]
-    socket_group: Option<String>,
-    /// Also serve the API on this TCP address (no authentication: bind to loopback).
+    /// Also serve the API on this TCP address: over TLS with --tls-cert/--tls-key, else
+    /// plain HTTP on a loopback address only.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Group allowed to use the Unix socket (mode 0660); its members present a token when
+    /// --auth is given. Without it only root may connect.
+    #[arg(long)]
+    socket_group: Option<String>,
+    #[command(flatten)]
+    edge: warren_edge::EdgeArgs,
     /// Directory of the durable state (state.redb).
     #[arg(long, default_value = "/var/lib/warren")]
     state_dir: PathBuf,
@@ -78,6 +83,17 @@ struct Args {
     /// seconds). Default: none.
     #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
     default_exec_timeout: Option<f64>,
+    /// Most sandboxes starting at once; more creates are refused with `busy` (429).
+    #[arg(long, default_value_t = 64)]
+    max_starting: u64,
+    /// Most sandboxes held that are not starting; more creates are refused with `busy`.
+    #[arg(long, default_value_t = 10_000)]
+    max_running: u64,
+    /// Refuse new sandboxes (`busy`) while the host has less memory available, in MiB.
+    #[arg(long, default_value_t = 256)]
+    min_free_memory_mb: u64,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
     /// Working directory of the microvm and vm substrates: sandboxes' disks and sockets,
     /// templates, base disks (default: STATE_DIR/vm). Daemons may share one.
     #[arg(long, env = "WARREN_VM_DIR")]
@@ -199,6 +215,15 @@ fn check_socket(path: &Path) -> Result<()> {
 }
 
 fn bind_socket(path: &Path, group: Option<&str>) -> Result<tokio::net::UnixListener> {
+    let gid = match group {
+        Some(name) => Some(
+            nix::unistd::Group::from_name(name)
+                .with_context(|| format!("looking up group {name}"))?
+                .with_context(|| format!("--socket-group {name}: no such group (groupadd {name})"))?
+                .gid,
+        ),
+        None => None,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -206,13 +231,10 @@ fn bind_socket(path: &Path, group: Option<&str>) -> Result<tokio::net::UnixListe
         .with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod {}", path.display()))?;
-    if let Some(name) = group {
-        let g = nix::unistd::Group::from_name(name)
-            .with_context(|| format!("looking up group {name}"))?
-            .with_context(|| format!("--socket-group {name}: no such group (groupadd {name})"))?;
-        nix::unistd::chown(path, None, Some(g.gid))
-            .with_context(|| format!("chgrp {name} {}", path.display()))?;
-        info!(socket = %path.display(), group = name, "socket group set");
+    if let Some(gid) = gid {
+        nix::unistd::chown(path, None, Some(gid))
+            .with_context(|| format!("chgrp {} to {gid}", path.display()))?;
+        info!(socket = %path.display(), group = group.unwrap_or_default(), "socket open to its group (mode 0660)");
     }
     Ok(listener)
 }
@@ -287,6 +309,17 @@ fn vm_runtimes(
 
 async fn run(args: Args) -> Result<()> {
     check_socket(&args.socket)?;
+    // Auth and TLS files are read before anything else starts, so a typo fails fast.
+    let edge = Arc::new(warren_edge::Edge::from_args(&args.edge).context("--auth / --tls-*")?);
+    if !edge.authenticator().enabled() && args.socket_group.is_some() {
+        warn!("--socket-group without --auth: every member of the group is the administrator");
+    }
+    // Bound now so that a refused address (plain HTTP off loopback) or a taken port fails
+    // before anything is recovered; connections wait in the backlog until serving starts.
+    let tcp = match args.listen {
+        Some(addr) => Some(edge.bind_tcp(addr).await?),
+        None => None,
+    };
     // Before anything touches host objects: one daemon per node id per host (they share the
     // node's cgroups, and recovery removes cgroups no known sandbox owns).
     let _node_lock = lock_node(&args.node)?;
@@ -301,7 +334,7 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
-    let _blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
+    let blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
     let security = SecurityReport::detect(container.seccomp, container.landlock);
@@ -330,6 +363,11 @@ async fn run(args: Args) -> Result<()> {
     cfg.default_ttl_secs = args.default_ttl;
     cfg.max_ttl_secs = args.max_ttl;
     cfg.default_exec_timeout_secs = args.default_exec_timeout;
+    cfg.admission = warren_node::admission::AdmissionConfig {
+        max_starting: args.max_starting,
+        max_running: args.max_running,
+        min_free_memory_mb: args.min_free_memory_mb,
+    };
     cfg.functions.min_warm = args.function_min_warm;
     cfg.functions.max_warm = args.function_max_warm.max(1);
     cfg.functions.max_queue = args.function_queue;
@@ -338,7 +376,7 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_cpu_pressure =
         (args.function_max_cpu_pressure < 100.0).then_some(args.function_max_cpu_pressure);
     cfg.security = security;
-    let node = Node::new(Manager::new(cfg, runtimes, store), Some(images));
+    let node = Node::new(Manager::new(cfg, runtimes, store), Some(images.clone()));
     let manager = node.sandboxes.clone();
     let net_cfg = match &args.network_config {
         Some(p) => warren_net::NetConfig::load(p)?,
@@ -369,34 +407,55 @@ async fn run(args: Args) -> Result<()> {
     );
     let _reaper = manager.spawn_reaper();
 
-    let app = warren_node::router(node.clone());
+    let app = edge.protect(warren_node::router(node.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
 
     let listener = bind_socket(&args.socket, args.socket_group.as_deref())?;
-    info!(socket = %args.socket.display(), node = %args.node, "serving");
+    info!(socket = %args.socket.display(), node = %args.node, tokens = edge.authenticator().enabled(), "serving");
+    let _reloader = edge.reload_on_sighup();
     let mut servers = tokio::task::JoinSet::new();
-    let unix = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped(stop_rx.clone()));
-    servers.spawn(async move { unix.await.context("serving the Unix socket") });
-    if let Some(addr) = args.listen {
-        let tcp = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        info!(%addr, "serving on TCP too");
-        let tcp = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop_rx.clone()));
-        servers.spawn(async move { tcp.await.context("serving TCP") });
+    {
+        let (edge, app, stop) = (edge.clone(), app.clone(), stopped(stop_rx.clone()));
+        servers.spawn(async move { edge.serve_unix(listener, app, stop).await });
+    }
+    if let Some(tcp) = tcp {
+        let (edge, stop) = (edge.clone(), stopped(stop_rx.clone()));
+        servers.spawn(async move { edge.serve_tcp(tcp, app, stop).await });
+    }
+    // Join the cluster once the API answers. A live node holding this id refuses us; an
+    // unreachable etcd does not (the node serves, and registers when etcd answers).
+    let membership = cluster::start(
+        &args.cluster,
+        args.listen,
+        &node,
+        &images,
+        blob_source.is_some(),
+    )?;
+    if let Some(m) = &membership {
+        match m.wait_registered(Duration::from_secs(10)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!("etcd does not answer yet; serving and registering in the background")
+            }
+            Err(why) => bail!("cannot join the cluster: {why}"),
+        }
     }
 
     tokio::select! {
         sig = shutdown_signal() => info!(signal = sig?, "stopping; sandboxes keep running"),
         res = servers.join_next() => {
             if let Some(r) = res {
-                r.context("server task")??;
+                r.context("server task")?;
             }
             warn!("a server stopped on its own; stopping");
         }
+    }
+    // Leave the cluster first: gateways stop sending to this node at once.
+    if let Some(m) = membership {
+        m.leave(Duration::from_secs(1)).await;
     }
     manager.shutdown();
     // Links and rules go with the daemon (sandboxes keep loopback); the next start restores them.

@@ -230,3 +230,47 @@ def test_plan_rules() -> None:
     assert p.after((429, None, "limit_exceeded")) == GIVE_UP
     for attempt in [(503, 1.0, "node_unreachable"), (410, None, "sandbox_lost"), (404, None, "not_found")]:
         assert Plan(3, 5, safe=True).after(attempt) == GIVE_UP
+
+
+def test_cluster_routes_of_a_gateway() -> None:
+    """``cluster()``, ``drain()`` and ``undrain()`` against a loopback server speaking the
+    gateway's cluster routes; drains are safe to repeat, so a 503 moves them on."""
+    seen: List[Tuple[str, str]] = []
+    view = {"nodes": [{"id": "n1", "state": "ready"}], "etcd_connected": True, "revision": 7}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _answer(self) -> None:
+            seen.append((self.command, self.path))
+            body = json.dumps(view if self.path == "/v1/cluster" else {}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    gone = _Server("gone", ("unavailable", "gateway_unavailable", 0))
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        with warren.Client([gone.url, url]) as c:
+            assert c.cluster() == view
+            c.drain("n1")
+            c.undrain("n/2")
+        assert seen == [
+            ("GET", "/v1/cluster"),
+            ("POST", "/v1/cluster/nodes/n1/drain"),
+            ("POST", "/v1/cluster/nodes/n%2F2/undrain"),
+        ]
+        assert gone.hits == 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        gone.close()

@@ -32,6 +32,10 @@ class AsyncClient:
         timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
         max_connections: Size of the connection pool; each concurrent call holds one
             connection, so this is how many calls run at once (more wait their turn).
+        token: The API token of a node started with ``--auth``, sent as
+            ``Authorization: Bearer``. Default: the ``WARREN_TOKEN`` environment variable.
+        ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
+            the system's CAs.
         max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
             an idempotency key) after transport failures, ``503`` on every URL and ``busy``
             answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
@@ -47,8 +51,10 @@ class AsyncClient:
         timeout: float = 120.0,
         max_connections: int = 4096,
         max_retries: int = 5,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
     ) -> None:
-        self._http = _Http(url, timeout, max_connections, max_retries)
+        self._http = _Http(url, timeout, max_connections, max_retries, token=token, ca=ca)
 
     @property
     def url(self) -> str:
@@ -257,6 +263,21 @@ class AsyncClient:
         """Collects every layer no image and no live sandbox references."""
         resp = await self._http.request("POST", "/v1/images/gc")
         return dict(resp.json())
+
+    async def cluster(self) -> Dict[str, Any]:
+        """The cluster as a gateway sees it (``GET /v1/cluster``, gateways only): ``nodes``
+        (each with ``id``, ``address``, ``state`` -- ``ready``, ``draining`` or ``lost`` --,
+        substrates, capacity and load), ``etcd_connected`` and ``revision``."""
+        resp = await self._http.request("GET", "/v1/cluster", retry=True)
+        return dict(resp.json())
+
+    async def drain(self, node: str) -> None:
+        """Takes no new sandboxes on ``node``; its sandboxes keep running (gateways only)."""
+        await self._http.request("POST", f"/v1/cluster/nodes/{quote(node, safe='')}/drain", retry=True)
+
+    async def undrain(self, node: str) -> None:
+        """Lets ``node`` take new sandboxes again (gateways only)."""
+        await self._http.request("POST", f"/v1/cluster/nodes/{quote(node, safe='')}/undrain", retry=True)
 
     async def delete_all(
         self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, concurrency: int = 64

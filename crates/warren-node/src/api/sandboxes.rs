@@ -6,11 +6,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use warren_types::{
-    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxInfo, SandboxState,
+    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxId, SandboxInfo,
+    SandboxState,
 };
 
 use super::error::{HttpError, HttpResult};
-use super::extract::{JsonBody, QueryPairs, SandboxParam};
+use super::extract::{Auth, JsonBody, QueryPairs, SandboxParam};
 use crate::manager::{ListFilter, Manager};
 use crate::node::Node;
 
@@ -55,24 +56,26 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(node): State<Node>) -> Response {
-    (
+pub async fn metrics(State(node): State<Node>, Auth(caller): Auth) -> HttpResult<Response> {
+    caller.require_admin("GET /metrics")?;
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         node.render_metrics(),
     )
-        .into_response()
+        .into_response())
 }
 
 pub async fn create(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
     // Run to completion even if the client goes away: a create cut off half-way would leave
     // a sandbox stuck in `creating`.
-    let created = tokio::spawn(async move { m.create(req).await })
+    let created = tokio::spawn(async move { m.create_as(&caller, req).await })
         .await
         .map_err(|e| ApiError::internal(format!("create task: {e}")))??;
     let status = if created.created {
@@ -101,11 +104,65 @@ pub async fn extend(
 #[derive(Debug, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
+    /// Set when `limit` cut the list: pass it as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// `?limit=N&after=ID`: a page of a listing in [`SandboxId::order_key`] order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Page {
+    pub limit: Option<usize>,
+    pub after: Option<SandboxId>,
+}
+
+pub(crate) fn page(q: &QueryPairs) -> Result<Page, HttpError> {
+    let limit = q
+        .get("limit")
+        .map(|l| match l.parse::<usize>() {
+            Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+            _ => Err(HttpError::invalid(format!(
+                "limit must be 1 to 100000, got {l:?}"
+            ))),
+        })
+        .transpose()?;
+    let after = q
+        .get("after")
+        .map(|a| {
+            a.parse::<SandboxId>()
+                .map_err(|e| HttpError::invalid(format!("after: {e}")))
+        })
+        .transpose()?;
+    Ok(Page { limit, after })
+}
+
+/// Cuts `all` (in id order, from one node) to the page.
+fn paginate(mut all: Vec<SandboxInfo>, page: &Page) -> SandboxList {
+    if let Some(after) = &page.after {
+        let key = after.order_key();
+        all.retain(|sb| {
+            sb.id
+                .parse::<SandboxId>()
+                .map(|id| id.order_key() > key)
+                .unwrap_or(true)
+        });
+    }
+    let mut next_after = None;
+    if let Some(limit) = page.limit {
+        if all.len() > limit {
+            all.truncate(limit);
+            next_after = all.last().map(|sb| sb.id.clone());
+        }
+    }
+    SandboxList {
+        sandboxes: all,
+        next_after,
+    }
 }
 
 /// Parses `?label=k=v&label=k2=v2&state=running`.
 pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
-    q.only(&["label", "state"], &["label"])?;
+    q.only(&["label", "state", "limit", "after"], &["label"])?;
     let mut filter = ListFilter::default();
     for l in q.all("label") {
         let (k, v) = l.split_once('=').ok_or_else(|| {
@@ -123,11 +180,15 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
     Ok(filter)
 }
 
-pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
-    let filter = list_filter(&q)?;
-    Ok(Json(SandboxList {
-        sandboxes: m.list(&filter),
-    }))
+pub async fn list(
+    State(m): State<Manager>,
+    Auth(caller): Auth,
+    q: QueryPairs,
+) -> HttpResult<Json<SandboxList>> {
+    let mut filter = list_filter(&q)?;
+    filter.tenant = caller.scope().map(str::to_string);
+    let page = page(&q)?;
+    Ok(Json(paginate(m.list(&filter), &page)))
 }
 
 pub async fn get(
@@ -179,9 +240,10 @@ pub async fn resume(
 
 pub async fn fork(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ForkRequest>,
 ) -> HttpResult<Response> {
-    let sandboxes = detached("fork", async move { m.fork(&id, req).await }).await?;
+    let sandboxes = detached("fork", async move { m.fork_as(&caller, &id, req).await }).await?;
     Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
 }

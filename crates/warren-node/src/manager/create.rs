@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use tracing::{info, warn};
 use warren_runtime::Runtime;
-use warren_types::{ApiError, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+use warren_types::{ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
@@ -21,8 +21,18 @@ pub struct Created {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes`.
+    /// `POST /v1/sandboxes`, as the node's administrator.
     pub async fn create(&self, req: CreateSandboxRequest) -> Result<Created, NodeError> {
+        self.create_as(&Caller::admin(), req).await
+    }
+
+    /// `POST /v1/sandboxes` by `caller`: the sandbox belongs to the caller's tenant and
+    /// counts against its quotas; idempotency keys are per tenant.
+    pub async fn create_as(
+        &self,
+        caller: &Caller,
+        req: CreateSandboxRequest,
+    ) -> Result<Created, NodeError> {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
         if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
@@ -34,31 +44,51 @@ impl Manager {
         }
         let runtime = self.runtime_for(req.substrate)?;
         self.check_network(&req.network)?;
+        let tenant = caller.tenant.clone();
+        // The table key of the idempotency key (per tenant).
+        let key = req
+            .idempotency_key
+            .as_deref()
+            .map(|k| Self::scoped_key(tenant.as_deref(), k));
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
-        // start one sandbox and the node limit holds under load.
+        // start one sandbox and the node limit holds under load. The admission slot counts
+        // the sandbox as starting until this call returns.
+        let _slot;
         let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
-            let existing = req
-                .idempotency_key
+            let existing = key
                 .as_ref()
-                .and_then(|key| keys.get(key).cloned().map(|e| (key, e)));
-            if let Some((key, existing)) = existing {
+                .and_then(|k| keys.get(k).cloned());
+            if let Some(existing) = existing {
+                drop(keys);
                 if existing.request != req {
                     return Err(NodeError::IdempotencyConflict {
-                        key: key.clone(),
+                        key: req.idempotency_key.clone().unwrap_or_default(),
                         id: existing.id,
                     });
                 }
                 // A key is dropped before its sandbox leaves the map, so this finds it.
                 Err(self.lookup(&existing.id)?)
             } else {
+                self.inner
+                    .tenants
+                    .rate(caller, 1, std::time::Instant::now())?;
                 let mut map = self.map_mut();
+                _slot = self
+                    .inner
+                    .admission
+                    .admit(map.len())
+                    .map_err(NodeError::Api)?;
                 if map.len() >= cfg.max_sandboxes {
                     return Err(NodeError::TooManySandboxes {
                         max: cfg.max_sandboxes,
                     });
                 }
+                // Counted here, inserted below, under the same lock: the quota holds exactly.
+                self.inner
+                    .tenants
+                    .admit(caller, tenant.as_deref(), 1, &limits)?;
                 let id = SandboxId::generate(&cfg.node);
                 let now = now_ms();
                 let info = SandboxInfo {
@@ -82,6 +112,7 @@ impl Manager {
                     last_activity_ms: now,
                     reason: None,
                     idempotency_key: req.idempotency_key.clone(),
+                    tenant: tenant.clone(),
                 };
                 let hostname = req
                     .hostname
@@ -90,7 +121,7 @@ impl Manager {
                 let log = SandboxLog::empty(&id);
                 let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
                 map.insert(id.clone(), sb.clone());
-                if let Some(key) = &req.idempotency_key {
+                if let Some(key) = &key {
                     keys.insert(
                         key.clone(),
                         KeyEntry {
@@ -109,7 +140,7 @@ impl Manager {
 
         // However the start ends (even cut off), repeated creates and early calls learn it.
         let settle = SettleOnDrop(sb.clone());
-        let outcome = self.start(&sb, &req, runtime).await;
+        let outcome = self.start(&sb, &req, key.as_deref(), runtime).await;
         sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
         drop(settle);
         outcome
@@ -131,6 +162,7 @@ impl Manager {
         &self,
         sb: &Arc<Sandbox>,
         req: &CreateSandboxRequest,
+        key: Option<&str>,
         runtime: Arc<dyn Runtime>,
     ) -> Result<Created, NodeError> {
         let (spec, stored) = {
@@ -143,9 +175,9 @@ impl Manager {
             };
             (sb.spec(&st.info), stored)
         };
-        let stored_key = req.idempotency_key.as_ref().map(|k| {
+        let stored_key = key.map(|k| {
             (
-                k.as_str(),
+                k,
                 StoredKey {
                     format: FORMAT,
                     id: sb.id.clone(),
@@ -158,7 +190,7 @@ impl Manager {
             .store
             .put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v)))
         {
-            self.forget(&sb.id, req.idempotency_key.as_deref());
+            self.forget(&sb.id, key);
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e.into());
         }
@@ -168,12 +200,8 @@ impl Manager {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
-                self.forget(&sb.id, req.idempotency_key.as_deref());
-                if let Err(se) = self
-                    .inner
-                    .store
-                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref())
-                {
+                self.forget(&sb.id, key);
+                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key) {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
@@ -187,11 +215,8 @@ impl Manager {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");
             }
             self.drop_network(&sb.id).await;
-            self.forget(&sb.id, req.idempotency_key.as_deref());
-            let _ = self
-                .inner
-                .store
-                .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+            self.forget(&sb.id, key);
+            let _ = self.inner.store.remove_sandbox(&sb.id, key);
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e);
         }
@@ -221,19 +246,16 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
                 self.drop_network(&sb.id).await;
-                self.forget(&sb.id, req.idempotency_key.as_deref());
-                let _ = self
-                    .inner
-                    .store
-                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+                self.forget(&sb.id, key);
+                let _ = self.inner.store.remove_sandbox(&sb.id, key);
                 Metrics::inc(&self.inner.metrics.create_errors);
                 Err(e)
             }
         }
     }
 
-    /// Drops a sandbox (and its key) from memory only. The key goes first, so whoever finds a
-    /// key also finds its sandbox.
+    /// Drops a sandbox (and its key) from memory only; its quota usage is given back. The key
+    /// goes first, so whoever finds a key also finds its sandbox.
     pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
         if let Some(k) = key {
             let mut keys = self.inner.keys.lock().expect("keys lock");
@@ -241,7 +263,13 @@ impl Manager {
                 keys.remove(k);
             }
         }
-        self.map_mut().remove(id);
+        let removed = self.map_mut().remove(id);
+        if let Some(sb) = removed {
+            let st = sb.lock();
+            self.inner
+                .tenants
+                .release(st.info.tenant.as_deref(), &st.info.limits);
+        }
     }
 }
 

@@ -34,6 +34,8 @@ mod tests_lifetime;
 mod tests_pause;
 #[cfg(test)]
 mod tests_steps;
+#[cfg(test)]
+mod tests_tenants;
 mod trajectory;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -41,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use warren_runtime::{Instance, Runtime, SandboxSpec};
 use warren_types::{
-    ApiError, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate,
+    ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate,
 };
 
 use crate::config::NodeConfig;
@@ -68,11 +70,17 @@ pub struct ListFilter {
     /// Every pair must be present on the sandbox.
     pub labels: BTreeMap<String, String>,
     pub state: Option<SandboxState>,
+    /// Only sandboxes of this tenant (a non-admin caller's own).
+    pub tenant: Option<String>,
 }
 
 impl ListFilter {
     fn matches(&self, info: &SandboxInfo) -> bool {
         self.state.is_none_or(|s| s == info.state)
+            && self
+                .tenant
+                .as_deref()
+                .is_none_or(|t| info.tenant.as_deref() == Some(t))
             && self
                 .labels
                 .iter()
@@ -214,12 +222,17 @@ pub(crate) struct Inner {
     store: Store,
     sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
     keys: Mutex<HashMap<String, KeyEntry>>,
-    tombstones: Mutex<VecDeque<(SandboxId, String)>>,
+    /// (id, why it went, its tenant) of recently deleted sandboxes.
+    tombstones: Mutex<VecDeque<(SandboxId, String, Option<String>)>>,
+    /// Quota usage per tenant.
+    tenants: Arc<crate::quota::Tenants>,
     metrics: Metrics,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
+    /// Caps on starting and held sandboxes, memory headroom.
+    admission: crate::admission::Admission,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -241,6 +254,7 @@ impl Manager {
     /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
+        let admission = crate::admission::Admission::new(cfg.admission.clone());
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -249,9 +263,11 @@ impl Manager {
                 sandboxes: RwLock::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
                 tombstones: Mutex::new(VecDeque::new()),
+                tenants: Arc::default(),
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
+                admission,
             }),
         }
     }
@@ -344,8 +360,35 @@ impl Manager {
             .expect("tombstones lock")
             .iter()
             .rev()
-            .find(|(t, _)| t == id)
-            .map(|(_, w)| w.clone());
+            .find(|(t, _, _)| t == id)
+            .map(|(_, w, _)| w.clone());
+        Err(NodeError::SandboxNotFound {
+            id: id.clone(),
+            why,
+        })
+    }
+
+    /// Whether `caller` may see and touch sandbox `id`. Another tenant's sandbox answers
+    /// exactly like a missing one (same code, same message), so ids of other tenants cannot
+    /// be probed.
+    pub fn authorize(&self, caller: &Caller, id: &SandboxId) -> Result<(), NodeError> {
+        if caller.is_admin() {
+            return Ok(());
+        }
+        let owner = self.map().get(id).map(|sb| sb.lock().info.tenant.clone());
+        let why = match owner {
+            Some(owner) if caller.sees(owner.as_deref()) => return Ok(()),
+            Some(_) => None,
+            None => self
+                .inner
+                .tombstones
+                .lock()
+                .expect("tombstones lock")
+                .iter()
+                .rev()
+                .find(|(t, _, owner)| t == id && caller.sees(owner.as_deref()))
+                .map(|(_, w, _)| w.clone()),
+        };
         Err(NodeError::SandboxNotFound {
             id: id.clone(),
             why,
@@ -411,16 +454,71 @@ impl Manager {
         counts.to_vec()
     }
 
+    /// The load summary a cluster gateway places by: sandboxes by state, memory reserved by
+    /// the limits of starting and running ones, host memory, CPU pressure.
+    pub fn load(&self) -> warren_types::NodeLoad {
+        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let mem = self.inner.admission.memory();
+        let mut load = warren_types::NodeLoad {
+            memory_available_mb: mem.available_mb,
+            cpu_pressure: crate::functions::pressure::cpu_some_avg10().unwrap_or(0.0),
+            ..Default::default()
+        };
+        for sb in all {
+            let st = sb.lock();
+            match st.info.state {
+                SandboxState::Creating => load.creating += 1,
+                SandboxState::Running => load.running += 1,
+                SandboxState::Paused => load.paused += 1,
+                SandboxState::Stopped => load.stopped += 1,
+                SandboxState::Failed => load.failed += 1,
+            }
+            if matches!(
+                st.info.state,
+                SandboxState::Creating | SandboxState::Running
+            ) {
+                load.memory_reserved_mb += st.info.limits.memory_mb;
+            }
+        }
+        load
+    }
+
+    /// What this node admits at most.
+    pub fn capacity(&self) -> warren_types::NodeCapacity {
+        let cfg = &self.inner.cfg;
+        warren_types::NodeCapacity {
+            max_sandboxes: cfg.max_sandboxes as u64,
+            max_running: cfg.admission.max_running,
+            max_starting: cfg.admission.max_starting,
+            memory_total_mb: self.inner.admission.memory().total_mb,
+            min_free_memory_mb: cfg.admission.min_free_memory_mb,
+            max_sandbox_memory_mb: cfg.bounds.max_memory_mb,
+        }
+    }
+
     /// The Prometheus text of the sandboxes' part of `/metrics`.
     pub fn render_metrics(&self) -> String {
         self.inner.metrics.render(&self.count_by_state())
     }
 
-    fn remember_deleted(&self, id: &SandboxId, why: &str) {
+    fn remember_deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
         let mut t = self.inner.tombstones.lock().expect("tombstones lock");
         if t.len() >= TOMBSTONES {
             t.pop_front();
         }
-        t.push_back((id.clone(), why.to_string()));
+        t.push_back((id.clone(), why.to_string(), tenant));
+    }
+
+    /// (sandboxes, memory MiB, CPUs, function calls) counted against `tenant`'s quotas.
+    pub fn tenant_usage(&self, tenant: &str) -> (u64, u64, f64, u64) {
+        self.inner.tenants.usage(tenant)
+    }
+
+    /// The idempotency-key table's key: keys are per tenant (NUL is refused in keys).
+    pub(crate) fn scoped_key(tenant: Option<&str>, key: &str) -> String {
+        match tenant {
+            None => key.to_string(),
+            Some(t) => format!("{t}\0{key}"),
+        }
     }
 }
