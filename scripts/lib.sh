@@ -1,11 +1,59 @@
 # shellcheck shell=bash
 # Helpers shared by Warren's scripts. Source it: `. "$(dirname "$0")/lib.sh"`.
 
-# Must run as root: sandboxes need namespaces, mounts and cgroups.
+# Must run as root: sandboxes need namespaces, mounts and cgroups. Root needs no sudo (a fresh
+# Debian may not have it); others are told how.
 require_root() {
     if [[ "$(id -u)" != 0 ]]; then
-        echo "$(basename "$0"): must run as root (try: sudo $0)" >&2
+        echo "$(basename "$0"): must run as root (as root: $0; otherwise: sudo $0)" >&2
         exit 1
+    fi
+}
+
+# Sets OS_ID, OS_VERSION and OS_CODENAME from /etc/os-release and refuses hosts Warren's
+# scripts do not know, saying what is supported and what to do.
+SUPPORTED_HOSTS="Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 22.04 (jammy), Ubuntu 24.04 (noble)"
+detect_os() {
+    local file="${OS_RELEASE_FILE:-/etc/os-release}"
+    OS_ID="" OS_VERSION="" OS_CODENAME=""
+    if [[ -r "$file" ]]; then
+        OS_ID="$(. "$file"; echo "${ID:-}")"
+        OS_VERSION="$(. "$file"; echo "${VERSION_ID:-}")"
+        OS_CODENAME="$(. "$file"; echo "${VERSION_CODENAME:-}")"
+    fi
+    case "$OS_ID:$OS_VERSION" in
+        debian:12 | debian:13 | ubuntu:22.04 | ubuntu:24.04) return 0 ;;
+    esac
+    cat >&2 << EOT
+$(basename "$0"): this host is ${OS_ID:-unknown} ${OS_VERSION:-?} (from $file).
+Supported: $SUPPORTED_HOSTS.
+On another distribution, install by hand what scripts/setup.sh lists (a Rust toolchain 1.80+,
+erofs-utils, e2fsprogs, debootstrap, nftables, iproute2, fuse3, curl, protobuf-compiler; QEMU 10
+for VMs), then build with \`cargo build --release\` and start target/release/warrend.
+Set WARREN_ANY_OS=1 to run this script anyway.
+EOT
+    [[ -n "${WARREN_ANY_OS:-}" ]] && return 0
+    exit 1
+}
+
+# Installs the Debian packages named (those not installed yet), refreshing the package lists
+# once when an install fails (a machine that never ran `apt-get update` has none).
+install_packages() {
+    local missing=() pkg status
+    for pkg in "$@"; do
+        status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+        [[ "$status" == installed ]] || missing+=("$pkg")
+    done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        echo "$(basename "$0"): all $# packages are installed"
+        return 0
+    fi
+    echo "$(basename "$0"): installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"; then
+        echo "$(basename "$0"): install failed; refreshing package lists and retrying"
+        apt-get -o DPkg::Lock::Timeout=600 update
+        apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
     fi
 }
 

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Prepares a Debian 12 machine to build, run and test Warren. Idempotent; run as root.
+# Prepares a machine to build and run a Warren node. Idempotent; run as root.
 #
 #   scripts/setup.sh
 #
-# 1. Installs the Debian packages Warren needs (apt is skipped when all are already installed).
-# 2. Checks the Rust toolchain (cargo, rustfmt, clippy) and installs cargo-nextest if missing.
+# Supported: Debian 12 and 13, Ubuntu 22.04 and 24.04 (others get a message saying what to
+# install). What only the tests and benchmarks need (podman, runc, crun, bwrap, a registry, etcd,
+# an S3 emulator, a test rootfs) is installed by scripts/setup-test.sh, which scripts/test.sh runs.
+#
+# 1. Installs the Debian packages a node needs (apt is skipped when all are already installed).
+# 2. Checks the Rust toolchain (cargo, rustfmt, clippy).
 # 3. Builds the default image's rootfs once (scripts/build-default-image.sh --rootfs-only).
-# 4. Adds Debian bookworm-backports, installs QEMU 10 from it and fetches the guest kernel of
-#    the microvm and vm substrates (scripts/build-guest.sh).
+# 4. QEMU 10 and the guest kernel of the microvm and vm substrates: from bookworm-backports on
+#    Debian 12, from the main archive on Debian 13; on Ubuntu, whose QEMU is older, VMs are
+#    left out (the daemon serves containers and says why).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,93 +22,74 @@ log() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
 require_root
+detect_os
+log "host: $OS_ID $OS_VERSION${OS_CODENAME:+ ($OS_CODENAME)}"
 
+# What a node needs to build and run Warren. Test-only packages live in scripts/setup-test.sh.
 PACKAGES=(
     build-essential pkg-config          # Rust crates that build C
+    protobuf-compiler                   # protoc for the etcd-client crate (build)
     erofs-utils                         # mkfs.erofs for image layers
-    docker-registry                     # OCI registry on loopback for image import tests
     e2fsprogs                           # mkfs.ext4 for VM disks
     debootstrap                         # the default image's rootfs
-    bubblewrap crun runc podman         # baselines for bench-baselines.sh
     nftables iproute2                   # sandbox networking
-    busybox-static                      # minimal test rootfs
     procps psmisc util-linux            # pgrep, fuser, mount, flock, nsenter
-    python3-venv python3-pip            # Python SDK and its tests
     curl ca-certificates                # health checks against the daemon socket
     fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
     etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
     protobuf-compiler libprotobuf-dev   # protoc and its well-known types for the etcd-client crate
 )
-
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
-    [[ "$status" == installed ]] || missing+=("$pkg")
-done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-    log "all ${#PACKAGES[@]} Debian packages are installed"
-else
-    log "installing Debian packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    # A machine that never ran `apt-get update` has no package lists at all.
-    if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
-        log "install failed; refreshing package lists and retrying"
-        apt-get update
-        apt-get install -y --no-install-recommends "${missing[@]}"
-    fi
+# Ubuntu's debootstrap needs Debian's archive keys for the default image (Debian bookworm).
+if [[ "$OS_ID" == ubuntu ]]; then
+    PACKAGES+=(debian-archive-keyring)
 fi
 
-# The registry package enables a system service on :5000; the tests start their own on a
-# loopback port, so keep the service off.
-if command -v systemctl >/dev/null && systemctl is-enabled docker-registry >/dev/null 2>&1; then
-    systemctl disable --now docker-registry >/dev/null 2>&1 || true
-    log "disabled the docker-registry system service (tests run their own)"
-fi
+install_packages "${PACKAGES[@]}"
 
 # Rust: the toolchain comes with the machine (rustup); make sure it is on PATH and complete.
 use_cargo
 log "$(cargo --version)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
-if ! cargo nextest --version >/dev/null 2>&1; then
-    log "installing cargo-nextest from crates.io (a few minutes)"
-    cargo install --locked cargo-nextest
-fi
-log "$(cargo nextest --version 2>/dev/null | head -n 1)"
 
-# QEMU 10 (snapshots with mapped-ram) is in bookworm-backports, not in the default sources.
-BACKPORTS=/etc/apt/sources.list.d/debian-backports.sources
-if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    uri="$(awk '/^URIs:/ && /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-    [[ -n "$uri" ]] || uri="$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
-    [[ -n "$uri" ]] || uri=http://deb.debian.org/debian
-    log "adding bookworm-backports ($uri)"
-    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-        "$uri" > "$BACKPORTS"
-    apt-get -o DPkg::Lock::Timeout=600 update -q
-fi
-qemu_version="$(dpkg-query -W -f='${db:Status-Status} ${Version}' qemu-system-x86 2>/dev/null || true)"
-if [[ ! "$qemu_version" =~ ^installed\ 1:1[0-9]\. ]]; then
-    log "installing qemu-system-x86 (10.x) from bookworm-backports"
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
-        --no-install-recommends -t bookworm-backports qemu-system-x86 qemu-utils
-fi
-log "$(qemu-system-x86_64 --version | head -n 1)"
+# QEMU 10 (snapshots with mapped-ram): bookworm-backports on Debian 12, the main archive on
+# Debian 13. Ubuntu's QEMU is older and its archive has no Debian cloud kernel: no VMs there.
+install_qemu_debian() {
+    local suite_args=()
+    if [[ "$OS_VERSION" == 12 ]]; then
+        local backports=/etc/apt/sources.list.d/debian-backports.sources uri
+        if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+            uri="$(awk '/^URIs:/ && /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+            [[ -n "$uri" ]] || uri="$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+            [[ -n "$uri" ]] || uri=http://deb.debian.org/debian
+            log "adding bookworm-backports ($uri)"
+            printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+                "$uri" > "$backports"
+            apt-get -o DPkg::Lock::Timeout=600 update -q
+        fi
+        suite_args=(-t bookworm-backports)
+    fi
+    local qemu_version
+    qemu_version="$(dpkg-query -W -f='${db:Status-Status} ${Version}' qemu-system-x86 2>/dev/null || true)"
+    if [[ ! "$qemu_version" =~ ^installed\ 1:1[0-9]\. ]]; then
+        log "installing qemu-system-x86 (10.x)${suite_args[*]:+ from ${suite_args[1]}}"
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
+            --no-install-recommends "${suite_args[@]}" qemu-system-x86 qemu-utils
+    fi
+    log "$(qemu-system-x86_64 --version | head -n 1)"
+    log "guest kernel for VMs"
+    scripts/build-guest.sh
+}
 
-log "guest kernel for VMs"
-scripts/build-guest.sh
+if [[ "$OS_ID" == debian ]]; then
+    install_qemu_debian
+else
+    log "no microvm/vm substrates on $OS_ID $OS_VERSION (QEMU 10 and Debian's cloud kernel are needed); containers only"
+fi
 
 log "default image rootfs"
 scripts/build-default-image.sh --rootfs-only
-
-log "S3-compatible test server (moto) for the blob store tests"
-if [[ ! -x /opt/warren-moto/bin/moto_server ]]; then
-    python3 -m venv /opt/warren-moto
-    /opt/warren-moto/bin/pip install --quiet 'moto[server]' \
-        || log "warning: moto could not be installed; the S3 blob store test will skip"
-fi
 
 log "swap for paused sandboxes"
 scripts/setup-swap.sh

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Warren's whole test suite; CI runs it (.ci/run). Run as root on Debian 12:
+# Warren's whole test suite; CI runs it (.ci/run). Run as root (with sudo if not root) on a host
+# scripts/setup.sh supports:
 #
-#   sudo ./scripts/test.sh
+#   ./scripts/test.sh
 #
-# Phases: setup (packages, rootfs) -> build -> image (register `default`) -> fmt -> clippy ->
-# nextest -> python SDK -> API contract (Schemathesis against a private node) -> leak check. A
-# failure in the first three stops the run; the others all run and are reported together.
-# Exits non-zero when any phase failed.
+# Phases: setup (node packages and rootfs: scripts/setup.sh; then what only tests need:
+# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy -> nextest ->
+# python SDK -> API contract (Schemathesis against a private node) -> leak check. A failure in
+# the first three stops the run; the others all run and are reported together. Exits non-zero
+# when any phase failed.
 #
 # Environment: WARREN_IMAGE_STORE (default /var/lib/warren/images), WARREN_CACHE (rootfs cache).
 set -euo pipefail
@@ -101,7 +103,8 @@ finish() {
     [[ ${#FAILED[@]} -eq 0 ]]
 }
 
-if ! phase setup scripts/setup.sh; then
+setup_all() { scripts/setup.sh && scripts/setup-test.sh; }
+if ! phase setup setup_all; then
     skip build "setup failed"; finish; exit 1
 fi
 if ! phase build cargo build --release --workspace --bins; then

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# From a fresh Debian 12 machine to a running Warren node and a demo rollout:
+# From a fresh machine (Debian 12/13, Ubuntu 22.04/24.04) to a running Warren node and a demo
+# rollout, as root (with sudo if not root):
 #
-#   sudo ./scripts/up.sh
+#   ./scripts/up.sh                       # warrend in the background, log in a file
+#   ./scripts/up.sh --service [--group G] # warrend as a systemd service (scripts/install-service.sh)
 #
-# Installs what is needed (scripts/setup.sh), builds, registers the default image, starts warrend
-# in the background unless one already answers on the socket, waits for it to be healthy and runs
-# `warren demo`.
+# Installs what a node needs (scripts/setup.sh), builds, registers the default image, installs
+# the example network configuration (docs/examples/network.toml -> /etc/warren/network.toml,
+# unless there is one), starts warrend unless one already answers on the socket, waits for it
+# to be healthy and runs `warren demo`.
 #
 # Environment: WARREN_SOCKET (default /run/warren/warren.sock), WARREN_IMAGE_STORE
 # (default /var/lib/warren/images), WARREN_LOG (default /var/log/warren/warrend.log).
@@ -24,6 +27,16 @@ PIDFILE="$(dirname "$WARREN_SOCKET")/warrend.pid"
 
 log() { echo "up: $*"; }
 
+SERVICE=0 GROUP_ARGS=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --service) SERVICE=1; shift ;;
+        --group) GROUP_ARGS=(--group "${2:?--group needs a name}"); shift 2 ;;
+        *) echo "up: unknown argument $1 (use --service [--group NAME])" >&2; exit 2 ;;
+    esac
+done
+NET_CONFIG=/etc/warren/network.toml
+
 healthy() {
     if command -v curl > /dev/null; then
         curl -fsS --max-time 2 --unix-socket "$WARREN_SOCKET" http://warren/v1/health > /dev/null 2>&1
@@ -41,13 +54,22 @@ cargo build --release
 log "default image"
 scripts/build-default-image.sh
 
+if [[ ! -e "$NET_CONFIG" ]]; then
+    log "network configuration: docs/examples/network.toml -> $NET_CONFIG"
+    install -D -m 644 docs/examples/network.toml "$NET_CONFIG"
+fi
+
+if [[ $SERVICE -eq 1 ]]; then
+    scripts/install-service.sh "${GROUP_ARGS[@]}"
+fi
+
 STOP_HINT="the daemon answering on $WARREN_SOCKET was already running"
 if [[ -S "$WARREN_SOCKET" ]] && healthy; then
     log "reusing the warrend already answering on $WARREN_SOCKET"
 else
     mkdir -p "$(dirname "$LOG")" "$(dirname "$WARREN_SOCKET")"
     log "starting warrend (socket $WARREN_SOCKET, log $LOG)"
-    setsid target/release/warrend < /dev/null >> "$LOG" 2>&1 &
+    setsid target/release/warrend --network-config "$NET_CONFIG" < /dev/null >> "$LOG" 2>&1 &
     pid=$!
     echo "$pid" > "$PIDFILE"
     for _ in $(seq 1 100); do

@@ -25,7 +25,7 @@ fn io_event(path: &str, e: &std::io::Error) -> Event {
     Event::error(code, format!("{path}: {e}"))
 }
 
-fn check_kernel_fs(path: &str, f: &File) -> Result<(), Event> {
+pub(crate) fn check_kernel_fs(path: &str, f: &File) -> Result<(), Event> {
     let st = nix::sys::statfs::fstatfs(f.as_fd())
         .map_err(|e| Event::error(ErrorCode::FileError, format!("{path}: {e}")))?;
     let t = st.filesystem_type().0 as i64;

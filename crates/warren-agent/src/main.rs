@@ -19,6 +19,7 @@ mod files;
 mod reaper;
 mod serve;
 mod setup;
+mod tarball;
 mod users;
 mod vm;
 mod wire;

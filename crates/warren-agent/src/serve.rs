@@ -234,6 +234,8 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
         }
         Call::ReadFile { path, window } => crate::files::read(&path, window, id, inbox, out).await,
         Call::WriteFile { path, mode, size } => crate::files::write(&path, mode, size, inbox).await,
+        Call::ReadTar { path, window } => crate::tarball::read(&path, window, id, inbox, out).await,
+        Call::WriteTar { path } => crate::tarball::write(&path, inbox).await,
         Call::Stat { path } => crate::files::stat(&path),
         Call::List { path, after, limit } => crate::files::list(&path, after.as_deref(), limit),
         Call::Mkdir {

@@ -1,4 +1,7 @@
 //! Resolving a user spec (`name` or `uid[:gid]`) against the sandbox's /etc/passwd.
+//!
+//! As docker and podman do: no user named means uid 0, gid 0, whether or not the image has an
+//! /etc/passwd; a numeric `uid[:gid]` never needs the file; only names are looked up.
 
 pub struct User {
     pub uid: u32,
@@ -9,8 +12,14 @@ pub struct User {
 }
 
 pub fn resolve(spec: Option<&str>) -> Result<User, String> {
-    let spec = spec.unwrap_or("root");
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    resolve_in(spec, &passwd, &group)
+}
+
+/// [`resolve`] against the given contents of /etc/passwd and /etc/group (empty when absent).
+fn resolve_in(spec: Option<&str>, passwd: &str, group: &str) -> Result<User, String> {
+    let spec = spec.unwrap_or("0");
     let entries: Vec<Vec<&str>> = passwd
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
@@ -47,9 +56,13 @@ pub fn resolve(spec: Option<&str>) -> Result<User, String> {
         .map(|f| f[5].to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| if uid == 0 { "/root".into() } else { "/".into() });
+    let name = if name.is_empty() && uid == 0 {
+        "root".to_string()
+    } else {
+        name
+    };
     let mut groups = vec![gid];
     if !name.is_empty() {
-        let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
         for l in group.lines() {
             let f: Vec<&str> = l.split(':').collect();
             if f.len() >= 4 && f[3].split(',').any(|m| m == name) {
@@ -68,4 +81,41 @@ pub fn resolve(spec: Option<&str>) -> Result<User, String> {
         home,
         name,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1001::/home/agent:/bin/sh\n";
+    const GROUP: &str = "root:x:0:\nagent:x:1001:\ndocker:x:998:agent\n";
+
+    #[test]
+    fn no_user_named_is_root_even_without_a_passwd_file() {
+        for passwd in ["", PASSWD] {
+            let u = resolve_in(None, passwd, "").unwrap();
+            assert_eq!((u.uid, u.gid, u.home.as_str()), (0, 0, "/root"));
+            assert_eq!(u.name, "root");
+        }
+    }
+
+    #[test]
+    fn numeric_users_never_need_the_file() {
+        let u = resolve_in(Some("1234"), "", "").unwrap();
+        assert_eq!((u.uid, u.gid, u.home.as_str()), (1234, 1234, "/"));
+        let u = resolve_in(Some("1234:55"), "", "").unwrap();
+        assert_eq!((u.uid, u.gid, u.groups.as_slice()), (1234, 55, &[55][..]));
+        assert!(resolve_in(Some("12x"), "", "").is_err());
+        assert!(resolve_in(Some("1:g"), "", "").is_err());
+    }
+
+    #[test]
+    fn names_are_looked_up() {
+        let u = resolve_in(Some("agent"), PASSWD, GROUP).unwrap();
+        assert_eq!((u.uid, u.gid, u.home.as_str()), (1000, 1001, "/home/agent"));
+        assert_eq!(u.groups, [1001, 998]);
+        let e = resolve_in(Some("nobody2"), PASSWD, GROUP).err().unwrap();
+        assert!(e.contains("no user \"nobody2\""), "{e}");
+        assert!(resolve_in(Some("root"), "", "").is_err());
+    }
 }

@@ -2,6 +2,7 @@
 //! ([`commands`]), latency statistics ([`stats`]) and plain-text tables ([`table`]).
 
 pub mod commands;
+pub mod progress;
 pub mod stats;
 pub mod table;
 
@@ -9,6 +10,16 @@ pub mod table;
 /// an error is printed as `NAME: error` and exits 1.
 pub fn run_main(
     name: &str,
+    main: impl std::future::Future<Output = anyhow::Result<i32>>,
+) -> std::process::ExitCode {
+    run_main_with(name, 1, |e| format!("{e:#}"), main)
+}
+
+/// [`run_main`] with the exit code of the command's own failures and how an error is printed.
+pub fn run_main_with(
+    name: &str,
+    failure: u8,
+    explain: impl Fn(&anyhow::Error) -> String,
     main: impl std::future::Future<Output = anyhow::Result<i32>>,
 ) -> std::process::ExitCode {
     use std::process::ExitCode;
@@ -19,7 +30,7 @@ pub fn run_main(
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("{name}: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(failure);
         }
     };
     let result = runtime.block_on(main);
@@ -28,8 +39,8 @@ pub fn run_main(
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("{name}: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("{name}: {}", explain(&e));
+            ExitCode::from(failure)
         }
     }
 }

@@ -10,9 +10,21 @@ use clap::{Parser, Subcommand};
 
 use warren_cli::commands::{self, Ctx};
 
+/// Exit status of `warren` itself, told apart from the exit codes of commands.
+const EXIT_WARREN: u8 = 125;
+
+const EXIT_HELP: &str = "\
+Exit status:
+  exec, call   the command's own exit code; 128+N when killed by signal N; 124 when its
+               timeout fired
+  125          warren itself failed: the daemon is unreachable, the request was refused
+               (bad argument, unknown sandbox or image, ...), or the transfer broke
+  other        0 on success; 1 when some of several items failed (rm, pause, ...) or
+               health is not ok";
+
 /// Run and drive Warren sandboxes.
 #[derive(Debug, Parser)]
-#[command(name = "warren", version, propagate_version = true)]
+#[command(name = "warren", version, propagate_version = true, after_help = EXIT_HELP)]
 struct Cli {
     /// The daemon: unix:///path/to.sock, http://host:port or https://host:port
     /// [default: unix:///run/warren/warren.sock]
@@ -70,6 +82,12 @@ enum Command {
     Bench(commands::bench::Args),
     /// Manage the node's image layers (build, stack, list, inspect, remove, verify).
     Image(commands::image::Args),
+    /// Print sandboxes as JSON.
+    Inspect(commands::inspect::Args),
+    /// Give sandboxes a new lifetime from now (`--ttl 30m`).
+    Extend(commands::extend::Args),
+    /// Print a shell completion script: `warren completion bash > /etc/bash_completion.d/warren`.
+    Completion(commands::completion::Args),
 }
 
 async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
@@ -92,17 +110,46 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
         Command::Bench(a) => commands::bench::run(&ctx, a).await,
         Command::Image(a) => commands::image::run(&ctx, a).await,
+        Command::Inspect(a) => commands::inspect::run(&ctx, a).await,
+        Command::Extend(a) => commands::extend::run(&ctx, a).await,
+        Command::Completion(a) => {
+            commands::completion::run(a, &mut <Cli as clap::CommandFactory>::command())
+        }
     }
 }
 
+/// The error as printed, with what to do when the daemon could not be reached.
+fn explain(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    if !text.contains("cannot connect to warrend at") {
+        return text;
+    }
+    format!(
+        "{text}\n\
+         hint: is warrend running there? Start it with `warren up --detach` (as root), or \
+         `./scripts/up.sh` on a fresh node; or point --url / WARREN_URL at a running daemon \
+         (unix:///path/to.sock or http://host:port)"
+    )
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_WARREN)
+            } else {
+                ExitCode::SUCCESS // --help, --version
+            };
+        }
+    };
     let ctx = Ctx {
         url: cli.url,
         token_file: cli.token_file,
         ca: cli.ca,
     };
-    warren_cli::run_main("warren", dispatch(ctx, cli.command))
+    warren_cli::run_main_with("warren", EXIT_WARREN, explain, dispatch(ctx, cli.command))
 }
 
 #[cfg(test)]
@@ -113,6 +160,51 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn completion_scripts_name_the_subcommands() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "warren", &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for sub in ["create", "exec", "inspect", "completion"] {
+                assert!(script.contains(sub), "{shell}: no {sub}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_command_that_prints_a_result_takes_json() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            // Interactive, streaming or generator commands print no result document.
+            // `bench` forwards its arguments to warren-bench, which takes --json itself.
+            if [
+                "up",
+                "shell",
+                "trajectory",
+                "demo",
+                "completion",
+                "cp",
+                "bench",
+            ]
+            .contains(&name)
+            {
+                continue;
+            }
+            let has = |c: &clap::Command| c.get_arguments().any(|a| a.get_long() == Some("json"));
+            if !has(sub) {
+                missing.push(name.to_string());
+            }
+        }
+        assert!(missing.is_empty(), "no --json on: {missing:?}");
     }
 
     #[test]
@@ -155,6 +247,34 @@ mod tests {
         };
         assert_eq!(a.image, ["base", "task:1"]);
         assert_eq!(a.env, [("A".to_string(), "b=c".to_string())]);
+        assert_eq!(a.memory, Some(256));
+
+        let cli = Cli::try_parse_from([
+            "warren",
+            "create",
+            "--memory",
+            "1.5GiB",
+            "--disk",
+            "10G",
+            "--ttl",
+            "5m",
+            "--idle-timeout",
+            "90s",
+        ])
+        .unwrap();
+        let Command::Create(a) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(
+            (a.memory, a.disk, a.ttl, a.idle_timeout),
+            (Some(1536), Some(10240), Some(300), Some(90))
+        );
+        let cli = Cli::try_parse_from(["warren", "exec", "x", "-t", "90s", "--", "true"]).unwrap();
+        let Command::Exec(a) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(a.timeout, Some(90.0));
+        assert!(Cli::try_parse_from(["warren", "create", "--memory", "lots"]).is_err());
 
         assert!(Cli::try_parse_from(["warren", "rm", "--all", "n1-x"]).is_err());
         assert!(Cli::try_parse_from(["warren", "rm"]).is_err());

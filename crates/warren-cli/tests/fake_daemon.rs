@@ -67,6 +67,21 @@ async fn delete(State(st): St, Path(id): Path<String>) -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// `/exec/attach`: the first line of the body is the request, the rest its stdin; answers as
+/// `/exec/stream` with that stdin.
+async fn exec_attach(body: Body) -> Response {
+    let mut data = Vec::new();
+    let mut s = body.into_data_stream();
+    while let Some(c) = s.next().await {
+        data.extend_from_slice(&c.unwrap());
+    }
+    let nl = data.iter().position(|b| *b == b'\n').expect("request line");
+    let mut req: Value = serde_json::from_slice(&data[..nl]).unwrap();
+    assert!(req["stdin"].is_null(), "attach carries stdin in the body");
+    req["stdin"] = json!(String::from_utf8_lossy(&data[nl + 1..]));
+    exec_stream(Json(req)).await
+}
+
 /// Echoes argv: stdout gets the words, stderr gets "err", then exits with the code named by
 /// the last word (`exit:N`, `signal:N` or `timeout`).
 async fn exec_stream(Json(req): Json<Value>) -> Response {
@@ -168,6 +183,7 @@ fn start() -> Daemon {
         .route("/v1/sandboxes", post(create).get(list))
         .route("/v1/sandboxes/{id}", axum::routing::delete(delete))
         .route("/v1/sandboxes/{id}/exec/stream", post(exec_stream))
+        .route("/v1/sandboxes/{id}/exec/attach", post(exec_attach))
         .route("/v1/sandboxes/{id}/processes", get(processes))
         .route("/v1/sandboxes/{id}/files", get(read_file).put(write_file))
         .route("/v1/sandboxes/{id}/files/stat", get(stat))
@@ -251,6 +267,18 @@ fn exec_streams_bytes_and_exits_with_the_command() {
     );
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "sh -c cat -|fed|\n");
+
+    // Piped stdin is streamed; -n leaves it alone.
+    let out = d.warren(&["exec", ID, "--", "cat"], b"piped in");
+    assert_eq!(text(&out.stdout), "cat|piped in|\n");
+    let out = d.warren(&["exec", ID, "-n", "--", "cat"], b"piped in");
+    assert_eq!(text(&out.stdout), "cat||\n");
+    // --json: one ExecResult with the output, the command's exit code.
+    let out = d.warren(&["exec", ID, "--json", "--", "echo", "exit:3"], b"");
+    assert_eq!(out.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["encoding"], "base64", "stderr is not UTF-8: {v}");
 }
 
 #[test]
@@ -288,7 +316,7 @@ fn cp_both_ways_and_through_stdio() {
     assert_eq!(text(&out.stdout), "print(42)\n");
 
     let out = d.warren(&["cp", &format!("{ID}:/nope"), "x"], b"");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(125));
     assert!(
         text(&out.stderr).contains("not_found"),
         "{}",
@@ -338,6 +366,25 @@ fn unreachable_daemon_is_a_clear_error() {
         .args(["--url", "unix:///nonexistent/w.sock", "health"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("cannot connect to warrend at unix:///nonexistent/w.sock"));
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot connect to warrend at unix:///nonexistent/w.sock"),
+        "{err}"
+    );
+    assert!(err.contains("warren up --detach"), "{err}");
+    // Usage errors are warren's own failures too; --help documents the codes.
+    let warren = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(
+        warren(&["create", "--memory", "lots"]).status.code(),
+        Some(125)
+    );
+    let help = warren(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(text(&help.stdout).contains("125"), "{}", text(&help.stdout));
 }

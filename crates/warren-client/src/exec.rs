@@ -53,6 +53,43 @@ impl Client {
         Ok(ExecStream::new(reply.into_stream()))
     }
 
+    /// `POST /v1/sandboxes/{id}/exec/attach`: runs a command with `stdin` streamed to it (any
+    /// bytes, any size; its end closes the command's stdin) while its output streams back.
+    /// `req.stdin` and `req.step` must be unset.
+    pub async fn exec_attach<R>(
+        &self,
+        id: &str,
+        req: &ExecRequest,
+        stdin: R,
+    ) -> Result<ExecStream, ClientError>
+    where
+        R: tokio::io::AsyncRead + Send + 'static,
+    {
+        use futures::{StreamExt, TryStreamExt};
+        use http_body_util::{BodyExt, StreamBody};
+        let path = format!("/v1/sandboxes/{}/exec/attach", seg(id));
+        let mut head = serde_json::to_vec(req).map_err(|e| ClientError::Encode {
+            what: "the exec request".into(),
+            source: e,
+        })?;
+        head.push(b'\n');
+        // Small chunks: what arrives on stdin goes on at once (interactive use).
+        let rest = tokio_util::io::ReaderStream::with_capacity(stdin, 64 << 10);
+        let frames = futures::stream::once(async move { Ok(bytes::Bytes::from(head)) })
+            .chain(rest)
+            .map_ok(hyper::body::Frame::data);
+        let body: crate::client::Body = StreamBody::new(frames).boxed_unsync();
+        let reply = self
+            .send(
+                Method::POST,
+                &path,
+                crate::client::Payload::stream(body),
+                Some(crate::client::OCTET_STREAM),
+            )
+            .await?;
+        Ok(ExecStream::new(reply.into_stream()))
+    }
+
     /// `POST /v1/sandboxes/{id}/processes`: starts a background process. Its output is kept
     /// (up to the request's cap) until it is waited for.
     pub async fn spawn(&self, id: &str, req: &ExecRequest) -> Result<ProcessInfo, ClientError> {

@@ -2,9 +2,9 @@
 
 use hyper::Method;
 use serde::Deserialize;
-use warren_types::{GcReport, ImageDeleted, ImageInfo};
+use warren_types::{GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest};
 
-use crate::client::{seg, Client};
+use crate::client::{enc, seg, Client};
 use crate::error::ClientError;
 
 #[derive(Deserialize)]
@@ -42,6 +42,47 @@ impl Client {
             "/v1/images/gc",
             None::<&()>,
             "the collection report",
+        )
+        .await
+    }
+
+    /// `POST /v1/images/import?tag=`: sends a `docker save` or OCI archive (streamed from
+    /// `archive`) for the node to convert and tag.
+    pub async fn import_image<R>(
+        &self,
+        archive: R,
+        tag: Option<&str>,
+    ) -> Result<ImageImported, ClientError>
+    where
+        R: tokio::io::AsyncRead + Send + 'static,
+    {
+        use futures::TryStreamExt;
+        use http_body_util::{BodyExt, StreamBody};
+        let path = match tag {
+            Some(t) => format!("/v1/images/import?tag={}", enc(t)),
+            None => "/v1/images/import".to_string(),
+        };
+        let chunks = tokio_util::io::ReaderStream::with_capacity(archive, 256 << 10)
+            .map_ok(hyper::body::Frame::data);
+        let body: crate::client::Body = StreamBody::new(chunks).boxed_unsync();
+        self.send(
+            Method::POST,
+            &path,
+            crate::client::Payload::stream(body),
+            Some("application/x-tar"),
+        )
+        .await?
+        .json("the import report")
+        .await
+    }
+
+    /// `POST /v1/images/pull`: the node pulls an image of an OCI registry and tags it.
+    pub async fn pull_image(&self, req: &PullRequest) -> Result<ImageImported, ClientError> {
+        self.call_json(
+            Method::POST,
+            "/v1/images/pull",
+            Some(req),
+            "the import report",
         )
         .await
     }

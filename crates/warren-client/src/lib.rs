@@ -28,6 +28,7 @@
 //! answers come back as [`ClientError::Api`] with a stable [`ErrorCode`].
 
 mod client;
+mod dirs;
 mod error;
 mod exec;
 mod failover;
@@ -43,6 +44,7 @@ mod trajectory;
 mod transport;
 
 pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES, TOKEN_ENV};
+pub use dirs::{pack_dir, unpack_into};
 pub use error::{BoxError, ClientError};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
 pub use sandboxes::Health;
@@ -53,7 +55,8 @@ pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 pub use warren_types::{
     ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest, CpuClass,
     CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
-    FileStat, ForkRequest, GcReport, ImageDeleted, ImageInfo, ImageRef, LayerInfo, Limits,
-    MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo, ProcessState,
-    SandboxInfo, SandboxState, Substrate, TrajectoryCall, TrajectoryEntry,
+    FileStat, ForkRequest, GcReport, ImageDeleted, ImageImported, ImageInfo, ImageRef, LayerInfo,
+    Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo,
+    ProcessState, PullRequest, SandboxInfo, SandboxState, Substrate, TrajectoryCall,
+    TrajectoryEntry,
 };

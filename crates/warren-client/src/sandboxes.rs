@@ -134,6 +134,14 @@ impl Client {
         Ok(r.sandboxes)
     }
 
+    /// `POST /v1/sandboxes/{id}/extend`: the sandbox now expires `ttl_secs` from now.
+    pub async fn extend(&self, id: &str, ttl_secs: u64) -> Result<SandboxInfo, ClientError> {
+        let path = format!("/v1/sandboxes/{}/extend", seg(id));
+        let body = serde_json::json!({ "ttl_secs": ttl_secs });
+        self.call_json(Method::POST, &path, Some(&body), "the sandbox")
+            .await
+    }
+
     /// `GET /metrics`: the Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let reply = self

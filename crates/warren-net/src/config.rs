@@ -3,7 +3,7 @@
 //! (`warrend --network-config FILE`):
 //!
 //! ```toml
-//! pool = "10.200.0.0/16"          # one /30 per sandbox link
+//! pool = "10.200.0.0/16"          # one /30 per sandbox link (default: by node id)
 //! upstream = "10.254.0.53:53"      # optional: names not in [hosts] are asked here
 //! masquerade = true                # NAT allowed traffic behind the host's address
 //!
@@ -45,9 +45,11 @@ pub struct Service {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetConfig {
-    /// IPv4 pool the sandbox links take their /30 from.
-    #[serde(default = "default_pool")]
-    pub pool: String,
+    /// IPv4 pool the sandbox links take their /30 from. Default: one of the /16s
+    /// 10.202.0.0-10.249.0.0 picked by the node id ([`default_pool`]), so daemons of different
+    /// nodes on one host rarely share one (and a start that finds its pool in use says so).
+    #[serde(default)]
+    pub pool: Option<String>,
     /// Resolver asked for allowed names that are not in `hosts`.
     #[serde(default)]
     pub upstream: Option<SocketAddr>,
@@ -64,8 +66,14 @@ pub struct NetConfig {
     pub hosts: BTreeMap<String, Vec<Ipv4Addr>>,
 }
 
-fn default_pool() -> String {
-    "10.200.0.0/16".into()
+/// The default pool of `node`: `10.(202 + h % 48).0.0/16`, `h` a hash (FNV-1a) of the node id.
+pub fn default_pool(node: &str) -> String {
+    let mut h: u32 = 0x811c9dc5;
+    for b in node.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    format!("10.{}.0.0/16", 202 + h % 48)
 }
 fn yes() -> bool {
     true
@@ -77,7 +85,7 @@ fn default_ttl() -> u32 {
 impl Default for NetConfig {
     fn default() -> Self {
         NetConfig {
-            pool: default_pool(),
+            pool: None,
             upstream: None,
             masquerade: true,
             hosts_ttl: default_ttl(),
@@ -104,11 +112,18 @@ impl NetConfig {
         Ok(cfg)
     }
 
+    /// The pool of node `node`: the configured one, else its default.
+    pub fn pool_for(&self, node: &str) -> String {
+        self.pool.clone().unwrap_or_else(|| default_pool(node))
+    }
+
     /// Checks names, networks and the pool.
     pub fn check(&self) -> Result<(), String> {
-        let (_, len) = self.pool_net()?;
-        if len > 28 {
-            return Err(format!("pool {} is too small (at most /28)", self.pool));
+        if let Some(pool) = &self.pool {
+            let (_, len) = parse_cidr(pool).map_err(|e| format!("pool: {e}"))?;
+            if len > 28 {
+                return Err(format!("pool {pool} is too small (at most /28)"));
+            }
         }
         for (name, s) in &self.services {
             service_name(name).map_err(|e| e.message)?;
@@ -125,9 +140,9 @@ impl NetConfig {
         Ok(())
     }
 
-    /// The pool as (network, prefix length).
-    pub fn pool_net(&self) -> Result<(Ipv4Addr, u8), String> {
-        parse_cidr(&self.pool).map_err(|e| format!("pool: {e}"))
+    /// Node `node`'s pool as (network, prefix length).
+    pub fn pool_net(&self, node: &str) -> Result<(Ipv4Addr, u8), String> {
+        parse_cidr(&self.pool_for(node)).map_err(|e| format!("pool: {e}"))
     }
 }
 
@@ -160,8 +175,40 @@ hostnames = ["pypi.mirror.test"]
         let j = dir.path().join("net.json");
         std::fs::write(&j, r#"{"services":{"npm":{"cidrs":["10.254.2.0/24"]}}}"#).unwrap();
         let c = NetConfig::load(&j).unwrap();
-        assert_eq!(c.pool, "10.200.0.0/16");
+        assert_eq!(c.pool, None);
+        assert_eq!(c.pool_for("n1"), default_pool("n1"));
         assert_eq!(c.services["npm"].protocol, Protocol::Any);
+    }
+
+    #[test]
+    fn the_shipped_example_loads() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/examples/network.toml");
+        let c = NetConfig::load(&p).unwrap();
+        let pypi = &c.services["pypi"];
+        assert!(pypi.hostnames.contains(&"pypi.org".to_string()));
+        assert_eq!(pypi.protocol, Protocol::Tcp);
+        assert_eq!(c.pool, None);
+    }
+
+    #[test]
+    fn default_pools_follow_the_node_id() {
+        let pools: std::collections::BTreeSet<String> = ["n1", "n2", "n3", "node7", "gpu01"]
+            .iter()
+            .map(|n| default_pool(n))
+            .collect();
+        assert!(pools.len() >= 4, "{pools:?}");
+        for p in &pools {
+            let (net, len) = parse_cidr(p).unwrap();
+            let second = net.octets()[1];
+            assert!(len == 16 && (202..250).contains(&second), "{p}");
+        }
+        assert_eq!(default_pool("n1"), default_pool("n1"));
+        let fixed = NetConfig {
+            pool: Some("10.9.0.0/16".into()),
+            ..Default::default()
+        };
+        assert_eq!(fixed.pool_for("n1"), "10.9.0.0/16");
     }
 
     #[test]

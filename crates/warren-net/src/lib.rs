@@ -24,7 +24,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, RwLock};
 use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
 
-pub use config::{NetConfig, Service};
+pub use config::{default_pool, NetConfig, Service};
 pub use error::NetError;
 use resolver::{Answers, Learn, NameRule, Resolver};
 use rules::{Elem, LinkRules, Proto, Table};
@@ -98,7 +98,7 @@ impl std::fmt::Debug for Network {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Network")
             .field("table", &self.table.name)
-            .field("pool", &self.cfg.pool)
+            .field("pool", &self.table.pool)
             .finish()
     }
 }
@@ -120,7 +120,7 @@ impl Network {
             path: "(network config)".into(),
             message: m,
         })?;
-        let (net, len) = cfg.pool_net().map_err(NetError::Policy)?;
+        let (net, len) = cfg.pool_net(node).map_err(NetError::Policy)?;
         let table = Table {
             name: format!("warren-{node}"),
             prefix: format!("wn{}", tag(node)),
@@ -140,6 +140,11 @@ impl Network {
         })
     }
 
+    /// The pool's prefix length.
+    fn pool_len(&self) -> u8 {
+        (32 - (self.pool_links * 4).trailing_zeros()) as u8
+    }
+
     /// Interface name prefix of this node's links.
     pub fn link_prefix(&self) -> &str {
         &self.table.prefix
@@ -153,6 +158,21 @@ impl Network {
             for l in link::list(&self.table.prefix).await? {
                 link::delete(&l).await?;
                 removed.push(format!("link {l}"));
+            }
+            // Our own links are gone: any address left in the pool is someone else's (another
+            // daemon's links, a host network), and sharing it would break both.
+            let taken = link::addresses_in(Ipv4Addr::from(self.pool_base), self.pool_len()).await?;
+            if !taken.is_empty() {
+                return Err(NetError::Config {
+                    path: "(network config)".into(),
+                    message: format!(
+                        "the sandbox address pool {} overlaps addresses on this host ({}); \
+                         another warrend may use it: give each daemon its own pool \
+                         (`pool = \"10.x.0.0/16\"` in --network-config) or a distinct --node",
+                        self.table.pool,
+                        taken.join(", ")
+                    ),
+                });
             }
             // The table itself is made by the first link: a node that never gives a sandbox a
             // network leaves no trace in the host's ruleset.
@@ -293,7 +313,7 @@ impl Network {
         let free = (0..self.pool_links).find(|i| !used.contains(i));
         let Some(i) = free else {
             return Err(NetError::PoolExhausted {
-                pool: self.cfg.pool.clone(),
+                pool: self.table.pool.clone(),
                 links: self.pool_links,
             });
         };

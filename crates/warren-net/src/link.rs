@@ -159,6 +159,59 @@ pub async fn delete(ifname: &str) -> Result<(), NetError> {
     .await
 }
 
+/// Host IPv4 addresses inside `net/len`, as `address on interface`.
+pub async fn addresses_in(net: Ipv4Addr, len: u8) -> Result<Vec<String>, NetError> {
+    on_thread(move || async move {
+        use rtnetlink::packet_route::address::AddressAttribute;
+        let h = connect("host netlink socket")?;
+        let mask = if len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(len))
+        };
+        let inside = |a: Ipv4Addr| u32::from(a) & mask == u32::from(net) & mask;
+        let mut names = std::collections::HashMap::new();
+        let mut links = h.link().get().execute();
+        while let Some(m) = links
+            .try_next()
+            .await
+            .map_err(|e| NetError::netlink("list links", e))?
+        {
+            for a in &m.attributes {
+                if let LinkAttribute::IfName(n) = a {
+                    names.insert(m.header.index, n.clone());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let mut addrs = h.address().get().execute();
+        while let Some(m) = addrs
+            .try_next()
+            .await
+            .map_err(|e| NetError::netlink("list addresses", e))?
+        {
+            for a in &m.attributes {
+                if let AddressAttribute::Local(IpAddr::V4(v4))
+                | AddressAttribute::Address(IpAddr::V4(v4)) = a
+                {
+                    if inside(*v4) {
+                        let name = names
+                            .get(&m.header.index)
+                            .cloned()
+                            .unwrap_or_else(|| format!("interface {}", m.header.index));
+                        let line = format!("{v4} on {name}");
+                        if !out.contains(&line) {
+                            out.push(line);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
 /// Names of host links starting with `prefix`.
 pub async fn list(prefix: &str) -> Result<Vec<String>, NetError> {
     let prefix = prefix.to_string();

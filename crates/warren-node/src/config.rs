@@ -26,6 +26,13 @@ pub struct NodeConfig {
     /// Once the state file is this large, no sandbox's output is kept in its trajectory
     /// (digests and sizes only), whatever its budget.
     pub state_max_bytes: u64,
+    /// Lifetime of a sandbox whose create names no `ttl_secs`.
+    pub default_ttl_secs: Option<u64>,
+    /// Longest lifetime from now a create or an extension may give; a sandbox without a ttl
+    /// (and no default) gets this one. `None`: no cap beyond `bounds.max_ttl_secs`.
+    pub max_ttl_secs: Option<u64>,
+    /// Timeout of a foreground command whose request names none.
+    pub default_exec_timeout_secs: Option<f64>,
     /// Caps on starting and held sandboxes and the memory kept free (see [`crate::admission`]).
     pub admission: crate::admission::AdmissionConfig,
 }
@@ -45,7 +52,22 @@ impl NodeConfig {
             functions: Default::default(),
             security: Default::default(),
             state_max_bytes: DEFAULT_STATE_MAX_BYTES,
+            default_ttl_secs: None,
+            max_ttl_secs: None,
+            default_exec_timeout_secs: None,
             admission: Default::default(),
         }
+    }
+
+    /// The ttl a create gets: its own, else the node's default, else the node's cap.
+    pub fn ttl_for(&self, asked: Option<u64>) -> Option<u64> {
+        asked.or(self.default_ttl_secs).or(self.max_ttl_secs)
+    }
+
+    /// The longest ttl a request may ask for.
+    pub fn ttl_cap(&self) -> u64 {
+        self.max_ttl_secs
+            .unwrap_or(self.bounds.max_ttl_secs)
+            .min(self.bounds.max_ttl_secs)
     }
 }

@@ -128,7 +128,10 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         shared.changes.fetch_add(1, Ordering::SeqCst);
                         ev(&mut out, id, Event::Done)
                     }
-                    Call::Pty { .. } | Call::Invoke { .. } => ev(
+                    Call::Pty { .. }
+                    | Call::Invoke { .. }
+                    | Call::ReadTar { .. }
+                    | Call::WriteTar { .. } => ev(
                         &mut out,
                         id,
                         Event::error(warren_types::ErrorCode::InvalidRequest, "not here"),
@@ -288,6 +291,8 @@ pub struct FakeRuntime {
     pub adopted: Mutex<Vec<(SandboxId, serde_json::Value)>>,
     pub destroyed_records: Mutex<Vec<(SandboxId, Option<serde_json::Value>)>>,
     pub reconciled: Mutex<Vec<Vec<SandboxId>>>,
+    /// When set, each create takes a permit first (a test holds creates in flight).
+    pub create_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl FakeRuntime {
@@ -316,6 +321,10 @@ impl Runtime for FakeRuntime {
     }
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
         self.created.lock().unwrap().push(spec.clone());
+        let gate = self.create_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.acquire().await.expect("gate open").forget();
+        }
         if self.fail_create.load(Ordering::SeqCst) {
             return Err(RuntimeError::StartFailed("fake start failure".into()));
         }

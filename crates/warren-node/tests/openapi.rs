@@ -76,6 +76,11 @@ fn every_error_code_is_in_the_spec() {
             sha256: String::new(),
             size: 0,
         },
+        TrajectoryCall::WriteTar {
+            path: "/".into(),
+            sha256: String::new(),
+            size: 0,
+        },
         TrajectoryCall::Mkdir {
             path: "/".into(),
             parents: false,
@@ -161,6 +166,7 @@ fn schemas_name_the_serialized_fields() {
             fields_of(&ExecRequest {
                 step: Some(0),
                 kill_tree: true,
+                stdin_encoding: warren_types::OutputEncoding::Base64,
                 ..ExecRequest::default()
             }),
         ),

@@ -67,6 +67,12 @@ pub enum Call {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         size: Option<u64>,
     },
+    /// Pack a directory's tree (or one file) as a tar stream; STDOUT frames
+    /// (credit-limited). → `Done`.
+    ReadTar { path: String, window: u32 },
+    /// Unpack the tar stream of the STDIN frames that follow (until EOF) under a directory,
+    /// made when missing. → `Done`.
+    WriteTar { path: String },
     /// → `Stat`.
     Stat { path: String },
     /// → `Entries`: at most `limit` entries (and about 8 MiB) in

@@ -321,6 +321,24 @@ impl AgentConn {
         Ok(ExecStream { s, owed: 0 })
     }
 
+    /// Runs a command whose stdin is streamed: write it through the returned [`StdinSink`]
+    /// (any size, any bytes) and end it with [`StdinSink::close`]; dropping the sink closes
+    /// it too.
+    pub async fn exec_piped(
+        &self,
+        mut spec: ExecSpec,
+    ) -> Result<(ExecStream, StdinSink), RuntimeError> {
+        spec.window = Some(WINDOW);
+        spec.stdin = true;
+        let s = self.open(&Call::Exec { spec }).await?;
+        let sink = StdinSink {
+            id: s.id,
+            conn: self.clone(),
+            closed: false,
+        };
+        Ok((ExecStream { s, owed: 0 }, sink))
+    }
+
     /// Starts a background process and returns its pid inside the sandbox.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<u32, RuntimeError> {
         // `Started` is the last event of a spawn (the process outlives the call).
@@ -417,12 +435,24 @@ impl AgentConn {
 
     /// Streams a file out of the sandbox.
     pub async fn read_file(&self, path: &str) -> Result<FileReader, RuntimeError> {
-        let mut s = self
-            .open(&Call::ReadFile {
-                path: path.to_string(),
-                window: WINDOW,
-            })
-            .await?;
+        self.reader(Call::ReadFile {
+            path: path.to_string(),
+            window: WINDOW,
+        })
+        .await
+    }
+
+    /// Streams a directory tree (or one file) out of the sandbox as a tar stream.
+    pub async fn read_tar(&self, path: &str) -> Result<FileReader, RuntimeError> {
+        self.reader(Call::ReadTar {
+            path: path.to_string(),
+            window: WINDOW,
+        })
+        .await
+    }
+
+    async fn reader(&self, call: Call) -> Result<FileReader, RuntimeError> {
+        let mut s = self.open(&call).await?;
         // Fail early (not found, not a file) before the caller commits to a 200 response.
         let first = s.next_frame().await?;
         let pending = match first.kind {
@@ -456,6 +486,17 @@ impl AgentConn {
                 path: path.to_string(),
                 mode,
                 size,
+            })
+            .await?;
+        Ok(FileWriter { s })
+    }
+
+    /// Unpacks a tar stream under a directory of the sandbox (made when missing); write its
+    /// chunks, then `finish`.
+    pub async fn write_tar(&self, path: &str) -> Result<FileWriter, RuntimeError> {
+        let s = self
+            .open(&Call::WriteTar {
+                path: path.to_string(),
             })
             .await?;
         Ok(FileWriter { s })
@@ -668,6 +709,59 @@ impl ExecStream {
             .send(Frame::new(self.s.id, Kind::Cancel, Bytes::new()))
             .await;
         self.s.done = true;
+    }
+}
+
+/// The stdin of a command started by [`AgentConn::exec_piped`].
+pub struct StdinSink {
+    id: u32,
+    conn: AgentConn,
+    closed: bool,
+}
+
+impl StdinSink {
+    /// Sends a chunk (any size; split into frames).
+    pub async fn write(&mut self, data: Bytes) -> Result<(), RuntimeError> {
+        let mut off = 0;
+        while off < data.len() {
+            let end = (off + MAX_PAYLOAD).min(data.len());
+            self.send(Frame::new(self.id, Kind::Stdin, data.slice(off..end)))
+                .await?;
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Ends the command's stdin.
+    pub async fn close(mut self) -> Result<(), RuntimeError> {
+        self.closed = true;
+        self.send(Frame::new(self.id, Kind::Eof, Bytes::new()))
+            .await
+    }
+
+    async fn send(&self, f: Frame) -> Result<(), RuntimeError> {
+        self.conn
+            .inner
+            .tx
+            .send(f)
+            .await
+            .map_err(|_| RuntimeError::AgentLost)
+    }
+}
+
+impl Drop for StdinSink {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let eof = Frame::new(self.id, Kind::Eof, Bytes::new());
+        if let Err(mpsc::error::TrySendError::Full(eof)) = self.conn.inner.tx.try_send(eof) {
+            // The command must see its end of input even when the writer is backed up.
+            let tx = self.conn.inner.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(eof).await;
+            });
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use warren_types::{Limits, SandboxId, Substrate};
 
 pub use agent::{
     AgentConn, CollectedFile, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter,
-    InvokeOutput, PtySession, StreamItem,
+    InvokeOutput, PtySession, StdinSink, StreamItem,
 };
 pub use error::RuntimeError;
 

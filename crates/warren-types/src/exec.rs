@@ -75,6 +75,9 @@ pub struct ExecRequest {
     /// Bytes fed to the command's stdin, then closed. Empty when absent.
     #[serde(default)]
     pub stdin: Option<String>,
+    /// How `stdin` is written: `utf8` (the text itself, the default) or `base64` (any bytes).
+    #[serde(default, skip_serializing_if = "is_utf8")]
+    pub stdin_encoding: OutputEncoding,
     /// Seconds; when exceeded the whole process tree is killed. Fractions allowed.
     #[serde(default)]
     pub timeout_secs: Option<f64>,
@@ -97,7 +100,24 @@ pub struct ExecRequest {
     pub step: Option<u64>,
 }
 
+fn is_utf8(e: &OutputEncoding) -> bool {
+    *e == OutputEncoding::Utf8
+}
+
 impl ExecRequest {
+    /// The stdin bytes, decoded per `stdin_encoding`.
+    pub fn stdin_bytes(&self) -> Result<Option<Vec<u8>>, ApiError> {
+        use base64::Engine as _;
+        match (&self.stdin, self.stdin_encoding) {
+            (None, _) => Ok(None),
+            (Some(s), OutputEncoding::Utf8) => Ok(Some(s.as_bytes().to_vec())),
+            (Some(s), OutputEncoding::Base64) => base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map(Some)
+                .map_err(|e| ApiError::invalid(format!("stdin is not valid base64: {e}"))),
+        }
+    }
+
     /// A request for `argv`.
     pub fn argv<I, S>(argv: I) -> Self
     where
@@ -175,12 +195,11 @@ impl ExecRequest {
             }
         }
         if self
-            .stdin
-            .as_ref()
+            .stdin_bytes()?
             .is_some_and(|s| s.len() > MAX_INLINE_STDIN)
         {
             return Err(ApiError::invalid(
-                "inline stdin is larger than 16 MiB; upload a file",
+                "inline stdin is larger than 16 MiB; stream it (/exec/attach) or upload a file",
             ));
         }
         Ok(())

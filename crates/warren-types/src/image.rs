@@ -64,3 +64,40 @@ pub struct ImageDeleted {
     pub reference: String,
     pub gc: GcReport,
 }
+
+/// `POST /v1/images/import` and `POST /v1/images/pull`: the image made and what it took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageImported {
+    pub image: ImageInfo,
+    /// Layers converted by this import.
+    pub converted: usize,
+    /// Layers found already converted.
+    pub reused: usize,
+    /// Bytes of layer data read (as stored: compressed if compressed).
+    pub bytes_read: u64,
+    pub seconds: f64,
+}
+
+/// `POST /v1/images/pull`: an image of an OCI registry, converted and tagged on the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// `host[:port]/repo[:tag|@digest]`.
+    pub reference: String,
+    /// `name[:tag]` of the new image.
+    pub tag: String,
+    /// Plain HTTP instead of HTTPS.
+    #[serde(default)]
+    pub insecure: bool,
+    /// Registry credentials; anonymous when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Display for PullRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} as {}", self.reference, self.tag)
+    }
+}

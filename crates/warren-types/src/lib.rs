@@ -15,6 +15,7 @@ pub mod image;
 pub mod network;
 pub mod sandbox;
 pub mod trajectory;
+pub mod units;
 pub mod validate;
 
 pub use auth::{Caller, Quota, Quotas, Role};
@@ -29,7 +30,7 @@ pub use exec::{
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};
 pub use id::{NodeId, SandboxId};
-pub use image::{GcReport, ImageDeleted, ImageInfo, LayerInfo};
+pub use image::{GcReport, ImageDeleted, ImageImported, ImageInfo, LayerInfo, PullRequest};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
     CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,

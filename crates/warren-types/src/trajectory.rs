@@ -52,6 +52,13 @@ pub enum TrajectoryCall {
         sha256: String,
         size: u64,
     },
+    /// A tar stream unpacked under a directory.
+    WriteTar {
+        path: String,
+        /// sha256 (hex) of the tar stream.
+        sha256: String,
+        size: u64,
+    },
     Mkdir {
         path: String,
         parents: bool,
@@ -85,6 +92,7 @@ impl TrajectoryCall {
             TrajectoryCall::Spawn(_) => "spawn",
             TrajectoryCall::Kill { .. } => "kill",
             TrajectoryCall::WriteFile { .. } => "write_file",
+            TrajectoryCall::WriteTar { .. } => "write_tar",
             TrajectoryCall::Mkdir { .. } => "mkdir",
             TrajectoryCall::Remove { .. } => "remove",
             TrajectoryCall::Chmod { .. } => "chmod",

@@ -80,6 +80,18 @@ struct Args {
     /// trajectory (digests and sizes only).
     #[arg(long, default_value_t = warren_node::config::DEFAULT_STATE_MAX_BYTES >> 20)]
     state_max_mb: u64,
+    /// Lifetime of a sandbox created without a ttl: 30m, 12h, 7d (a plain number is
+    /// seconds). Default: none (it lives until deleted, or --max-ttl).
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    default_ttl: Option<u64>,
+    /// Longest lifetime a create or an extension may give a sandbox: 1d, 30d. A sandbox
+    /// created without a ttl (and no --default-ttl) gets this one.
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    max_ttl: Option<u64>,
+    /// Timeout of a command whose exec request names none: 10m, 1h (a plain number is
+    /// seconds). Default: none.
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
+    default_exec_timeout: Option<f64>,
     /// Most sandboxes starting at once; more creates are refused with `busy` (429).
     #[arg(long, default_value_t = 64)]
     max_starting: u64,
@@ -216,7 +228,7 @@ fn bind_socket(path: &Path, group: Option<&str>) -> Result<tokio::net::UnixListe
         Some(name) => Some(
             nix::unistd::Group::from_name(name)
                 .with_context(|| format!("looking up group {name}"))?
-                .with_context(|| format!("no group {name} (--socket-group)"))?
+                .with_context(|| format!("--socket-group {name}: no such group (groupadd {name})"))?
                 .gid,
         ),
         None => None,
@@ -351,6 +363,17 @@ async fn run(args: Args) -> Result<()> {
     cfg.max_sandboxes = args.max_sandboxes;
     cfg.defaults.trajectory_mb = args.trajectory_mb;
     cfg.state_max_bytes = args.state_max_mb << 20;
+    if let (Some(d), Some(m)) = (args.default_ttl, args.max_ttl) {
+        if d > m {
+            bail!("--default-ttl ({d} s) is longer than --max-ttl ({m} s)");
+        }
+    }
+    if args.default_exec_timeout.is_some_and(|t| t <= 0.0) {
+        bail!("--default-exec-timeout must be more than 0");
+    }
+    cfg.default_ttl_secs = args.default_ttl;
+    cfg.max_ttl_secs = args.max_ttl;
+    cfg.default_exec_timeout_secs = args.default_exec_timeout;
     cfg.admission = warren_node::admission::AdmissionConfig {
         max_starting: args.max_starting,
         max_running: args.max_running,

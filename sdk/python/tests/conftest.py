@@ -143,7 +143,9 @@ def node() -> Iterator[Node]:
     if why:
         pytest.skip(why)
     tmp = Path(tempfile.mkdtemp(prefix="warren-py-"))
-    n = start_node(tmp, node_name(), "--max-sandboxes", "2000")
+    # The example network configuration the README points at, so its `pypi` examples run.
+    net = REPO / "docs" / "examples" / "network.toml"
+    n = start_node(tmp, node_name(), "--max-sandboxes", "2000", "--network-config", str(net))
     try:
         yield n
     finally:

@@ -110,6 +110,9 @@ async def test_exec(asb: warren.AsyncSandbox) -> None:
     assert r.stdout == "from stdin\n/etc\ny\n"
     r = await asb.exec(["cat"], stdin=b"bytes in")
     assert r.stdout == "bytes in"
+    every_byte = bytes(range(256)) * 64
+    r = await asb.exec(["cat"], stdin=every_byte, binary=True)
+    assert r.stdout == every_byte and r.stderr == b""
     r = await asb.exec("id -un", user="nobody")
     assert r.stdout.strip() == "nobody"
 
@@ -253,6 +256,35 @@ async def test_upload_download(asb: warren.AsyncSandbox, tmp_path: Path) -> None
 
 
 # -- terminal -------------------------------------------------------------------------------
+
+
+async def test_upload_and_download_directories(asb: warren.AsyncSandbox, tmp_path: Path) -> None:
+    src = tmp_path / "repo"
+    (src / "pkg" / "deep").mkdir(parents=True)
+    (src / "pkg" / "run.sh").write_text("echo run\n")
+    os.chmod(src / "pkg" / "run.sh", 0o751)
+    (src / "pkg" / "deep" / "data.bin").write_bytes(bytes(range(256)) * 4096)
+    os.symlink("pkg/run.sh", src / "link")
+    os.utime(src / "pkg" / "run.sh", (1_500_000_000, 1_500_000_000))
+    await asb.files.upload_dir(src, "/workspace/repo")
+    r = await asb.exec("stat -c '%a %Y' /workspace/repo/pkg/run.sh; readlink /workspace/repo/link; /workspace/repo/link")
+    assert r.stdout == "751 1500000000\npkg/run.sh\nrun\n", r
+    back = tmp_path / "back"
+    await asb.files.download_dir("/workspace/repo", back)
+    assert (back / "pkg" / "deep" / "data.bin").read_bytes() == bytes(range(256)) * 4096
+    st = os.stat(back / "pkg" / "run.sh")
+    assert (st.st_mode & 0o7777, int(st.st_mtime)) == (0o751, 1_500_000_000)
+    assert os.readlink(back / "link") == "pkg/run.sh"
+
+
+async def test_extend_lifetime(asb: warren.AsyncSandbox, aclient: warren.AsyncClient) -> None:
+    import time
+
+    before = int(time.time() * 1000)
+    await asb.extend(3600)
+    assert asb.info.expires_at_ms is not None and asb.info.expires_at_ms >= before + 3_600_000
+    h = await aclient.health()
+    assert "max_ttl_secs" in h.defaults
 
 
 async def test_pty(asb: warren.AsyncSandbox) -> None:

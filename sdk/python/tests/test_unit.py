@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import httpx
@@ -102,7 +104,8 @@ def test_exec_body_shapes() -> None:
         "argv": ["ls", "-l"],
         "cwd": "/tmp",
         "env": {"A": "1"},
-        "stdin": "in",
+        "stdin": "aW4=",
+        "stdin_encoding": "base64",
         "timeout_secs": 1.5,
         "max_output_bytes": 100,
         "user": "root",
@@ -111,8 +114,9 @@ def test_exec_body_shapes() -> None:
         "shell": "sleep 1 &",
         "kill_tree": True,
     }
-    with pytest.raises(ValueError):
-        _exec_body("cat", None, None, b"\xff\xfe", None, None, None)
+    # Any bytes go as base64; text goes as it is.
+    assert _exec_body("cat", None, None, b"\xff\x00", None, None, None)["stdin"] == "/wA="
+    assert _exec_body("cat", None, None, "t\u00e9", None, None, None)["stdin"] == "t\u00e9"
     with pytest.raises(TypeError):
         _exec_body(b"ls", None, None, None, None, None, None)  # type: ignore[arg-type]
 
@@ -295,6 +299,43 @@ async def test_list_pages_through_a_directory() -> None:
     assert [q.get("after") for q in seen] == [None, "f009", "f019"]
     entries, nxt = await sb.files.list_page("/d", limit=10)
     assert len(entries) == 10 and nxt == "f009" and seen[-1]["limit"] == "10"
+
+
+def test_binary_results_keep_the_bytes() -> None:
+    d = {"exit_code": 0, "stdout": "/wA=", "stderr": "", "encoding": "base64"}
+    r = warren.ExecResult.from_json(d, binary=True)
+    assert r.stdout == b"\xff\x00" and r.stderr == b""
+    assert warren.ExecResult.from_json({"exit_code": 0, "stdout": "hi", "stderr": ""}, binary=True).stdout == b"hi"
+    assert warren.ExecResult.from_json(d).stdout == "\ufffd\x00"
+
+
+def test_tar_members_that_leave_the_destination_are_refused(tmp_path: Path) -> None:
+    import tarfile
+
+    from warren._files import _check_member
+
+    dest = str(tmp_path.resolve())
+    os.symlink("/etc", tmp_path / "out")
+
+    def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+        m = tarfile.TarInfo(name)
+        m.type = kind
+        m.linkname = link
+        return m
+
+    _check_member(member("a/b"), dest)
+    _check_member(member("l", tarfile.SYMTYPE, "/anywhere"), dest)  # a link itself is harmless
+    for bad in (member("../x"), member("/abs"), member("out/passwd"), member("h", tarfile.LNKTYPE, "../../etc/passwd")):
+        with pytest.raises(ValueError):
+            _check_member(bad, dest)
+
+
+def test_distribution_name_is_free_and_module_is_warren() -> None:
+    # `warren` on the public package index is an unrelated project.
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '\nname = "warren-sandbox"\n' in text
+    assert 'packages = ["warren"]' in text
+    assert warren.__name__ == "warren"
 
 
 async def test_tokens_are_sent_and_401_names_the_node(monkeypatch: pytest.MonkeyPatch) -> None:

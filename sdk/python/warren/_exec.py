@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64 as _b64
+
 import json as _json
 import os
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
@@ -45,11 +47,11 @@ def _exec_body(
         body["env"] = dict(env)
     if stdin is not None:
         if isinstance(stdin, (bytes, bytearray, memoryview)):
-            try:
-                stdin = bytes(stdin).decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError("stdin must be UTF-8 text; upload binary input as a file and redirect it") from None
-        body["stdin"] = stdin
+            # Any bytes: carried as base64.
+            body["stdin"] = _b64.b64encode(bytes(stdin)).decode("ascii")
+            body["stdin_encoding"] = "base64"
+        else:
+            body["stdin"] = stdin
     if kill_tree:
         body["kill_tree"] = True
     if timeout is not None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import queue as _queue
+import tarfile
+import threading
 from typing import IO, TYPE_CHECKING, Any, AsyncGenerator, AsyncIterable, AsyncIterator, Dict, List, Optional, Tuple, Union
 
 import httpx
@@ -153,6 +157,131 @@ class AsyncFiles:
                     pass
         return total
 
+    async def upload_dir(self, local_dir: Union[str, os.PathLike[str]], remote_dir: str) -> None:
+        """Copies the local directory ``local_dir``'s contents into ``remote_dir`` (made when
+        missing), streamed as a tar: modes, symlinks and mtimes are kept; files are owned by
+        the sandbox's root. Memory stays flat whatever the tree's size.
+        """
+        local_dir = os.fspath(local_dir)
+        if not os.path.isdir(local_dir):
+            raise NotADirectoryError(local_dir)
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[Optional[bytes]] = asyncio.Queue(maxsize=4)
+        stop = threading.Event()
+
+        class _Writer(io.RawIOBase):
+            def writable(self) -> bool:
+                return True
+
+            def write(self, b: Any) -> int:
+                if stop.is_set():
+                    raise BrokenPipeError("upload stopped")
+                data = bytes(b)
+                asyncio.run_coroutine_threadsafe(chunks.put(data), loop).result()
+                return len(data)
+
+        def pack() -> None:
+            try:
+                w = io.BufferedWriter(_Writer(), buffer_size=_CHUNK)
+                with tarfile.open(fileobj=w, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+                    for name in sorted(os.listdir(local_dir)):
+                        tf.add(os.path.join(local_dir, name), arcname=name, recursive=True)
+                w.flush()
+            finally:
+                if not stop.is_set():
+                    asyncio.run_coroutine_threadsafe(chunks.put(None), loop).result()
+
+        packer = loop.run_in_executor(None, pack)
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                c = await chunks.get()
+                if c is None:
+                    return
+                yield c
+
+        try:
+            await self._http.request(
+                "PUT",
+                self._path + "/tar",
+                params={"path": remote_dir},
+                content=body(),
+                timeout=self._http.call_timeout(None),
+            )
+        finally:
+            stop.set()
+            while not packer.done():
+                # Unblock a packer waiting on a full queue; it stops at its next write.
+                while not chunks.empty():
+                    chunks.get_nowait()
+                await asyncio.sleep(0.01)
+        await packer
+
+    async def download_dir(self, remote_dir: str, local_dir: Union[str, os.PathLike[str]]) -> None:
+        """Copies the sandbox directory ``remote_dir``'s contents into ``local_dir`` (made when
+        missing), streamed as a tar: modes, symlinks and mtimes are kept. Entries that would
+        land outside ``local_dir`` (``..``, absolute names, writes through symlinks, links
+        out) raise ``ValueError`` and are not written.
+        """
+        local_dir = os.path.realpath(os.fspath(local_dir))
+        os.makedirs(local_dir, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        chunks: _queue.Queue[Optional[bytes]] = _queue.Queue(maxsize=4)
+
+        class _Reader(io.RawIOBase):
+            buf = b""
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, b: Any) -> int:
+                while not self.buf:
+                    c = chunks.get()
+                    if c is None:
+                        return 0
+                    self.buf = c
+                n = min(len(b), len(self.buf))
+                b[:n] = self.buf[:n]
+                self.buf = self.buf[n:]
+                return n
+
+        def unpack() -> None:
+            with tarfile.open(fileobj=io.BufferedReader(_Reader(), _CHUNK), mode="r|") as tf:
+                for m in tf:
+                    if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                        continue
+                    _check_member(m, local_dir)
+                    if _HAS_FILTERS:
+                        tf.extract(m, local_dir, filter="fully_trusted")  # checked above
+                    else:
+                        tf.extract(m, local_dir)
+
+        unpacker = loop.run_in_executor(None, unpack)
+        resp = await self._http.stream("GET", self._path + "/tar", params={"path": remote_dir}, retry=True)
+        try:
+            async for piece in resp.aiter_raw():
+                while True:
+                    try:
+                        chunks.put_nowait(piece)
+                        break
+                    except _queue.Full:
+                        if unpacker.done():
+                            break
+                        await asyncio.sleep(0.005)
+                if unpacker.done():
+                    break
+        except httpx.TransportError as e:
+            raise _transport_error(e, f"reading {remote_dir}") from e
+        finally:
+            await resp.aclose()
+            while not unpacker.done():
+                try:
+                    chunks.put_nowait(None)
+                    break
+                except _queue.Full:
+                    await asyncio.sleep(0.005)
+        await unpacker
+
     async def list(self, path: str = "/") -> List[FileStat]:
         """Every entry of the directory at ``path`` (names are base names), in name order,
         fetched page by page (see :meth:`list_page`)."""
@@ -237,3 +366,20 @@ async def _aiter_file(f: IO[bytes], close: bool = False, chunk_size: int = _CHUN
             await asyncio.gather(fut, return_exceptions=True)
         if close:
             f.close()
+
+
+_HAS_FILTERS = hasattr(tarfile, "fully_trusted_filter")
+
+
+def _check_member(m: tarfile.TarInfo, dest: str) -> None:
+    """Refuses a tar entry that would be written, or link, outside ``dest``."""
+    name = m.name
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"tar entry {name!r} would leave {dest}")
+    target = os.path.realpath(os.path.join(dest, name))
+    if os.path.commonpath([dest, target]) != dest:
+        raise ValueError(f"tar entry {name!r} goes through a symlink out of {dest}")
+    if m.islnk():
+        src = os.path.realpath(os.path.join(dest, m.linkname))
+        if m.linkname.startswith("/") or os.path.commonpath([dest, src]) != dest:
+            raise ValueError(f"tar entry {name!r} links to {m.linkname!r}, outside {dest}")

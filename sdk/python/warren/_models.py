@@ -27,6 +27,8 @@ class Health:
         version: The daemon's version.
         substrates: The substrates this node serves (``["container"]``, ...).
         sandboxes: How many sandboxes the node holds, in any state.
+        defaults: What the node applies when a request leaves it out: ``ttl_secs`` (lifetime
+            of a sandbox created without one), ``max_ttl_secs`` and ``exec_timeout_secs``.
     """
 
     status: str
@@ -34,6 +36,7 @@ class Health:
     version: str
     substrates: List[str]
     sandboxes: int = 0
+    defaults: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> Health:
@@ -44,6 +47,7 @@ class Health:
             version=d.get("version", ""),
             substrates=list(d.get("substrates", [])),
             sandboxes=int(d.get("sandboxes", 0)),
+            defaults=dict(d.get("defaults") or {}),
         )
 
 
@@ -153,6 +157,13 @@ class SandboxInfo:
         )
 
 
+def _raw(value: str, encoding: str) -> bytes:
+    """Output as raw bytes, whichever encoding carried it."""
+    if encoding == "base64":
+        return base64.b64decode(value)
+    return value.encode("utf-8")
+
+
 def _text(value: str, encoding: str) -> str:
     if encoding == "base64" and value:
         return base64.b64decode(value).decode("utf-8", "replace")
@@ -166,8 +177,9 @@ class ExecResult:
     Attributes:
         exit_code: Exit status when the command exited normally, else ``None``.
         signal: Signal number when the command was killed by a signal, else ``None``.
-        stdout: Captured standard output (up to the output cap), decoded as UTF-8.
-        stderr: Captured standard error (up to the output cap), decoded as UTF-8.
+        stdout: Captured standard output (up to the output cap), decoded as UTF-8 (``bytes``,
+            undecoded, when the exec asked for ``binary=True``).
+        stderr: Captured standard error (up to the output cap), likewise.
         stdout_truncated: True when stdout went past the cap and the rest was dropped.
         stderr_truncated: True when stderr went past the cap and the rest was dropped.
         timed_out: True when the command's timeout fired and its process tree was killed.
@@ -182,8 +194,8 @@ class ExecResult:
 
     exit_code: Optional[int]
     signal: Optional[int]
-    stdout: str
-    stderr: str
+    stdout: Any  # str; bytes when the exec asked for binary=True
+    stderr: Any
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
@@ -209,14 +221,18 @@ class ExecResult:
         return self.stdout + self.stderr
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> ExecResult:
-        """Builds an :class:`ExecResult` from decoded JSON (either output encoding)."""
+    def from_json(cls, d: Dict[str, Any], binary: bool = False) -> ExecResult:
+        """Builds an :class:`ExecResult` from decoded JSON (either output encoding).
+
+        With ``binary=True``, ``stdout`` and ``stderr`` are the raw bytes.
+        """
         enc = d.get("encoding", "utf8")
+        conv: Any = _raw if binary else _text
         return cls(
             exit_code=d.get("exit_code"),
             signal=d.get("signal"),
-            stdout=_text(d.get("stdout", ""), enc),
-            stderr=_text(d.get("stderr", ""), enc),
+            stdout=conv(d.get("stdout", ""), enc),
+            stderr=conv(d.get("stderr", ""), enc),
             stdout_truncated=bool(d.get("stdout_truncated", False)),
             stderr_truncated=bool(d.get("stderr_truncated", False)),
             timed_out=bool(d.get("timed_out", False)),

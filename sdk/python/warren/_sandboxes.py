@@ -162,6 +162,7 @@ class AsyncSandbox:
         check: bool = False,
         step: Optional[int] = None,
         kill_tree: bool = False,
+        binary: bool = False,
     ) -> ExecResult:
         """Runs a command to completion and returns its :class:`ExecResult`.
 
@@ -171,7 +172,7 @@ class AsyncSandbox:
                 result has ``timed_out=True``. ``None``: no limit.
             cwd: Working directory (absolute); default the sandbox's workdir.
             env: Extra environment, over the sandbox's.
-            stdin: Text (or UTF-8 bytes) fed to stdin, then closed.
+            stdin: Text, or any bytes, fed to stdin, then closed (at most 16 MiB).
             user: Run as this user (name or ``uid[:gid]``); default the sandbox's user.
             max_output: Cap per output stream in bytes (node default 1 MiB, at most 64 MiB);
                 the rest is dropped and ``truncated`` is set.
@@ -184,19 +185,23 @@ class AsyncSandbox:
             kill_tree: When the command ends, kill every process it started (background
                 jobs, daemons, double forks), as a timeout does. Off by default: such
                 processes keep running in the sandbox. Function calls always end everything.
+            binary: Return ``stdout`` and ``stderr`` as the raw ``bytes`` the command wrote,
+                not decoded as UTF-8.
 
         Exec calls without a step are never retried: a command may have side effects. With a
         step, a call cut off by a connection failure is retried: the node answers the one run.
         """
         http = self._client._http
         body = _exec_body(cmd, cwd, env, stdin, user, timeout, max_output, step, kill_tree)
+        if binary:
+            body["encoding"] = "base64"
         if step is not None:
             resp = await http.request(
                 "POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout), retry=True
             )
         else:
             resp = await http.request("POST", self._path + "/exec", json=body, timeout=http.call_timeout(timeout))
-        result = ExecResult.from_json(resp.json())
+        result = ExecResult.from_json(resp.json(), binary=binary)
         if check and (result.exit_code != 0 or result.timed_out):
             raise CommandError(cmd, result)
         return result
@@ -337,6 +342,16 @@ class AsyncSandbox:
         if isinstance(stats, dict) and "id" not in stats:
             await self.refresh()
         return stats
+
+    async def extend(self, ttl: Union[int, float, datetime.timedelta]) -> None:
+        """Gives the sandbox a new lifetime: it now expires ``ttl`` (seconds or a
+        ``timedelta``) from now, within the node's maximum lifetime (``warrend --max-ttl``).
+        ``info.expires_at_ms`` shows the new expiry."""
+        secs = _secs(ttl, "ttl")
+        resp = await self._client._http.request(
+            "POST", self._path + "/extend", json={"ttl_secs": secs}, retry=True
+        )
+        self._update(resp.json())
 
     async def resume(self) -> None:
         """Resumes a paused sandbox. Raises :class:`~warren.Unsupported` where not served yet."""

@@ -1,8 +1,10 @@
-//! `warren cp SRC DST`: copies one file between the host and a sandbox, docker-style.
+//! `warren cp SRC DST`: copies a file or a directory between the host and a sandbox,
+//! docker-style.
 //!
 //! One side is `ID:/path` (a sandbox path, absolute), the other a local path or `-` for
 //! stdin/stdout. Both sides may be sandboxes. Bytes are streamed, never held whole.
-//! Directories are not copied.
+//! Directories go as a tar stream (modes, symlinks and mtimes kept): into `DST/NAME` when
+//! `DST` is an existing directory, else as `DST` itself.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +21,9 @@ pub struct Args {
     pub src: String,
     /// Destination: ID:/path, a local path, or - for stdout
     pub dst: String,
+    /// Copy directories (recursive); a directory source is copied recursively anyway
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
 }
 
 /// One side of a copy.
@@ -100,10 +105,83 @@ fn local_target(path: &Path, src_name: Option<&str>) -> anyhow::Result<PathBuf> 
     }
 }
 
+/// Is the sandbox path a directory? (Missing: no.)
+async fn remote_is_dir(client: &Client, id: &str, path: &str) -> anyhow::Result<bool> {
+    match client.stat(id, path).await {
+        Ok(st) => Ok(st.kind == FileKind::Dir),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("stat {id}:{path}")),
+    }
+}
+
+/// Where a copied directory lands: inside `dst` when it is an existing directory.
+fn dir_target(dst_is_dir: bool, dst: &str, src_name: Option<&str>) -> anyhow::Result<String> {
+    if !dst_is_dir {
+        return Ok(dst.to_string());
+    }
+    let name = src_name.context("the source has no name; name the destination directory")?;
+    Ok(format!("{}/{name}", dst.trim_end_matches('/')))
+}
+
+/// Copies a directory when the source is one; false when it is not (a file copy follows).
+async fn copy_dir(client: &Client, src: &Location, dst: &Location) -> anyhow::Result<bool> {
+    match (src, dst) {
+        (Location::Local(local), Location::Sandbox { id, path }) if local.is_dir() => {
+            let name = std::fs::canonicalize(local)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            let is_dir = remote_is_dir(client, id, path).await?;
+            let target = dir_target(is_dir, path, name.as_deref())?;
+            client
+                .upload_dir(id, local, &target)
+                .await
+                .with_context(|| format!("copying {} to {id}:{target}", local.display()))?;
+            Ok(true)
+        }
+        (Location::Sandbox { id, path }, Location::Local(local)) => {
+            if !remote_is_dir(client, id, path).await? {
+                return Ok(false);
+            }
+            let target = dir_target(local.is_dir(), &local.to_string_lossy(), base_name(path))?;
+            client
+                .download_dir(id, path, &target)
+                .await
+                .with_context(|| format!("copying {id}:{path} to {target}"))?;
+            Ok(true)
+        }
+        (
+            Location::Sandbox {
+                id: sid,
+                path: spath,
+            },
+            Location::Sandbox { id, path },
+        ) => {
+            if !remote_is_dir(client, sid, spath).await? {
+                return Ok(false);
+            }
+            let is_dir = remote_is_dir(client, id, path).await?;
+            let target = dir_target(is_dir, path, base_name(spath))?;
+            let tar = client
+                .read_tar(sid, spath)
+                .await
+                .with_context(|| format!("reading {sid}:{spath}"))?;
+            client
+                .write_tar(id, &target, tar)
+                .await
+                .with_context(|| format!("copying {sid}:{spath} to {id}:{target}"))?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     let src = Location::parse(&args.src)?;
     let dst = Location::parse(&args.dst)?;
     let client = ctx.client()?;
+    if copy_dir(&client, &src, &dst).await? {
+        return Ok(0);
+    }
     match (src, dst) {
         (Location::Sandbox { id, path }, Location::Local(local)) => {
             let target = local_target(&local, base_name(&path))?;
@@ -216,5 +294,11 @@ mod tests {
         let file = dir.join("warren-cp-test-no-such-file");
         assert_eq!(local_target(&file, Some("x")).unwrap(), file);
         assert!(local_target(&dir, None).is_err());
+        assert_eq!(
+            dir_target(false, "/w/repo", Some("src")).unwrap(),
+            "/w/repo"
+        );
+        assert_eq!(dir_target(true, "/w/", Some("src")).unwrap(), "/w/src");
+        assert!(dir_target(true, "/w", None).is_err());
     }
 }

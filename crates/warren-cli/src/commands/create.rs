@@ -7,7 +7,7 @@ use warren_client::{CpuClass, CreateSandboxRequest, ImageRef, Substrate};
 
 use super::{parse_kv, Ctx};
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Image name; repeat to stack layers, lowest first [default: default]
     #[arg(long, short = 'i')]
@@ -18,11 +18,12 @@ pub struct Args {
     /// CPU cores (fractions allowed)
     #[arg(long)]
     pub cpus: Option<f64>,
-    /// Memory limit in MiB
-    #[arg(long)]
+    /// Memory limit: 512M, 1G, 1.5GiB (a plain number is MiB)
+    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
     pub memory: Option<u64>,
-    /// Writable layer size in MiB (a container's lives in memory: at most --memory)
-    #[arg(long)]
+    /// Writable layer size: 512M, 10G (a plain number is MiB; a container's lives in memory:
+    /// at most --memory)
+    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
     pub disk: Option<u64>,
     /// Trajectory budget in MiB: output of later calls is logged as sha256 and size only
     #[arg(long)]
@@ -33,11 +34,12 @@ pub struct Args {
     /// Best-effort CPU class: lowest CPU weight and SCHED_IDLE, yielding to other sandboxes
     #[arg(long)]
     pub best_effort: bool,
-    /// Lifetime in seconds, after which the sandbox is deleted
-    #[arg(long)]
+    /// Lifetime, after which the sandbox is deleted: 90s, 5m, 2h (a plain number is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
     pub ttl: Option<u64>,
-    /// Seconds without calls after which the sandbox is stopped
-    #[arg(long)]
+    /// Time without calls after which the sandbox is paused (deleted where the substrate
+    /// cannot pause): 90s, 5m (a plain number is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
     pub idle_timeout: Option<u64>,
     /// Environment variable for every command (repeatable)
     #[arg(long, short = 'e', value_name = "K=V", value_parser = parse_kv)]
@@ -60,10 +62,14 @@ pub struct Args {
     /// Network policy as JSON (default "none"); see `warren net` to change it later
     #[arg(long)]
     pub network: Option<String>,
+    /// Print the new sandbox (SandboxInfo) as JSON instead of its id
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The request the arguments describe.
-pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
+pub fn request(args: &Args) -> anyhow::Result<CreateSandboxRequest> {
+    let args = args.clone();
     let substrate = match args.substrate.as_deref() {
         None => Substrate::default(),
         Some(s) => serde_json::from_value(serde_json::Value::String(s.to_string()))
@@ -100,10 +106,14 @@ pub fn request(args: Args) -> anyhow::Result<CreateSandboxRequest> {
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
-    let req = request(args)?;
+    let req = request(&args)?;
     let client = ctx.client()?;
     let sandbox = client.create(&req).await.context("create failed")?;
-    println!("{}", sandbox.id);
+    if args.json {
+        println!("{}", serde_json::to_string(&sandbox)?);
+    } else {
+        println!("{}", sandbox.id);
+    }
     Ok(0)
 }
 
@@ -120,7 +130,7 @@ mod tests {
 
     fn req(argv: &[&str]) -> CreateSandboxRequest {
         let t = T::try_parse_from(std::iter::once("create").chain(argv.iter().copied())).unwrap();
-        request(t.a).unwrap()
+        request(&t.a).unwrap()
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub const EXIT_TIMEOUT: i32 = 124;
 pub struct Args {
     /// Sandbox id
     pub id: String,
-    /// Kill the command after this many seconds
-    #[arg(long, short = 't')]
+    /// Kill the command after this long: 90s, 5m, 1.5 (a plain number is seconds)
+    #[arg(long, short = 't', value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
     pub timeout: Option<f64>,
     /// Working directory inside the sandbox
     #[arg(long, short = 'w')]
@@ -31,13 +31,24 @@ pub struct Args {
     /// Run the words of CMD joined by spaces through /bin/sh -c
     #[arg(long, short = 's')]
     pub shell: bool,
-    /// Feed this file to the command's stdin (UTF-8, at most 16 MiB)
+    /// Keep stdin open and stream it to the command, also from a terminal (stdin that is
+    /// not a terminal, such as a pipe or a file, is always streamed unless --no-stdin)
+    #[arg(long, short = 'i', conflicts_with_all = ["stdin_file", "no_stdin"])]
+    pub interactive: bool,
+    /// Do not read this process's stdin (the command's stdin is empty)
+    #[arg(long, short = 'n', conflicts_with = "stdin_file")]
+    pub no_stdin: bool,
+    /// Feed this file to the command's stdin (any bytes, any size)
     #[arg(long, value_name = "PATH")]
     pub stdin_file: Option<std::path::PathBuf>,
     /// When the command ends, kill every process it started (background jobs, daemons);
     /// without it they keep running in the sandbox
     #[arg(long)]
     pub kill_tree: bool,
+    /// Print the result (ExecResult, output included) as JSON once the command ended, instead
+    /// of streaming its output; the exit code is still the command's
+    #[arg(long)]
+    pub json: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -70,15 +81,50 @@ pub async fn request(args: &Args) -> anyhow::Result<ExecRequest> {
     req.timeout_secs = args.timeout;
     req.kill_tree = args.kill_tree;
     req.encoding = OutputEncoding::Base64;
-    if let Some(p) = &args.stdin_file {
-        let bytes = tokio::fs::read(p)
-            .await
-            .with_context(|| format!("reading {}", p.display()))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| anyhow::anyhow!("{} is not UTF-8; upload it with cp", p.display()))?;
-        req.stdin = Some(text);
-    }
     Ok(req)
+}
+
+/// Where the command's stdin comes from.
+enum Input {
+    None,
+    Stdin,
+    File(tokio::fs::File),
+}
+
+/// Stdin is streamed when asked (`-i`) or when it is not a terminal (a pipe, a file).
+async fn input(args: &Args) -> anyhow::Result<Input> {
+    use std::io::IsTerminal as _;
+    if let Some(p) = &args.stdin_file {
+        let f = tokio::fs::File::open(p)
+            .await
+            .with_context(|| format!("opening {}", p.display()))?;
+        return Ok(Input::File(f));
+    }
+    if args.no_stdin {
+        return Ok(Input::None);
+    }
+    if args.interactive || !std::io::stdin().is_terminal() {
+        return Ok(Input::Stdin);
+    }
+    Ok(Input::None)
+}
+
+/// Puts the collected output into a streamed command's result: as text when both streams are
+/// UTF-8, else both as base64.
+fn fill_output(r: &mut ExecResult, out: Vec<u8>, err: Vec<u8>) {
+    match (String::from_utf8(out), String::from_utf8(err)) {
+        (Ok(o), Ok(e)) => {
+            r.stdout = o;
+            r.stderr = e;
+            r.encoding = OutputEncoding::Utf8;
+        }
+        (o, e) => {
+            let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
+            r.stdout = b64(o.map(String::into_bytes).unwrap_or_else(|e| e.into_bytes()));
+            r.stderr = b64(e.map(String::into_bytes).unwrap_or_else(|e| e.into_bytes()));
+            r.encoding = OutputEncoding::Base64;
+        }
+    }
 }
 
 /// Decodes one output chunk of a stream requested with `encoding`.
@@ -94,14 +140,28 @@ pub fn decode_chunk(data: &str, encoding: OutputEncoding) -> anyhow::Result<Vec<
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     let req = request(&args).await?;
     let client = ctx.client()?;
-    let mut stream = client
-        .exec_stream(&args.id, &req)
-        .await
-        .context("exec failed")?;
+    let stream = match input(&args).await? {
+        Input::None => client.exec_stream(&args.id, &req).await,
+        Input::Stdin => client.exec_attach(&args.id, &req, tokio::io::stdin()).await,
+        Input::File(f) => client.exec_attach(&args.id, &req, f).await,
+    };
+    let mut stream = stream.context("exec failed")?;
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
     while let Some(ev) = stream.next().await {
         match ev.context("exec stream broke")? {
+            ExecEvent::Stdout { data } if args.json => {
+                out.extend_from_slice(&decode_chunk(&data, req.encoding)?)
+            }
+            ExecEvent::Stderr { data } if args.json => {
+                err.extend_from_slice(&decode_chunk(&data, req.encoding)?)
+            }
+            ExecEvent::Exit { mut result } if args.json => {
+                fill_output(&mut result, out, err);
+                println!("{}", serde_json::to_string(&result)?);
+                return Ok(exit_code(&result));
+            }
             ExecEvent::Stdout { data } => {
                 stdout
                     .write_all(&decode_chunk(&data, req.encoding)?)

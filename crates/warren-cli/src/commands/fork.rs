@@ -16,6 +16,9 @@ pub struct Args {
     /// A label for the children, KEY=VALUE (repeatable; merged over the parent's)
     #[arg(long = "label", value_parser = parse_kv)]
     pub labels: Vec<(String, String)>,
+    /// Print the children (SandboxInfo) as a JSON array instead of their ids
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
@@ -28,6 +31,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         .fork(&args.id, &req)
         .await
         .with_context(|| format!("forking {} failed", args.id))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&kids)?);
+        return Ok(0);
+    }
     for k in kids {
         println!("{}", k.id);
     }

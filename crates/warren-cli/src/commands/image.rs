@@ -1,8 +1,13 @@
 //! `warren image`: the node's layer store, used directly (no daemon needed; root on the node).
 //! Import, build and tag here; `ls`/`inspect`/`rm`/`gc` are also served by the daemon's
-//! `/v1/images` routes.
+//! `/v1/images` routes. `import` goes through the daemon instead with `--remote`, or when
+//! `--url`/`WARREN_URL` names one: the archive is sent to it (or it pulls from the registry).
+//!
+//! Registry credentials come from `--auth`, else from the docker config file
+//! (`$DOCKER_CONFIG/config.json`, default `~/.docker/config.json`, its `auths` entries).
 
 use anyhow::Context as _;
+use base64::Engine as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use warren_image::import::registry::{import_registry, RegistryOptions};
@@ -20,6 +25,9 @@ pub struct Args {
         default_value = "/var/lib/warren/images"
     )]
     store: PathBuf,
+    /// Print the result as JSON
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -46,12 +54,16 @@ enum Cmd {
         /// Talk plain HTTP to the registry.
         #[arg(long)]
         insecure: bool,
-        /// Registry credentials `user:password` (else anonymous).
+        /// Registry credentials `user:password` (else the docker config file's, else
+        /// anonymous).
         #[arg(long, env = "WARREN_REGISTRY_AUTH", hide_env_values = true)]
         auth: Option<String>,
         /// name[:tag] of the new image (default: the archive's own name, if valid).
         #[arg(long)]
         tag: Option<String>,
+        /// Import through the daemon (also when --url or WARREN_URL names one)
+        #[arg(long)]
+        remote: bool,
     },
     /// Tag a stack of existing images/layers (lowest first) as a new image. No layer is
     /// built or copied.
@@ -66,10 +78,7 @@ enum Cmd {
     /// Give an existing image another name[:tag].
     Tag { source: String, target: String },
     /// List images.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one image with its layers; exit 1 if it does not exist.
     Inspect { image: String },
     /// Remove an image tag, then collect the layers nothing else references.
@@ -90,7 +99,30 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if let Cmd::Import {
+        path,
+        registry,
+        insecure,
+        auth,
+        tag,
+        remote,
+    } = &args.cmd
+    {
+        if *remote || ctx.url.is_some() {
+            let credentials = credentials(auth.as_deref(), registry.as_deref())?;
+            return import_remote(
+                ctx,
+                path.clone(),
+                registry.clone(),
+                *insecure,
+                credentials,
+                tag.clone(),
+                args.json,
+            )
+            .await;
+        }
+    }
     let store = Arc::new(
         ImageStore::open(&args.store)
             .with_context(|| format!("open image store {}", args.store.display()))?,
@@ -99,7 +131,13 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         Cmd::BuildLayer { dir, tag } => {
             let started = std::time::Instant::now();
             let s = store.clone();
+            let spin =
+                crate::progress::Spinner::start(format!("building a layer of {}", dir.display()));
             let m = tokio::task::spawn_blocking(move || s.build_layer(&dir, &tag)).await??;
+            drop(spin);
+            if args.json {
+                return print_json(&m).map(|()| 0);
+            }
             eprintln!(
                 "built {}:{} ({} bytes) in {:.1} s",
                 m.name,
@@ -115,17 +153,19 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             insecure,
             auth,
             tag,
+            remote: _,
         } => {
+            let credentials = credentials(auth.as_deref(), registry.as_deref())?;
+            let spin = crate::progress::Spinner::start(format!(
+                "importing {}",
+                registry
+                    .clone()
+                    .or_else(|| path.as_ref().map(|p| p.display().to_string()))
+                    .unwrap_or_default()
+            ));
             let report = match (path, registry) {
                 (_, Some(reference)) => {
                     let tag = tag.context("--tag is needed with --registry")?;
-                    let credentials = auth
-                        .map(|a| {
-                            a.split_once(':')
-                                .map(|(u, p)| (u.to_string(), p.to_string()))
-                                .context("--auth is user:password")
-                        })
-                        .transpose()?;
                     let opts = RegistryOptions {
                         insecure,
                         credentials,
@@ -141,6 +181,10 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                 }
                 (None, None) => anyhow::bail!("give an archive path or --registry"),
             };
+            drop(spin);
+            if args.json {
+                return print_json(&report).map(|()| 0);
+            }
             eprintln!(
                 "imported {} ({} layers: {} converted, {} already converted; {} MB read) in {:.1} s",
                 report.image.reference,
@@ -155,17 +199,23 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         Cmd::Stack { tag, refs } => {
             let s = store.clone();
             let m = tokio::task::spawn_blocking(move || s.tag_stack(&tag, &refs, None)).await??;
+            if args.json {
+                return print_json(&m).map(|()| 0);
+            }
             println!("{}:{}", m.name, m.tag);
         }
         Cmd::Tag { source, target } => {
             let s = store.clone();
             let m = tokio::task::spawn_blocking(move || s.tag_stack(&target, &[source], None))
                 .await??;
+            if args.json {
+                return print_json(&m).map(|()| 0);
+            }
             println!("{}:{}", m.name, m.tag);
         }
-        Cmd::Ls { json } => {
+        Cmd::Ls => {
             let list = store.list_info();
-            if json {
+            if args.json {
                 print_json(&list)?;
             } else {
                 println!(
@@ -194,25 +244,160 @@ pub async fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         Cmd::Rm { image, no_gc } => {
             if no_gc {
                 store.remove(&image)?;
+                if args.json {
+                    println!("{}", serde_json::json!({ "reference": image }));
+                }
             } else {
                 let s = store.clone();
                 let r = tokio::task::spawn_blocking(move || s.remove_and_collect(&image)).await??;
+                if args.json {
+                    return print_json(&r).map(|()| 0);
+                }
                 report_gc(&r.gc);
             }
         }
         Cmd::Gc => {
             let s = store.clone();
             let r = tokio::task::spawn_blocking(move || s.gc()).await??;
+            if args.json {
+                return print_json(&r).map(|()| 0);
+            }
             report_gc(&r);
         }
         Cmd::Verify { image } => {
-            for l in store.manifest(&image)?.layers {
-                store.verify(&l)?;
-                println!("{l} ok");
+            let layers = store.manifest(&image)?.layers;
+            for l in &layers {
+                store.verify(l)?;
+                if !args.json {
+                    println!("{l} ok");
+                }
+            }
+            if args.json {
+                println!("{}", serde_json::json!({ "verified": layers }));
             }
         }
     }
     Ok(0)
+}
+
+/// `warren image import` through the daemon.
+async fn import_remote(
+    ctx: &Ctx,
+    path: Option<PathBuf>,
+    registry: Option<String>,
+    insecure: bool,
+    credentials: Option<(String, String)>,
+    tag: Option<String>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let client = ctx.client()?;
+    let what = registry
+        .clone()
+        .or_else(|| path.as_ref().map(|p| p.display().to_string()))
+        .unwrap_or_default();
+    let spin = crate::progress::Spinner::start(format!("importing {what} on the daemon"));
+    let r = match (path, registry) {
+        (_, Some(reference)) => {
+            let req = warren_client::PullRequest {
+                reference,
+                tag: tag.context("--tag is needed with --registry")?,
+                insecure,
+                username: credentials.as_ref().map(|c| c.0.clone()),
+                password: credentials.map(|c| c.1),
+            };
+            client.pull_image(&req).await
+        }
+        (Some(path), None) => {
+            if path.is_dir() {
+                anyhow::bail!(
+                    "{}: an OCI layout directory imports locally only; tar it or run on the node",
+                    path.display()
+                );
+            }
+            let f = tokio::fs::File::open(&path)
+                .await
+                .with_context(|| format!("opening {}", path.display()))?;
+            client.import_image(f, tag.as_deref()).await
+        }
+        (None, None) => anyhow::bail!("give an archive path or --registry"),
+    }
+    .with_context(|| format!("importing {what} on the daemon"))?;
+    drop(spin);
+    if json {
+        return print_json(&r).map(|()| 0);
+    }
+    eprintln!(
+        "imported {} on the daemon ({} layers: {} converted, {} already converted; {} MB read) in {:.1} s",
+        r.image.reference,
+        r.image.layers.len(),
+        r.converted,
+        r.reused,
+        r.bytes_read / 1_000_000,
+        r.seconds
+    );
+    println!("{}", r.image.reference);
+    Ok(0)
+}
+
+/// `--auth user:password`, else the docker config's entry for the registry.
+fn credentials(
+    auth: Option<&str>,
+    registry: Option<&str>,
+) -> anyhow::Result<Option<(String, String)>> {
+    Ok(match (auth, registry) {
+        (Some(a), _) => Some(
+            a.split_once(':')
+                .map(|(u, p)| (u.to_string(), p.to_string()))
+                .context("--auth is user:password")?,
+        ),
+        (None, Some(r)) => docker_config_auth(&docker_config_path(), r),
+        (None, None) => None,
+    })
+}
+
+/// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
+fn docker_config_path() -> PathBuf {
+    match std::env::var_os("DOCKER_CONFIG") {
+        Some(d) => PathBuf::from(d).join("config.json"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".docker/config.json"),
+    }
+}
+
+/// The registry host of `host[:port]/repo[:tag]` as docker names it (`docker.io` when the
+/// first part is not a host).
+fn registry_host(reference: &str) -> &str {
+    match reference.split_once('/') {
+        Some((h, _)) if h.contains('.') || h.contains(':') || h == "localhost" => h,
+        _ => "docker.io",
+    }
+}
+
+/// The `user:password` of the docker config's `auths` entry for `reference`'s registry.
+fn docker_config_auth(config: &std::path::Path, reference: &str) -> Option<(String, String)> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let host = registry_host(reference);
+    let auths = v.get("auths")?.as_object()?;
+    let entry = auths.iter().find_map(|(k, e)| {
+        let k = k
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let k = k.split('/').next().unwrap_or(k);
+        let hub = host == "docker.io" && (k == "index.docker.io" || k == "registry-1.docker.io");
+        (k == host || hub).then_some(e)
+    })?;
+    if let (Some(u), Some(p)) = (
+        entry.get("username").and_then(|u| u.as_str()),
+        entry.get("password").and_then(|p| p.as_str()),
+    ) {
+        return Some((u.to_string(), p.to_string()));
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(entry.get("auth")?.as_str()?)
+        .ok()?;
+    let (u, p) = std::str::from_utf8(&raw).ok()?.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
 }
 
 fn report_gc(r: &warren_image::GcReport) {
@@ -228,4 +413,38 @@ fn report_gc(r: &warren_image::GcReport) {
         r.freed_bytes / 1_000_000,
         r.in_use.len()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_credentials_come_from_the_docker_config() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = t.path().join("config.json");
+        let auth = base64::engine::general_purpose::STANDARD.encode("ann:s3cret");
+        std::fs::write(
+            &cfg,
+            serde_json::json!({"auths": {
+                "localhost:5000": {"auth": auth},
+                "https://index.docker.io/v1/": {"username": "hub", "password": "pw"},
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            docker_config_auth(&cfg, "localhost:5000/app:1"),
+            Some(("ann".into(), "s3cret".into()))
+        );
+        assert_eq!(
+            docker_config_auth(&cfg, "library/debian:12"),
+            Some(("hub".into(), "pw".into()))
+        );
+        assert_eq!(docker_config_auth(&cfg, "ghcr.io/x/y:1"), None);
+        assert_eq!(
+            docker_config_auth(&t.path().join("none.json"), "localhost:5000/a"),
+            None
+        );
+    }
 }

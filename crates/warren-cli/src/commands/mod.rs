@@ -4,13 +4,16 @@
 
 pub mod bench;
 pub mod call;
+pub mod completion;
 pub mod cp;
 pub mod create;
 pub mod demo;
 pub mod exec;
+pub mod extend;
 pub mod fork;
 pub mod health;
 pub mod image;
+pub mod inspect;
 pub mod ls;
 pub mod net;
 pub mod pause;

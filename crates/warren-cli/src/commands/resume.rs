@@ -7,6 +7,9 @@ pub struct Args {
     /// Sandbox ids
     #[arg(required = true)]
     pub ids: Vec<String>,
+    /// Print each sandbox (SandboxInfo) as JSON, one document a line
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
@@ -14,6 +17,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     let mut failed = false;
     for id in &args.ids {
         match client.resume(id).await {
+            Ok(info) if args.json => println!("{}", serde_json::to_string(&info)?),
             Ok(info) => println!("{id}: {}", info.state.as_str()),
             Err(e) => {
                 eprintln!("warren: resuming {id} failed: {e}");

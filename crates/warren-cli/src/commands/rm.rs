@@ -15,6 +15,9 @@ pub struct Args {
     /// Delete every sandbox on the node
     #[arg(long, short = 'a')]
     pub all: bool,
+    /// Print `{"deleted":[ids],"failed":[{"id","error"}]}`
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
@@ -32,6 +35,21 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     };
     let total = ids.len();
     let failed = delete_all(&client, ids.clone(), CONCURRENCY).await;
+    if args.json {
+        let deleted: Vec<&String> = ids
+            .iter()
+            .filter(|id| !failed.iter().any(|(f, _)| f == *id))
+            .collect();
+        let failed_json: Vec<serde_json::Value> = failed
+            .iter()
+            .map(|(id, e)| serde_json::json!({"id": id, "error": e.to_string()}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"deleted": deleted, "failed": failed_json})
+        );
+        return Ok(if failed.is_empty() { 0 } else { 1 });
+    }
     for id in &ids {
         if !failed.iter().any(|(f, _)| f == id) {
             println!("{id}");

@@ -35,6 +35,35 @@ pub async fn download(
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
     let file = m.read_file(&id, &path).await?;
+    Ok(stream_out(file, "application/octet-stream"))
+}
+
+/// `GET .../files/tar?path=`: a directory tree (or one file) as a tar stream.
+pub async fn download_tar(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<Response> {
+    let path = path_query(&q, &["path"])?;
+    let file = m.read_tar(&id, &path).await?;
+    Ok(stream_out(file, "application/x-tar"))
+}
+
+/// `PUT .../files/tar?path=`: unpacks the tar body under the directory `path`.
+pub async fn upload_tar(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+    headers: header::HeaderMap,
+    body: RawBody,
+) -> HttpResult<Response> {
+    let path = path_query(&q, &["path"])?;
+    fits_disk(&m, &id, content_length(&headers))?;
+    m.write_tar(&id, &path, body.into_data_stream()).await?;
+    Ok(done(false))
+}
+
+fn stream_out(file: crate::manager::FileDownload, content_type: &'static str) -> Response {
     let chunks = futures::stream::unfold(file, |mut file| async move {
         match file.next().await? {
             Ok(b) => Some((Ok::<Bytes, std::io::Error>(b), file)),
@@ -42,11 +71,11 @@ pub async fn download(
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), file)),
         }
     });
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
+    (
+        [(header::CONTENT_TYPE, content_type)],
         Body::from_stream(chunks),
     )
-        .into_response())
+        .into_response()
 }
 
 pub async fn upload(
@@ -63,13 +92,27 @@ pub async fn upload(
     // the agent checks it against the free space too, and a body of another length fails.
     let size = match q.parsed::<u64>("size", "the body's length in bytes")? {
         Some(n) => Some(n),
-        None => headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok()),
+        None => content_length(&headers),
     };
+    fits_disk(&m, &id, size)?;
+    let replayed = m
+        .write_file(&id, &path, mode, size, step(&q)?, body.into_data_stream())
+        .await?;
+    Ok(done(replayed))
+}
+
+fn content_length(headers: &header::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Refuses a body announced larger than the sandbox's whole writable layer before anything
+/// is written (bodies without a length stop at the layer's limit).
+fn fits_disk(m: &Manager, id: &warren_types::SandboxId, size: Option<u64>) -> HttpResult<()> {
     if let Some(len) = size {
-        let disk = m.get(&id)?.limits.disk_mb;
+        let disk = m.get(id)?.limits.disk_mb;
         if len > disk << 20 {
             return Err(warren_types::ApiError::new(
                 warren_types::ErrorCode::LimitExceeded,
@@ -81,10 +124,7 @@ pub async fn upload(
             .into());
         }
     }
-    let replayed = m
-        .write_file(&id, &path, mode, size, step(&q)?, body.into_data_stream())
-        .await?;
-    Ok(done(replayed))
+    Ok(())
 }
 
 pub async fn remove(

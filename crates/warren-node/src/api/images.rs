@@ -5,10 +5,10 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::Json;
 use serde::Serialize;
-use warren_types::{GcReport, ImageDeleted, ImageInfo};
+use warren_types::{GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest};
 
 use super::error::{HttpError, HttpResult};
-use super::extract::Auth;
+use super::extract::{Auth, JsonBody, QueryPairs, RawBody};
 use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
@@ -69,4 +69,23 @@ pub async fn delete(
 pub async fn gc(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<Json<GcReport>> {
     caller.require_admin("collecting images")?;
     Ok(Json(images.gc().await?))
+}
+
+/// `POST /v1/images/import?tag=name[:tag]`: the body is the archive.
+pub async fn import(
+    State(images): State<Images>,
+    q: QueryPairs,
+    body: RawBody,
+) -> HttpResult<Json<ImageImported>> {
+    q.only(&["tag"], &[])?;
+    let tag = q.get("tag").map(str::to_string);
+    Ok(Json(images.import(tag, body.into_data_stream()).await?))
+}
+
+/// `POST /v1/images/pull`.
+pub async fn pull(
+    State(images): State<Images>,
+    JsonBody(req): JsonBody<PullRequest>,
+) -> HttpResult<Json<ImageImported>> {
+    Ok(Json(images.pull(req).await?))
 }

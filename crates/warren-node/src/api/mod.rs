@@ -48,11 +48,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/pause"),
     ("POST", "/v1/sandboxes/{id}/resume"),
     ("POST", "/v1/sandboxes/{id}/fork"),
+    ("POST", "/v1/sandboxes/{id}/extend"),
     ("GET", "/v1/sandboxes/{id}/trajectory"),
     ("GET", "/v1/sandboxes/{id}/network"),
     ("PUT", "/v1/sandboxes/{id}/network"),
     ("POST", "/v1/sandboxes/{id}/exec"),
     ("POST", "/v1/sandboxes/{id}/exec/stream"),
+    ("POST", "/v1/sandboxes/{id}/exec/attach"),
     ("POST", "/v1/sandboxes/{id}/processes"),
     ("GET", "/v1/sandboxes/{id}/processes"),
     ("GET", "/v1/sandboxes/{id}/processes/{pid}"),
@@ -62,6 +64,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/files"),
     ("PUT", "/v1/sandboxes/{id}/files"),
     ("DELETE", "/v1/sandboxes/{id}/files"),
+    ("GET", "/v1/sandboxes/{id}/files/tar"),
+    ("PUT", "/v1/sandboxes/{id}/files/tar"),
     ("GET", "/v1/sandboxes/{id}/files/stat"),
     ("GET", "/v1/sandboxes/{id}/files/list"),
     ("POST", "/v1/sandboxes/{id}/files/mkdir"),
@@ -70,6 +74,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/images/{ref}"),
     ("DELETE", "/v1/images/{ref}"),
     ("POST", "/v1/images/gc"),
+    ("POST", "/v1/images/import"),
+    ("POST", "/v1/images/pull"),
     ("POST", "/v1/functions/call"),
     ("GET", "/v1/functions/pools"),
 ];
@@ -130,11 +136,13 @@ pub fn router(node: Node) -> Router {
     .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
     .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
     .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
+    .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
     .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
     .add("GET", "/v1/sandboxes/{id}/network", network::get)
     .add("PUT", "/v1/sandboxes/{id}/network", network::put)
     .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
     .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
+    .add("POST", "/v1/sandboxes/{id}/exec/attach", exec::exec_attach)
     .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
     .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
     .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
@@ -152,6 +160,8 @@ pub fn router(node: Node) -> Router {
     .add("GET", "/v1/sandboxes/{id}/files", files::download)
     .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
     .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
+    .add("GET", "/v1/sandboxes/{id}/files/tar", files::download_tar)
+    .add("PUT", "/v1/sandboxes/{id}/files/tar", files::upload_tar)
     .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
     .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
     .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
@@ -160,6 +170,8 @@ pub fn router(node: Node) -> Router {
     .add("GET", "/v1/images/{ref}", images::get)
     .add("DELETE", "/v1/images/{ref}", images::delete)
     .add("POST", "/v1/images/gc", images::gc)
+    .add("POST", "/v1/images/import", images::import)
+    .add("POST", "/v1/images/pull", images::pull)
     .add("POST", "/v1/functions/call", functions::call)
     .add("GET", "/v1/functions/pools", functions::pools)
     .finish()

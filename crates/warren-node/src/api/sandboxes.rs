@@ -27,6 +27,8 @@ pub struct Health {
     pub security: warren_runtime::security::SecurityReport,
     /// The state file: its size and the limit beyond which no output is kept.
     pub state: StateUsage,
+    /// What the node applies when a request leaves it out.
+    pub defaults: NodeDefaults,
 }
 
 /// `state` of `/v1/health`.
@@ -36,6 +38,17 @@ pub struct StateUsage {
     pub max_bytes: u64,
     /// True once `bytes` reached `max_bytes`: trajectories keep digests and sizes only.
     pub full: bool,
+}
+
+/// `defaults` of `/v1/health`.
+#[derive(Debug, Serialize)]
+pub struct NodeDefaults {
+    /// Lifetime of a sandbox created without `ttl_secs` (none: it lives until deleted).
+    pub ttl_secs: Option<u64>,
+    /// Longest lifetime a create or an extension may give.
+    pub max_ttl_secs: u64,
+    /// Timeout of a command whose exec request names none.
+    pub exec_timeout_secs: Option<f64>,
 }
 
 pub async fn health(State(m): State<Manager>) -> Json<Health> {
@@ -53,6 +66,11 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
                 max_bytes,
                 full: bytes >= max_bytes,
             }
+        },
+        defaults: NodeDefaults {
+            ttl_secs: m.config().ttl_for(None),
+            max_ttl_secs: m.config().ttl_cap(),
+            exec_timeout_secs: m.config().default_exec_timeout_secs,
         },
     })
 }
@@ -85,6 +103,21 @@ pub async fn create(
         StatusCode::OK
     };
     Ok((status, Json(created.info)).into_response())
+}
+
+/// `POST /v1/sandboxes/{id}/extend` body.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub ttl_secs: u64,
+}
+
+pub async fn extend(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    JsonBody(req): JsonBody<ExtendRequest>,
+) -> HttpResult<Json<SandboxInfo>> {
+    Ok(Json(m.extend(&id, req.ttl_secs).await?))
 }
 
 #[derive(Debug, Serialize)]

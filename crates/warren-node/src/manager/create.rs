@@ -1,7 +1,9 @@
 //! Create: validate, reserve (node limit, idempotency key), record `creating`, start through
 //! the substrate's runtime, record `running`. A failed start leaves no record behind.
 
+use std::sync::Arc;
 use tracing::{info, warn};
+use warren_runtime::Runtime;
 use warren_types::{ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
@@ -33,6 +35,13 @@ impl Manager {
     ) -> Result<Created, NodeError> {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
+        if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
+            return Err(ApiError::invalid(format!(
+                "ttl_secs {t} is over this node's maximum lifetime of {} s",
+                cfg.ttl_cap()
+            ))
+            .into());
+        }
         let runtime = self.runtime_for(req.substrate)?;
         // What can never run here is refused before anything starts.
         runtime.admit(&limits).map_err(ApiError::invalid)?;
@@ -55,86 +64,116 @@ impl Manager {
         // start one sandbox and the node limit holds under load. The admission slot counts
         // the sandbox as starting until this call returns.
         let _slot;
-        let sb = {
+        let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
-            if let Some(key) = &key {
-                if let Some(existing) = keys.get(key).cloned() {
-                    drop(keys);
-                    if existing.request != req {
-                        return Err(NodeError::IdempotencyConflict {
-                            key: req.idempotency_key.clone().unwrap_or_default(),
-                            id: existing.id,
-                        });
-                    }
-                    let info = self.get(&existing.id)?;
-                    return Ok(Created {
-                        info,
-                        created: false,
+            let existing = key
+                .as_ref()
+                .and_then(|k| keys.get(k).cloned());
+            if let Some(existing) = existing {
+                drop(keys);
+                if existing.request != req {
+                    return Err(NodeError::IdempotencyConflict {
+                        key: req.idempotency_key.clone().unwrap_or_default(),
+                        id: existing.id,
                     });
                 }
+                // A key is dropped before its sandbox leaves the map, so this finds it.
+                Err(self.lookup(&existing.id)?)
+            } else {
+                self.inner
+                    .tenants
+                    .rate(caller, 1, std::time::Instant::now())?;
+                let mut map = self.map_mut();
+                _slot = self
+                    .inner
+                    .admission
+                    .admit(map.len())
+                    .map_err(NodeError::Api)?;
+                if map.len() >= cfg.max_sandboxes {
+                    return Err(NodeError::TooManySandboxes {
+                        max: cfg.max_sandboxes,
+                    });
+                }
+                // Counted here, inserted below, under the same lock: the quota holds exactly.
+                self.inner
+                    .tenants
+                    .admit(caller, tenant.as_deref(), 1, &limits)?;
+                let id = SandboxId::generate(&cfg.node);
+                let now = now_ms();
+                let info = SandboxInfo {
+                    id: id.to_string(),
+                    substrate: req.substrate,
+                    state: SandboxState::Creating,
+                    image: req.image.refs(),
+                    limits,
+                    labels: req.labels.clone(),
+                    env: req.env.clone(),
+                    workdir: req
+                        .workdir
+                        .as_deref()
+                        .map(warren_types::validate::sandbox_path)
+                        .transpose()?,
+                    user: req.user.clone(),
+                    network: req.network.clone(),
+                    created_at_ms: now,
+                    expires_at_ms: cfg.ttl_for(req.ttl_secs).map(|t| now + t * 1000),
+                    idle_timeout_secs: req.idle_timeout_secs,
+                    last_activity_ms: now,
+                    reason: None,
+                    idempotency_key: req.idempotency_key.clone(),
+                    tenant: tenant.clone(),
+                };
+                let hostname = req
+                    .hostname
+                    .clone()
+                    .unwrap_or_else(|| cfg.default_hostname.clone());
+                let log = SandboxLog::empty(&id);
+                let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
+                map.insert(id.clone(), sb.clone());
+                if let Some(key) = &key {
+                    keys.insert(
+                        key.clone(),
+                        KeyEntry {
+                            id,
+                            request: req.clone(),
+                        },
+                    );
+                }
+                Ok(sb)
             }
-            self.inner
-                .tenants
-                .rate(caller, 1, std::time::Instant::now())?;
-            let mut map = self.map_mut();
-            _slot = self
-                .inner
-                .admission
-                .admit(map.len())
-                .map_err(NodeError::Api)?;
-            if map.len() >= cfg.max_sandboxes {
-                return Err(NodeError::TooManySandboxes {
-                    max: cfg.max_sandboxes,
-                });
-            }
-            // Counted here, inserted below, under the same lock: the quota holds exactly.
-            self.inner
-                .tenants
-                .admit(caller, tenant.as_deref(), 1, &limits)?;
-            let id = SandboxId::generate(&cfg.node);
-            let now = now_ms();
-            let info = SandboxInfo {
-                id: id.to_string(),
-                substrate: req.substrate,
-                state: SandboxState::Creating,
-                image: req.image.refs(),
-                limits,
-                labels: req.labels.clone(),
-                env: req.env.clone(),
-                workdir: req
-                    .workdir
-                    .as_deref()
-                    .map(warren_types::validate::sandbox_path)
-                    .transpose()?,
-                user: req.user.clone(),
-                network: req.network.clone(),
-                created_at_ms: now,
-                expires_at_ms: req.ttl_secs.map(|t| now + t * 1000),
-                idle_timeout_secs: req.idle_timeout_secs,
-                last_activity_ms: now,
-                reason: None,
-                idempotency_key: req.idempotency_key.clone(),
-                tenant: tenant.clone(),
-            };
-            let hostname = req
-                .hostname
-                .clone()
-                .unwrap_or_else(|| cfg.default_hostname.clone());
-            let log = SandboxLog::empty(&id);
-            let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
-            map.insert(id.clone(), sb.clone());
-            if let Some(key) = &key {
-                keys.insert(
-                    key.clone(),
-                    KeyEntry {
-                        id,
-                        request: req.clone(),
-                    },
-                );
-            }
-            sb
+        };
+        let sb = match reserved {
+            Ok(sb) => sb,
+            Err(earlier) => return self.repeat(earlier).await,
         };
 
+        // However the start ends (even cut off), repeated creates and early calls learn it.
+        let settle = SettleOnDrop(sb.clone());
+        let outcome = self.start(&sb, &req, key.as_deref(), runtime).await;
+        sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
+        drop(settle);
+        outcome
+    }
+
+    /// A create repeated with the key of an earlier one: waits for that one's start and answers
+    /// its outcome (the sandbox as it is now, or the same error).
+    async fn repeat(&self, sb: Arc<Sandbox>) -> Result<Created, NodeError> {
+        sb.wait_started().await.map_err(NodeError::Api)?;
+        let info = sb.lock().info.clone();
+        Ok(Created {
+            info,
+            created: false,
+        })
+    }
+
+    /// Records, starts and records again a sandbox reserved by [`Manager::create`].
+    async fn start(
+        &self,
+        sb: &Arc<Sandbox>,
+        req: &CreateSandboxRequest,
+        key: Option<&str>,
+        runtime: Arc<dyn Runtime>,
+    ) -> Result<Created, NodeError> {
         let (spec, stored) = {
             let st = sb.lock();
             let stored = StoredSandbox {
@@ -145,9 +184,9 @@ impl Manager {
             };
             (sb.spec(&st.info), stored)
         };
-        let stored_key = key.as_ref().map(|k| {
+        let stored_key = key.map(|k| {
             (
-                k.as_str(),
+                k,
                 StoredKey {
                     format: FORMAT,
                     id: sb.id.clone(),
@@ -160,7 +199,7 @@ impl Manager {
             .store
             .put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v)))
         {
-            self.forget(&sb.id, key.as_deref());
+            self.forget(&sb.id, key);
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e.into());
         }
@@ -170,8 +209,8 @@ impl Manager {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
-                self.forget(&sb.id, key.as_deref());
-                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key.as_deref()) {
+                self.forget(&sb.id, key);
+                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key) {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
@@ -185,8 +224,8 @@ impl Manager {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");
             }
             self.drop_network(&sb.id).await;
-            self.forget(&sb.id, key.as_deref());
-            let _ = self.inner.store.remove_sandbox(&sb.id, key.as_deref());
+            self.forget(&sb.id, key);
+            let _ = self.inner.store.remove_sandbox(&sb.id, key);
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e);
         }
@@ -197,7 +236,7 @@ impl Manager {
             st.info.last_activity_ms = now_ms();
             st.record = Some(instance.record());
             st.instance = Some(instance.clone());
-            self.persist(&sb, &st).map(|_| st.info.clone())
+            self.persist(sb, &st).map(|_| st.info.clone())
         };
         match persisted {
             Ok(info) => {
@@ -216,16 +255,23 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
                 self.drop_network(&sb.id).await;
-                self.forget(&sb.id, key.as_deref());
-                let _ = self.inner.store.remove_sandbox(&sb.id, key.as_deref());
+                self.forget(&sb.id, key);
+                let _ = self.inner.store.remove_sandbox(&sb.id, key);
                 Metrics::inc(&self.inner.metrics.create_errors);
                 Err(e)
             }
         }
     }
 
-    /// Drops a sandbox (and its key) from memory only; its quota usage is given back.
+    /// Drops a sandbox (and its key) from memory only; its quota usage is given back. The key
+    /// goes first, so whoever finds a key also finds its sandbox.
     pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
+        if let Some(k) = key {
+            let mut keys = self.inner.keys.lock().expect("keys lock");
+            if keys.get(k).is_some_and(|e| &e.id == id) {
+                keys.remove(k);
+            }
+        }
         let removed = self.map_mut().remove(id);
         if let Some(sb) = removed {
             let st = sb.lock();
@@ -233,11 +279,16 @@ impl Manager {
                 .tenants
                 .release(st.info.tenant.as_deref(), &st.info.limits);
         }
-        if let Some(k) = key {
-            let mut keys = self.inner.keys.lock().expect("keys lock");
-            if keys.get(k).is_some_and(|e| &e.id == id) {
-                keys.remove(k);
-            }
-        }
+    }
+}
+
+/// Settles a start that did not get to (its task was dropped), so nobody waits forever.
+struct SettleOnDrop(Arc<Sandbox>);
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        self.0.settle_start(Err(ApiError::internal(
+            "the sandbox's creation was cut off",
+        )));
     }
 }

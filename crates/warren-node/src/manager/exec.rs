@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use warren_proto::ExecSpec;
 use warren_runtime::agent::{PtyInput, PtyOutput};
-use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StreamItem};
+use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StdinSink, StreamItem};
 use warren_types::{
     validate, ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo,
     ProcessState, SandboxId, SandboxInfo, TrajectoryCall,
@@ -230,15 +230,26 @@ pub struct PtyRequest {
 }
 
 impl Manager {
+    /// A foreground command's request with the node's default timeout when it names none
+    /// (applied after the step digest, so a replay does not depend on the node's settings).
+    fn with_default_timeout(&self, mut req: ExecRequest) -> ExecRequest {
+        if req.timeout_secs.is_none() {
+            req.timeout_secs = self.inner.cfg.default_exec_timeout_secs;
+        }
+        req
+    }
+
     /// `POST /v1/sandboxes/{id}/exec`. With a step, see [`super::runner`].
     pub async fn exec(&self, id: &SandboxId, req: ExecRequest) -> Result<ExecResult, NodeError> {
         req.validate()?;
         let call = TrajectoryCall::Exec(exec_call(&req, false));
         let (m, sid) = (self.clone(), id.clone());
+        let step = req.step;
+        let req = self.with_default_timeout(req);
         let ran = self
-            .logged::<Exec, _, _>(id, req.step, call, move |instance, info| async move {
+            .logged::<Exec, _, _>(id, step, call, move |instance, info| async move {
                 let spec = exec_spec(&info, &req)?;
-                let stdin = req.stdin.map(Bytes::from);
+                let stdin = req.stdin_bytes()?.map(Bytes::from);
                 let started = Instant::now();
                 Metrics::inc(&m.inner.metrics.execs);
                 let ooms = instance.usage().oom_kills;
@@ -271,9 +282,11 @@ impl Manager {
             }
             Begun::Run(run) => run,
         };
-        let (instance, info, busy) = run.ready().await?;
+        let req = self.with_default_timeout(req);
+        let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
+        let (instance, info, busy) = run.ready_within(limit).await?;
         let spec = exec_spec(&info, &req)?;
-        let stdin = req.stdin.clone().map(Bytes::from);
+        let stdin = req.stdin_bytes()?.map(Bytes::from);
         Metrics::inc(&self.inner.metrics.execs);
         let ooms = instance.usage().oom_kills;
         let stream = match instance.agent().exec_stream(spec, stdin).await {
@@ -297,6 +310,58 @@ impl Manager {
         };
         tokio::spawn(drive.run(stream, tx));
         Ok(ExecEvents { rx, id: id.clone() })
+    }
+
+    /// `POST /v1/sandboxes/{id}/exec/attach`: a streamed command whose stdin is streamed too,
+    /// through the returned sink (any size, any bytes). Its input is not known up front, so it
+    /// takes neither inline `stdin` nor a `step`.
+    pub async fn exec_attach(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+    ) -> Result<(ExecEvents, StdinSink), NodeError> {
+        req.validate()?;
+        if req.stdin.is_some() || req.step.is_some() {
+            return Err(ApiError::invalid(
+                "an attached exec streams its stdin in the request body; it takes no `stdin` and no `step`",
+            )
+            .into());
+        }
+        let call = TrajectoryCall::Exec(exec_call(&req, true));
+        let digest = request_digest(&call);
+        let mut run = match self.begin::<Exec>(id, None, Some(digest)).await? {
+            Begun::Replay(_) => {
+                return Err(ApiError::internal("an exec without a step was replayed").into())
+            }
+            Begun::Run(run) => run,
+        };
+        let req = self.with_default_timeout(req);
+        let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
+        let (instance, info, busy) = run.ready_within(limit).await?;
+        let spec = exec_spec(&info, &req)?;
+        Metrics::inc(&self.inner.metrics.execs);
+        let ooms = instance.usage().oom_kills;
+        let (stream, sink) = match instance.agent().exec_piped(spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                Metrics::inc(&self.inner.metrics.exec_errors);
+                return Err(run.fail(call, NodeError::runtime(id, e)).await);
+            }
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let drive = Drive {
+            manager: self.clone(),
+            id: id.clone(),
+            run,
+            call,
+            encoding: req.encoding,
+            cap: req.output_cap(),
+            instance,
+            ooms,
+            _busy: busy,
+        };
+        tokio::spawn(drive.run(stream, tx));
+        Ok((ExecEvents { rx, id: id.clone() }, sink))
     }
 
     /// `POST /v1/sandboxes/{id}/processes`. The bool is true when the step was replayed.

@@ -51,6 +51,14 @@ impl Hashed {
         Ok(())
     }
 
+    fn tar_call(self, path: &str) -> TrajectoryCall {
+        TrajectoryCall::WriteTar {
+            path: path.to_string(),
+            sha256: hex(&self.hasher.finalize().into()),
+            size: self.size,
+        }
+    }
+
     fn call(self, path: &str, mode: Option<u32>) -> TrajectoryCall {
         TrajectoryCall::WriteFile {
             path: path.to_string(),
@@ -106,6 +114,78 @@ impl Manager {
             id: id.clone(),
             _guard: guard,
         })
+    }
+
+    /// `GET /v1/sandboxes/{id}/files/tar`: a directory tree (or one file) as a tar stream.
+    /// Not-found errors come back here, before any byte is sent.
+    pub async fn read_tar(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
+        let path = sandbox_path(path)?;
+        let (instance, _, guard) = self.ready(id).await?;
+        let reader = instance
+            .agent()
+            .read_tar(&path)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        Ok(FileDownload {
+            reader,
+            id: id.clone(),
+            _guard: guard,
+        })
+    }
+
+    /// `PUT /v1/sandboxes/{id}/files/tar`: unpacks the tar stream `body` under the directory
+    /// `path` (made when missing) as it arrives. Entries that would leave `path` are refused.
+    pub async fn write_tar<S, E>(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        mut body: S,
+    ) -> Result<(), NodeError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        let path = sandbox_path(path)?;
+        let mut hashed = Hashed::new();
+        let mut run = match self.begin::<Effect>(id, None, None).await? {
+            Begun::Replay(_) => {
+                return Err(ApiError::internal("an upload without a step was replayed").into())
+            }
+            Begun::Run(run) => run,
+        };
+        let (instance, _, _busy) = run.ready().await?;
+        let outcome = match instance.agent().write_tar(&path).await {
+            Ok(mut w) => {
+                let mut failed = None;
+                while let Some(chunk) = body.next().await {
+                    let chunk = match chunk {
+                        Ok(c) => c,
+                        Err(e) => {
+                            drop(w);
+                            run.cancel(hashed.tar_call(&path)).await;
+                            return Err(interrupted(e));
+                        }
+                    };
+                    hashed.add(&chunk);
+                    if failed.is_none() && !chunk.is_empty() {
+                        if let Err(e) = w.write(chunk).await {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => w.finish().await,
+                }
+            }
+            Err(e) => {
+                hashed.drain(&mut body).await?;
+                Err(e)
+            }
+        };
+        let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
+        run.finish(hashed.tar_call(&path), outcome).await?;
+        Ok(())
     }
 
     /// `PUT /v1/sandboxes/{id}/files`: writes `body` to a new file beside `path`, chunk by

@@ -18,6 +18,7 @@ mod delete;
 mod exec;
 mod files;
 mod fork;
+mod lifetime;
 mod network;
 mod pause;
 mod reaper;
@@ -25,6 +26,10 @@ mod recover;
 mod runner;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_create;
+#[cfg(test)]
+mod tests_lifetime;
 #[cfg(test)]
 mod tests_pause;
 #[cfg(test)]
@@ -37,7 +42,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use warren_runtime::{Instance, Runtime, SandboxSpec};
-use warren_types::{Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate};
+use warren_types::{
+    ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate,
+};
 
 use crate::config::NodeConfig;
 use crate::error::NodeError;
@@ -92,6 +99,9 @@ pub(crate) struct Sandbox {
     /// Held by pause, resume, fork and delete, one at a time.
     lifecycle: tokio::sync::Mutex<()>,
     log: Arc<SandboxLog>,
+    /// How its creation ended: `None` while it is `creating`. Repeated creates with its
+    /// idempotency key and calls that reach it early wait on this.
+    started: tokio::sync::watch::Sender<Option<Result<(), ApiError>>>,
 }
 
 /// The mutable part of a sandbox.
@@ -114,6 +124,7 @@ impl Sandbox {
         record: Option<serde_json::Value>,
         log: Arc<SandboxLog>,
     ) -> Arc<Sandbox> {
+        let started = (info.state != SandboxState::Creating).then_some(Ok(()));
         Arc::new(Sandbox {
             id,
             runtime,
@@ -128,7 +139,30 @@ impl Sandbox {
             }),
             lifecycle: tokio::sync::Mutex::new(()),
             log,
+            started: tokio::sync::watch::Sender::new(started),
         })
+    }
+
+    /// Records how its creation ended and wakes everyone waiting for it.
+    fn settle_start(&self, outcome: Result<(), ApiError>) {
+        self.started.send_if_modified(|s| {
+            if s.is_some() {
+                return false;
+            }
+            *s = Some(outcome);
+            true
+        });
+    }
+
+    /// Waits until its creation has ended (at once when it has) and answers how.
+    async fn wait_started(&self) -> Result<(), ApiError> {
+        let mut rx = self.started.subscribe();
+        let outcome = rx.wait_for(|s| s.is_some()).await.map(|s| s.clone());
+        match outcome {
+            Ok(s) => s.unwrap_or(Ok(())),
+            // The sender lives as long as `self`: unreachable, but not worth a panic.
+            Err(_) => Err(ApiError::internal("sandbox creation was abandoned")),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entry> {

@@ -9,6 +9,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{info, warn};
 use warren_runtime::Instance;
 use warren_types::{PauseStats, SandboxId, SandboxInfo, SandboxState};
@@ -165,16 +166,29 @@ impl Manager {
         &self,
         sb: &Arc<Sandbox>,
     ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        self.ready_within(sb, None).await
+    }
+
+    /// [`Manager::ready_sb`] for a call with its own timeout: a sandbox still being created is
+    /// waited for at most `limit` (without one, until its creation ends).
+    pub(crate) async fn ready_within(
+        &self,
+        sb: &Arc<Sandbox>,
+        limit: Option<Duration>,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
         // Busy first: from here on the reaper does not start an idle pause.
         let guard = ActivityGuard::new(sb.clone());
         loop {
-            {
+            let creating = {
                 let st = sb.lock();
                 match (&st.instance, st.info.state) {
                     (Some(i), SandboxState::Running) if !st.deleting && !st.pausing => {
                         return Ok((i.clone(), st.info.clone(), guard));
                     }
-                    (Some(_), SandboxState::Running | SandboxState::Paused) if !st.deleting => {}
+                    (Some(_), SandboxState::Running | SandboxState::Paused) if !st.deleting => {
+                        false
+                    }
+                    (_, SandboxState::Creating) if !st.deleting => true,
                     (_, state) => {
                         return Err(NodeError::NotRunning {
                             id: sb.id.clone(),
@@ -187,9 +201,35 @@ impl Manager {
                         });
                     }
                 }
+            };
+            if creating {
+                self.wait_created(sb, limit).await?;
+                continue;
             }
             // Paused, or a pause is under way: wait for it, then thaw.
             self.resume_sb(sb).await?;
         }
+    }
+
+    /// Waits (at most `limit`) for a sandbox in `creating` to finish starting; a start that
+    /// failed answers its error.
+    async fn wait_created(&self, sb: &Sandbox, limit: Option<Duration>) -> Result<(), NodeError> {
+        let started = match limit {
+            None => sb.wait_started().await,
+            Some(limit) => match tokio::time::timeout(limit, sb.wait_started()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(NodeError::NotRunning {
+                        id: sb.id.clone(),
+                        state: SandboxState::Creating,
+                        reason: Some(format!(
+                            "still being created after the call's timeout ({:.1} s)",
+                            limit.as_secs_f64()
+                        )),
+                    })
+                }
+            },
+        };
+        started.map_err(NodeError::Api)
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct Answered<T> {
 
 /// An exec request as logged.
 pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
+    // Validated before: the encoding is good.
+    let stdin = req.stdin_bytes().ok().flatten();
     ExecCall {
         argv: req.argv.clone(),
         shell: req.shell.clone(),
@@ -50,8 +52,8 @@ pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
         timeout_secs: req.timeout_secs,
         max_output_bytes: req.max_output_bytes,
         encoding: req.encoding,
-        stdin_sha256: req.stdin.as_ref().map(|s| hex(&sha256(s.as_bytes()))),
-        stdin_bytes: req.stdin.as_ref().map_or(0, |s| s.len() as u64),
+        stdin_sha256: stdin.as_ref().map(|s| hex(&sha256(s))),
+        stdin_bytes: stdin.as_ref().map_or(0, |s| s.len() as u64),
         streamed,
         kill_tree: req.kill_tree,
     }
@@ -117,7 +119,16 @@ impl<K: CallKind> Run<K> {
     pub(crate) async fn ready(
         &mut self,
     ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
-        let ready = self.manager.ready_sb(&self.sandbox).await?;
+        self.ready_within(None).await
+    }
+
+    /// [`Run::ready`] for a call with its own timeout: a sandbox still being created is
+    /// waited for at most `limit`.
+    pub(crate) async fn ready_within(
+        &mut self,
+        limit: Option<std::time::Duration>,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        let ready = self.manager.ready_within(&self.sandbox, limit).await?;
         self.started_ms = now_ms();
         Ok(ready)
     }
@@ -294,6 +305,11 @@ impl Manager {
         Fut: Future<Output = Result<K::Done, NodeError>> + Send + 'static,
     {
         let digest = request_digest(&call);
+        let limit = match &call {
+            TrajectoryCall::Exec(c) | TrajectoryCall::Spawn(c) => c.timeout_secs,
+            _ => None,
+        }
+        .map(std::time::Duration::from_secs_f64);
         let mut r = match self.begin::<K>(id, step, Some(digest)).await? {
             Begun::Replay(known) => {
                 return Ok(Answered {
@@ -304,7 +320,7 @@ impl Manager {
             Begun::Run(r) => r,
         };
         let go = async move {
-            let (instance, info, _busy) = r.ready().await?;
+            let (instance, info, _busy) = r.ready_within(limit).await?;
             let cancel = CancelLog {
                 armed: (!r.runs_to_end()).then(|| {
                     (

@@ -35,6 +35,8 @@ async fn warren_call_passes_the_exit_code_through() {
     let local = dir.join("prog.sh");
     std::fs::write(&local, "echo from-file; echo made > /w/res\n").unwrap();
     let spec = format!("{}:/w/prog.sh", local.display());
+    let saved = dir.join("res.txt");
+    let save = format!("/w/res:{}", saved.display());
     let out = warren(
         &d,
         &[
@@ -44,20 +46,40 @@ async fn warren_call_passes_the_exit_code_through() {
             "--file",
             &spec,
             "-o",
-            "/w/res",
+            &save,
             "--",
             "sh",
             "/w/prog.sh",
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("from-file\nmade\n"), "{text}");
+    // The command's output alone on stdout; the file on the host.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-file\n");
+    assert_eq!(std::fs::read_to_string(&saved).unwrap(), "made\n");
+    let out = warren(
+        &d,
+        &[
+            "call",
+            "--file",
+            &spec,
+            "-o",
+            "/w/res:-",
+            "--",
+            "sh",
+            "/w/prog.sh",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "from-file\nmade\n",
+        "{out:?}"
+    );
 
     let out = warren(&d, &["call", "--timeout", "0.3", "--", "sleep", "30"]);
     assert_eq!(out.status.code(), Some(124));
     let out = warren(&d, &["call", "--image", "no-such-image", "--", "true"]);
-    assert_eq!(out.status.code(), Some(1));
+    // Warren's own failure, told apart from any exit code of the command.
+    assert_eq!(out.status.code(), Some(125));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not_found"),
         "{out:?}"

@@ -11,7 +11,9 @@ mod layers;
 use common::{bin_dir, image_store, Daemon};
 use std::path::Path;
 use std::process::Command;
-use warren_client::{ClientError, CreateSandboxRequest, ErrorCode, ForkRequest, ImageRef};
+use warren_client::{
+    ClientError, CreateSandboxRequest, ErrorCode, ExecRequest, ForkRequest, ImageRef,
+};
 
 /// A name unique to this test process.
 fn unique(what: &str) -> String {
@@ -403,4 +405,98 @@ async fn gc_spares_live_sandboxes_and_collects_fork_snapshots() {
         .join("leases")
         .join(format!("{}.json", kids[1].id))
         .exists());
+}
+
+/// An image of busybox-style layers without /etc/passwd: commands run as uid 0, gid 0 when no
+/// user is named (as docker and podman do), a numeric `uid:gid` needs no file, and a name
+/// still has to be found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_without_a_passwd_file_run_as_root() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let t = layers::scratch("nopasswd");
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/usr/bin/busybox", root.join("bin/busybox"))
+        .expect("busybox-static is installed by scripts/setup.sh");
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
+    let tag = format!("{}:1", unique("nopasswd"));
+    warren_image(&["build-layer", root.to_str().unwrap(), "--tag", &tag]);
+    let id = d.create(&stack(&[&tag])).await.id;
+
+    let id_of = |user: Option<&str>| {
+        let mut req = ExecRequest::argv([
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo $(/bin/busybox id -u):$(/bin/busybox id -g)",
+        ]);
+        req.user = user.map(str::to_string);
+        req
+    };
+    let r = d.exec(&id, &id_of(None)).await;
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (Some(0), "0:0\n"),
+        "{r:?}"
+    );
+    let r = d.exec(&id, &id_of(Some("1234:99"))).await;
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (Some(0), "1234:99\n"),
+        "{r:?}"
+    );
+    let e = d
+        .client()
+        .exec(&id, &id_of(Some("agent")))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), Some(ErrorCode::InvalidRequest), "{e}");
+    d.client().delete(&id).await.unwrap();
+    warren_image(&["rm", &tag]);
+}
+
+/// `warren image import` against a daemon (`--url`): the archive is sent to it, converted
+/// there and usable at once; `--json` prints the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_through_the_daemon() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let t = layers::scratch("remote-import");
+    let tag = format!("{}:1", unique("remote"));
+    let l = layers::tar_entries(&[("srv/", ""), ("srv/hello", "sent over the API")]);
+    let archive = t.path().join("app.tar");
+    layers::docker_archive(&[l], "x:1", &archive);
+    let out = Command::new(bin_dir().join("warren"))
+        .arg("--url")
+        .arg(format!("unix://{}", d.socket.display()))
+        .args([
+            "image",
+            "import",
+            archive.to_str().unwrap(),
+            "--tag",
+            &tag,
+            "--json",
+        ])
+        .output()
+        .expect("running warren");
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["image"]["reference"], tag.as_str(), "{report}");
+    let id = d.create(&stack(&["default", &tag])).await.id;
+    assert_eq!(d.sh_ok(&id, "cat /srv/hello").await, "sent over the API");
+    d.client().delete(&id).await.unwrap();
+    d.client().delete_image(&tag).await.unwrap();
+    // A broken archive is refused with a clear error and leaves nothing.
+    let junk = t.path().join("junk.tar");
+    std::fs::write(&junk, b"not a tar").unwrap();
+    let out = Command::new(bin_dir().join("warren"))
+        .arg("--url")
+        .arg(format!("unix://{}", d.socket.display()))
+        .args(["image", "import", junk.to_str().unwrap(), "--tag", &tag])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
 }

@@ -166,3 +166,53 @@ async fn lifecycle_labels_filter_the_list() {
     c.delete(&made["a1"]).await.unwrap();
     assert_eq!(ids_for(&[("team", "a")]).await, sorted(&["a2"]));
 }
+
+/// `warrend --socket-group G`: the API socket belongs to group G (mode 0660), so an operator
+/// can give users access without root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_socket_group_owns_the_socket() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(d) = Daemon::start_with(|_| vec!["--socket-group".into(), "daemon".into()]).await
+    else {
+        return;
+    };
+    let md = std::fs::metadata(&d.socket).unwrap();
+    let daemon = nix::unistd::Group::from_name("daemon").unwrap().unwrap();
+    assert_eq!(md.gid(), daemon.gid.as_raw());
+    assert_eq!(md.mode() & 0o777, 0o660);
+}
+
+/// `warrend --default-ttl/--max-ttl/--default-exec-timeout`: reported by health, applied to
+/// creates and commands, and a lifetime can be extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_node_defaults_for_long_runs() {
+    let Some(d) = Daemon::start_with(|_| {
+        [
+            "--default-ttl",
+            "10m",
+            "--max-ttl",
+            "1h",
+            "--default-exec-timeout",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+    .await
+    else {
+        return;
+    };
+    let h = d.client().health().await.unwrap();
+    assert_eq!(h.extra["defaults"]["ttl_secs"], 600, "{h:?}");
+    assert_eq!(h.extra["defaults"]["max_ttl_secs"], 3600);
+    let sb = d.create(&CreateSandboxRequest::default()).await;
+    assert_eq!(sb.expires_at_ms.unwrap() - sb.created_at_ms, 600_000);
+    // A command without a timeout gets the node's.
+    let r = d.sh(&sb.id, "sleep 30").await;
+    assert!(r.timed_out, "{r:?}");
+    let info = d.client().extend(&sb.id, 3000).await.unwrap();
+    assert!(info.expires_at_ms.unwrap() > sb.expires_at_ms.unwrap());
+    let e = d.client().extend(&sb.id, 7200).await.unwrap_err();
+    assert!(e.to_string().contains("3600"), "{e}");
+    d.client().delete(&sb.id).await.unwrap();
+}

@@ -9,4 +9,5 @@ mod concurrency;
 mod crash;
 mod lifecycle;
 mod malformed;
+mod pools;
 mod restart;

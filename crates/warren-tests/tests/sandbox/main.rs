@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cli;
 mod exec;
 mod files;
 mod isolation;
