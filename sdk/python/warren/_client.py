@@ -1505,6 +1505,21 @@ class AsyncClient:
         resp = await self._http.request("POST", "/v1/images/gc")
         return dict(resp.json())
 
+    async def cluster(self) -> Dict[str, Any]:
+        """The cluster as a gateway sees it (``GET /v1/cluster``, gateways only): ``nodes``
+        (each with ``id``, ``address``, ``state`` -- ``ready``, ``draining`` or ``lost`` --,
+        substrates, capacity and load), ``etcd_connected`` and ``revision``."""
+        resp = await self._http.request("GET", "/v1/cluster", retry=True)
+        return dict(resp.json())
+
+    async def drain(self, node: str) -> None:
+        """Takes no new sandboxes on ``node``; its sandboxes keep running (gateways only)."""
+        await self._http.request("POST", f"/v1/cluster/nodes/{quote(node, safe='')}/drain", retry=True)
+
+    async def undrain(self, node: str) -> None:
+        """Lets ``node`` take new sandboxes again (gateways only)."""
+        await self._http.request("POST", f"/v1/cluster/nodes/{quote(node, safe='')}/undrain", retry=True)
+
     async def delete_all(
         self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, concurrency: int = 64
     ) -> int:

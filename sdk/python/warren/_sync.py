@@ -401,6 +401,9 @@ class Client:
     image = _sync(AsyncClient.image)
     delete_image = _sync(AsyncClient.delete_image)
     gc_images = _sync(AsyncClient.gc_images)
+    cluster = _sync(AsyncClient.cluster)
+    drain = _sync(AsyncClient.drain)
+    undrain = _sync(AsyncClient.undrain)
 
     def close(self) -> None:
         """Closes the connection pool."""
