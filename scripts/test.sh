@@ -4,8 +4,9 @@
 #   sudo ./scripts/test.sh
 #
 # Phases: setup (packages, rootfs) -> build -> image (register `default`) -> fmt -> clippy ->
-# nextest -> python SDK -> leak check. A failure in the first three stops the run; the others all
-# run and are reported together. Exits non-zero when any phase failed.
+# nextest -> python SDK -> API contract (Schemathesis against a private node) -> leak check. A
+# failure in the first three stops the run; the others all run and are reported together.
+# Exits non-zero when any phase failed.
 #
 # Environment: WARREN_IMAGE_STORE (default /var/lib/warren/images), WARREN_CACHE (rootfs cache).
 set -euo pipefail
@@ -119,6 +120,7 @@ if [[ -d sdk/python/tests ]]; then
 else
     skip python "no sdk/python/tests"
 fi
+phase api-contract scripts/api-contract.sh "$REPO/target/venv" || true
 phase leaks scripts/check-leaks.sh --baseline "$LEAK_BASELINE" || true
 
 finish

@@ -79,7 +79,7 @@ async fn landlock_scopes_signals_and_abstract_sockets_to_the_sandbox() {
         .stderr(Stdio::null())
         .spawn();
     let Ok(mut outsider) = outsider else {
-        println!("SKIP: nsenter is not available");
+        crate::common::skip("nsenter is not available");
         return;
     };
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -166,7 +166,9 @@ impl World {
         }
         for tool in ["ip", "nft", "python3"] {
             if !run("sh", &["-c", &format!("command -v {tool}")]).0 {
-                println!("SKIP: {tool} is not installed (scripts/setup.sh installs it)");
+                common::skip(format!(
+                    "{tool} is not installed (scripts/setup.sh installs it)"
+                ));
                 return None;
             }
         }

@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use warren_proto::{
@@ -21,45 +21,9 @@ use warren_proto::{
 use warren_sys::mount::{mount, Flags};
 
 use crate::exec::{prepare, spawn_failed, Pump};
+use crate::setup::{CELL_DIR, LOWER_DIR};
 
 type R<T> = Result<T, String>;
-
-/// Where the agent of a function container keeps the image layers (inside its own root,
-/// which no command ever sees: commands only run in cells).
-pub const LOWER_DIR: &str = "/lower";
-/// Where a cell stages its writable layer and root (in its own mount namespace).
-pub const CELL_DIR: &str = "/cell";
-
-/// The root of a function container's agent: a small tmpfs with the image layers bound at
-/// `/lower/N`, the harmless device nodes, /proc and /sys (so cells may mount their own).
-pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
-    mount(
-        Some("tmpfs"),
-        t,
-        Some("tmpfs"),
-        Flags::MS_NOSUID | Flags::MS_NODEV,
-        Some("size=1m,mode=755"),
-    )
-    .map_err(|x| x.to_string())?;
-    let mk = |p: &str| {
-        let d = t.join(p.trim_start_matches('/'));
-        std::fs::create_dir_all(&d)
-            .map(|_| d)
-            .map_err(|x| format!("mkdir {p}: {x}"))
-    };
-    for (i, l) in cfg.lowerdirs.iter().enumerate() {
-        let d = mk(&format!("{LOWER_DIR}/{i}"))?;
-        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)
-            .map_err(|x| x.to_string())?;
-    }
-    mk(CELL_DIR)?;
-    let dev = mk("/dev")?;
-    crate::setup::bind_devices(&dev)?;
-    let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
-    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
-    crate::setup::mount_sys(&mk("/sys")?)?;
-    Ok(t.to_path_buf())
-}
 
 /// The start-up configuration the agent sends each cell: its own, with the layers at
 /// their paths inside the agent's root.
@@ -716,7 +680,7 @@ fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instan
         Some(Exit::Signal(s)) => (None, Some(s)),
         None => (None, Some(libc::SIGKILL)),
     };
-    Event::Exited {
+    Event::Exited(warren_types::ExitInfo {
         exit_code,
         signal,
         timed_out,
@@ -725,7 +689,7 @@ fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instan
         stdout_truncated: o.truncated(),
         stderr_truncated: e.truncated(),
         duration_us: started.elapsed().as_micros() as u64,
-    }
+    })
 }
 
 fn collect(path: &str, cap: u64) -> Event {

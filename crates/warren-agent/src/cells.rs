@@ -10,7 +10,7 @@ use tokio::net::UnixStream;
 use warren_proto::{Call, ContainerInit, Event, Frame, Init, InitReply, InvokeSpec, Kind};
 use warren_types::ErrorCode;
 
-use crate::serve::{Inbox, Out};
+use crate::wire::{Inbox, Out};
 
 /// Longest a cell may take to build its root.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -61,30 +61,29 @@ impl Cells {
             .map_err(|e| format!("/dev/null: {e}"))?;
         use warren_sys::ns::Namespaces as N;
         let flags = N::CLONE_NEWNS | N::CLONE_NEWPID | N::CLONE_NEWIPC | N::CLONE_NEWUTS;
-        // The agent runs on one thread, so a plain fork-like clone is fine; the child never
-        // returns to the runtime.
-        let pid =
-            match warren_sys::clone::clone_single_threaded(flags).map_err(|e| e.to_string())? {
-                warren_sys::process::Forked::Child => {
-                    let ctl = warren_proto::CONTROL_FD;
-                    if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
-                        .is_err()
-                    {
-                        std::process::exit(127);
-                    }
-                    std::mem::forget(theirs);
-                    std::mem::forget(ours);
-                    std::mem::forget(null);
-                    let Ok(fd) = warren_sys::fd::inherited(ctl) else {
-                        std::process::exit(127)
-                    };
-                    crate::cell::main(
-                        std::os::unix::net::UnixStream::from(fd),
-                        self.filters.as_ref(),
-                    )
+        // The agent runs on one thread (checked by the clone), so a plain fork-like clone is
+        // fine; the child never returns to the runtime.
+        let pid = match warren_sys::clone::clone_checked(flags).map_err(|e| e.to_string())? {
+            warren_sys::process::Forked::Child => {
+                let ctl = warren_proto::CONTROL_FD;
+                if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
+                    .is_err()
+                {
+                    std::process::exit(127);
                 }
-                warren_sys::process::Forked::Parent { child } => child,
-            };
+                std::mem::forget(theirs);
+                std::mem::forget(ours);
+                std::mem::forget(null);
+                let Ok(fd) = warren_sys::fd::inherited(ctl) else {
+                    std::process::exit(127)
+                };
+                crate::cell::main(
+                    std::os::unix::net::UnixStream::from(fd),
+                    self.filters.as_ref(),
+                )
+            }
+            warren_sys::process::Forked::Parent { child } => child,
+        };
         drop(theirs);
         let exit = self.reaper.watch(pid);
         let kill = || {

@@ -14,8 +14,40 @@ use warren_proto::{Control, Event, ExecSpec, Frame, Kind, ProcEntry};
 use warren_sys::process::ChildSetup;
 use warren_types::{ErrorCode, ProcessState};
 
-use crate::reaper::{kill_command, kill_tree, start_ticks, Exit};
-use crate::serve::{event, Inbox, Out, State};
+use crate::reaper::{kill_command, kill_tree, start_ticks, Exit, Reaper};
+use crate::wire::{event, Inbox, Out};
+
+/// The agent's commands: the reaper that hears their exits, the background processes, and
+/// the leaders of the foreground commands running now.
+pub struct Commands {
+    pub reaper: Rc<Reaper>,
+    pub procs: Procs,
+    /// Leaders of running foreground commands.
+    pub active: RefCell<std::collections::HashSet<u32>>,
+}
+
+impl Commands {
+    pub fn new(reaper: Rc<Reaper>) -> Commands {
+        Commands {
+            reaper,
+            procs: Procs::default(),
+            active: RefCell::default(),
+        }
+    }
+
+    /// Leaders of every other live command, whose processes a timeout must spare.
+    pub fn others(&self, leader: u32) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .active
+            .borrow()
+            .iter()
+            .copied()
+            .filter(|p| *p != leader)
+            .collect();
+        v.extend(self.procs.running().into_iter().filter(|p| *p != leader));
+        v
+    }
+}
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// After the command exits, how long to keep reading output its background children hold open.
@@ -150,7 +182,7 @@ fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instan
         Some(Exit::Signal(s)) => (None, Some(s)),
         None => (None, None),
     };
-    Event::Exited {
+    Event::Exited(warren_types::ExitInfo {
         exit_code,
         signal,
         timed_out,
@@ -159,7 +191,7 @@ fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instan
         stdout_truncated: o.truncated(),
         stderr_truncated: e.truncated(),
         duration_us: started.elapsed().as_micros() as u64,
-    }
+    })
 }
 
 fn receiver(fd: impl Into<OwnedFd>) -> Option<pipe::Receiver> {
@@ -174,7 +206,7 @@ pub async fn foreground(
     id: u32,
     mut inbox: Inbox,
     out: &Out,
-    state: &Rc<State>,
+    state: &Commands,
 ) -> Event {
     let started = Instant::now();
     let Prepared { mut cmd, setup } = match prepare(&spec) {
@@ -403,7 +435,7 @@ async fn collect(mut r: pipe::Receiver, p: Rc<Proc>, is_err: bool) {
 }
 
 /// Starts a background process; its output is kept up to the cap for `wait`.
-pub async fn background(spec: ExecSpec, state: &Rc<State>) -> Event {
+pub async fn background(spec: ExecSpec, state: &Commands) -> Event {
     let Prepared { mut cmd, setup } = match prepare(&spec) {
         Ok(p) => p,
         Err(ev) => return ev,
@@ -476,7 +508,7 @@ pub async fn wait(
     timeout_ms: Option<u64>,
     id: u32,
     out: &Out,
-    state: &Rc<State>,
+    state: &Commands,
 ) -> Event {
     let Some(p) = state.procs.map.borrow().get(&pid).cloned() else {
         return Event::error(ErrorCode::NotFound, format!("no background process {pid}"));
@@ -517,14 +549,14 @@ pub async fn wait(
     }
     let (o, e) = p.pumps.get();
     let mut ev = exited(p.exit.get(), false, o, e, p.started);
-    if let (Event::Exited { duration_us, .. }, Some(f)) = (&mut ev, p.finished.get()) {
-        *duration_us = f.duration_since(p.started).as_micros() as u64;
+    if let (Event::Exited(exit), Some(f)) = (&mut ev, p.finished.get()) {
+        exit.duration_us = f.duration_since(p.started).as_micros() as u64;
     }
     ev
 }
 
 /// Signals a background process's tree.
-pub fn kill(pid: u32, signal: i32, state: &Rc<State>) -> Event {
+pub fn kill(pid: u32, signal: i32, state: &Commands) -> Event {
     let Some(p) = state.procs.map.borrow().get(&pid).cloned() else {
         return Event::error(ErrorCode::NotFound, format!("no background process {pid}"));
     };
@@ -546,7 +578,7 @@ pub async fn pty(
     id: u32,
     mut inbox: Inbox,
     out: &Out,
-    state: &Rc<State>,
+    state: &Commands,
 ) -> Event {
     let started = Instant::now();
     let Prepared { mut cmd, mut setup } = match prepare(&spec) {

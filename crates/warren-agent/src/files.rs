@@ -11,7 +11,7 @@ use std::path::Path;
 use warren_proto::{Event, Frame, Kind};
 use warren_types::{ErrorCode, FileKind, FileStat};
 
-use crate::serve::{Inbox, Out};
+use crate::wire::{Inbox, Out};
 
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 const SYSFS_MAGIC: i64 = 0x6265_6572;

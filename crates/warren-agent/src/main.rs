@@ -21,6 +21,7 @@ mod serve;
 mod setup;
 mod users;
 mod vm;
+mod wire;
 
 use std::os::fd::OwnedFd;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};

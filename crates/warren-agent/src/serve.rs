@@ -13,49 +13,21 @@ use tokio::sync::mpsc;
 use warren_proto::{Call, Event, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_types::ErrorCode;
 
-use crate::exec::Procs;
+use crate::exec::Commands;
 use crate::reaper::Reaper;
+use crate::wire::{event, Inbox, Out};
 
-/// Frames to the daemon.
-pub type Out = mpsc::Sender<Frame>;
-/// Frames from the daemon for one stream.
-pub type Inbox = mpsc::Receiver<Frame>;
-
+/// What the agent serves from: its commands, and in a function container its cells.
 pub struct State {
-    pub reaper: Rc<Reaper>,
-    pub procs: Procs,
-    /// Leaders of running foreground commands.
-    pub active: RefCell<std::collections::HashSet<u32>>,
+    pub commands: Commands,
     /// Set in a function container: its call environments.
     pub cells: Option<Rc<crate::cells::Cells>>,
-}
-
-impl State {
-    /// Leaders of every other live command, whose processes a timeout must spare.
-    pub fn others(&self, leader: u32) -> Vec<u32> {
-        let mut v: Vec<u32> = self
-            .active
-            .borrow()
-            .iter()
-            .copied()
-            .filter(|p| *p != leader)
-            .collect();
-        v.extend(self.procs.running().into_iter().filter(|p| *p != leader));
-        v
-    }
-}
-
-/// Sends an event; false when the daemon is gone.
-pub async fn event(out: &Out, stream: u32, ev: &Event) -> bool {
-    out.send(Frame::json(stream, Kind::Event, ev)).await.is_ok()
 }
 
 /// The agent's shared state, made once per agent.
 pub fn new_state() -> Rc<State> {
     Rc::new(State {
-        reaper: Reaper::start(),
-        procs: Procs::default(),
-        active: RefCell::default(),
+        commands: Commands::new(Reaper::start()),
         cells: None,
     })
 }
@@ -91,9 +63,7 @@ pub fn run(
     local.block_on(&rt, async move {
         let reaper = Reaper::start();
         let state = Rc::new(State {
-            reaper: reaper.clone(),
-            procs: Procs::default(),
-            active: RefCell::default(),
+            commands: Commands::new(reaper.clone()),
             cells: function.map(|f| crate::cells::Cells::new(f, cell_filters, reaper.clone())),
         });
         if let Some(c) = &state.cells {
@@ -246,20 +216,21 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
         let _ = event(out, id, &ev).await;
         return;
     }
+    let cmds = &state.commands;
     let ev = match call {
         Call::Ping => Event::Pong {
             version: PROTOCOL_VERSION,
             pid: std::process::id(),
         },
-        Call::Exec { spec } => crate::exec::foreground(spec, id, inbox, out, state).await,
-        Call::Spawn { spec } => crate::exec::background(spec, state).await,
+        Call::Exec { spec } => crate::exec::foreground(spec, id, inbox, out, cmds).await,
+        Call::Spawn { spec } => crate::exec::background(spec, cmds).await,
         Call::ListProcs => Event::Procs {
-            procs: state.procs.list(),
+            procs: cmds.procs.list(),
         },
-        Call::Wait { pid, timeout_ms } => crate::exec::wait(pid, timeout_ms, id, out, state).await,
-        Call::Kill { pid, signal } => crate::exec::kill(pid, signal, state),
+        Call::Wait { pid, timeout_ms } => crate::exec::wait(pid, timeout_ms, id, out, cmds).await,
+        Call::Kill { pid, signal } => crate::exec::kill(pid, signal, cmds),
         Call::Pty { spec, cols, rows } => {
-            crate::exec::pty(spec, cols, rows, id, inbox, out, state).await
+            crate::exec::pty(spec, cols, rows, id, inbox, out, cmds).await
         }
         Call::ReadFile { path, window } => crate::files::read(&path, window, id, inbox, out).await,
         Call::WriteFile { path, mode } => crate::files::write(&path, mode, inbox).await,

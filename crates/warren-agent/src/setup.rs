@@ -31,7 +31,7 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
     warren_sys::process::become_user(0, 0).map_err(|x| x.to_string())?;
 
     let (release_r, release_w) = std::os::unix::net::UnixStream::pair().map_err(e("pipe"))?;
-    match warren_sys::process::fork_single_threaded().map_err(|x| x.to_string())? {
+    match warren_sys::process::fork_checked().map_err(|x| x.to_string())? {
         warren_sys::process::Forked::Parent { child } => {
             super::send(ctl, &InitReply::Child { pid: child });
             drop(release_w);
@@ -52,7 +52,7 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
 fn build_root(cfg: &ContainerInit) -> R<()> {
     let t = private_stage()?;
     if cfg.function.is_some() {
-        let root = crate::cell::agent_root(cfg, &t)?;
+        let root = agent_root(cfg, &t)?;
         enter(&root)?;
     } else {
         let root = stage_root(cfg, &cfg.lowerdirs, &t)?;
@@ -338,4 +338,41 @@ fn harden(cfg: &ContainerInit) -> R<()> {
     crate::exec::set_best_effort(cfg.best_effort);
     crate::exec::set_apparmor_profile(cfg.apparmor_profile.as_deref())?;
     Ok(())
+}
+
+/// Where the agent of a function container keeps the image layers (inside its own root,
+/// which no command ever sees: commands only run in cells).
+pub const LOWER_DIR: &str = "/lower";
+/// Where a cell stages its writable layer and root (in its own mount namespace).
+pub const CELL_DIR: &str = "/cell";
+
+/// The root of a function container's agent: a small tmpfs with the image layers bound at
+/// `/lower/N`, the harmless device nodes, /proc and /sys (so cells may mount their own).
+pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
+    mount(
+        Some("tmpfs"),
+        t,
+        Some("tmpfs"),
+        Flags::MS_NOSUID | Flags::MS_NODEV,
+        Some("size=1m,mode=755"),
+    )
+    .map_err(|x| x.to_string())?;
+    let mk = |p: &str| {
+        let d = t.join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(&d)
+            .map(|_| d)
+            .map_err(|x| format!("mkdir {p}: {x}"))
+    };
+    for (i, l) in cfg.lowerdirs.iter().enumerate() {
+        let d = mk(&format!("{LOWER_DIR}/{i}"))?;
+        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)
+            .map_err(|x| x.to_string())?;
+    }
+    mk(CELL_DIR)?;
+    let dev = mk("/dev")?;
+    bind_devices(&dev)?;
+    let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
+    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
+    mount_sys(&mk("/sys")?)?;
+    Ok(t.to_path_buf())
 }

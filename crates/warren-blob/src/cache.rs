@@ -343,15 +343,6 @@ impl LayerCache {
         Ok(t)
     }
 
-    /// Registers a layer's chunk table directly (a remote-only layer known to this node).
-    pub fn register_table(&self, table: &ChunkTable) -> Result<(), BlobError> {
-        table.check(&table.digest)?;
-        let hex = hex_of(&table.digest)?;
-        let data = serde_json::to_vec(table).expect("serializes");
-        std::fs::write(self.table_path(hex), data)
-            .map_err(|e| BlobError::io("write chunk table", e))
-    }
-
     fn fetch_whole(&self, digest: &str, hex: &str, table: &ChunkTable) -> Result<(), BlobError> {
         let tmp = self.dir().join(format!("{hex}.tmp-whole"));
         let f = std::fs::File::create(&tmp)

@@ -1,6 +1,10 @@
 //! The layer cache against a real HTTP blob server on loopback (and a real FUSE mount and
 //! EROFS mount where root).
 
+#[path = "../../../tests/skip.rs"]
+mod skip_rule;
+
+use skip_rule::skip;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -267,7 +271,7 @@ fn mkfs(dir: &Path, out: &Path) -> bool {
 #[test]
 fn erofs_mounted_from_the_lazy_fuse_file_reads_correctly() {
     if !is_root() {
-        eprintln!("SKIP erofs_mounted_from_the_lazy_fuse_file_reads_correctly: needs root (FUSE and EROFS mounts)");
+        skip("needs root (FUSE and EROFS mounts)");
         return;
     }
     let e = env(0);
@@ -280,7 +284,7 @@ fn erofs_mounted_from_the_lazy_fuse_file_reads_correctly() {
     }
     let img = e.cache_dir.path().join("layer.erofs");
     if !mkfs(&tree, &img) {
-        eprintln!("SKIP erofs_mounted_from_the_lazy_fuse_file_reads_correctly: mkfs.erofs missing (install erofs-utils)");
+        skip("mkfs.erofs missing (install erofs-utils)");
         return;
     }
     let local = LocalStore::new(e.served.path());
@@ -326,7 +330,7 @@ fn erofs_mounted_from_the_lazy_fuse_file_reads_correctly() {
 #[test]
 fn corrupt_chunk_is_an_io_error_through_fuse() {
     if !is_root() {
-        eprintln!("SKIP corrupt_chunk_is_an_io_error_through_fuse: needs root (FUSE mount)");
+        skip("needs root (FUSE mount)");
         return;
     }
     let e = env(0);
@@ -348,10 +352,10 @@ fn corrupt_chunk_is_an_io_error_through_fuse() {
 fn s3_backend_round_trip() {
     let moto = Path::new("/opt/warren-moto/bin/moto_server");
     if !moto.exists() {
-        eprintln!(
-            "SKIP s3_backend_round_trip: {} missing (scripts/setup.sh installs moto[server])",
+        skip(format!(
+            "{} missing (scripts/setup.sh installs moto[server])",
             moto.display()
-        );
+        ));
         return;
     }
     let port = {

@@ -4,15 +4,11 @@
 //! `run` function that returns the process exit code. Adding a subcommand is one variant in
 //! [`Command`], one arm in [`dispatch`] and one module.
 
-mod commands;
-mod stats;
-mod table;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::Ctx;
+use warren_cli::commands::{self, Ctx};
 
 /// Run and drive Warren sandboxes.
 #[derive(Debug, Parser)]
@@ -61,7 +57,8 @@ enum Command {
     Trajectory(commands::trajectory::Args),
     /// Run a small reinforcement-learning style rollout in N sandboxes at once.
     Demo(commands::demo::Args),
-    /// Measure create latency, exec latency, throughput and density.
+    /// Measure the node: runs `warren-bench` (installed beside `warren`) with these arguments.
+    #[command(disable_help_flag = true)]
     Bench(commands::bench::Args),
     /// Manage the node's image layers (build, stack, list, inspect, remove, verify).
     Image(commands::image::Args),

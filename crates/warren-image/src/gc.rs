@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use warren_types::{GcReport, ImageDeleted};
 
-use crate::store::{hex_of, ImageStore};
+use crate::files::hex_of;
+use crate::store::ImageStore;
 use crate::ImageError;
 
 /// True for holders of temporary leases (`tmp-<what>-<pid>-<n>`).

@@ -1,43 +1,14 @@
-//! Layers: building an EROFS image from a directory, adding it to the store with its
-//! metadata, and the conversion index (OCI layer digest → layer).
+//! Layers: adding an EROFS image to the store with its metadata, and the conversion index
+//! (OCI layer digest → layer).
 
 use std::path::Path;
 use warren_types::image::LAYER_MEDIA_TYPE;
 use warren_types::LayerInfo;
 
+use crate::files::{hex_of, now_ms, sha256_file, write_atomic};
 use crate::lease::Lease;
-use crate::store::{hex_of, now_ms, sha256_file, ImageStore};
+use crate::store::ImageStore;
 use crate::ImageError;
-
-/// Runs `mkfs.erofs` (uncompressed: reads of a shared layer cost no CPU) on `dir`.
-/// With `preserve_mtime`, every file keeps its modification time (imported layers);
-/// otherwise times are fixed at 0 so a directory always packs to the same digest.
-pub(crate) fn mkfs(dir: &Path, out: &Path, preserve_mtime: bool) -> Result<(), ImageError> {
-    let mut cmd = std::process::Command::new("mkfs.erofs");
-    cmd.arg("--quiet")
-        .arg("-U00000000-0000-0000-0000-000000000000");
-    if preserve_mtime {
-        cmd.arg("--preserve-mtime");
-    } else {
-        cmd.arg("-T0");
-    }
-    let out_res = cmd
-        .arg(out)
-        .arg(dir)
-        .output()
-        .map_err(|e| ImageError::Build {
-            dir: dir.display().to_string(),
-            message: format!("mkfs.erofs: {e} (install erofs-utils)"),
-        })?;
-    if !out_res.status.success() {
-        let _ = std::fs::remove_file(out);
-        return Err(ImageError::Build {
-            dir: dir.display().to_string(),
-            message: String::from_utf8_lossy(&out_res.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
-}
 
 impl ImageStore {
     /// Moves a finished EROFS file into the store under its digest and records its
@@ -151,11 +122,4 @@ impl ImageStore {
         let p = self.root().join("index").join(hex_of(oci_digest)?);
         write_atomic(&p, layer.as_bytes())
     }
-}
-
-pub(crate) fn write_atomic(p: &Path, data: &[u8]) -> Result<(), ImageError> {
-    let tmp = p.with_extension(format!("tmp{}-{}", std::process::id(), crate::store::seq()));
-    std::fs::write(&tmp, data)
-        .map_err(|e| ImageError::io(format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, p).map_err(|e| ImageError::io(format!("write {}", p.display()), e))
 }

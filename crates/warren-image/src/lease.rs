@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use warren_types::GcReport;
 
-use crate::layer::write_atomic;
-use crate::store::{now_ms, seq, ImageStore};
+use crate::files::{now_ms, seq, write_atomic};
+use crate::store::ImageStore;
 use crate::ImageError;
 
 /// What a lease file holds.

@@ -27,6 +27,7 @@
 //! else references (fork snapshots, layers of images removed while in use).
 
 mod fetch;
+mod files;
 mod gc;
 pub mod import;
 mod layer;

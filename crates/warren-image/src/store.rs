@@ -1,13 +1,12 @@
 //! The on-disk store (see the crate docs for the layout).
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use warren_types::{ImageInfo, LayerInfo};
 
+use crate::files::{hex_of, now_ms, seq, sha256_file};
 use crate::ImageError;
 
 /// An image: an ordered stack of layers, lowest first.
@@ -36,13 +35,6 @@ pub struct ImageStore {
     pub(crate) source: std::sync::OnceLock<std::sync::Arc<dyn crate::LayerSource>>,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 pub(crate) fn split_ref(r: &str) -> Result<(String, String), ImageError> {
     if r.starts_with("sha256:") {
         return Err(ImageError::BadRef(format!(
@@ -52,18 +44,6 @@ pub(crate) fn split_ref(r: &str) -> Result<(String, String), ImageError> {
     warren_types::validate::image_ref(r).map_err(|e| ImageError::BadRef(e.message))?;
     let (n, t) = r.split_once(':').unwrap_or((r, "latest"));
     Ok((n.to_string(), t.to_string()))
-}
-
-pub(crate) fn hex_of(digest: &str) -> Result<&str, ImageError> {
-    digest
-        .strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| ImageError::BadRef(digest.to_string()))
-}
-
-pub(crate) fn seq() -> u64 {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl ImageStore {
@@ -126,7 +106,7 @@ impl ImageStore {
             });
         }
         let tmp = self.tmp_path("layer");
-        crate::layer::mkfs(dir, &tmp, false)?;
+        crate::files::mkfs(dir, &tmp, false)?;
         let source = format!("dir:{}", dir.display());
         let lease = self.temp_lease("build")?;
         let digest = self.add_layer(&tmp, &source, None, Some(&lease))?;
@@ -405,23 +385,6 @@ impl ImageStore {
         }
         failed
     }
-}
-
-pub(crate) fn sha256_file(p: &Path) -> Result<String, ImageError> {
-    let mut f =
-        std::fs::File::open(p).map_err(|e| ImageError::io(format!("open {}", p.display()), e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .map_err(|e| ImageError::io(format!("read {}", p.display()), e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
 }
 
 #[cfg(test)]

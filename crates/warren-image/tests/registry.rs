@@ -105,7 +105,9 @@ async fn registry_import_round_trip() {
         return;
     }
     if !std::path::Path::new(REGISTRY).is_file() {
-        println!("SKIP: {REGISTRY} is not installed (scripts/setup.sh installs docker-registry)");
+        skip(format!(
+            "{REGISTRY} is not installed (scripts/setup.sh installs docker-registry)"
+        ));
         return;
     }
     let reg = start_registry().await;

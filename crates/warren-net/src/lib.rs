@@ -140,11 +140,6 @@ impl Network {
         })
     }
 
-    /// The node's nftables table name (`warren-<node>`).
-    pub fn table_name(&self) -> &str {
-        &self.table.name
-    }
-
     /// Interface name prefix of this node's links.
     pub fn link_prefix(&self) -> &str {
         &self.table.prefix

@@ -4,7 +4,34 @@
 use warren_runtime::RuntimeError;
 use warren_types::{ApiError, ErrorCode, SandboxId, SandboxState, Substrate};
 
-use crate::store::StoreError;
+use std::path::PathBuf;
+
+/// Why the state file (sandboxes, keys, trajectories) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} ({path}): {source}")]
+    Db {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("cannot create directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A trajectory append was not committed.
+    #[error("trajectory ({path}): {message}")]
+    Append { path: PathBuf, message: String },
+}
 
 /// Why a manager call failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,23 +1,30 @@
-//! A Warren node: the sandbox manager and its HTTP API.
+//! A Warren node: its parts and their HTTP API.
 //!
+//! - [`node`] puts the parts side by side, each with one owner: the sandboxes ([`Manager`]),
+//!   the images ([`Images`]) and the function pools ([`Functions`]);
 //! - [`manager`] owns every sandbox of the node: create/delete, exec, files and terminals as
 //!   typed calls, the TTL/idle reaper, lost-agent detection and restart recovery;
+//! - [`images`] serves the node's layer store: list, inspect, delete, gc;
+//! - [`functions`] keeps warm pools of function containers for one-shot calls;
 //! - [`store`] keeps the durable state (a `redb` file) the manager recovers from;
 //! - [`trajectory`] logs every call that changes a sandbox, durably, and answers retried
 //!   steps from the log;
-//! - [`api`] is the HTTP edge: it parses requests into manager calls and never decides
-//!   anything itself;
+//! - [`api`] is the HTTP edge: it parses requests into calls on the node's parts and never
+//!   decides anything itself;
 //! - [`metrics`] counts what happens and renders `/metrics`.
 //!
 //! Substrates are reached only through [`warren_runtime::Runtime`]; this crate never does
 //! namespace, cgroup or mount work itself, and never starts or waits for processes.
 
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod functions;
+pub mod images;
 pub mod manager;
 pub mod metrics;
+pub mod node;
 pub mod store;
 #[cfg(test)]
 mod testing;
@@ -25,6 +32,9 @@ pub mod trajectory;
 
 pub use api::{router, ROUTES};
 pub use config::NodeConfig;
-pub use error::NodeError;
+pub use error::{NodeError, StoreError};
+pub use functions::Functions;
+pub use images::Images;
 pub use manager::{Created, ListFilter, Manager, RecoveryReport};
+pub use node::Node;
 pub use store::Store;

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo};
 
+pub use crate::error::StoreError;
 use crate::trajectory::{journal, Journal};
 
 const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
@@ -31,33 +32,6 @@ const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempote
 
 /// Format version of the values this build writes.
 pub const FORMAT: u32 = 1;
-
-/// Why the store failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{what} ({path}): {source}")]
-    Db {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: Box<redb::Error>,
-    },
-    #[error("cannot create directory {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("encode {what}: {source}")]
-    Encode {
-        what: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A trajectory append was not committed.
-    #[error("trajectory ({path}): {message}")]
-    Append { path: PathBuf, message: String },
-}
 
 /// One sandbox as persisted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

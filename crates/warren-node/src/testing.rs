@@ -166,7 +166,7 @@ fn finish_exec(out: &mut Vec<Frame>, id: u32, spec: &warren_proto::ExecSpec, std
     out.push(Frame::json(
         id,
         Kind::Event,
-        &Event::Exited {
+        &Event::Exited(warren_types::ExitInfo {
             exit_code: Some(3),
             signal: None,
             timed_out: false,
@@ -175,7 +175,7 @@ fn finish_exec(out: &mut Vec<Frame>, id: u32, spec: &warren_proto::ExecSpec, std
             stdout_truncated: false,
             stderr_truncated: false,
             duration_us: 1500,
-        },
+        }),
     ));
 }
 

@@ -143,16 +143,7 @@ pub enum Event {
     CellWaited {
         us: u64,
     },
-    Exited {
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-        timed_out: bool,
-        stdout_bytes: u64,
-        stderr_bytes: u64,
-        stdout_truncated: bool,
-        stderr_truncated: bool,
-        duration_us: u64,
-    },
+    Exited(warren_types::ExitInfo),
     Procs {
         procs: Vec<ProcEntry>,
     },
@@ -171,9 +162,9 @@ pub enum Event {
         truncated: bool,
         error: Option<String>,
     },
-    /// Ends the stream with an error. `code` is a [`warren_types::ErrorCode`] string.
+    /// Ends the stream with an error.
     Error {
-        code: String,
+        code: warren_types::ErrorCode,
         message: String,
     },
 }
@@ -189,7 +180,7 @@ impl Event {
 
     pub fn error(code: warren_types::ErrorCode, message: impl Into<String>) -> Self {
         Event::Error {
-            code: code.as_str().to_string(),
+            code,
             message: message.into(),
         }
     }
@@ -285,17 +276,22 @@ mod tests {
             assert_eq!(serde_json::from_str::<Call>(&s).unwrap(), c);
         }
         assert!(serde_json::from_str::<Call>(r#"{"op":"format_disk"}"#).is_err());
-        let e = Event::Exited {
+        let e = Event::Exited(warren_types::ExitInfo {
             exit_code: Some(0),
-            signal: None,
-            timed_out: false,
             stdout_bytes: 1,
-            stderr_bytes: 0,
-            stdout_truncated: false,
-            stderr_truncated: false,
             duration_us: 5,
-        };
+            ..Default::default()
+        });
         assert!(e.is_final());
+        // The exit is flat beside the tag on the wire, as before it was its own type.
+        let wire = serde_json::to_value(&e).unwrap();
+        assert_eq!(wire["ev"], "exited");
+        assert_eq!(wire["duration_us"], 5);
+        assert_eq!(serde_json::from_value::<Event>(wire).unwrap(), e);
+        let err = Event::error(warren_types::ErrorCode::NotFound, "gone");
+        let wire = serde_json::to_value(&err).unwrap();
+        assert_eq!(wire["code"], "not_found");
+        assert_eq!(serde_json::from_value::<Event>(wire).unwrap(), err);
         assert!(!Event::Started { pid: 1 }.is_final());
         assert!(!Event::CellWaited { us: 1 }.is_final());
     }

@@ -21,18 +21,7 @@ use crate::RuntimeError;
 /// Output window of streamed calls.
 const WINDOW: u32 = 512 * 1024;
 
-/// How a command ended.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ExitInfo {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub duration_us: u64,
-}
+pub use warren_types::ExitInfo;
 
 /// A finished command with its captured output.
 #[derive(Debug, Clone, Default)]
@@ -94,33 +83,13 @@ impl std::fmt::Debug for AgentConn {
     }
 }
 
-fn from_event_error(code: &str, message: String) -> RuntimeError {
-    let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(code.to_string()))
-        .unwrap_or(ErrorCode::Internal);
+fn from_event_error(code: ErrorCode, message: String) -> RuntimeError {
     RuntimeError::Agent { code, message }
 }
 
 fn exit_info(ev: &Event) -> Option<ExitInfo> {
     match ev {
-        Event::Exited {
-            exit_code,
-            signal,
-            timed_out,
-            stdout_bytes,
-            stderr_bytes,
-            stdout_truncated,
-            stderr_truncated,
-            duration_us,
-        } => Some(ExitInfo {
-            exit_code: *exit_code,
-            signal: *signal,
-            timed_out: *timed_out,
-            stdout_bytes: *stdout_bytes,
-            stderr_bytes: *stderr_bytes,
-            stdout_truncated: *stdout_truncated,
-            stderr_truncated: *stderr_truncated,
-            duration_us: *duration_us,
-        }),
+        Event::Exited(exit) => Some(*exit),
         _ => None,
     }
 }
@@ -218,7 +187,7 @@ impl AgentConn {
                     if ev.is_final() {
                         s.done = true;
                         return match ev {
-                            Event::Error { code, message } => Err(from_event_error(&code, message)),
+                            Event::Error { code, message } => Err(from_event_error(code, message)),
                             ev => Ok(ev),
                         };
                     }
@@ -259,7 +228,7 @@ impl AgentConn {
                     Event::Started { .. } => {}
                     Event::Error { code, message } => {
                         s.done = true;
-                        return Err(from_event_error(&code, message));
+                        return Err(from_event_error(code, message));
                     }
                     ev => {
                         s.done = true;
@@ -313,7 +282,7 @@ impl AgentConn {
                     }),
                     Event::Error { code, message } => {
                         s.done = true;
-                        return Err(from_event_error(&code, message));
+                        return Err(from_event_error(code, message));
                     }
                     ev => {
                         s.done = true;
@@ -355,7 +324,7 @@ impl AgentConn {
                 .map_err(|e| RuntimeError::Protocol(e.to_string()))?
             {
                 Event::Started { pid } => Ok(pid),
-                Event::Error { code, message } => Err(from_event_error(&code, message)),
+                Event::Error { code, message } => Err(from_event_error(code, message)),
                 other => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
             };
         }
@@ -387,7 +356,7 @@ impl AgentConn {
                         .parse::<Event>()
                         .map_err(|e| RuntimeError::Protocol(e.to_string()))?
                     {
-                        Event::Error { code, message } => Err(from_event_error(&code, message)),
+                        Event::Error { code, message } => Err(from_event_error(code, message)),
                         ev => {
                             out.exit = exit_info(&ev).ok_or_else(|| {
                                 RuntimeError::Protocol(format!("unexpected {ev:?}"))
@@ -425,7 +394,7 @@ impl AgentConn {
                     Event::Started { .. } => break,
                     Event::Error { code, message } => {
                         s.done = true;
-                        return Err(from_event_error(&code, message));
+                        return Err(from_event_error(code, message));
                     }
                     other => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
                 }
@@ -451,7 +420,7 @@ impl AgentConn {
             {
                 Event::Error { code, message } => {
                     s.done = true;
-                    return Err(from_event_error(&code, message));
+                    return Err(from_event_error(code, message));
                 }
                 _ => {
                     s.done = true;
@@ -602,7 +571,7 @@ impl Stream {
                     Ok(Event::Started { .. }) => {}
                     Ok(Event::Error { code, message }) => {
                         self.done = true;
-                        return Some(Err(from_event_error(&code, message)));
+                        return Some(Err(from_event_error(code, message)));
                     }
                     Ok(ev) => {
                         self.done = true;
@@ -799,7 +768,7 @@ impl FileWriter {
             if f.kind == Kind::Event {
                 self.s.done = true;
                 return match f.parse::<Event>() {
-                    Ok(Event::Error { code, message }) => Err(from_event_error(&code, message)),
+                    Ok(Event::Error { code, message }) => Err(from_event_error(code, message)),
                     _ => Err(RuntimeError::Protocol("write ended early".into())),
                 };
             }
@@ -828,7 +797,7 @@ impl FileWriter {
                     .parse::<Event>()
                     .map_err(|e| RuntimeError::Protocol(e.to_string()))?
                 {
-                    Event::Error { code, message } => Err(from_event_error(&code, message)),
+                    Event::Error { code, message } => Err(from_event_error(code, message)),
                     _ => Ok(()),
                 };
             }

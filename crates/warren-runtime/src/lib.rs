@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod container;
 pub mod error;
 mod leases;
+pub mod procfs;
 pub mod reaper;
 pub mod security;
 pub mod vm;
@@ -98,16 +99,8 @@ pub trait Runtime: Send + Sync + 'static {
     }
 }
 
-/// What a pause achieved.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PauseStats {
-    /// Resident memory of the sandbox (its cgroup) before and after.
-    pub memory_before_bytes: u64,
-    pub memory_after_bytes: u64,
-    pub duration_ms: f64,
-    /// Why memory could not all be pushed out, when it could not (e.g. no swap on the host).
-    pub note: Option<String>,
-}
+/// What a pause achieved (the API's type: the runtime measures what the API reports).
+pub use warren_types::PauseStats;
 
 /// A live sandbox.
 #[async_trait]

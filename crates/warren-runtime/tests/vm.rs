@@ -31,7 +31,7 @@ fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
     let mut cfg = VmConfig::new(node.clone(), agent, root.clone());
     cfg.templates = templates;
     if let Some(why) = cfg.unavailable() {
-        eprintln!("SKIP: {why}");
+        common::skip(why);
         return None;
     }
     let rt = VmRuntime::new(cfg, substrate, store.clone()).unwrap();

@@ -7,15 +7,17 @@ use std::os::fd::RawFd;
 /// Forks the calling process into new namespaces: with `CLONE_NEWPID` in `flags` the child
 /// is PID 1 of a new pid namespace, with `CLONE_NEWNS` it has its own copy of the mounts.
 ///
-/// Only for single-threaded callers (the agent serves on a current-thread runtime): after a
-/// fork in a multi-threaded process only async-signal-safe calls are allowed, which this
-/// crate cannot promise on the caller's behalf.
-pub fn clone_single_threaded(flags: nix::sched::CloneFlags) -> Result<Forked> {
+/// # Safety
+/// The calling process must be single-threaded (the agent serves on a current-thread
+/// runtime): after a fork in a multi-threaded process the child may only make
+/// async-signal-safe calls, since another thread may have held a lock at the moment of the
+/// fork.
+pub unsafe fn clone_single_threaded(flags: nix::sched::CloneFlags) -> Result<Forked> {
     let raw_flags = flags.bits() as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
     // SAFETY: a fork-like clone (no new stack, no CLONE_VM, no CLONE_SETTLS): the child gets
     // a copy-on-write copy of the caller's address space and continues from here, exactly
-    // as with fork(2). Callers guarantee the process is single-threaded (documented
-    // contract), so the child inherits no lock held by another thread.
+    // as with fork(2). The caller guarantees the process is single-threaded (this
+    // function's contract), so the child inherits no lock held by another thread.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -31,6 +33,15 @@ pub fn clone_single_threaded(flags: nix::sched::CloneFlags) -> Result<Forked> {
         0 => Ok(Forked::Child),
         p => Ok(Forked::Parent { child: p as u32 }),
     }
+}
+
+/// [`clone_single_threaded`] after checking its precondition: fails in a process with more
+/// than one thread.
+pub fn clone_checked(flags: nix::sched::CloneFlags) -> Result<Forked> {
+    crate::process::check_single_threaded("clone")?;
+    // SAFETY: the process has one thread (checked just above), and only this thread could
+    // start another before the clone.
+    unsafe { clone_single_threaded(flags) }
 }
 
 /// In a freshly forked child: puts `keep` on `CONTROL`-style fd `at`, /dev/null-like `null`

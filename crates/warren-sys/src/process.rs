@@ -94,12 +94,13 @@ pub enum Forked {
 
 /// Forks the calling process.
 ///
-/// Only for single-threaded callers (the agent during start-up): after `fork` in a
-/// multi-threaded process only async-signal-safe calls are allowed, which this crate cannot
-/// promise on the caller's behalf.
-pub fn fork_single_threaded() -> Result<Forked> {
-    // SAFETY: callers guarantee the process is single-threaded (documented contract), so the
-    // child inherits no lock held by another thread.
+/// # Safety
+/// The calling process must be single-threaded (the agent during start-up): after `fork` in
+/// a multi-threaded process the child may only make async-signal-safe calls, since another
+/// thread may have held a lock (the allocator's, stdio's) at the moment of the fork.
+pub unsafe fn fork_single_threaded() -> Result<Forked> {
+    // SAFETY: the caller guarantees the process is single-threaded (this function's
+    // contract), so the child inherits no lock held by another thread.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent {
             child: child.as_raw() as u32,
@@ -107,6 +108,44 @@ pub fn fork_single_threaded() -> Result<Forked> {
         Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
         Err(e) => Err(SysError::errno("fork", e)),
     }
+}
+
+/// How many threads the calling process has (`num_threads` of /proc/self/stat).
+pub fn thread_count() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")
+        .map_err(|e| SysError::new("read /proc/self/stat", e))?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            SysError::new(
+                "read /proc/self/stat",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "no thread count"),
+            )
+        })
+}
+
+/// Fails unless the calling process has exactly one thread. Only this thread could start
+/// another, so the answer holds until it does.
+pub(crate) fn check_single_threaded(what: &str) -> Result<()> {
+    match thread_count()? {
+        1 => Ok(()),
+        n => Err(SysError::new(
+            what,
+            std::io::Error::other(format!(
+                "needs a single-threaded process; this one has {n} threads"
+            )),
+        )),
+    }
+}
+
+/// [`fork_single_threaded`] after checking its precondition: fails in a process with more
+/// than one thread.
+pub fn fork_checked() -> Result<Forked> {
+    check_single_threaded("fork")?;
+    // SAFETY: the process has one thread (checked just above), and only this thread could
+    // start another before the fork.
+    unsafe { fork_single_threaded() }
 }
 
 /// Makes this process a child subreaper: orphaned descendants are re-parented to it.
@@ -123,11 +162,6 @@ pub fn set_non_dumpable() -> Result<()> {
 /// Sets `no_new_privs`: exec can never grant privileges (setuid bits, file caps).
 pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| SysError::errno("PR_SET_NO_NEW_PRIVS", e))
-}
-
-/// Asks for `signal` when the parent dies.
-pub fn set_parent_death_signal(signal: nix::sys::signal::Signal) -> Result<()> {
-    nix::sys::prctl::set_pdeathsig(Some(signal)).map_err(|e| SysError::errno("PR_SET_PDEATHSIG", e))
 }
 
 /// What a command's child process does between fork and exec.
@@ -311,4 +345,18 @@ pub fn kill_everyone_else(signal: i32) -> Result<()> {
         return Err(SysError::last(format!("kill(-1, {signal})")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod single_thread_tests {
+    #[test]
+    fn forks_are_refused_in_a_process_with_threads() {
+        // The test harness runs this test on a thread of its own: more than one thread.
+        let _other = std::thread::spawn(std::thread::park);
+        assert!(super::thread_count().unwrap() > 1);
+        let e = super::fork_checked().unwrap_err();
+        assert!(e.to_string().contains("single-threaded"), "{e}");
+        let e = crate::clone::clone_checked(nix::sched::CloneFlags::empty()).unwrap_err();
+        assert!(e.to_string().contains("single-threaded"), "{e}");
+    }
 }

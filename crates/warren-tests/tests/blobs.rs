@@ -294,10 +294,10 @@ async fn bench_images_smoke() {
     ensure_default_image();
     let warren = bin_dir().join("warren");
     if !warren.is_file() {
-        println!(
-            "SKIP: {} is missing (cargo build -p warren-cli)",
+        common::skip(format!(
+            "{} is missing (cargo build -p warren-cli)",
             warren.display()
-        );
+        ));
         return;
     }
     let work = tempfile_dir("bench");

@@ -24,6 +24,37 @@ pub enum OutputEncoding {
     Base64,
 }
 
+impl OutputEncoding {
+    /// `bytes` as this encoding carries them in JSON.
+    pub fn encode(self, bytes: &[u8]) -> String {
+        use base64::Engine;
+        match self {
+            OutputEncoding::Utf8 => String::from_utf8_lossy(bytes).into_owned(),
+            OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
+    }
+}
+
+/// How a command ended: the one record of a process's exit, from the agent's event to the
+/// API's [`ExecResult`] and the trajectory's stored result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// Exit status when the command exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when the command was killed by a signal.
+    pub signal: Option<i32>,
+    /// True when the timeout fired and the process tree was killed.
+    pub timed_out: bool,
+    /// Total bytes the command wrote to each stream, captured or not.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// True when a stream wrote more than its cap (the rest was counted and dropped).
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    #[serde(default)]
+    pub duration_us: u64,
+}
+
 /// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`, `/processes`).
 ///
 /// Exactly one of `argv` and `shell` is given. `shell` runs through `/bin/sh -c`.
@@ -172,6 +203,24 @@ pub struct ExecResult {
 }
 
 impl ExecResult {
+    /// The result of a command that ended as `exit` with this output.
+    pub fn new(exit: &ExitInfo, stdout: &[u8], stderr: &[u8], encoding: OutputEncoding) -> Self {
+        ExecResult {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            timed_out: exit.timed_out,
+            stdout: encoding.encode(stdout),
+            stderr: encoding.encode(stderr),
+            stdout_truncated: exit.stdout_truncated,
+            stderr_truncated: exit.stderr_truncated,
+            stdout_bytes: exit.stdout_bytes,
+            stderr_bytes: exit.stderr_bytes,
+            encoding,
+            duration_ms: exit.duration_us as f64 / 1000.0,
+            replayed: false,
+        }
+    }
+
     /// `exit_code == Some(0)`.
     pub fn success(&self) -> bool {
         self.exit_code == Some(0)

@@ -16,7 +16,9 @@ pub mod trajectory;
 pub mod validate;
 
 pub use error::{ApiError, ErrorBody, ErrorCode};
-pub use exec::{ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState};
+pub use exec::{
+    ExecEvent, ExecRequest, ExecResult, ExitInfo, OutputEncoding, ProcessInfo, ProcessState,
+};
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};
 pub use id::{NodeId, SandboxId};

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use warren_image::ImageStore;
-use warren_node::{Manager, NodeConfig, Store};
+use warren_node::{Manager, Node, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
 use warren_runtime::security::SecurityReport;
 use warren_runtime::vm::{Accel, VmConfig, VmRuntime};
@@ -304,7 +304,8 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_cpu_pressure =
         (args.function_max_cpu_pressure < 100.0).then_some(args.function_max_cpu_pressure);
     cfg.security = security;
-    let manager = Manager::new(cfg, runtimes, store).with_image_store(images);
+    let node = Node::new(Manager::new(cfg, runtimes, store), Some(images));
+    let manager = node.sandboxes.clone();
     let net_cfg = match &args.network_config {
         Some(p) => warren_net::NetConfig::load(p)?,
         None => warren_net::NetConfig::default(),
@@ -334,7 +335,7 @@ async fn run(args: Args) -> Result<()> {
     );
     let _reaper = manager.spawn_reaper();
 
-    let app = warren_node::router(manager.clone());
+    let app = warren_node::router(node.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -379,7 +380,7 @@ async fn run(args: Args) -> Result<()> {
         );
     }
     // Warm function containers are not sandboxes: they do not outlive the daemon.
-    manager.stop_functions().await;
+    node.stop().await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
 }

@@ -29,7 +29,7 @@ from typing import Dict, List
 import httpx
 
 import warren
-from warren._client import _parse_url
+from warren._transport import _parse_url
 
 BODY = {"argv": ["true"]}
 

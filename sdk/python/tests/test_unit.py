@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import warren
-from warren._client import _parse_url
+from warren._transport import _parse_url
 
 
 def test_parse_mib() -> None:
@@ -89,7 +89,7 @@ def test_error_hierarchy_and_fallbacks() -> None:
 
 
 def test_exec_body_shapes() -> None:
-    from warren._client import _exec_body
+    from warren._exec import _exec_body
 
     assert _exec_body("echo hi", None, None, None, None, None, None) == {"shell": "echo hi"}
     body = _exec_body(["ls", "-l"], "/tmp", {"A": "1"}, b"in", "root", 1.5, 100)

@@ -11,19 +11,7 @@ asyncio use: :class:`AsyncClient` and :class:`AsyncSandbox` take the same argume
 node's address comes from ``url``, else ``WARREN_URL``, else ``unix:///run/warren/warren.sock``.
 """
 
-from ._client import (
-    DEFAULT_URL,
-    AsyncClient,
-    AsyncExecStream,
-    AsyncFiles,
-    AsyncProcess,
-    AsyncPty,
-    AsyncSandbox,
-    AsyncTrajectory,
-    Command,
-    network_policy,
-    parse_mib,
-)
+from ._client import AsyncClient
 from ._errors import (
     Busy,
     CommandError,
@@ -44,9 +32,15 @@ from ._errors import (
     UnsupportedSubstrate,
     WarrenError,
 )
+from ._exec import AsyncExecStream, AsyncProcess, Command
+from ._files import AsyncFiles
 from ._function import CallResult
 from ._models import ExecResult, FileStat, Health, Limits, OutputChunk, ProcessInfo, SandboxInfo
+from ._pty import AsyncPty
+from ._sandboxes import AsyncSandbox, network_policy, parse_mib
 from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox, Trajectory
+from ._trajectory import AsyncTrajectory
+from ._transport import DEFAULT_URL
 
 __version__ = "0.1.0"
 

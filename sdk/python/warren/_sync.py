@@ -10,17 +10,13 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Optional, Sequence, TypeVar, Union
 
-from ._client import (
-    AsyncClient,
-    AsyncExecStream,
-    AsyncFiles,
-    AsyncProcess,
-    AsyncPty,
-    AsyncSandbox,
-    AsyncTrajectory,
-    Command,
-)
+from ._client import AsyncClient
+from ._exec import AsyncExecStream, AsyncProcess, Command
+from ._files import AsyncFiles
 from ._models import ExecResult, OutputChunk, SandboxInfo
+from ._pty import AsyncPty
+from ._sandboxes import AsyncSandbox
+from ._trajectory import AsyncTrajectory
 
 __all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Pty", "Trajectory"]
 

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each has an `Args` struct and
-//! `async fn run(&Ctx, Args) -> anyhow::Result<i32>` returning the exit code.
+//! `async fn run(&Ctx, Args) -> anyhow::Result<i32>` returning the exit code. `bench` only
+//! hands its arguments to the `warren-bench` binary.
 
 pub mod bench;
 pub mod call;

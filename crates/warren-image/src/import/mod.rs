@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use warren_types::ImageInfo;
 
+use crate::files::now_ms;
 use crate::lease::Lease;
-use crate::store::{now_ms, split_ref, ImageManifest, ImageStore};
+use crate::store::{split_ref, ImageManifest, ImageStore};
 use crate::ImageError;
 use oci::PlannedLayer;
 use source::Source;
@@ -286,7 +287,7 @@ impl ImageStore {
                 }
             }
             let out = self.tmp_path("layer");
-            crate::layer::mkfs(&dir, &out, true)?;
+            crate::files::mkfs(&dir, &out, true)?;
             let source = format!("oci:{}", l.digest.as_deref().unwrap_or(&diff_id));
             let layer = self.add_layer(&out, &source, Some(&diff_id), Some(lease))?;
             if let Some(d) = &l.digest {

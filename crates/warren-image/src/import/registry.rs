@@ -49,7 +49,7 @@ struct Manifest {
 }
 
 fn hex(digest: &str) -> Result<&str, ImageError> {
-    crate::store::hex_of(digest).map_err(|_| err(format!("unsupported digest {digest:?}")))
+    crate::files::hex_of(digest).map_err(|_| err(format!("unsupported digest {digest:?}")))
 }
 
 async fn pull_to(

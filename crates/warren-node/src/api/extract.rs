@@ -117,9 +117,17 @@ fn param(params: &[(String, String)], name: &str) -> Result<String, HttpError> {
         .ok_or_else(|| HttpError::invalid(format!("missing path parameter {name}")))
 }
 
-fn sandbox_id(s: &str) -> Result<SandboxId, HttpError> {
+pub(crate) fn sandbox_id(s: &str) -> Result<SandboxId, HttpError> {
     s.parse()
         .map_err(|e: warren_types::id::IdError| HttpError::invalid(e.to_string()))
+}
+
+/// A `{pid}` path parameter: a positive integer.
+pub(crate) fn pid(s: &str) -> Result<u32, HttpError> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| HttpError::invalid(format!("pid must be a positive integer, got {s:?}")))
 }
 
 /// `{id}` of `/v1/sandboxes/{id}/...`, parsed.
@@ -145,10 +153,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ProcessParam {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
         let params = path_params(parts).await?;
         let id = sandbox_id(&param(&params, "id")?)?;
-        let pid = param(&params, "pid")?;
-        let pid = pid.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
-            HttpError::invalid(format!("pid must be a positive integer, got {pid:?}"))
-        })?;
+        let pid = pid(&param(&params, "pid")?)?;
         Ok(ProcessParam(id, pid))
     }
 }

@@ -6,21 +6,15 @@ use warren_types::{CallRequest, CallResult, PoolsInfo};
 
 use super::error::HttpResult;
 use super::extract::JsonBody;
-use crate::manager::Manager;
+use crate::functions::Functions;
 
 pub async fn call(
-    State(m): State<Manager>,
+    State(f): State<Functions>,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
-    let cfg = m.config();
-    let r = m
-        .functions()
-        .call(req, &cfg.defaults, &cfg.bounds)
-        .await
-        .map_err(crate::NodeError::Api)?;
-    Ok(Json(r))
+    Ok(Json(f.call(req).await.map_err(crate::NodeError::Api)?))
 }
 
-pub async fn pools(State(m): State<Manager>) -> Json<PoolsInfo> {
-    Json(m.functions().info())
+pub async fn pools(State(f): State<Functions>) -> Json<PoolsInfo> {
+    Json(f.info())
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use warren_types::{GcReport, ImageDeleted, ImageInfo};
 
 use super::error::{HttpError, HttpResult};
-use crate::manager::Manager;
+use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
 #[derive(Debug)]
@@ -42,26 +42,26 @@ pub struct ImageList {
     pub images: Vec<ImageInfo>,
 }
 
-pub async fn list(State(m): State<Manager>) -> HttpResult<Json<ImageList>> {
+pub async fn list(State(images): State<Images>) -> HttpResult<Json<ImageList>> {
     Ok(Json(ImageList {
-        images: m.list_images().await?,
+        images: images.list().await?,
     }))
 }
 
 pub async fn get(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageInfo>> {
-    Ok(Json(m.image(&r).await?))
+    Ok(Json(images.get(&r).await?))
 }
 
 pub async fn delete(
-    State(m): State<Manager>,
+    State(images): State<Images>,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageDeleted>> {
-    Ok(Json(m.delete_image(&r).await?))
+    Ok(Json(images.delete(&r).await?))
 }
 
-pub async fn gc(State(m): State<Manager>) -> HttpResult<Json<GcReport>> {
-    Ok(Json(m.gc_images().await?))
+pub async fn gc(State(images): State<Images>) -> HttpResult<Json<GcReport>> {
+    Ok(Json(images.gc().await?))
 }

@@ -1,6 +1,7 @@
-//! The v1 HTTP API: an axum [`Router`] over a [`Manager`].
+//! The v1 HTTP API: an axum [`Router`] over a [`Node`].
 //!
-//! Handlers only parse and validate requests into typed manager calls and turn the answers
+//! Handlers take the part of the node they serve ([`crate::Manager`], [`crate::Images`],
+//! [`crate::Functions`]), parse requests into its typed calls and turn the answers
 //! (or [`crate::NodeError`]s) into HTTP. Every route is listed once in [`ROUTES`]; the router
 //! is checked against it when built, and `tests/openapi.rs` checks it against
 //! `api/openapi.yaml`. Unknown routes, wrong methods and malformed input answer JSON errors,
@@ -28,7 +29,7 @@ use axum::response::Response;
 use axum::routing::{on, MethodFilter};
 use axum::Router;
 
-use crate::manager::Manager;
+use crate::node::Node;
 pub use error::{HttpError, HttpResult};
 pub use extract::MAX_JSON_BODY;
 
@@ -75,14 +76,14 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// Builds the router while checking each route against [`ROUTES`].
 struct Routes {
-    router: Router<Manager>,
+    router: Router<Node>,
     seen: Vec<(&'static str, &'static str)>,
 }
 
 impl Routes {
     fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
     where
-        H: Handler<T, Manager>,
+        H: Handler<T, Node>,
         T: 'static,
     {
         assert!(
@@ -101,7 +102,7 @@ impl Routes {
         self
     }
 
-    fn finish(self) -> Router<Manager> {
+    fn finish(self) -> Router<Node> {
         for r in ROUTES {
             assert!(
                 self.seen.contains(r),
@@ -115,7 +116,7 @@ impl Routes {
 }
 
 /// The API router, ready to serve.
-pub fn router(manager: Manager) -> Router {
+pub fn router(node: Node) -> Router {
     Routes {
         router: Router::new(),
         seen: Vec::new(),
@@ -165,7 +166,7 @@ pub fn router(manager: Manager) -> Router {
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)
     .layer(axum::middleware::from_fn(log_request))
-    .with_state(manager)
+    .with_state(node)
 }
 
 async fn no_route(req: Request) -> HttpError {

@@ -1,8 +1,9 @@
 //! One entry point over everything the edge parses from a request before a handler runs:
-//! the Content-Type check, the JSON body of every route into its typed request and that
-//! type's validation, the query string and the `path` parameter, the sandbox id and pid
-//! path parameters. The fuzz target (`fuzz/`) and the property test below drive it with
-//! arbitrary input; it must answer `Ok` or a typed error, never panic.
+//! the Content-Type check, the JSON body of a route into its typed request and that type's
+//! validation, the query string and the `path` parameter, the sandbox id and pid path
+//! parameters — each with the same code the routes use. The fuzz target (`fuzz/`) and the
+//! property test below drive it with arbitrary input; it must answer `Ok` or a typed error,
+//! never panic.
 
 use axum::http::{HeaderMap, HeaderValue};
 use warren_types::sandbox::LimitBounds;
@@ -10,14 +11,64 @@ use warren_types::{
     ChmodRequest, CreateSandboxRequest, ErrorCode, ExecRequest, ForkRequest, Limits, MkdirRequest,
 };
 
-use super::extract::{check_content_type, parse_json, QueryPairs};
+use super::extract::{check_content_type, parse_json, pid as parse_pid, sandbox_id, QueryPairs};
 
-/// What the edge made of one request; `Err` carries the stable code it would answer.
+/// Which route's JSON body a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// `POST /v1/sandboxes`.
+    Create,
+    /// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`, `/processes`).
+    Exec,
+    /// `POST /v1/sandboxes/{id}/fork`.
+    Fork,
+    /// `POST /v1/sandboxes/{id}/files/mkdir`.
+    Mkdir,
+    /// `POST /v1/sandboxes/{id}/files/chmod`.
+    Chmod,
+}
+
+impl Body {
+    /// Every body the API parses.
+    pub const ALL: [Body; 5] = [
+        Body::Create,
+        Body::Exec,
+        Body::Fork,
+        Body::Mkdir,
+        Body::Chmod,
+    ];
+
+    /// Parses and validates `body` as this route does.
+    fn parse(self, body: &[u8]) -> Result<(), ErrorCode> {
+        let code = |e: super::HttpError| e.error.code;
+        match self {
+            Body::Create => parse_json::<CreateSandboxRequest>(body)
+                .map_err(code)?
+                .validate(&Limits::default(), &LimitBounds::default())
+                .map(|_| ())
+                .map_err(|e| e.code),
+            Body::Exec => parse_json::<ExecRequest>(body)
+                .map_err(code)?
+                .validate()
+                .map_err(|e| e.code),
+            Body::Fork => parse_json::<ForkRequest>(body)
+                .map_err(code)?
+                .validate()
+                .map_err(|e| e.code),
+            Body::Mkdir => parse_json::<MkdirRequest>(body).map(|_| ()).map_err(code),
+            Body::Chmod => parse_json::<ChmodRequest>(body).map(|_| ()).map_err(code),
+        }
+    }
+}
+
+/// What the edge made of one request whose body is `kind`'s; `Err` carries the stable code
+/// it would answer.
 pub fn parse_any(
     content_type: &[u8],
     query: &[u8],
     id: &str,
     pid: &str,
+    kind: Body,
     body: &[u8],
 ) -> Result<(), ErrorCode> {
     let code = |e: super::HttpError| e.error.code;
@@ -35,30 +86,9 @@ pub fn parse_any(
         .map_err(code)?;
     let _ = q.flag("recursive").map_err(code)?;
     let _ = q.parsed::<u64>("step", "a step").map_err(code)?;
-    id.parse::<warren_types::SandboxId>()
-        .map_err(|_| ErrorCode::InvalidRequest)?;
-    let _ = pid.parse::<u32>();
-    // Every JSON body type of the API, as its route would parse and validate it.
-    let results = [
-        parse_json::<CreateSandboxRequest>(body)
-            .map_err(code)
-            .and_then(|r| {
-                r.validate(&Limits::default(), &LimitBounds::default())
-                    .map(|_| ())
-                    .map_err(|e| e.code)
-            }),
-        parse_json::<ExecRequest>(body)
-            .map_err(code)
-            .and_then(|r| r.validate().map_err(|e| e.code)),
-        parse_json::<ForkRequest>(body)
-            .map_err(code)
-            .and_then(|r| r.validate().map_err(|e| e.code)),
-        parse_json::<MkdirRequest>(body).map(|_| ()).map_err(code),
-        parse_json::<ChmodRequest>(body).map(|_| ()).map_err(code),
-    ];
-    // Accepted when any route would accept it; else the first route's answer.
-    let first = results[0];
-    results.into_iter().find(|r| r.is_ok()).unwrap_or(first)
+    sandbox_id(id).map_err(code)?;
+    parse_pid(pid).map_err(code)?;
+    kind.parse(body)
 }
 
 #[cfg(test)]
@@ -83,13 +113,25 @@ mod tests {
         }
     }
 
-    const SEEDS: &[&str] = &[
-        r#"{"image":"default","cpus":1.5,"memory_mb":256,"cpu_class":"best_effort","labels":{"a":"b"}}"#,
-        r#"{"argv":["python3","-c","print(1)"],"env":{"A":"1"},"timeout_secs":5,"max_output_bytes":1024}"#,
-        r#"{"shell":"echo hi","stdin":"x","user":"1000:1000","cwd":"/tmp","step":3}"#,
-        r#"{"n":4,"labels":{"k":"v"}}"#,
-        r#"{"path":"/tmp/a","parents":true,"mode":493}"#,
-        r#"{"path":"/tmp/a","mode":420}"#,
+    const SEEDS: &[(Body, &str)] = &[
+        (
+            Body::Create,
+            r#"{"image":"default","cpus":1.5,"memory_mb":256,"cpu_class":"best_effort","labels":{"a":"b"}}"#,
+        ),
+        (
+            Body::Exec,
+            r#"{"argv":["python3","-c","print(1)"],"env":{"A":"1"},"timeout_secs":5,"max_output_bytes":1024}"#,
+        ),
+        (
+            Body::Exec,
+            r#"{"shell":"echo hi","stdin":"x","user":"1000:1000","cwd":"/tmp","step":3}"#,
+        ),
+        (Body::Fork, r#"{"n":4,"labels":{"k":"v"}}"#),
+        (
+            Body::Mkdir,
+            r#"{"path":"/tmp/a","parents":true,"mode":493}"#,
+        ),
+        (Body::Chmod, r#"{"path":"/tmp/a","mode":420}"#),
     ];
     const TOKENS: &[&str] = &[
         "{",
@@ -156,11 +198,11 @@ mod tests {
         ];
         let mut ok = 0;
         for i in 0..4000 {
-            let body = if i % 5 == 0 {
-                r.bytes(256)
+            let (kind, body) = if i % 5 == 0 {
+                (Body::ALL[r.below(Body::ALL.len())], r.bytes(256))
             } else {
-                let seed = SEEDS[r.below(SEEDS.len())];
-                mutate(&mut r, seed)
+                let (kind, seed) = SEEDS[r.below(SEEDS.len())];
+                (kind, mutate(&mut r, seed))
             };
             let query = if i % 3 == 0 {
                 r.bytes(64)
@@ -174,7 +216,7 @@ mod tests {
             };
             let id = ids[r.below(ids.len())];
             let ct = cts[r.below(cts.len())];
-            let res = std::panic::catch_unwind(|| parse_any(ct, &query, id, "12", &body));
+            let res = std::panic::catch_unwind(|| parse_any(ct, &query, id, "12", kind, &body));
             match res {
                 Ok(Ok(())) => ok += 1,
                 Ok(Err(code)) => assert!(
@@ -192,30 +234,56 @@ mod tests {
         assert!(ok > 0, "no generated request was accepted");
     }
 
+    const ID: &str = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5";
+
     #[test]
     fn known_requests_parse() {
-        for s in SEEDS {
+        for (kind, s) in SEEDS {
+            let ok = parse_any(
+                b"application/json",
+                b"path=/tmp/x",
+                ID,
+                "1",
+                *kind,
+                s.as_bytes(),
+            );
+            assert_eq!(ok, Ok(()), "{s}");
+        }
+        assert_eq!(
+            parse_any(b"", b"path=%2F..%2F..", ID, "1", Body::Create, b"{}"),
+            Err(ErrorCode::InvalidPath)
+        );
+    }
+
+    #[test]
+    fn a_body_is_held_to_its_own_route() {
+        // A valid mkdir body is not a valid exec body, and the other way round.
+        let mkdir = br#"{"path":"/tmp/a","parents":true}"#;
+        assert_eq!(parse_any(b"", b"", ID, "1", Body::Mkdir, mkdir), Ok(()));
+        assert_eq!(
+            parse_any(b"", b"", ID, "1", Body::Exec, mkdir),
+            Err(ErrorCode::InvalidRequest)
+        );
+        let exec = br#"{"argv":["true"]}"#;
+        assert_eq!(
+            parse_any(b"", b"", ID, "1", Body::Mkdir, exec),
+            Err(ErrorCode::InvalidRequest)
+        );
+    }
+
+    #[test]
+    fn pids_are_checked_as_the_routes_check_them() {
+        let body = br#"{"argv":["true"]}"#;
+        for bad in ["0", "-1", "x", "", "4294967296"] {
             assert_eq!(
-                parse_any(
-                    b"application/json",
-                    b"path=/tmp/x",
-                    "n1-01jd0m7x4e8k0k9yq1w2e3r4t5",
-                    "1",
-                    s.as_bytes()
-                ),
-                Ok(()),
-                "{s}"
+                parse_any(b"", b"", ID, bad, Body::Exec, body),
+                Err(ErrorCode::InvalidRequest),
+                "{bad:?}"
             );
         }
         assert_eq!(
-            parse_any(
-                b"",
-                b"path=%2F..%2F..",
-                "n1-01jd0m7x4e8k0k9yq1w2e3r4t5",
-                "1",
-                b"{}"
-            ),
-            Err(ErrorCode::InvalidPath)
+            parse_any(b"", b"", ID, "4294967295", Body::Exec, body),
+            Ok(())
         );
     }
 }

@@ -12,6 +12,7 @@ use warren_types::{
 use super::error::{HttpError, HttpResult};
 use super::extract::{JsonBody, QueryPairs, SandboxParam};
 use crate::manager::{ListFilter, Manager};
+use crate::node::Node;
 
 /// `GET /v1/health`.
 #[derive(Debug, Serialize)]
@@ -36,13 +37,13 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(m): State<Manager>) -> Response {
+pub async fn metrics(State(node): State<Node>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        m.render_metrics(),
+        node.render_metrics(),
     )
         .into_response()
 }

@@ -85,7 +85,7 @@ type Case = (
 async fn malformed_requests_answer_json_errors() {
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = manager_in(dir.path(), |_| {});
-    let app = super::router(m.clone());
+    let app = super::router(crate::Node::new(m.clone(), None));
     let created: SandboxInfo = call(&app, Method::POST, "/v1/sandboxes", JSON, "{}")
         .await
         .json();
@@ -433,7 +433,7 @@ async fn malformed_requests_answer_json_errors() {
 async fn well_formed_requests_reach_the_manager() {
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = manager_in(dir.path(), |_| {});
-    let app = super::router(m.clone());
+    let app = super::router(crate::Node::new(m.clone(), None));
 
     let a = call(
         &app,
@@ -650,7 +650,7 @@ async fn well_formed_requests_reach_the_manager() {
 async fn steps_pause_fork_and_the_trajectory_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let (m, rt) = manager_in(dir.path(), |_| {});
-    let app = super::router(m.clone());
+    let app = super::router(crate::Node::new(m.clone(), None));
     let info: SandboxInfo = call(&app, Method::POST, "/v1/sandboxes", JSON, "{}")
         .await
         .json();
@@ -804,6 +804,6 @@ fn routes_are_unique_and_all_served() {
         .unwrap();
     rt.block_on(async {
         let (m, _) = manager_in(dir.path(), |_| {});
-        let _ = super::router(m);
+        let _ = super::router(crate::Node::new(m, None));
     });
 }

@@ -11,7 +11,6 @@ use warren_types::{
 };
 
 use super::{FunctionPools, PoolKey};
-use crate::manager::encode;
 
 /// A call that waited this long (µs) inside its container for a call environment makes the
 /// pool grow (see `Pool::cells_lagging`).
@@ -115,8 +114,8 @@ impl FunctionPools {
                         exit_code: out.exit.exit_code,
                         signal: out.exit.signal,
                         timed_out: out.exit.timed_out,
-                        stdout: encode(&out.stdout, enc),
-                        stderr: encode(&out.stderr, enc),
+                        stdout: enc.encode(&out.stdout),
+                        stderr: enc.encode(&out.stderr),
                         stdout_truncated: out.exit.stdout_truncated,
                         stderr_truncated: out.exit.stderr_truncated,
                         stdout_bytes: out.exit.stdout_bytes,
@@ -126,7 +125,7 @@ impl FunctionPools {
                             .files
                             .into_iter()
                             .map(|f| CallFileResult {
-                                content: encode(&f.data, enc),
+                                content: enc.encode(&f.data),
                                 path: f.path,
                                 encoding: enc,
                                 size: f.size,

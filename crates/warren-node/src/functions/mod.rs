@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warren_types::{Limits, PoolsInfo};
+use warren_types::sandbox::LimitBounds;
+use warren_types::{ApiError, CallRequest, CallResult, Limits, PoolsInfo};
 
 pub use backend::{NoBackend, RuntimeBackend, Warm, WarmBackend};
 pub use pool::{Lease, Pool};
@@ -98,6 +99,59 @@ impl PoolKey {
             self.interpreter,
             self.preload
         )
+    }
+}
+
+/// The function call API's owner: the node's warm pools and the limits calls are held to.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Functions {
+    pools: Arc<FunctionPools>,
+    defaults: Limits,
+    bounds: LimitBounds,
+}
+
+impl std::fmt::Debug for Functions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Functions")
+            .field("live", &self.pools.live())
+            .finish()
+    }
+}
+
+impl Functions {
+    /// Calls in `pools`, their limits defaulted and bounded as a sandbox's are.
+    pub fn new(pools: Arc<FunctionPools>, defaults: Limits, bounds: LimitBounds) -> Functions {
+        Functions {
+            pools,
+            defaults,
+            bounds,
+        }
+    }
+
+    /// `POST /v1/functions/call`.
+    pub async fn call(&self, req: CallRequest) -> Result<CallResult, ApiError> {
+        self.pools.call(req, &self.defaults, &self.bounds).await
+    }
+
+    /// `GET /v1/functions/pools`.
+    pub fn info(&self) -> PoolsInfo {
+        self.pools.info()
+    }
+
+    /// The pools' part of `/metrics`.
+    pub fn render_metrics(&self) -> String {
+        self.pools.render_metrics()
+    }
+
+    /// Destroys every warm container.
+    pub async fn shutdown(&self) {
+        self.pools.shutdown().await
+    }
+
+    /// The pools themselves.
+    pub fn pools(&self) -> &Arc<FunctionPools> {
+        &self.pools
     }
 }
 

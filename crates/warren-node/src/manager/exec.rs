@@ -3,27 +3,25 @@
 //! The sandbox's defaults are merged here (env: sandbox then request; cwd: request, else the
 //! sandbox workdir; user: request, else the sandbox user) into the agent's [`ExecSpec`], and
 //! the agent's answers are turned into API results (output as UTF-8 or base64). Exec, streamed
-//! exec, spawn and kill are logged in the trajectory (see [`super::logged`]); terminals,
-//! listings and waits are not.
+//! exec, spawn and kill go through the step runner (see [`super::runner`]); terminals,
+//! listings and waits are not logged.
 
-use base64::Engine;
 use bytes::Bytes;
-use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use warren_proto::ExecSpec;
 use warren_runtime::agent::{PtyInput, PtyOutput};
-use warren_runtime::{ExecOutput, ExecStream, ExitInfo, StreamItem};
+use warren_runtime::{ExecOutput, ExecStream, StreamItem};
 use warren_types::{
     ApiError, ExecEvent, ExecRequest, ExecResult, OutputEncoding, ProcessInfo, ProcessState,
     SandboxId, SandboxInfo, TrajectoryCall,
 };
 
-use super::logged::{exec_call, Done, Step};
-use super::{now_ms, ActivityGuard, Manager, Sandbox};
+use super::runner::{exec_call, Begun, Run};
+use super::{now_ms, ActivityGuard, Manager};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
-use crate::trajectory::{request_digest, Answer, StepGuard};
+use crate::trajectory::{request_digest, Effect, Exec, Spawn};
 
 /// Default program of a terminal.
 pub const DEFAULT_SHELL: &str = "/bin/sh";
@@ -45,49 +43,6 @@ pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> ExecSpec {
         stdin: req.stdin.is_some(),
         window: None,
     }
-}
-
-/// Output bytes as the request asked for them.
-pub(crate) fn encode(bytes: &[u8], encoding: OutputEncoding) -> String {
-    match encoding {
-        OutputEncoding::Utf8 => String::from_utf8_lossy(bytes).into_owned(),
-        OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
-    }
-}
-
-/// The API result of a finished command.
-pub(crate) fn exec_result(
-    stdout: &[u8],
-    stderr: &[u8],
-    exit: &ExitInfo,
-    encoding: OutputEncoding,
-) -> ExecResult {
-    ExecResult {
-        exit_code: exit.exit_code,
-        signal: exit.signal,
-        timed_out: exit.timed_out,
-        stdout: encode(stdout, encoding),
-        stderr: encode(stderr, encoding),
-        stdout_truncated: exit.stdout_truncated,
-        stderr_truncated: exit.stderr_truncated,
-        stdout_bytes: exit.stdout_bytes,
-        stderr_bytes: exit.stderr_bytes,
-        encoding,
-        duration_ms: exit.duration_us as f64 / 1000.0,
-        replayed: false,
-    }
-}
-
-fn output_result(out: &ExecOutput, encoding: OutputEncoding) -> ExecResult {
-    exec_result(&out.stdout, &out.stderr, &out.exit, encoding)
-}
-
-/// A step whose record answers another kind of call (cannot happen: the kind is part of the
-/// request digest).
-pub(crate) fn mismatch(id: &SandboxId, step: Option<u64>, got: &Answer) -> NodeError {
-    NodeError::Api(ApiError::internal(format!(
-        "sandbox {id}: step {step:?} answered {got:?}, another kind of call"
-    )))
 }
 
 /// A streamed command: [`ExecEvent`]s as they come, ending with `exit` or `error`.
@@ -141,12 +96,11 @@ fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64, over: &mut bool) {
 /// What the task driving a streamed command needs.
 struct Drive {
     manager: Manager,
-    sandbox: Arc<Sandbox>,
-    guard: Option<StepGuard>,
+    id: SandboxId,
+    run: Run<Exec>,
     call: TrajectoryCall,
     encoding: OutputEncoding,
     cap: u64,
-    started_ms: u64,
     _busy: ActivityGuard,
 }
 
@@ -154,7 +108,7 @@ impl Drive {
     async fn run(self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
         let m = &self.manager.inner.metrics;
         let started = Instant::now();
-        let runs_to_end = self.guard.is_some();
+        let runs_to_end = self.run.runs_to_end();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let (mut out_over, mut err_over) = (false, false);
         let mut listening = true;
@@ -171,13 +125,13 @@ impl Drive {
             let (event, buf, over) = match item {
                 Some(Ok(StreamItem::Stdout(b))) => {
                     let ev = ExecEvent::Stdout {
-                        data: encode(&b, self.encoding),
+                        data: self.encoding.encode(&b),
                     };
                     (ev, (&mut out, b), &mut out_over)
                 }
                 Some(Ok(StreamItem::Stderr(b))) => {
                     let ev = ExecEvent::Stderr {
-                        data: encode(&b, self.encoding),
+                        data: self.encoding.encode(&b),
                     };
                     (ev, (&mut err, b), &mut err_over)
                 }
@@ -185,15 +139,15 @@ impl Drive {
                     m.observe_exec(started.elapsed());
                     exit.stdout_truncated |= out_over;
                     exit.stderr_truncated |= err_over;
-                    break Some(Ok(Done::Exec(ExecOutput {
+                    break Some(Ok(ExecOutput {
                         stdout: out,
                         stderr: err,
                         exit,
-                    })));
+                    }));
                 }
                 Some(Err(e)) => {
                     Metrics::inc(&m.exec_errors);
-                    break Some(Err(NodeError::runtime(&self.sandbox.id, e)));
+                    break Some(Err(NodeError::runtime(&self.id, e)));
                 }
                 None => {
                     Metrics::inc(&m.exec_errors);
@@ -214,31 +168,16 @@ impl Drive {
         // Stops the command when it is still running (its caller went away).
         drop(stream);
         let Some(outcome) = outcome else {
-            self.manager
-                .log_cancelled(&self.sandbox, self.call, self.started_ms)
-                .await;
+            self.run.cancel(self.call).await;
             return;
         };
-        let last = match self
-            .manager
-            .log_outcome(
-                &self.sandbox,
-                self.guard,
-                self.call,
-                self.started_ms,
-                outcome,
-            )
-            .await
-        {
-            Ok(Answer::Exec(mut r)) => {
+        let last = match self.run.finish(self.call, outcome).await {
+            Ok(mut r) => {
                 // The output went out as it came.
                 r.stdout.clear();
                 r.stderr.clear();
                 ExecEvent::Exit { result: r }
             }
-            Ok(_) => ExecEvent::Error {
-                error: ApiError::internal("a streamed exec logged another kind of answer"),
-            },
             Err(e) => ExecEvent::Error { error: e.to_api() },
         };
         if listening {
@@ -271,14 +210,13 @@ pub struct PtyRequest {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes/{id}/exec`. With a step, see [`super::logged`].
+    /// `POST /v1/sandboxes/{id}/exec`. With a step, see [`super::runner`].
     pub async fn exec(&self, id: &SandboxId, req: ExecRequest) -> Result<ExecResult, NodeError> {
         req.validate()?;
         let call = TrajectoryCall::Exec(exec_call(&req, false));
         let (m, sid) = (self.clone(), id.clone());
-        let step = req.step;
-        let logged = self
-            .logged(id, step, call, move |instance, info| async move {
+        let ran = self
+            .logged::<Exec, _, _>(id, req.step, call, move |instance, info| async move {
                 let spec = exec_spec(&info, &req);
                 let stdin = req.stdin.map(Bytes::from);
                 let started = Instant::now();
@@ -288,16 +226,10 @@ impl Manager {
                     NodeError::runtime(&sid, e)
                 })?;
                 m.inner.metrics.observe_exec(started.elapsed());
-                Ok(Done::Exec(out))
+                Ok(out)
             })
             .await?;
-        match logged.answer {
-            Answer::Exec(mut r) => {
-                r.replayed = logged.replayed;
-                Ok(r)
-            }
-            other => Err(mismatch(id, step, &other)),
-        }
+        Ok(ran.answer)
     }
 
     /// `POST /v1/sandboxes/{id}/exec/stream`. Errors before the command starts are returned
@@ -309,47 +241,33 @@ impl Manager {
         req: ExecRequest,
     ) -> Result<ExecEvents, NodeError> {
         req.validate()?;
-        let sb = self.lookup(id)?;
         let call = TrajectoryCall::Exec(exec_call(&req, true));
         let digest = request_digest(&call);
-        let guard = match self.claim_step(&sb, req.step, Some(digest)).await? {
-            Step::Known {
-                digest: known,
-                answer,
-            } => {
-                let step = req.step.unwrap_or(0);
-                return match self.settle(id, step, &digest, &known, answer)? {
-                    Answer::Exec(r) => Ok(ExecEvents::replay(id.clone(), r)),
-                    other => Err(mismatch(id, req.step, &other)),
-                };
+        let mut run = match self.begin::<Exec>(id, req.step, Some(digest)).await? {
+            Begun::Replay(known) => {
+                return Ok(ExecEvents::replay(id.clone(), known.answer(&digest)?));
             }
-            Step::Run(guard) => guard,
+            Begun::Run(run) => run,
         };
-        let (instance, info, busy) = self.ready_sb(&sb).await?;
+        let (instance, info, busy) = run.ready().await?;
         let spec = exec_spec(&info, &req);
         let stdin = req.stdin.clone().map(Bytes::from);
-        let started_ms = now_ms();
         Metrics::inc(&self.inner.metrics.execs);
         let stream = match instance.agent().exec_stream(spec, stdin).await {
             Ok(s) => s,
             Err(e) => {
                 Metrics::inc(&self.inner.metrics.exec_errors);
-                let e = NodeError::runtime(id, e);
-                return match self.log_outcome(&sb, guard, call, started_ms, Err(e)).await {
-                    Err(e) => Err(e),
-                    Ok(_) => Err(NodeError::Api(ApiError::internal("exec failed"))),
-                };
+                return Err(run.fail(call, NodeError::runtime(id, e)).await);
             }
         };
         let (tx, rx) = mpsc::channel(16);
         let drive = Drive {
             manager: self.clone(),
-            sandbox: sb,
-            guard,
+            id: id.clone(),
+            run,
             call,
             encoding: req.encoding,
             cap: req.output_cap(),
-            started_ms,
             _busy: busy,
         };
         tokio::spawn(drive.run(stream, tx));
@@ -371,9 +289,8 @@ impl Manager {
         }
         let call = TrajectoryCall::Spawn(exec_call(&req, false));
         let sid = id.clone();
-        let step = req.step;
-        let logged = self
-            .logged(id, step, call, move |instance, info| async move {
+        let ran = self
+            .logged::<Spawn, _, _>(id, req.step, call, move |instance, info| async move {
                 let spec = exec_spec(&info, &req);
                 let argv = spec.argv.clone();
                 let pid = instance
@@ -381,20 +298,17 @@ impl Manager {
                     .spawn(spec)
                     .await
                     .map_err(|e| NodeError::runtime(&sid, e))?;
-                Ok(Done::Process(ProcessInfo {
+                Ok(ProcessInfo {
                     pid,
                     argv,
                     state: ProcessState::Running,
                     exit_code: None,
                     signal: None,
                     started_at_ms: now_ms(),
-                }))
+                })
             })
             .await?;
-        match logged.answer {
-            Answer::Process(p) => Ok((p, logged.replayed)),
-            other => Err(mismatch(id, step, &other)),
-        }
+        Ok((ran.answer, ran.replayed))
     }
 
     /// `GET /v1/sandboxes/{id}/processes`.
@@ -438,7 +352,12 @@ impl Manager {
             .wait(pid, timeout_ms)
             .await
             .map_err(|e| NodeError::runtime(id, e))?;
-        Ok(output_result(&out, OutputEncoding::Utf8))
+        Ok(ExecResult::new(
+            &out.exit,
+            &out.stdout,
+            &out.stderr,
+            OutputEncoding::Utf8,
+        ))
     }
 
     /// `POST /v1/sandboxes/{id}/processes/{pid}/kill`. True when the step was replayed.
@@ -454,17 +373,16 @@ impl Manager {
         }
         let call = TrajectoryCall::Kill { pid, signal };
         let sid = id.clone();
-        let logged = self
-            .logged(id, step, call, move |instance, _| async move {
+        let ran = self
+            .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
                     .kill(pid, signal)
                     .await
-                    .map_err(|e| NodeError::runtime(&sid, e))?;
-                Ok(Done::Unit)
+                    .map_err(|e| NodeError::runtime(&sid, e))
             })
             .await?;
-        Ok(logged.replayed)
+        Ok(ran.replayed)
     }
 
     /// `GET /v1/sandboxes/{id}/pty`: starts a terminal.

@@ -2,8 +2,8 @@
 //! checked with [`warren_types::validate::sandbox_path`] (the agent resolves it again inside
 //! the sandbox's root, so this is a first line, not the only one).
 //!
-//! Upload, mkdir, remove and chmod are logged in the trajectory and may name a step (see
-//! [`super::logged`]). An upload's content digest is only known once its body is read, so a
+//! Upload, mkdir, remove and chmod go through the step runner and may name a step (see
+//! [`super::runner`]). An upload's content digest is only known once its body is read, so a
 //! retried upload step reads (and hashes) its body before it is compared; an upload whose body
 //! breaks off is logged as cancelled and frees its step.
 
@@ -14,10 +14,10 @@ use warren_runtime::FileReader;
 use warren_types::validate::sandbox_path;
 use warren_types::{ApiError, FileStat, SandboxId, TrajectoryCall};
 
-use super::logged::{Done, Step};
-use super::{now_ms, ActivityGuard, Manager};
+use super::runner::Begun;
+use super::{ActivityGuard, Manager};
 use crate::error::NodeError;
-use crate::trajectory::{hex, request_digest};
+use crate::trajectory::{hex, request_digest, Effect};
 
 /// Hashes what is left of an upload's body.
 struct Hashed {
@@ -126,22 +126,16 @@ impl Manager {
         if mode.is_some_and(|m| m > 0o7777) {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
-        let sb = self.lookup(id)?;
         let mut hashed = Hashed::new();
-        let guard = match self.claim_step(&sb, step, None).await? {
-            Step::Known {
-                digest: known,
-                answer,
-            } => {
+        let mut run = match self.begin::<Effect>(id, step, None).await? {
+            Begun::Replay(known) => {
                 hashed.drain(&mut body).await?;
-                let own = request_digest(&hashed.call(&path, mode));
-                self.settle(id, step.unwrap_or(0), &own, &known, answer)?;
+                known.answer(&request_digest(&hashed.call(&path, mode)))?;
                 return Ok(true);
             }
-            Step::Run(guard) => guard,
+            Begun::Run(run) => run,
         };
-        let (instance, _, _busy) = self.ready_sb(&sb).await?;
-        let started_ms = now_ms();
+        let (instance, _, _busy) = run.ready().await?;
         let outcome = match instance.agent().write_file(&path, mode).await {
             Ok(mut w) => {
                 let mut failed = None;
@@ -151,8 +145,7 @@ impl Manager {
                         Err(e) => {
                             // Dropping the writer cancels the upload inside the sandbox.
                             drop(w);
-                            let call = hashed.call(&path, mode);
-                            self.log_cancelled(&sb, call, started_ms).await;
+                            run.cancel(hashed.call(&path, mode)).await;
                             return Err(interrupted(e));
                         }
                     };
@@ -174,12 +167,8 @@ impl Manager {
                 Err(e)
             }
         };
-        let call = hashed.call(&path, mode);
-        let outcome = outcome
-            .map(|()| Done::Unit)
-            .map_err(|e| NodeError::runtime(id, e));
-        self.log_outcome(&sb, guard, call, started_ms, outcome)
-            .await?;
+        let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
+        run.finish(hashed.call(&path, mode), outcome).await?;
         Ok(false)
     }
 
@@ -224,17 +213,16 @@ impl Manager {
             mode,
         };
         let sid = id.clone();
-        let logged = self
-            .logged(id, step, call, move |instance, _| async move {
+        let ran = self
+            .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
                     .mkdir(&path, parents, mode)
                     .await
-                    .map_err(|e| NodeError::runtime(&sid, e))?;
-                Ok(Done::Unit)
+                    .map_err(|e| NodeError::runtime(&sid, e))
             })
             .await?;
-        Ok(logged.replayed)
+        Ok(ran.replayed)
     }
 
     /// `DELETE /v1/sandboxes/{id}/files`. True when the step was replayed.
@@ -258,17 +246,16 @@ impl Manager {
             recursive,
         };
         let sid = id.clone();
-        let logged = self
-            .logged(id, step, call, move |instance, _| async move {
+        let ran = self
+            .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
                     .remove(&path, recursive)
                     .await
-                    .map_err(|e| NodeError::runtime(&sid, e))?;
-                Ok(Done::Unit)
+                    .map_err(|e| NodeError::runtime(&sid, e))
             })
             .await?;
-        Ok(logged.replayed)
+        Ok(ran.replayed)
     }
 
     /// `POST /v1/sandboxes/{id}/files/chmod`. True when the step was replayed.
@@ -288,16 +275,15 @@ impl Manager {
             mode,
         };
         let sid = id.clone();
-        let logged = self
-            .logged(id, step, call, move |instance, _| async move {
+        let ran = self
+            .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
                     .chmod(&path, mode)
                     .await
-                    .map_err(|e| NodeError::runtime(&sid, e))?;
-                Ok(Done::Unit)
+                    .map_err(|e| NodeError::runtime(&sid, e))
             })
             .await?;
-        Ok(logged.replayed)
+        Ok(ran.replayed)
     }
 }

@@ -1,12 +1,13 @@
-//! The sandbox manager: owns every sandbox of this node, from create to delete.
+//! The sandbox manager: owns every sandbox of this node, from create to delete (images and
+//! function pools have their own owners beside it, see [`crate::node`]).
 //!
 //! It holds the map id → sandbox (its API record, its live [`Instance`] while it runs, the
 //! runtime's re-adoption record, its trajectory log), writes every state transition to the
 //! [`Store`], enforces the node limits, and runs the reaper (TTL, idle timeout → pause) and one
 //! watcher per sandbox that notices when its agent dies. Each verb lives in its own file:
 //! `create`, `delete`, `exec`, `files`, `pause` (pause, resume, and the transparent resume of
-//! every call), `fork`, `logged` (calls that change a sandbox, through the trajectory log and
-//! its steps), `trajectory` (export), `recover`, `reaper`.
+//! every call), `fork`, `runner` (the step runner every call that changes a sandbox goes
+//! through: once per step, logged), `network`, `trajectory` (export), `recover`, `reaper`.
 //!
 //! It never sees HTTP: callers hand it typed requests and get typed answers or a
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
@@ -17,12 +18,11 @@ mod delete;
 mod exec;
 mod files;
 mod fork;
-mod images;
-mod logged;
 mod network;
 mod pause;
 mod reaper;
 mod recover;
+mod runner;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -44,7 +44,6 @@ use crate::store::{Store, StoredSandbox, FORMAT};
 use crate::trajectory::{Journal, SandboxLog};
 
 pub use create::Created;
-pub(crate) use exec::encode;
 pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::FileDownload;
 pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
@@ -54,13 +53,7 @@ pub use trajectory::TrajectoryPages;
 /// How many recently deleted sandboxes keep their reason for a friendlier 404.
 const TOMBSTONES: usize = 4096;
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::now_ms;
 
 /// `GET /v1/sandboxes` filter.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -193,10 +186,6 @@ pub(crate) struct Inner {
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
-    /// The layer store served by the image routes.
-    images: std::sync::OnceLock<Arc<warren_image::ImageStore>>,
-    /// Warm pools of the function call API.
-    functions: Arc<crate::functions::FunctionPools>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -218,17 +207,6 @@ impl Manager {
     /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
-        let backend: Arc<dyn crate::functions::WarmBackend> = match runtimes
-            .iter()
-            .find(|r| r.substrate() == Substrate::Container)
-        {
-            Some(r) => Arc::new(crate::functions::RuntimeBackend {
-                runtime: r.clone(),
-                node: cfg.node.clone(),
-            }),
-            None => Arc::new(crate::functions::NoBackend),
-        };
-        let functions = crate::functions::FunctionPools::new(cfg.functions.clone(), backend);
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -240,24 +218,13 @@ impl Manager {
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
-                images: std::sync::OnceLock::new(),
-                functions,
             }),
         }
     }
 
-    /// The warm pools of the function call API.
-    pub fn functions(&self) -> &Arc<crate::functions::FunctionPools> {
-        &self.inner.functions
-    }
-
-    /// Destroys every warm function container (when the daemon stops), then lets the
-    /// runtimes remove the node's host objects that are now unused.
-    pub async fn stop_functions(&self) {
-        self.inner.functions.shutdown().await;
-        for r in &self.inner.runtimes {
-            r.shutdown();
-        }
+    /// The runtimes this manager creates sandboxes with, one per substrate served.
+    pub fn runtimes(&self) -> &[Arc<dyn Runtime>] {
+        &self.inner.runtimes
     }
 
     /// Marks the daemon as stopping: the reaper and lost-agent watchers stand down, so
@@ -410,11 +377,9 @@ impl Manager {
         counts.to_vec()
     }
 
-    /// The Prometheus text of `/metrics`.
+    /// The Prometheus text of the sandboxes' part of `/metrics`.
     pub fn render_metrics(&self) -> String {
-        let mut m = self.inner.metrics.render(&self.count_by_state());
-        m.push_str(&self.inner.functions.render_metrics());
-        m
+        self.inner.metrics.render(&self.count_by_state())
     }
 
     fn remember_deleted(&self, id: &SandboxId, why: &str) {

@@ -26,15 +26,6 @@ impl Drop for Pausing<'_> {
     }
 }
 
-fn stats(s: warren_runtime::PauseStats) -> PauseStats {
-    PauseStats {
-        memory_before_bytes: s.memory_before_bytes,
-        memory_after_bytes: s.memory_after_bytes,
-        duration_ms: s.duration_ms,
-        note: s.note,
-    }
-}
-
 /// Who asked for a pause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PauseBy {
@@ -110,7 +101,7 @@ impl Manager {
             info!(sandbox = %sb.id, ?by, before = s.memory_before_bytes, after = s.memory_after_bytes,
                   ms = s.duration_ms, note = s.note.as_deref().unwrap_or(""), "sandbox paused");
         }
-        Ok(Some(stats(s)))
+        Ok(Some(s))
     }
 
     /// `POST /v1/sandboxes/{id}/resume`: thaws a paused sandbox (a running one is left as it

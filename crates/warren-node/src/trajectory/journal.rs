@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use warren_types::SandboxId;
 
 use super::{Blob, Blobs, Digest, StoredEntry};
-use crate::store::StoreError;
+use crate::error::StoreError;
 
 const ENTRIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory");
 const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory_steps");
@@ -346,7 +346,7 @@ impl Reader<'_> {
         let t = self.tx.open_table(BLOBS).map_err(|e| self.err(e))?;
         for d in wanted {
             if let Some(b) = t.get(d).map_err(|e| self.err(e))? {
-                out.insert(d.to_string(), b.value().to_vec());
+                out.insert(d.to_string(), bytes::Bytes::copy_from_slice(b.value()));
             }
         }
         Ok(out)

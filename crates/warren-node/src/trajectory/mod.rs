@@ -6,6 +6,8 @@
 //!   writer thread that commits appends in groups (one fsync for every append waiting);
 //! - [`steps`] owns a sandbox's in-memory side: the next sequence number and which steps are
 //!   running now, so a step is run at most once however many times it is asked for;
+//! - [`kinds`] owns what each kind of call (exec, spawn, calls that only change files or
+//!   processes) stores in its entry and answers from it;
 //! - this file owns the stored entry format and the request digest.
 //!
 //! Output larger than [`INLINE_MAX`] is stored once by sha256 in the blob table and counted
@@ -13,21 +15,26 @@
 //! the sandbox (in the same transaction): export it before deleting.
 //!
 //! This module never runs anything in a sandbox and never decides whether a call may run;
-//! the manager does, with [`steps::Claim`].
+//! the manager's step runner does, with [`steps::Claim`].
 
 pub mod journal;
+pub mod kinds;
 pub mod steps;
 
 use base64::Engine;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use warren_types::{
-    ApiError, ExecOutcome, ExecResult, OutputEncoding, ProcessInfo, TrajectoryCall,
+    ApiError, ExecOutcome, ExecResult, ExitInfo, OutputEncoding, ProcessInfo, TrajectoryCall,
     TrajectoryEntry, TrajectoryResult,
 };
 
+use crate::clock::now_ms;
+
 pub use journal::Journal;
+pub use kinds::{CallKind, Effect, Exec, Spawn};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
 
 /// Format version of stored entries.
@@ -63,25 +70,12 @@ pub fn request_digest(call: &TrajectoryCall) -> Digest {
     sha256(&canonical.unwrap_or_default())
 }
 
-/// What a call answers; shared with callers that waited for the same step.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
-    Exec(ExecResult),
-    Process(ProcessInfo),
-    Done,
-}
-
-impl Answer {
-    /// The same answer, marked as not run by this call.
-    pub fn replayed(self) -> Answer {
-        match self {
-            Answer::Exec(mut r) => {
-                r.replayed = true;
-                Answer::Exec(r)
-            }
-            other => other,
-        }
-    }
+/// A logged entry with the blobs it refers to: what a step's record is read back from, and
+/// what a running step hands to the calls that waited for it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub entry: StoredEntry,
+    pub blobs: Blobs,
 }
 
 /// Captured output as stored: its digest and size, and the bytes themselves (base64) when
@@ -95,10 +89,10 @@ pub struct StoredOutput {
 }
 
 /// A blob to store with an entry: digest (hex) and bytes.
-pub type Blob = (String, bytes::Bytes);
+pub type Blob = (String, Bytes);
 
 /// Blobs read back: digest (hex) → bytes.
-pub type Blobs = HashMap<String, Vec<u8>>;
+pub type Blobs = HashMap<String, Bytes>;
 
 impl StoredOutput {
     /// Stores `bytes` inline, or returns the blob to write.
@@ -108,7 +102,7 @@ impl StoredOutput {
             Some(base64::engine::general_purpose::STANDARD.encode(bytes))
         } else {
             if !blobs.iter().any(|(d, _)| *d == digest) {
-                blobs.push((digest.clone(), bytes::Bytes::copy_from_slice(bytes)));
+                blobs.push((digest.clone(), Bytes::copy_from_slice(bytes)));
             }
             None
         };
@@ -120,29 +114,54 @@ impl StoredOutput {
     }
 
     /// The bytes, from the entry or from `blobs` (digest → bytes, read by the caller).
-    pub fn bytes(&self, blobs: &Blobs) -> Vec<u8> {
+    pub fn bytes(&self, blobs: &Blobs) -> Bytes {
         match &self.inline {
             Some(b64) => base64::engine::general_purpose::STANDARD
                 .decode(b64)
+                .map(Bytes::from)
                 .unwrap_or_default(),
             None => blobs.get(&self.sha256).cloned().unwrap_or_default(),
         }
     }
 }
 
-/// An exec's result as stored (output raw, encoded again on the way out).
+/// An exec's result as stored: how it ended and its output (raw, encoded again on the way
+/// out).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredExec {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
+    #[serde(flatten)]
+    pub exit: ExitInfo,
     pub stdout: StoredOutput,
     pub stderr: StoredOutput,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub duration_ms: f64,
+    /// Entries written before the exit was stored whole carry its duration here.
+    #[serde(default, skip_serializing)]
+    pub duration_ms: Option<f64>,
+}
+
+impl StoredExec {
+    /// The result of `exit` with this output, its bytes stored inline or as `blobs`.
+    pub fn new(exit: ExitInfo, stdout: &[u8], stderr: &[u8], blobs: &mut Vec<Blob>) -> Self {
+        StoredExec {
+            exit,
+            stdout: StoredOutput::new(stdout, blobs),
+            stderr: StoredOutput::new(stderr, blobs),
+            duration_ms: None,
+        }
+    }
+
+    /// The exec result as the API shows it.
+    pub fn result(&self, encoding: OutputEncoding, blobs: &Blobs) -> ExecResult {
+        let mut exit = self.exit;
+        if let Some(ms) = self.duration_ms {
+            exit.duration_us = (ms * 1000.0).round() as u64;
+        }
+        ExecResult::new(
+            &exit,
+            &self.stdout.bytes(blobs),
+            &self.stderr.bytes(blobs),
+            encoding,
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,7 +192,7 @@ pub struct StoredEntry {
 impl StoredEntry {
     /// A new entry (its `seq` is set when it is appended).
     pub fn new(call: TrajectoryCall, step: Option<u64>, started_at_ms: u64) -> StoredEntry {
-        let ended = crate::manager::now_ms();
+        let ended = now_ms();
         StoredEntry {
             format: FORMAT,
             seq: 0,
@@ -201,49 +220,19 @@ impl StoredEntry {
         }
     }
 
-    fn encoding(&self) -> OutputEncoding {
+    /// How the call asked for its output.
+    pub fn encoding(&self) -> OutputEncoding {
         match &self.call {
             TrajectoryCall::Exec(e) | TrajectoryCall::Spawn(e) => e.encoding,
             _ => OutputEncoding::Utf8,
         }
     }
 
-    /// The exec result as the API shows it.
-    fn exec_result(&self, e: &StoredExec, blobs: &Blobs) -> ExecResult {
-        let encoding = self.encoding();
-        ExecResult {
-            exit_code: e.exit_code,
-            signal: e.signal,
-            timed_out: e.timed_out,
-            stdout: crate::manager::encode(&e.stdout.bytes(blobs), encoding),
-            stderr: crate::manager::encode(&e.stderr.bytes(blobs), encoding),
-            stdout_truncated: e.stdout_truncated,
-            stderr_truncated: e.stderr_truncated,
-            stdout_bytes: e.stdout_bytes,
-            stderr_bytes: e.stderr_bytes,
-            encoding,
-            duration_ms: e.duration_ms,
-            replayed: false,
-        }
-    }
-
-    /// What the call answered (not yet marked as replayed).
-    pub fn answer(&self, blobs: &Blobs) -> Result<Answer, ApiError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        Ok(match &self.result {
-            Some(StoredResult::Exec(e)) => Answer::Exec(self.exec_result(e, blobs)),
-            Some(StoredResult::Process(p)) => Answer::Process(p.clone()),
-            None => Answer::Done,
-        })
-    }
-
     /// The entry as exported.
     pub fn export(&self, blobs: &Blobs) -> TrajectoryEntry {
         let result = self.result.as_ref().map(|r| match r {
             StoredResult::Exec(e) => TrajectoryResult::Exec(ExecOutcome {
-                result: self.exec_result(e, blobs),
+                result: e.result(self.encoding(), blobs),
                 stdout_sha256: e.stdout.sha256.clone(),
                 stderr_sha256: e.stderr.sha256.clone(),
             }),
@@ -304,9 +293,8 @@ mod tests {
         assert_eq!(blobs.len(), 1);
         assert_eq!(a, b);
         assert!(a.inline.is_none());
-        let map: HashMap<String, Vec<u8>> =
-            blobs.into_iter().map(|(d, b)| (d, b.to_vec())).collect();
+        let map: Blobs = blobs.into_iter().collect();
         assert_eq!(a.bytes(&map), big);
-        assert_eq!(small.bytes(&map), b"hi");
+        assert_eq!(small.bytes(&map), &b"hi"[..]);
     }
 }

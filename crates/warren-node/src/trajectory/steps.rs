@@ -8,25 +8,24 @@
 //! - otherwise → `step_conflict` (the log is append-only: a step may not go back in time).
 //!
 //! The guard's owner appends its entry (durably) and then [`StepGuard::finish`]es, which
-//! hands the answer to every waiter. A guard dropped without finishing releases the step,
+//! hands the entry to every waiter (each reads its answer from it as a logged step's). A guard dropped without finishing releases the step,
 //! and waiters claim it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
-use warren_types::{ApiError, SandboxId};
+use warren_types::SandboxId;
 
 use super::journal::{Append, Journal};
-use super::{Answer, Blob, Digest, StoredEntry};
-use crate::error::NodeError;
-use crate::store::StoreError;
+use super::{Blob, Digest, Recorded, StoredEntry};
+use crate::error::{NodeError, StoreError};
 
 /// How a running step ended, as its waiters see it.
 #[derive(Debug, Clone)]
 pub enum Finished {
     Done {
         digest: Digest,
-        answer: Result<Answer, ApiError>,
+        record: Arc<Recorded>,
     },
     /// The run stopped before it reached the sandbox; claim the step again.
     Released,
@@ -90,9 +89,9 @@ impl StepGuard {
         self.step
     }
 
-    /// Hands the answer to every waiter. Call after the step's entry is committed.
-    pub fn finish(mut self, digest: Digest, answer: Result<Answer, ApiError>) {
-        self.end(Finished::Done { digest, answer });
+    /// Hands the step's entry to every waiter. Call after it is committed.
+    pub fn finish(mut self, digest: Digest, record: Arc<Recorded>) {
+        self.end(Finished::Done { digest, record });
     }
 
     fn end(&mut self, how: Finished) {
@@ -249,15 +248,15 @@ impl SandboxLog {
     }
 }
 
-/// Waits for a running step's answer; `None` when it was released.
-pub async fn wait(mut slot: Slot) -> Option<(Digest, Result<Answer, ApiError>)> {
+/// Waits for a running step's entry; `None` when it was released.
+pub async fn wait(mut slot: Slot) -> Option<(Digest, Arc<Recorded>)> {
     let finished = match slot.wait_for(|v| v.is_some()).await {
         Ok(v) => v.clone(),
         // The sender went away without a word: treat as released.
         Err(_) => return None,
     };
     match finished {
-        Some(Finished::Done { digest, answer }) => Some((digest, answer)),
+        Some(Finished::Done { digest, record }) => Some((digest, record)),
         _ => None,
     }
 }

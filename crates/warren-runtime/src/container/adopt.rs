@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION, RECONNECT_FD};
 
-use super::record::{start_time, ContainerRecord, RECORD_VERSION};
+use super::record::{ContainerRecord, RECORD_VERSION};
 use super::{Container, ContainerRuntime};
 use crate::agent::AgentConn;
+use crate::procfs::start_time;
 use crate::{RuntimeError, SandboxSpec};
 
 pub async fn adopt(

@@ -5,10 +5,11 @@ use tokio::net::UnixStream;
 use warren_proto::{ContainerInit, Frame, FunctionInit, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_sys::ns::IdRange;
 
-use super::record::{start_time, ContainerRecord, RECORD_VERSION};
+use super::record::{ContainerRecord, RECORD_VERSION};
 use super::{destroy, Container, ContainerRuntime};
 use crate::agent::AgentConn;
 use crate::cgroup::CgroupSet;
+use crate::procfs::start_time;
 use crate::{RuntimeError, SandboxSpec};
 
 /// Longest a start-up step may take before the sandbox is declared failed.

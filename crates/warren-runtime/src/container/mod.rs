@@ -29,7 +29,7 @@ use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
 use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
 
-pub use record::{start_time, ContainerRecord};
+pub use record::ContainerRecord;
 
 /// Configuration of the container substrate.
 #[derive(Debug, Clone)]

@@ -15,10 +15,3 @@ pub struct ContainerRecord {
     /// Layer digests, lowest first.
     pub layers: Vec<String>,
 }
-
-/// Start time (field 22 of /proc/PID/stat) of a process.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    rest.split_whitespace().nth(19)?.parse().ok()
-}

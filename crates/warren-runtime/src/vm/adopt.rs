@@ -5,9 +5,10 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 
-use super::record::{start_time, MachineKey, VmRecord, RECORD_VERSION};
+use super::record::{MachineKey, VmRecord, RECORD_VERSION};
 use super::{create, qemu, qmp::Qmp, Vm, VmRuntime};
 use crate::agent::AgentConn;
+use crate::procfs::start_time;
 use crate::{RuntimeError, SandboxSpec};
 
 pub async fn adopt(

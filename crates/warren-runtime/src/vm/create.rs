@@ -8,11 +8,13 @@ use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_types::Substrate;
 
 use super::qemu::{self, Disk, Launch};
-use super::record::{start_time, MachineKey, VmRecord, RECORD_VERSION};
-use super::snapshot::Snapshot;
+use super::record::{
+    MachineKey, Snapshot, VmRecord, CAPABILITIES, RECORD_VERSION, TEMPLATE_HOSTNAME,
+};
 use super::{destroy, disk, qmp::Qmp, vcpus, Accel, Vm, VmRuntime, VMM_OVERHEAD_MB};
 use crate::agent::AgentConn;
 use crate::cgroup::CgroupSet;
+use crate::procfs::start_time;
 use crate::{RuntimeError, SandboxSpec};
 
 /// Longest a cold boot may take until the agent answers (TCG boots in ~4 s; a loaded
@@ -349,7 +351,7 @@ pub async fn restore(
             cpus: vcpus(spec),
             kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
             initramfs: &initramfs,
-            hostname: super::snapshot::TEMPLATE_HOSTNAME,
+            hostname: TEMPLATE_HOSTNAME,
             disks: &disks,
             dir: &dir,
             incoming: true,
@@ -357,9 +359,7 @@ pub async fn restore(
         let t_disk = t0.elapsed();
         let mut s = start(rt, &launch, &cgroups).await?;
         let t_started = t0.elapsed();
-        s.qmp
-            .set_capabilities(&super::snapshot::CAPABILITIES)
-            .await?;
+        s.qmp.set_capabilities(&CAPABILITIES).await?;
         s.qmp
             .migrate_incoming(&format!("file:{}", snap.memory().display()))
             .await?;

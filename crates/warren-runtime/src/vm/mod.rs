@@ -39,8 +39,7 @@ use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
 use crate::{Instance, PauseStats, Runtime, RuntimeError, SandboxSpec, Usage};
 
-pub use record::{MachineKey, SnapshotMeta, VmRecord, SNAPSHOT_FORMAT};
-pub use snapshot::Snapshot;
+pub use record::{MachineKey, Snapshot, SnapshotMeta, VmRecord, SNAPSHOT_FORMAT};
 
 /// Memory the VMM needs on top of the guest's RAM (device model, TCG translation cache),
 /// added to the sandbox's cgroup limit.

@@ -1,7 +1,10 @@
-//! What the daemon persists about a VM sandbox, and the snapshot format.
+//! What the daemon persists about a VM sandbox, and the snapshot format (its files and the
+//! machine it fits); [`super::snapshot`] saves and restores them.
 
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::RuntimeError;
 
 /// Bumped when the record's meaning changes; older records are refused (and torn down).
 pub const RECORD_VERSION: u32 = 1;
@@ -65,7 +68,44 @@ impl MachineKey {
     }
 }
 
-/// Start time (field 22 of /proc/PID/stat) of a process.
-pub fn start_time(pid: u32) -> Option<u64> {
-    crate::container::start_time(pid)
+/// Migration capabilities both ends enable.
+pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
+
+/// Hostname of a template's guest (every restored sandbox shares it).
+pub const TEMPLATE_HOSTNAME: &str = "sandbox";
+
+/// A saved VM.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub dir: PathBuf,
+    pub meta: SnapshotMeta,
+}
+
+impl Snapshot {
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join("memory")
+    }
+
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+
+    /// Opens a snapshot directory, refusing other formats.
+    pub fn open(dir: &Path) -> Result<Snapshot, RuntimeError> {
+        let p = dir.join("snapshot.json");
+        let s = std::fs::read_to_string(&p)
+            .map_err(|e| RuntimeError::io(format!("read {}", p.display()), e))?;
+        let meta: SnapshotMeta = serde_json::from_str(&s)
+            .map_err(|e| RuntimeError::Vmm(format!("{}: {e}", p.display())))?;
+        if meta.format != SNAPSHOT_FORMAT {
+            return Err(RuntimeError::Vmm(format!(
+                "snapshot format {} (this daemon reads {SNAPSHOT_FORMAT})",
+                meta.format
+            )));
+        }
+        Ok(Snapshot {
+            dir: dir.to_path_buf(),
+            meta,
+        })
+    }
 }

@@ -9,61 +9,21 @@
 //! A template is a snapshot of a freshly booted VM at "agent ready", one per machine shape,
 //! under `templates/<digest of the machine key>`; later sandboxes restore it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::record::{MachineKey, SnapshotMeta, SNAPSHOT_FORMAT};
+use super::record::{
+    MachineKey, Snapshot, SnapshotMeta, CAPABILITIES, SNAPSHOT_FORMAT, TEMPLATE_HOSTNAME,
+};
 use super::{create, Vm, VmRuntime};
 use crate::{Instance, RuntimeError, SandboxSpec};
-
-/// Migration capabilities both ends enable.
-pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
-
-/// Hostname of a template's guest (every restored sandbox shares it).
-pub const TEMPLATE_HOSTNAME: &str = "sandbox";
 
 /// One lock per template being made (for every runtime of the process), so concurrent
 /// creations of one machine shape boot it once.
 static TEMPLATE_LOCKS: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 > = std::sync::LazyLock::new(Default::default);
-
-/// A saved VM.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    pub dir: PathBuf,
-    pub meta: SnapshotMeta,
-}
-
-impl Snapshot {
-    pub fn memory(&self) -> PathBuf {
-        self.dir.join("memory")
-    }
-
-    pub fn disk(&self) -> PathBuf {
-        self.dir.join("disk.qcow2")
-    }
-
-    /// Opens a snapshot directory, refusing other formats.
-    pub fn open(dir: &Path) -> Result<Snapshot, RuntimeError> {
-        let p = dir.join("snapshot.json");
-        let s = std::fs::read_to_string(&p)
-            .map_err(|e| RuntimeError::io(format!("read {}", p.display()), e))?;
-        let meta: SnapshotMeta = serde_json::from_str(&s)
-            .map_err(|e| RuntimeError::Vmm(format!("{}: {e}", p.display())))?;
-        if meta.format != SNAPSHOT_FORMAT {
-            return Err(RuntimeError::Vmm(format!(
-                "snapshot format {} (this daemon reads {SNAPSHOT_FORMAT})",
-                meta.format
-            )));
-        }
-        Ok(Snapshot {
-            dir: dir.to_path_buf(),
-            meta,
-        })
-    }
-}
 
 /// Saves `vm` into `dir`. With `keep_running` the VM continues afterwards; otherwise it is
 /// left stopped (templates: the VM is destroyed next).

@@ -1,9 +1,13 @@
 //! What the runtime tests of every substrate share: the agent binary, the image store with
 //! the default image, one node name per test, and the container runtime. Each helper says why
-//! when a test cannot run here (and the test then skips).
+//! when a test cannot run here (and the test then skips, or fails under `CI=true`).
 
 // Each test binary uses its own subset.
 #![allow(dead_code)]
+
+#[path = "../../../../tests/skip.rs"]
+mod skip_rule;
+pub use skip_rule::skip;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,11 +32,11 @@ pub fn agent_bin() -> Option<PathBuf> {
 /// in the skip message.
 pub fn prerequisites(what: &str, build: bool) -> Option<(PathBuf, Arc<ImageStore>)> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: {what} tests need root");
+        skip(format!("{what} tests need root"));
         return None;
     }
     let Some(agent) = agent_bin() else {
-        eprintln!("SKIP: warren-agent not built (cargo build -p warren-agent)");
+        skip("warren-agent not built (cargo build -p warren-agent)");
         return None;
     };
     let store_dir =
@@ -40,7 +44,7 @@ pub fn prerequisites(what: &str, build: bool) -> Option<(PathBuf, Arc<ImageStore
     let store = Arc::new(ImageStore::open(&store_dir).unwrap());
     if store.manifest("default").is_err() {
         if !build {
-            eprintln!("SKIP: no default image (scripts/build-default-image.sh)");
+            skip("no default image (scripts/build-default-image.sh)");
             return None;
         }
         let rootfs = PathBuf::from("/var/cache/warren/rootfs-default");

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::common::{bin_dir, Daemon};
+use crate::common::{bin_dir, skip, Daemon};
 
 fn warren(d: &Daemon, args: &[&str]) -> std::process::Output {
     Command::new(bin_dir().join("warren"))
@@ -19,7 +19,7 @@ async fn warren_call_passes_the_exit_code_through() {
         return;
     };
     if !bin_dir().join("warren").is_file() {
-        println!("SKIP: {} is missing", bin_dir().join("warren").display());
+        skip(format!("{} is missing", bin_dir().join("warren").display()));
         return;
     }
     let out = warren(

@@ -29,10 +29,10 @@ async fn microvm_survives_a_restart_fails_when_its_vmm_dies_and_leaves_nothing()
     };
     let served = d.client().health().await.unwrap().substrates;
     if !served.iter().any(|s| s == "microvm") {
-        eprintln!(
-            "SKIP: the daemon does not serve microvm; its log says:\n{}",
+        common::skip(format!(
+            "the daemon does not serve microvm; its log says:\n{}",
             d.log_tail(20)
-        );
+        ));
         return;
     }
     let req = CreateSandboxRequest {

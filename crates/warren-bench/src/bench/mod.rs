@@ -1,4 +1,4 @@
-//! `warren bench`: measures a node through its HTTP API and checks the numbers against
+//! `warren-bench`: measures a node through its HTTP API and checks the numbers against
 //! Warren's targets, optionally next to crun, podman and bwrap baselines.
 //!
 //! | bench | what | target |
@@ -130,7 +130,7 @@ impl Check {
     }
 }
 
-/// Everything one `warren bench` run measured.
+/// Everything one `warren-bench` run measured.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,4 +1,4 @@
-//! `warren bench net`: what a network policy costs at create.
+//! `warren-bench net`: what a network policy costs at create.
 //!
 //! Create → first `exec true` finished, alternating a sandbox with policy `none` and one with
 //! an allow-list policy (two CIDR rules and a domain: a veth link, its nftables chain and sets,

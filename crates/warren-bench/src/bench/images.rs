@@ -1,4 +1,4 @@
-//! `warren bench images`: lazy layers vs eager layer downloads vs classic tar unpacking.
+//! `warren-bench images`: lazy layers vs eager layer downloads vs classic tar unpacking.
 //!
 //! Generates N distinct images (EROFS + tar, see `images_gen`), serves them from a separate
 //! blob-server process with a bandwidth cap, then, for each mode, starts as many sandboxes as
@@ -167,7 +167,7 @@ impl DiskSampler {
     }
 }
 
-/// The blob server, a child process (`warren bench images --serve-blobs DIR`).
+/// The blob server, a child process (`warren-bench images --serve-blobs DIR`).
 struct Server {
     child: Child,
     url: String,
@@ -183,7 +183,7 @@ impl Drop for Server {
 fn start_server(dir: &Path, rate: u64) -> Result<Server> {
     use std::io::BufRead;
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["bench", "images", "--serve-blobs"])
+        .args(["images", "--serve-blobs"])
         .arg(dir)
         .arg("--img-rate-mbps")
         .arg(rate.to_string())

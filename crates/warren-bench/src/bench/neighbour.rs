@@ -1,4 +1,4 @@
-//! `warren bench neighbour`: a latency-sensitive sandbox's `exec true` p50 while a neighbour
+//! `warren-bench neighbour`: a latency-sensitive sandbox's `exec true` p50 while a neighbour
 //! floods the CPU, with and without the best-effort CPU class on the noisy neighbour.
 //!
 //! Phases, each `n` round trips in the quiet sandbox after warm-up: next to a fork bomb and

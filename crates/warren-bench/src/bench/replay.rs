@@ -1,4 +1,4 @@
-//! `warren bench replay`: the trajectory log through the HTTP API.
+//! `warren-bench replay`: the trajectory log through the HTTP API.
 //!
 //! 1. Records `n` steps, each appending a line to a counter file in the sandbox.
 //! 2. Replays the same `n` steps from one client, one after the other, and times the whole.

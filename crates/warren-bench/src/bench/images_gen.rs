@@ -1,4 +1,4 @@
-//! Generated images for `warren bench images`: deterministic trees of many small files and a
+//! Generated images for `warren-bench images`: deterministic trees of many small files and a
 //! few large ones, stored as EROFS layers (with chunk tables) and as tar archives in the
 //! directory the blob server serves.
 

@@ -1,4 +1,4 @@
-//! `warren bench call`: the function substrate through the HTTP API, next to plain sandbox
+//! `warren-bench call`: the function substrate through the HTTP API, next to plain sandbox
 //! exec measured in the same run.
 //!
 //! - `call true` latency (sequential, after warm-up);

@@ -1,4 +1,4 @@
-//! `warren bench vm`: the microVM substrate's numbers, through the HTTP API of two private
+//! `warren-bench vm`: the microVM substrate's numbers, through the HTTP API of two private
 //! daemons started for the run (same binaries, same VM directory): one creates VMs by cold
 //! boot (`--vm-templates false`), the other by restoring a template snapshot.
 //!
@@ -24,7 +24,7 @@ use crate::table::{ms, Table};
 const MEMORY_MB: u64 = 256;
 const GIB_20: f64 = 20.0 * 1024.0;
 
-/// Everything `warren bench vm` measured.
+/// Everything `warren-bench vm` measured.
 #[derive(Debug, Default, Serialize)]
 pub struct VmBench {
     /// How guest code ran (kvm or tcg), as the daemon reported it.

@@ -1,0 +1,65 @@
+//! `warren-bench`: measures a Warren node through its HTTP API and checks the numbers against
+//! Warren's targets (see [`bench`] for the table). Installed beside `warren`, which forwards
+//! `warren bench …` here; it is its own binary so that the user's CLI does not carry the
+//! blob store and lazy-layer code the image benchmarks need.
+
+mod bench;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+// What the benchmarks share with the `warren` command's subcommands.
+use warren_cli::commands::{delete_all, sweep_label, until_interrupted, Ctx, Stop, STOP_GRACE};
+use warren_cli::{commands, stats, table};
+
+/// Measure a Warren node.
+#[derive(Debug, Parser)]
+#[command(name = "warren-bench", version)]
+struct Cli {
+    /// The daemon: unix:///path/to.sock or http://host:port
+    /// [default: unix:///run/warren/warren.sock]
+    #[arg(long, global = true, env = "WARREN_URL")]
+    url: Option<String>,
+
+    #[command(flatten)]
+    args: bench::Args,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warren-bench: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = Ctx { url: cli.url };
+    let result = runtime.block_on(bench::run(&ctx, cli.args));
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("warren-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+        assert!(Cli::try_parse_from(["warren-bench", "density", "--n", "10"]).is_ok());
+        let cli = Cli::try_parse_from(["warren-bench", "--url", "unix:///s", "exec"]).unwrap();
+        assert_eq!(cli.url.as_deref(), Some("unix:///s"));
+        assert!(Cli::try_parse_from(["warren-bench", "nonsense"]).is_err());
+    }
+}

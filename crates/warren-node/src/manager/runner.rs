@@ -1,0 +1,333 @@
+//! The step runner: every call that changes a sandbox (exec, streamed exec, spawn, kill, file
+//! writes, mkdir, remove, chmod) goes through here, runs at most once per step and is logged
+//! durably before it answers.
+//!
+//! [`Manager::begin`] claims the call's step: a logged step (or one that finishes while this
+//! call waits for it) comes back as a [`Replay`], which answers the record after comparing
+//! request digests; otherwise the call gets a [`Run`], which readies the sandbox, and
+//! [`Run::finish`]es (logs the outcome and hands it to the step's waiters) or is
+//! [`Run::cancel`]led (logged as cancelled). The answer is typed by the call's
+//! [`CallKind`]: [`Exec`](crate::trajectory::Exec) answers an `ExecResult`,
+//! [`Spawn`](crate::trajectory::Spawn) a `ProcessInfo`, [`Effect`](crate::trajectory::Effect)
+//! nothing.
+//!
+//! [`Manager::logged`] is the whole sequence for calls that are one future: a call without a
+//! step is logged as cancelled if its caller goes away first; a call with a step runs in its
+//! own task, so that it finishes and is logged even if the caller goes away — the caller's
+//! retry then finds it. Streamed execs and uploads drive their [`Run`] themselves.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use tracing::warn;
+use warren_runtime::Instance;
+use warren_types::{ApiError, ExecCall, ExecRequest, SandboxId, SandboxInfo, TrajectoryCall};
+
+use super::{now_ms, ActivityGuard, Manager, Sandbox};
+use crate::error::NodeError;
+use crate::metrics::Metrics;
+use crate::trajectory::steps::{self, conflict};
+use crate::trajectory::{
+    hex, request_digest, sha256, Blob, CallKind, Claim, Digest, Recorded, StepGuard, StoredEntry,
+};
+
+/// A logged call's answer, and whether it came from the log.
+#[derive(Debug)]
+pub(crate) struct Answered<T> {
+    pub answer: T,
+    pub replayed: bool,
+}
+
+/// An exec request as logged.
+pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
+    ExecCall {
+        argv: req.argv.clone(),
+        shell: req.shell.clone(),
+        cwd: req.cwd.clone(),
+        env: req.env.clone(),
+        user: req.user.clone(),
+        timeout_secs: req.timeout_secs,
+        max_output_bytes: req.max_output_bytes,
+        encoding: req.encoding,
+        stdin_sha256: req.stdin.as_ref().map(|s| hex(&sha256(s.as_bytes()))),
+        stdin_bytes: req.stdin.as_ref().map_or(0, |s| s.len() as u64),
+        streamed,
+    }
+}
+
+/// What claiming a call's step came to.
+pub(crate) enum Begun<K> {
+    /// The step was answered before (logged, or by the run this call waited for).
+    Replay(Replay<K>),
+    /// This call runs.
+    Run(Run<K>),
+}
+
+/// A step answered before: its record and the digest of the request it answered.
+pub(crate) struct Replay<K> {
+    manager: Manager,
+    id: SandboxId,
+    step: u64,
+    digest: Digest,
+    record: Arc<Recorded>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: CallKind> Replay<K> {
+    /// The recorded answer for a request with digest `own`; `step_conflict` when the
+    /// request differs.
+    pub(crate) fn answer(self, own: &Digest) -> Result<K::Answer, NodeError> {
+        let metrics = &self.manager.inner.metrics;
+        if *own != self.digest {
+            Metrics::inc(&metrics.step_conflicts);
+            return Err(conflict(
+                &self.id,
+                self.step,
+                "it was logged with a different request",
+            ));
+        }
+        Metrics::inc(&metrics.replays);
+        let Recorded { entry, blobs } = &*self.record;
+        if let Some(e) = &entry.error {
+            return Err(NodeError::Api(e.clone()));
+        }
+        K::replay(entry, blobs).map_err(NodeError::Api)
+    }
+}
+
+/// One logged call on its way: ready the sandbox, run, then finish or cancel.
+pub(crate) struct Run<K> {
+    manager: Manager,
+    sandbox: Arc<Sandbox>,
+    guard: Option<StepGuard>,
+    started_ms: u64,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: CallKind> Run<K> {
+    /// True when the call names a step: it then runs to its end even without a caller.
+    pub(crate) fn runs_to_end(&self) -> bool {
+        self.guard.is_some()
+    }
+
+    /// Readies the sandbox (resuming it when paused); the call's run starts now. Failing
+    /// here (deleted, lost) runs nothing, logs nothing, and frees the step.
+    pub(crate) async fn ready(
+        &mut self,
+    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        let ready = self.manager.ready_sb(&self.sandbox).await?;
+        self.started_ms = now_ms();
+        Ok(ready)
+    }
+
+    /// Logs the call's outcome durably, then hands it to the step's waiters.
+    pub(crate) async fn finish(
+        self,
+        call: TrajectoryCall,
+        outcome: Result<K::Done, NodeError>,
+    ) -> Result<K::Answer, NodeError> {
+        self.commit(call, |entry, blobs| match outcome {
+            Ok(done) => Ok(K::record(done, entry, blobs)),
+            Err(e) => {
+                entry.error = Some(e.to_api());
+                Err(e)
+            }
+        })
+        .await?
+    }
+
+    /// Logs a call that failed with `e`; answers `e` (or why it could not be logged).
+    pub(crate) async fn fail(self, call: TrajectoryCall, e: NodeError) -> NodeError {
+        let logged = self
+            .commit(call, |entry, _| {
+                entry.error = Some(e.to_api());
+                e
+            })
+            .await;
+        logged.unwrap_or_else(|log_error| log_error)
+    }
+
+    /// Appends the call's entry as `fill` completes it, then hands it to the step's waiters.
+    async fn commit<R>(
+        self,
+        call: TrajectoryCall,
+        fill: impl FnOnce(&mut StoredEntry, &mut Vec<Blob>) -> R,
+    ) -> Result<R, NodeError> {
+        let m = &self.manager;
+        let step = self.guard.as_ref().map(StepGuard::step);
+        let digest = request_digest(&call);
+        let mut entry = StoredEntry::new(call, step, self.started_ms);
+        let mut blobs = Vec::new();
+        let filled = fill(&mut entry, &mut blobs);
+        let t = std::time::Instant::now();
+        let record = self.guard.is_some().then(|| Recorded {
+            entry: entry.clone(),
+            blobs: blobs.iter().cloned().collect(),
+        });
+        self.sandbox
+            .log
+            .append(m.journal(), entry, Some(digest), blobs)
+            .await?;
+        m.inner.metrics.observe_append(t.elapsed());
+        Metrics::inc(&m.inner.metrics.trajectory_appends);
+        if let (Some(g), Some(record)) = (self.guard, record) {
+            g.finish(digest, Arc::new(record));
+        }
+        Ok(filled)
+    }
+
+    /// Logs a call its caller abandoned (it was stopped); frees the step.
+    pub(crate) async fn cancel(self, call: TrajectoryCall) {
+        self.manager
+            .log_cancelled(&self.sandbox, call, self.started_ms)
+            .await;
+    }
+}
+
+/// Logs a call as cancelled if its future is dropped before it is disarmed.
+struct CancelLog {
+    armed: Option<(Manager, Arc<Sandbox>, TrajectoryCall, u64)>,
+}
+
+impl CancelLog {
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for CancelLog {
+    fn drop(&mut self) {
+        let Some((m, sb, call, started_ms)) = self.armed.take() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { m.log_cancelled(&sb, call, started_ms).await });
+        }
+    }
+}
+
+impl Manager {
+    /// Claims `step` of sandbox `id` for a call of kind `K` whose request has `digest`
+    /// (`None` when it is only known at the end, as an upload's).
+    pub(crate) async fn begin<K: CallKind>(
+        &self,
+        id: &SandboxId,
+        step: Option<u64>,
+        digest: Option<Digest>,
+    ) -> Result<Begun<K>, NodeError> {
+        let sb = self.lookup(id)?;
+        let run = |guard| {
+            Begun::Run(Run {
+                manager: self.clone(),
+                sandbox: sb.clone(),
+                guard,
+                started_ms: now_ms(),
+                kind: PhantomData,
+            })
+        };
+        let Some(step) = step else {
+            return Ok(run(None));
+        };
+        let replay = |digest, record| {
+            Begun::Replay(Replay {
+                manager: self.clone(),
+                id: id.clone(),
+                step,
+                digest,
+                record,
+                kind: PhantomData,
+            })
+        };
+        loop {
+            let claim = sb
+                .log
+                .claim(self.journal(), step, digest)
+                .inspect_err(|e| {
+                    if matches!(e, NodeError::StepConflict { .. }) {
+                        Metrics::inc(&self.inner.metrics.step_conflicts);
+                    }
+                })?;
+            match claim {
+                Claim::Logged { seq, digest } => {
+                    let found = self.journal().read()?.entry(&sb.id, seq)?;
+                    let (entry, blobs) = found.ok_or_else(|| {
+                        NodeError::Api(ApiError::internal(format!(
+                            "step {step} of sandbox {} is indexed but its entry {seq} is missing",
+                            sb.id
+                        )))
+                    })?;
+                    return Ok(replay(digest, Arc::new(Recorded { entry, blobs })));
+                }
+                Claim::Wait(slot) => {
+                    if let Some((digest, record)) = steps::wait(slot).await {
+                        return Ok(replay(digest, record));
+                    }
+                    // Released without an answer: claim it again.
+                }
+                Claim::Run(g) => return Ok(run(Some(g))),
+            }
+        }
+    }
+
+    /// Runs `run` on the sandbox as `call`, at most once for `step`, and logs it.
+    pub(crate) async fn logged<K, F, Fut>(
+        &self,
+        id: &SandboxId,
+        step: Option<u64>,
+        call: TrajectoryCall,
+        run: F,
+    ) -> Result<Answered<K::Answer>, NodeError>
+    where
+        K: CallKind,
+        F: FnOnce(Arc<dyn Instance>, SandboxInfo) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<K::Done, NodeError>> + Send + 'static,
+    {
+        let digest = request_digest(&call);
+        let mut r = match self.begin::<K>(id, step, Some(digest)).await? {
+            Begun::Replay(known) => {
+                return Ok(Answered {
+                    answer: known.answer(&digest)?,
+                    replayed: true,
+                })
+            }
+            Begun::Run(r) => r,
+        };
+        let go = async move {
+            let (instance, info, _busy) = r.ready().await?;
+            let cancel = CancelLog {
+                armed: (!r.runs_to_end()).then(|| {
+                    (
+                        r.manager.clone(),
+                        r.sandbox.clone(),
+                        call.clone(),
+                        r.started_ms,
+                    )
+                }),
+            };
+            let outcome = run(instance, info).await;
+            cancel.disarm();
+            r.finish(call, outcome).await
+        };
+        let answer = if step.is_some() {
+            tokio::spawn(go).await.map_err(|e| {
+                NodeError::Api(ApiError::internal(format!("the step's task failed: {e}")))
+            })??
+        } else {
+            go.await?
+        };
+        Ok(Answered {
+            answer,
+            replayed: false,
+        })
+    }
+
+    /// Logs a call its caller abandoned (it was stopped).
+    async fn log_cancelled(&self, sb: &Sandbox, call: TrajectoryCall, started_ms: u64) {
+        let mut entry = StoredEntry::new(call, None, started_ms);
+        entry.cancelled = true;
+        match sb.log.append(self.journal(), entry, None, Vec::new()).await {
+            Ok(_) => Metrics::inc(&self.inner.metrics.trajectory_appends),
+            Err(e) => warn!(sandbox = %sb.id, error = %e, "cannot log a cancelled call"),
+        }
+    }
+}

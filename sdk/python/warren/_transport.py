@@ -1,0 +1,253 @@
+"""The transport: where a node is, one HTTP connection pool to it (unix socket or TCP),
+retries with backoff, and API errors turned into exceptions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from urllib.parse import urlsplit
+
+import httpx
+
+from ._errors import ConnectionError, Timeout, WarrenError, error_from_body
+from ._failover import BROKEN, GIVE_UP, NEXT_URL, NOT_SENT, Plan, split_urls
+from ._pool import PoolTransport
+
+T = TypeVar("T")
+
+
+#: Where the SDK looks for a node when neither ``url`` nor ``WARREN_URL`` says.
+DEFAULT_URL = "unix:///run/warren/warren.sock"
+
+
+_VERSION = "0.1.0"
+_CHUNK = 1 << 20
+# Extra seconds the HTTP call waits past a command's own timeout before giving up on the node.
+_MARGIN = 30.0
+
+
+def _parse_url(url: Optional[str]) -> Tuple[str, Optional[str]]:
+    """Returns ``(base_url, unix_socket_path_or_None)``."""
+    url = url or os.environ.get("WARREN_URL") or DEFAULT_URL
+    if url.startswith("unix:"):
+        path = url[len("unix:") :]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path.startswith("/"):
+            raise ValueError(f"a unix URL needs an absolute socket path (unix:///run/warren/warren.sock), got {url!r}")
+        return "http://warren", path
+    if url.startswith("/"):
+        return "http://warren", url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"url must be unix:///path.sock or http://host:port, got {url!r}")
+    return url.rstrip("/"), None
+
+
+def _step_params(params: Dict[str, Any], step: Optional[int]) -> Dict[str, Any]:
+    if step is not None:
+        params["step"] = str(int(step))
+    return params
+
+
+def _backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(cap, base * (2**attempt)))
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    try:
+        body: Any = resp.json()
+    except ValueError:
+        body = resp.text
+    raise error_from_body(resp.status_code, body, resp.headers.get("retry-after"))
+
+
+def _transport_error(e: Exception, what: str) -> WarrenError:
+    if isinstance(e, httpx.TimeoutException):
+        return Timeout(f"{what}: the HTTP call timed out ({type(e).__name__})", code="timeout")
+    return ConnectionError(f"{what}: {type(e).__name__}: {e}")
+
+
+def _raise_fd_limit(want: int) -> None:
+    """Raises the soft open-files limit towards ``want`` (thousands of connections need it)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            if target > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - best effort
+        pass
+
+
+class _Target:
+    """One URL and its connection pool."""
+
+    def __init__(self, url: Optional[str], timeout: httpx.Timeout, max_connections: int) -> None:
+        self.base_url, self.uds = _parse_url(url)
+        self.url = f"unix://{self.uds}" if self.uds else self.base_url
+        # httpx's own pool costs O(open connections) per call; ours is O(1) at any size.
+        transport = PoolTransport(self.uds, max_connections=max_connections, keepalive_expiry=30.0)
+        self.client = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=transport,
+            timeout=timeout,
+            headers={"user-agent": f"warren-python/{_VERSION}"},
+        )
+
+
+class _Http:
+    """The pooled HTTP connections to a node or to the gateways of a cluster, with the retry
+    and failover policy of :mod:`warren._failover`."""
+
+    def __init__(
+        self,
+        url: Union[str, Sequence[str], None],
+        timeout: float,
+        max_connections: int,
+        max_retries: int,
+    ) -> None:
+        self.max_retries = max_retries
+        self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
+        if isinstance(url, str) and "," not in url:
+            urls: List[Optional[str]] = [url]
+        elif url is None:
+            env = os.environ.get("WARREN_URL")
+            urls = split_urls(env) if env else [None]
+        else:
+            urls = split_urls(url)
+        self.targets = [_Target(u, self.timeout, max_connections) for u in urls]
+        # The target that answered last: calls start there.
+        self.preferred = 0
+        _raise_fd_limit(max_connections * len(self.targets) + 1024)
+
+    @property
+    def _current(self) -> _Target:
+        return self.targets[self.preferred]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._current.client
+
+    @property
+    def base_url(self) -> str:
+        return self._current.base_url
+
+    @property
+    def uds(self) -> Optional[str]:
+        return self._current.uds
+
+    @property
+    def url(self) -> str:
+        return self._current.url
+
+    @property
+    def urls(self) -> List[str]:
+        return [t.url for t in self.targets]
+
+    async def aclose(self) -> None:
+        for t in self.targets:
+            await t.client.aclose()
+
+    def call_timeout(self, seconds: Optional[float]) -> httpx.Timeout:
+        """A timeout whose read part waits for ``seconds`` plus a margin (``None``: forever)."""
+        read = None if seconds is None else float(seconds) + _MARGIN
+        return httpx.Timeout(connect=10.0, read=read, write=self.timeout.write, pool=None)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        content: Any = None,
+        timeout: Any = None,
+        retry: bool = False,
+    ) -> httpx.Response:
+        """One call; raises the mapped :class:`WarrenError` on an error answer.
+
+        A request that could not be sent goes to the next URL. With ``retry`` (the call is
+        safe to repeat), broken connections and ``503`` answers go to the next URL too, and
+        ``busy`` answers are waited for, honouring the server's ``retry_after``.
+        """
+        return await self._send(method, path, json, params, content, timeout, retry, stream=False)
+
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        content: Any = None,
+        timeout: Any = None,
+        retry: bool = False,
+    ) -> httpx.Response:
+        """Like :meth:`request` but returns the answer unread (the caller closes it)."""
+        return await self._send(method, path, json, params, content, timeout, retry, stream=True)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: Any,
+        content: Any,
+        timeout: Any,
+        retry: bool,
+        stream: bool,
+    ) -> httpx.Response:
+        # A streamed upload (an async iterator) cannot be sent twice.
+        replayable = content is None or isinstance(content, (bytes, bytearray, str))
+        plan = Plan(len(self.targets), self.max_retries, retry and replayable)
+        first = idx = self.preferred
+        while True:
+            target = self.targets[idx]
+            req = target.client.build_request(
+                method,
+                path,
+                json=json,
+                params=params,
+                content=content,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+            try:
+                resp = await target.client.send(req, stream=stream)
+            except httpx.TransportError as e:
+                err: WarrenError = _transport_error(e, f"{method} {path} at {target.url}")
+                if isinstance(e, httpx.ReadTimeout) and not stream:
+                    raise err from e
+                not_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                # An unsent request's body was not read, so even a stream may go elsewhere.
+                step = plan.after(NOT_SENT if not_sent else BROKEN)
+                if step == GIVE_UP:
+                    raise err from e
+            else:
+                if resp.status_code < 400:
+                    self.preferred = idx
+                    return resp
+                if stream:
+                    try:
+                        await resp.aread()
+                    finally:
+                        await resp.aclose()
+                try:
+                    _raise_for(resp)
+                except WarrenError as e:
+                    err = e
+                step = plan.after((resp.status_code, err.retry_after, err.code))
+                if step == GIVE_UP:
+                    if idx != first:
+                        self.preferred = idx  # it answered: later calls start with it
+                    raise err
+            if step == NEXT_URL:
+                idx = (idx + 1) % len(self.targets)
+            else:
+                await asyncio.sleep(float(step))
+                idx = self.preferred
