@@ -34,6 +34,7 @@ PACKAGES=(
     apparmor                            # apparmor_parser checks the generated profile
     etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
     protobuf-compiler                   # protoc for the etcd-client crate
+    systemd                             # systemd-analyze verifies the units in deploy/systemd
 )
 
 missing=()

@@ -14,8 +14,8 @@ use warren_cli::commands::{self, Ctx};
 #[derive(Debug, Parser)]
 #[command(name = "warren", version, propagate_version = true)]
 struct Cli {
-    /// The daemon: unix:///path/to.sock or http://host:port
-    /// [default: unix:///run/warren/warren.sock]
+    /// The daemon or gateway: unix:///path/to.sock or http://host:port, or several
+    /// comma-separated (calls fail over between them) [default: unix:///run/warren/warren.sock]
     #[arg(long, global = true, env = "WARREN_URL")]
     url: Option<String>,
 
@@ -62,6 +62,8 @@ enum Command {
     Bench(commands::bench::Args),
     /// Manage the node's image layers (build, stack, list, inspect, remove, verify).
     Image(commands::image::Args),
+    /// Show the nodes of a cluster (needs a gateway URL); drain or undrain a node.
+    Cluster(commands::cluster::Args),
 }
 
 async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
@@ -84,6 +86,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
         Command::Bench(a) => commands::bench::run(&ctx, a).await,
         Command::Image(a) => commands::image::run(&ctx, a).await,
+        Command::Cluster(a) => commands::cluster::run(&ctx, a).await,
     }
 }
 
@@ -196,5 +199,14 @@ mod tests {
         assert!(Cli::try_parse_from(["warren", "pause"]).is_err());
         assert!(Cli::try_parse_from(["warren", "pause", "n1-x", "n1-y"]).is_ok());
         assert!(Cli::try_parse_from(["warren", "trajectory", "n1-x", "--from-seq", "4"]).is_ok());
+        let cli = Cli::try_parse_from(["warren", "cluster", "drain", "n7"]).unwrap();
+        let Command::Cluster(a) = cli.command else {
+            panic!("not cluster")
+        };
+        assert!(
+            matches!(a.action, Some(commands::cluster::Action::Drain { node }) if node == "n7")
+        );
+        assert!(Cli::try_parse_from(["warren", "cluster", "--json"]).is_ok());
+        assert!(Cli::try_parse_from(["warren", "cluster", "undrain"]).is_err());
     }
 }

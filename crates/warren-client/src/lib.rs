@@ -25,6 +25,7 @@
 //! answers come back as [`ClientError::Api`] with a stable [`ErrorCode`].
 
 mod client;
+mod cluster;
 mod error;
 mod exec;
 mod failover;

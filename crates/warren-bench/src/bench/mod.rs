@@ -17,10 +17,14 @@
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //!
-//! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`).
+//! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
+//!
+//! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`); `cluster` neither
+//! (it starts its own etcd, gateways and nodes).
 
 mod baselines;
 mod call;
+mod cluster;
 mod images;
 mod images_gen;
 mod measure;
@@ -57,6 +61,9 @@ pub enum Which {
     All,
     /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
     Vm,
+    /// A cluster on loopback: etcd, gateways, simulated nodes and one real node (own
+    /// processes; not in `all`)
+    Cluster,
 }
 
 #[derive(Debug, clap::Args)]
@@ -87,6 +94,8 @@ pub struct Args {
     pub baseline_n: usize,
     #[command(flatten)]
     pub images: images::ImagesArgs,
+    #[command(flatten)]
+    pub cluster: cluster::ClusterArgs,
 }
 
 /// One target and whether it was met.
@@ -450,6 +459,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     }
     if args.which == Which::Images {
         return images::run(&args.images, args.json).await;
+    }
+    if args.which == Which::Cluster {
+        return cluster::run(&args.cluster, args.json).await;
     }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;
