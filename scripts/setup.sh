@@ -33,7 +33,7 @@ PACKAGES=(
     fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
     etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
-    protobuf-compiler                   # protoc for the etcd-client crate
+    protobuf-compiler libprotobuf-dev   # protoc and its well-known types for the etcd-client crate
     systemd                             # systemd-analyze verifies the units in deploy/systemd
 )
 

@@ -23,6 +23,8 @@ pub struct NodeConfig {
     pub functions: crate::functions::FunctionConfig,
     /// The confinement the node's runtime applies (reported by `/v1/health`).
     pub security: warren_runtime::security::SecurityReport,
+    /// Caps on starting and held sandboxes and the memory kept free (see [`crate::admission`]).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl NodeConfig {
@@ -36,6 +38,7 @@ impl NodeConfig {
             default_hostname: "sandbox".into(),
             functions: Default::default(),
             security: Default::default(),
+            admission: Default::default(),
         }
     }
 }

@@ -11,11 +11,14 @@
 //!   steps from the log;
 //! - [`api`] is the HTTP edge: it parses requests into calls on the node's parts and never
 //!   decides anything itself;
+//! - [`admission`] is the node's final word on whether a new sandbox may start now, and the
+//!   load summary cluster placement reads;
 //! - [`metrics`] counts what happens and renders `/metrics`.
 //!
 //! Substrates are reached only through [`warren_runtime::Runtime`]; this crate never does
 //! namespace, cgroup or mount work itself, and never starts or waits for processes.
 
+pub mod admission;
 pub mod api;
 pub mod clock;
 pub mod config;

@@ -36,6 +36,15 @@ pub enum ErrorCode {
     /// The request names a trajectory step that was already logged with a different request,
     /// or a step lower than one already logged. Nothing ran.
     StepConflict,
+    /// Cluster gateway: every node that could take the request refused it for now (all busy,
+    /// draining or short of memory); retry after `retry_after` seconds.
+    CapacityUnavailable,
+    /// Cluster gateway: no node of the cluster can ever take the request (substrate, image or
+    /// size); the message says how many nodes each check excluded.
+    Unschedulable,
+    /// Cluster gateway: the sandbox's node does not answer. The sandbox may come back when
+    /// its node does; nothing was moved.
+    NodeUnreachable,
 }
 
 impl ErrorCode {
@@ -45,7 +54,8 @@ impl ErrorCode {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
-            ErrorCode::FileError => 422,
+            ErrorCode::FileError | ErrorCode::Unschedulable => 422,
+            ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
             ErrorCode::LimitExceeded | ErrorCode::Busy => 429,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
@@ -71,11 +81,14 @@ impl ErrorCode {
             ErrorCode::FileError => "file_error",
             ErrorCode::Internal => "internal",
             ErrorCode::StepConflict => "step_conflict",
+            ErrorCode::CapacityUnavailable => "capacity_unavailable",
+            ErrorCode::Unschedulable => "unschedulable",
+            ErrorCode::NodeUnreachable => "node_unreachable",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -90,6 +103,9 @@ impl ErrorCode {
         ErrorCode::FileError,
         ErrorCode::Internal,
         ErrorCode::StepConflict,
+        ErrorCode::CapacityUnavailable,
+        ErrorCode::Unschedulable,
+        ErrorCode::NodeUnreachable,
     ];
 }
 
@@ -105,7 +121,8 @@ impl std::fmt::Display for ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    /// Seconds to wait before retrying (only with `busy` / `limit_exceeded`).
+    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded` and
+    /// `capacity_unavailable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
 }

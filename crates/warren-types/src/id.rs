@@ -84,6 +84,13 @@ impl SandboxId {
         NodeId(node.to_string())
     }
 
+    /// The order of listings across nodes: creation time (the ULID), then node. On one node
+    /// this is id order.
+    pub fn order_key(&self) -> (&str, &str) {
+        let (node, ulid) = self.0.split_once('-').expect("validated at construction");
+        (ulid, node)
+    }
+
     /// A short form (node + last 8 chars) that is still unique enough for names of host
     /// objects with tight length limits (cgroup names are fine, netdev names are 15 chars).
     pub fn short(&self) -> &str {

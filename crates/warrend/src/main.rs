@@ -26,6 +26,7 @@ use warren_runtime::vm::{Accel, VmConfig, VmRuntime};
 use warren_types::NodeId;
 
 mod blobs;
+mod cluster;
 
 /// How long open streams and terminals may take to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -63,6 +64,17 @@ struct Args {
     /// Most sandboxes this node holds at once.
     #[arg(long, default_value_t = 10_000)]
     max_sandboxes: usize,
+    /// Most sandboxes starting at once; more creates are refused with `busy` (429).
+    #[arg(long, default_value_t = 64)]
+    max_starting: u64,
+    /// Most sandboxes held that are not starting; more creates are refused with `busy`.
+    #[arg(long, default_value_t = 10_000)]
+    max_running: u64,
+    /// Refuse new sandboxes (`busy`) while the host has less memory available, in MiB.
+    #[arg(long, default_value_t = 256)]
+    min_free_memory_mb: u64,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
     /// Working directory of the microvm and vm substrates: sandboxes' disks and sockets,
     /// templates, base disks (default: STATE_DIR/vm). Daemons may share one.
     #[arg(long, env = "WARREN_VM_DIR")]
@@ -278,7 +290,7 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
-    let _blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
+    let blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
     let security = SecurityReport::detect(container.seccomp, container.landlock);
@@ -296,6 +308,11 @@ async fn run(args: Args) -> Result<()> {
     runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
+    cfg.admission = warren_node::admission::AdmissionConfig {
+        max_starting: args.max_starting,
+        max_running: args.max_running,
+        min_free_memory_mb: args.min_free_memory_mb,
+    };
     cfg.functions.min_warm = args.function_min_warm;
     cfg.functions.max_warm = args.function_max_warm.max(1);
     cfg.functions.max_queue = args.function_queue;
@@ -304,7 +321,7 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_cpu_pressure =
         (args.function_max_cpu_pressure < 100.0).then_some(args.function_max_cpu_pressure);
     cfg.security = security;
-    let node = Node::new(Manager::new(cfg, runtimes, store), Some(images));
+    let node = Node::new(Manager::new(cfg, runtimes, store), Some(images.clone()));
     let manager = node.sandboxes.clone();
     let net_cfg = match &args.network_config {
         Some(p) => warren_net::NetConfig::load(p)?,
@@ -354,6 +371,24 @@ async fn run(args: Args) -> Result<()> {
         let tcp = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop_rx.clone()));
         servers.spawn(async move { tcp.await.context("serving TCP") });
     }
+    // Join the cluster once the API answers. A live node holding this id refuses us; an
+    // unreachable etcd does not (the node serves, and registers when etcd answers).
+    let membership = cluster::start(
+        &args.cluster,
+        args.listen,
+        &node,
+        &images,
+        blob_source.is_some(),
+    )?;
+    if let Some(m) = &membership {
+        match m.wait_registered(Duration::from_secs(10)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!("etcd does not answer yet; serving and registering in the background")
+            }
+            Err(why) => bail!("cannot join the cluster: {why}"),
+        }
+    }
 
     tokio::select! {
         sig = shutdown_signal() => info!(signal = sig?, "stopping; sandboxes keep running"),
@@ -363,6 +398,10 @@ async fn run(args: Args) -> Result<()> {
             }
             warn!("a server stopped on its own; stopping");
         }
+    }
+    // Leave the cluster first: gateways stop sending to this node at once.
+    if let Some(m) = membership {
+        m.leave(Duration::from_secs(1)).await;
     }
     manager.shutdown();
     // Links and rules go with the daemon (sandboxes keep loopback); the next start restores them.

@@ -6,7 +6,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use warren_types::{
-    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxInfo, SandboxState,
+    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxId, SandboxInfo,
+    SandboxState,
 };
 
 use super::error::{HttpError, HttpResult};
@@ -68,11 +69,65 @@ pub async fn create(
 #[derive(Debug, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
+    /// Set when `limit` cut the list: pass it as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// `?limit=N&after=ID`: a page of a listing in [`SandboxId::order_key`] order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Page {
+    pub limit: Option<usize>,
+    pub after: Option<SandboxId>,
+}
+
+pub(crate) fn page(q: &QueryPairs) -> Result<Page, HttpError> {
+    let limit = q
+        .get("limit")
+        .map(|l| match l.parse::<usize>() {
+            Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+            _ => Err(HttpError::invalid(format!(
+                "limit must be 1 to 100000, got {l:?}"
+            ))),
+        })
+        .transpose()?;
+    let after = q
+        .get("after")
+        .map(|a| {
+            a.parse::<SandboxId>()
+                .map_err(|e| HttpError::invalid(format!("after: {e}")))
+        })
+        .transpose()?;
+    Ok(Page { limit, after })
+}
+
+/// Cuts `all` (in id order, from one node) to the page.
+fn paginate(mut all: Vec<SandboxInfo>, page: &Page) -> SandboxList {
+    if let Some(after) = &page.after {
+        let key = after.order_key();
+        all.retain(|sb| {
+            sb.id
+                .parse::<SandboxId>()
+                .map(|id| id.order_key() > key)
+                .unwrap_or(true)
+        });
+    }
+    let mut next_after = None;
+    if let Some(limit) = page.limit {
+        if all.len() > limit {
+            all.truncate(limit);
+            next_after = all.last().map(|sb| sb.id.clone());
+        }
+    }
+    SandboxList {
+        sandboxes: all,
+        next_after,
+    }
 }
 
 /// Parses `?label=k=v&label=k2=v2&state=running`.
 pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
-    q.only(&["label", "state"], &["label"])?;
+    q.only(&["label", "state", "limit", "after"], &["label"])?;
     let mut filter = ListFilter::default();
     for l in q.all("label") {
         let (k, v) = l.split_once('=').ok_or_else(|| {
@@ -92,9 +147,8 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
 
 pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
     let filter = list_filter(&q)?;
-    Ok(Json(SandboxList {
-        sandboxes: m.list(&filter),
-    }))
+    let page = page(&q)?;
+    Ok(Json(paginate(m.list(&filter), &page)))
 }
 
 pub async fn get(

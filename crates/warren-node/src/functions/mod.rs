@@ -19,7 +19,7 @@
 mod backend;
 mod call;
 mod pool;
-mod pressure;
+pub(crate) mod pressure;
 #[cfg(test)]
 mod tests;
 

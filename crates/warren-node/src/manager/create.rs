@@ -27,7 +27,9 @@ impl Manager {
         self.check_network(&req.network)?;
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
-        // start one sandbox and the node limit holds under load.
+        // start one sandbox and the node limit holds under load. The admission slot counts
+        // the sandbox as starting until this call returns.
+        let _slot;
         let sb = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
             if let Some(key) = &req.idempotency_key {
@@ -47,6 +49,11 @@ impl Manager {
                 }
             }
             let mut map = self.map_mut();
+            _slot = self
+                .inner
+                .admission
+                .admit(map.len())
+                .map_err(NodeError::Api)?;
             if map.len() >= cfg.max_sandboxes {
                 return Err(NodeError::TooManySandboxes {
                     max: cfg.max_sandboxes,

@@ -186,6 +186,8 @@ pub(crate) struct Inner {
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
+    /// Caps on starting and held sandboxes, memory headroom.
+    admission: crate::admission::Admission,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -207,6 +209,7 @@ impl Manager {
     /// A manager over `runtimes` (one per substrate served) with state in `store`. Call
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
+        let admission = crate::admission::Admission::new(cfg.admission.clone());
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -218,6 +221,7 @@ impl Manager {
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
+                admission,
             }),
         }
     }
@@ -375,6 +379,48 @@ impl Manager {
             }
         }
         counts.to_vec()
+    }
+
+    /// The load summary a cluster gateway places by: sandboxes by state, memory reserved by
+    /// the limits of starting and running ones, host memory, CPU pressure.
+    pub fn load(&self) -> warren_types::NodeLoad {
+        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let mem = self.inner.admission.memory();
+        let mut load = warren_types::NodeLoad {
+            memory_available_mb: mem.available_mb,
+            cpu_pressure: crate::functions::pressure::cpu_some_avg10().unwrap_or(0.0),
+            ..Default::default()
+        };
+        for sb in all {
+            let st = sb.lock();
+            match st.info.state {
+                SandboxState::Creating => load.creating += 1,
+                SandboxState::Running => load.running += 1,
+                SandboxState::Paused => load.paused += 1,
+                SandboxState::Stopped => load.stopped += 1,
+                SandboxState::Failed => load.failed += 1,
+            }
+            if matches!(
+                st.info.state,
+                SandboxState::Creating | SandboxState::Running
+            ) {
+                load.memory_reserved_mb += st.info.limits.memory_mb;
+            }
+        }
+        load
+    }
+
+    /// What this node admits at most.
+    pub fn capacity(&self) -> warren_types::NodeCapacity {
+        let cfg = &self.inner.cfg;
+        warren_types::NodeCapacity {
+            max_sandboxes: cfg.max_sandboxes as u64,
+            max_running: cfg.admission.max_running,
+            max_starting: cfg.admission.max_starting,
+            memory_total_mb: self.inner.admission.memory().total_mb,
+            min_free_memory_mb: cfg.admission.min_free_memory_mb,
+            max_sandbox_memory_mb: cfg.bounds.max_memory_mb,
+        }
     }
 
     /// The Prometheus text of the sandboxes' part of `/metrics`.

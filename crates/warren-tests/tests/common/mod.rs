@@ -365,6 +365,14 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL (no clean-up of any kind) and reaps it; its sandboxes
+    /// keep running, for [`Daemon::spawn`] to re-adopt.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("the daemon is running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Stops the daemon (SIGTERM) and starts a new one with the same socket, state directory
     /// and node name.
     pub async fn restart(&mut self) {

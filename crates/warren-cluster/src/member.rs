@@ -1,0 +1,530 @@
+//! The node side of membership: register `<root>/nodes/<id>` under a lease, keep the lease
+//! alive, publish the load summary, and register again by itself after a lost lease or an etcd
+//! outage. The node serves its sandboxes all along: nothing here is on its request path.
+//!
+//! A second live node with the same id is refused: the key is created in a transaction on
+//! `create_revision == 0`; an existing key of another incarnation (taken at boot) is somebody
+//! else's. At boot, a key left by this node's previous run (killed, so its lease has not
+//! expired yet) is waited for up to two lease lifetimes before the id is called taken.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use warren_types::{NodeLoad, NodeRecord};
+
+use crate::error::{ClusterError, Result};
+use crate::etcd::{bounded, connect};
+use crate::keys::Keys;
+
+/// Settings of a node's membership.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    pub endpoints: Vec<String>,
+    pub keys: Keys,
+    /// Lease time to live, in seconds.
+    pub ttl_secs: i64,
+    /// How often the lease is renewed.
+    pub keepalive: Duration,
+    /// How often the record is looked at for changes.
+    pub tick: Duration,
+    /// Least time between two publications.
+    pub min_publish: Duration,
+    /// Relative change of a load figure that is worth publishing.
+    pub change: f64,
+}
+
+impl MemberConfig {
+    pub fn new(endpoints: Vec<String>) -> Self {
+        MemberConfig {
+            endpoints,
+            keys: Keys::default(),
+            ttl_secs: 3,
+            keepalive: Duration::from_secs(1),
+            tick: Duration::from_millis(250),
+            min_publish: Duration::from_secs(1),
+            change: 0.05,
+        }
+    }
+}
+
+/// Where the membership stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberState {
+    /// Not registered yet (or registering again).
+    Connecting,
+    /// Registered under this lease.
+    Registered { lease: i64 },
+    /// Another live node holds the id.
+    Refused(String),
+}
+
+/// Produces the node's current record (called at most every `tick`).
+pub type RecordSource = Arc<dyn Fn() -> NodeRecord + Send + Sync>;
+
+/// A running membership. Dropping it stops renewing (the key then expires with its lease);
+/// [`Membership::leave`] removes it at once.
+pub struct Membership {
+    state: watch::Receiver<MemberState>,
+    task: tokio::task::JoinHandle<()>,
+    leave: Option<tokio::sync::oneshot::Sender<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("state", &*self.state.borrow())
+            .finish()
+    }
+}
+
+impl Membership {
+    /// Starts registering in the background.
+    pub fn start(cfg: MemberConfig, source: RecordSource) -> Membership {
+        let (tx, rx) = watch::channel(MemberState::Connecting);
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(run(cfg, source, tx, leave_rx));
+        Membership {
+            state: rx,
+            task,
+            leave: Some(leave_tx),
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> MemberState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver of state changes.
+    pub fn subscribe(&self) -> watch::Receiver<MemberState> {
+        self.state.clone()
+    }
+
+    /// Waits until registered (`Ok(true)`), refused (`Err`), or `limit` passed (`Ok(false)`:
+    /// etcd is unreachable; registration goes on in the background).
+    pub async fn wait_registered(&self, limit: Duration) -> Result<bool, String> {
+        let mut rx = self.state.clone();
+        let res = tokio::time::timeout(
+            limit,
+            rx.wait_for(|s| !matches!(s, MemberState::Connecting)),
+        )
+        .await;
+        match res {
+            Err(_) => Ok(false),
+            Ok(Err(_)) => Err("the membership task stopped".into()),
+            Ok(Ok(s)) => match &*s {
+                MemberState::Registered { .. } => Ok(true),
+                MemberState::Refused(why) => Err(why.clone()),
+                MemberState::Connecting => Ok(false),
+            },
+        }
+    }
+
+    /// Revokes the lease (the key goes at once) and stops, within `limit`.
+    pub async fn leave(mut self, limit: Duration) {
+        if let Some(tx) = self.leave.take() {
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            if tx.send(done_tx).is_ok() {
+                let _ = tokio::time::timeout(limit, done_rx).await;
+            }
+        }
+        self.task.abort();
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type LeaveRx = tokio::sync::oneshot::Receiver<tokio::sync::oneshot::Sender<()>>;
+
+async fn run(
+    cfg: MemberConfig,
+    source: RecordSource,
+    state: watch::Sender<MemberState>,
+    mut leave: LeaveRx,
+) {
+    let boot = Instant::now();
+    let mut registered_once = false;
+    let mut client: Option<Client> = None;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let c = match &client {
+            Some(c) => c.clone(),
+            None => match connect(&cfg.endpoints).await {
+                Ok(c) => {
+                    client = Some(c.clone());
+                    c
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot reach etcd; retrying");
+                    if wait_or_leave(&mut leave, backoff).await {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        let record = source();
+        match register(&c, &cfg, &record).await {
+            Ok(lease) => {
+                backoff = Duration::from_millis(100);
+                registered_once = true;
+                info!(node = %record.id, lease, "registered in the cluster");
+                state.send_replace(MemberState::Registered { lease });
+                // Keep this lease as long as it lives: a broken stream (etcd member gone,
+                // leader election) is retried on the same lease, which a new leader extends.
+                let patience = Duration::from_secs(cfg.ttl_secs as u64 * 2);
+                let mut broken_since: Option<Instant> = None;
+                loop {
+                    let (end, answered) =
+                        serve_lease(&c, &cfg, &source, source(), lease, &mut leave).await;
+                    if answered {
+                        broken_since = None;
+                    }
+                    match end {
+                        LeaseEnd::Leave(done) => {
+                            let mut c = c.clone();
+                            let _ = bounded("lease revoke", c.lease_revoke(lease)).await;
+                            info!("left the cluster");
+                            let _ = done.send(());
+                            return;
+                        }
+                        LeaseEnd::Expired(why) => {
+                            warn!(reason = %why, "cluster registration lost; registering again");
+                            break;
+                        }
+                        LeaseEnd::Broken(why) => {
+                            let since = *broken_since.get_or_insert_with(Instant::now);
+                            if since.elapsed() > patience {
+                                warn!(reason = %why, "etcd unreachable for too long; registering again");
+                                break;
+                            }
+                            debug!(reason = %why, "lease keep-alive interrupted; retrying");
+                            if wait_or_leave(&mut leave, Duration::from_millis(200)).await {
+                                return;
+                            }
+                        }
+                    }
+                }
+                state.send_replace(MemberState::Connecting);
+            }
+            Err(ClusterError::DuplicateNode {
+                id,
+                incarnation,
+                address,
+            }) => {
+                // At boot the key may be our previous run's, waiting for its lease to end.
+                let patience = Duration::from_secs(cfg.ttl_secs as u64 * 2 + 1);
+                let why = format!(
+                    "node id {id} is held by another live node (incarnation {incarnation} at {address})"
+                );
+                if registered_once || boot.elapsed() > patience {
+                    if !matches!(&*state.borrow(), MemberState::Refused(_)) {
+                        warn!(reason = %why, "cluster registration refused");
+                    }
+                    state.send_replace(MemberState::Refused(why));
+                } else {
+                    debug!(reason = %why, "waiting for a stale registration to expire");
+                }
+                if wait_or_leave(&mut leave, Duration::from_millis(500)).await {
+                    return;
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cluster registration failed; retrying");
+                if matches!(e, ClusterError::Etcd(_)) {
+                    client = None;
+                }
+                if wait_or_leave(&mut leave, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Sleeps `d`; true when asked to leave meanwhile (the leave is answered at once: there is no
+/// lease to revoke).
+async fn wait_or_leave(leave: &mut LeaveRx, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        r = leave => {
+            if let Ok(done) = r {
+                let _ = done.send(());
+            }
+            true
+        }
+    }
+}
+
+fn encode(record: &NodeRecord) -> Vec<u8> {
+    serde_json::to_vec(record).expect("a node record serializes")
+}
+
+/// Creates the node's key under a new lease, or takes over a key of this very incarnation
+/// (left from before an outage). Refuses a key of another incarnation.
+async fn register(client: &Client, cfg: &MemberConfig, record: &NodeRecord) -> Result<i64> {
+    let mut c = client.clone();
+    let key = cfg.keys.node(&record.id);
+    let lease = bounded("lease grant", c.lease_grant(cfg.ttl_secs, None))
+        .await?
+        .id();
+    let put = || {
+        TxnOp::put(
+            key.clone(),
+            encode(record),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+    };
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([put()])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let resp = bounded("register", c.txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(lease);
+    }
+    let existing = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    });
+    let Some(kv) = existing else {
+        // Gone between the compare and the get: try again with a fresh lease.
+        let _ = bounded("lease revoke", c.lease_revoke(lease)).await;
+        return Err(ClusterError::BadRecord {
+            key,
+            message: "vanished while registering".into(),
+        });
+    };
+    let theirs: Option<NodeRecord> = serde_json::from_slice(kv.value()).ok();
+    let same = theirs
+        .as_ref()
+        .is_some_and(|t| t.incarnation == record.incarnation);
+    if same {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )])
+            .and_then([put()]);
+        if bounded("re-register", c.txn(txn)).await?.succeeded() {
+            return Ok(lease);
+        }
+    }
+    let _ = bounded("lease revoke", c.lease_revoke(lease)).await;
+    let (incarnation, address) = theirs
+        .map(|t| (t.incarnation, t.address))
+        .unwrap_or_else(|| ("?".into(), "?".into()));
+    Err(ClusterError::DuplicateNode {
+        id: record.id.clone(),
+        incarnation,
+        address,
+    })
+}
+
+enum LeaseEnd {
+    Leave(tokio::sync::oneshot::Sender<()>),
+    /// The lease is gone (or the key left it): register anew.
+    Expired(String),
+    /// etcd did not answer; the lease may still live.
+    Broken(String),
+}
+
+/// Keeps the lease alive and publishes the record while the lease holds; says how it ended
+/// and whether etcd answered at all.
+async fn serve_lease(
+    client: &Client,
+    cfg: &MemberConfig,
+    source: &RecordSource,
+    published: NodeRecord,
+    lease: i64,
+    leave: &mut LeaveRx,
+) -> (LeaseEnd, bool) {
+    let mut answered = false;
+    let end = keep_lease(client, cfg, source, published, lease, leave, &mut answered).await;
+    (end, answered)
+}
+
+async fn keep_lease(
+    client: &Client,
+    cfg: &MemberConfig,
+    source: &RecordSource,
+    mut published: NodeRecord,
+    lease: i64,
+    leave: &mut LeaveRx,
+    answered: &mut bool,
+) -> LeaseEnd {
+    let mut c = client.clone();
+    let key = cfg.keys.node(&published.id);
+    let (mut keeper, mut stream) =
+        match bounded("lease keep-alive", c.lease_keep_alive(lease)).await {
+            Ok(k) => k,
+            Err(e) => return LeaseEnd::Broken(e.to_string()),
+        };
+    let ttl = Duration::from_secs(cfg.ttl_secs as u64);
+    let mut renew = tokio::time::interval(cfg.keepalive);
+    let mut tick = tokio::time::interval(cfg.tick);
+    let mut last_publish = Instant::now();
+    let mut last_answer = Instant::now();
+    loop {
+        tokio::select! {
+            r = &mut *leave => {
+                return match r {
+                    Ok(done) => LeaseEnd::Leave(done),
+                    // The handle was dropped: keep going until the task is aborted.
+                    Err(_) => std::future::pending().await,
+                };
+            }
+            _ = renew.tick() => {
+                if let Err(e) = keeper.keep_alive().await {
+                    return LeaseEnd::Broken(format!("keep-alive: {e}"));
+                }
+                // No answer for a whole lease time: etcd is away; the lease may still live
+                // (a new leader extends leases), so register again, which takes the key
+                // back if it is still ours.
+                if last_answer.elapsed() > ttl + cfg.keepalive {
+                    return LeaseEnd::Broken("no keep-alive answer".into());
+                }
+            }
+            m = stream.message() => match m {
+                Ok(Some(r)) if r.ttl() > 0 => {
+                    last_answer = Instant::now();
+                    *answered = true;
+                }
+                Ok(Some(_)) => return LeaseEnd::Expired("the lease expired".into()),
+                Ok(None) => return LeaseEnd::Broken("keep-alive stream ended".into()),
+                Err(e) => return LeaseEnd::Broken(format!("keep-alive stream: {e}")),
+            },
+            _ = tick.tick() => {
+                if last_publish.elapsed() < cfg.min_publish {
+                    continue;
+                }
+                let now = source();
+                if !worth_publishing(&published, &now, cfg.change) {
+                    continue;
+                }
+                let txn = Txn::new()
+                    .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
+                    .and_then([TxnOp::put(key.clone(), encode(&now), Some(PutOptions::new().with_lease(lease)))]);
+                match bounded("publish", c.txn(txn)).await {
+                    Ok(r) if r.succeeded() => {
+                        published = now;
+                        last_publish = Instant::now();
+                    }
+                    Ok(_) => return LeaseEnd::Expired("the key is no longer under this lease".into()),
+                    // etcd is slow or away: try again next tick; the keep-alive decides.
+                    Err(e) => debug!(error = %e, "cannot publish the load summary"),
+                }
+            }
+        }
+    }
+}
+
+/// True when `now` differs from `published` in anything but load, or a load figure moved by
+/// more than `change` (relative; counts by at least one).
+pub fn worth_publishing(published: &NodeRecord, now: &NodeRecord, change: f64) -> bool {
+    let strip = |r: &NodeRecord| NodeRecord {
+        load: NodeLoad::default(),
+        pools: r
+            .pools
+            .iter()
+            .map(|p| warren_types::WarmPool {
+                idle: 0,
+                busy: 0,
+                ..p.clone()
+            })
+            .collect(),
+        ..r.clone()
+    };
+    if strip(published) != strip(now) {
+        return true;
+    }
+    let moved = |a: f64, b: f64, floor: f64| (a - b).abs() > (a.abs() * change).max(floor);
+    let (a, b) = (&published.load, &now.load);
+    let counts = [
+        (a.creating, b.creating),
+        (a.running, b.running),
+        (a.paused, b.paused),
+        (a.stopped, b.stopped),
+        (a.failed, b.failed),
+    ];
+    if counts.iter().any(|(x, y)| moved(*x as f64, *y as f64, 0.5)) {
+        return true;
+    }
+    if moved(
+        a.memory_reserved_mb as f64,
+        b.memory_reserved_mb as f64,
+        1.0,
+    ) || moved(
+        a.memory_available_mb as f64,
+        b.memory_available_mb as f64,
+        1.0,
+    ) || moved(a.cpu_pressure, b.cpu_pressure, 5.0)
+    {
+        return true;
+    }
+    published.pools.iter().zip(&now.pools).any(|(p, q)| {
+        moved(p.idle as f64, q.idle as f64, 0.5) || moved(p.busy as f64, q.busy as f64, 0.5)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_types::{NodeCapacity, Substrate, NODE_RECORD_FORMAT};
+
+    fn record() -> NodeRecord {
+        NodeRecord {
+            format: NODE_RECORD_FORMAT,
+            id: "n1".parse().unwrap(),
+            incarnation: "a".into(),
+            address: "http://127.0.0.1:1".into(),
+            version: "0".into(),
+            started_at_ms: 0,
+            substrates: vec![Substrate::Container],
+            capacity: NodeCapacity::default(),
+            load: NodeLoad {
+                running: 100,
+                memory_available_mb: 10_000,
+                cpu_pressure: 10.0,
+                ..Default::default()
+            },
+            pools: vec![],
+            images: Default::default(),
+            layers: vec![],
+            blob_store: false,
+        }
+    }
+
+    #[test]
+    fn publishes_only_changes_over_five_percent() {
+        let a = record();
+        let mut b = a.clone();
+        assert!(!worth_publishing(&a, &b, 0.05));
+        b.load.running = 104;
+        assert!(!worth_publishing(&a, &b, 0.05), "4% is not worth it");
+        b.load.running = 106;
+        assert!(worth_publishing(&a, &b, 0.05));
+        let mut b = a.clone();
+        b.load.creating = 1;
+        assert!(worth_publishing(&a, &b, 0.05), "from zero, one counts");
+        let mut b = a.clone();
+        b.load.cpu_pressure = 13.0;
+        assert!(
+            !worth_publishing(&a, &b, 0.05),
+            "pressure moves by 5 points"
+        );
+        let mut b = a.clone();
+        b.layers.push("sha256:x".into());
+        assert!(worth_publishing(&a, &b, 0.05), "structure always counts");
+    }
+}

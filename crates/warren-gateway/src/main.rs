@@ -1,0 +1,186 @@
+//! `warren-gateway`: the stateless cluster gateway. Serves the node API on `--listen` over
+//! the nodes registered in the etcd at `--etcd`.
+//!
+//! `warren-gateway bench overhead --node URL --gateway URL` measures the gateway's cost on
+//! `exec true` against calling the node directly.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use tracing::info;
+use warren_cluster::{etcd::parse_endpoints, ClusterView, Keys};
+use warren_gateway::{Gateway, GatewayConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "warren-gateway",
+    version,
+    about = "Warren cluster gateway: the node API over every node of a cluster"
+)]
+struct Args {
+    /// etcd endpoints, comma-separated (`http://10.0.0.1:2379,http://10.0.0.2:2379`).
+    #[arg(long, env = "WARREN_ETCD", default_value = "http://127.0.0.1:2379")]
+    etcd: String,
+    /// The etcd key prefix of this cluster.
+    #[arg(long, default_value = "/warren")]
+    etcd_prefix: String,
+    /// Address to serve the API on.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// Nodes sampled per placement (power of k choices).
+    #[arg(long, default_value_t = 2)]
+    placement_k: usize,
+    /// Most nodes asked for one create before answering `capacity_unavailable`.
+    #[arg(long, default_value_t = 4)]
+    max_attempts: usize,
+    /// This gateway's name in `/v1/health`.
+    #[arg(long, default_value = "gateway")]
+    name: String,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measurements.
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// p50 of `exec true` through a gateway and straight to the node, one JSON line.
+    Overhead {
+        /// The node (`http://host:port`).
+        #[arg(long)]
+        node: String,
+        /// The gateway (`http://host:port`).
+        #[arg(long)]
+        gateway: String,
+        /// A running sandbox of that node (default: one is created and deleted).
+        #[arg(long)]
+        sandbox: Option<String>,
+        #[arg(short, long, default_value_t = 1000)]
+        n: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("warren-gateway")
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        match args.command {
+            Some(Command::Bench { what }) => bench(what).await,
+            None => serve(args).await,
+        }
+    })
+}
+
+async fn serve(args: Args) -> Result<()> {
+    let endpoints = parse_endpoints(&args.etcd);
+    anyhow::ensure!(!endpoints.is_empty(), "--etcd names no endpoint");
+    let view = ClusterView::start(endpoints.clone(), Keys::new(&args.etcd_prefix));
+    let gw = Gateway::new(
+        GatewayConfig {
+            k: args.placement_k.max(1),
+            max_attempts: args.max_attempts.max(1),
+            name: args.name.clone(),
+            ..GatewayConfig::default()
+        },
+        view.clone(),
+    );
+    // Serve at once; the view fills as soon as etcd answers.
+    if !view.wait_for(Duration::from_secs(2), |v| v.connected).await {
+        tracing::warn!(etcd = ?endpoints, "etcd not reachable yet; serving and retrying");
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    info!(listen = %args.listen, etcd = ?endpoints, "gateway serving");
+    axum::serve(listener, gw.router())
+        .with_graceful_shutdown(shutdown())
+        .await
+        .context("serving")?;
+    info!("gateway stopped");
+    Ok(())
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+async fn bench(what: Bench) -> Result<()> {
+    match what {
+        Bench::Overhead {
+            node,
+            gateway,
+            sandbox,
+            n,
+        } => {
+            let (id, made) = match sandbox {
+                Some(id) => (id, false),
+                None => (create(&gateway).await?, true),
+            };
+            let r = warren_gateway::bench::exec_overhead(&node, &gateway, &id, n).await;
+            if made {
+                let _ = delete(&gateway, &id).await;
+            }
+            println!("{}", serde_json::to_string(&r?)?);
+            Ok(())
+        }
+    }
+}
+
+async fn http(method: &str, url: &str, body: &str) -> Result<(u16, String)> {
+    use http_body_util::BodyExt;
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let req = axum::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))?;
+    let resp = c.request(req).await.with_context(|| url.to_string())?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+async fn create(gateway: &str) -> Result<String> {
+    let (s, body) = http("POST", &format!("{gateway}/v1/sandboxes"), "{}").await?;
+    anyhow::ensure!(s < 300, "create through {gateway}: {s} {body}");
+    let v: serde_json::Value = serde_json::from_str(&body)?;
+    Ok(v["id"]
+        .as_str()
+        .context("create answered no id")?
+        .to_string())
+}
+
+async fn delete(gateway: &str, id: &str) -> Result<()> {
+    http("DELETE", &format!("{gateway}/v1/sandboxes/{id}"), "").await?;
+    Ok(())
+}

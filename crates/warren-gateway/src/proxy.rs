@@ -1,0 +1,263 @@
+//! Forwarding to nodes over pooled HTTP/1.1 connections: bodies stream both ways, and a
+//! WebSocket upgrade (the PTY route) is spliced byte for byte once the node has answered 101.
+//!
+//! A node that cannot be connected to answers at once: a refused connection fails in
+//! microseconds, an unanswered one after a short connect timeout. Headers pass unchanged
+//! (the caller's `Authorization` included: nodes authorize), except hop-by-hop ones.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tracing::debug;
+
+/// How long connecting to a node may take before it is called unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Why a forward failed before a node answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// No connection could be made: the request never reached the node.
+    #[error("cannot connect to {address}: {message}")]
+    Connect { address: String, message: String },
+    /// The connection failed after the request may have been sent.
+    #[error("{address} did not answer: {message}")]
+    Failed { address: String, message: String },
+    /// The node's address is not a usable URL.
+    #[error("bad node address {address:?}")]
+    BadAddress { address: String },
+}
+
+impl ForwardError {
+    /// True when the node cannot have seen the request.
+    pub fn not_sent(&self) -> bool {
+        matches!(
+            self,
+            ForwardError::Connect { .. } | ForwardError::BadAddress { .. }
+        )
+    }
+}
+
+/// The pooled client the gateway forwards through. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    client: Client<HttpConnector, Body>,
+}
+
+impl Default for Proxy {
+    fn default() -> Self {
+        Proxy::new()
+    }
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers the Connection header names are hop-by-hop too.
+    let named: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for n in named {
+        h.remove(n.as_str());
+    }
+    for n in HOP_BY_HOP {
+        h.remove(*n);
+    }
+    h.remove(header::HOST);
+}
+
+fn is_upgrade(h: &HeaderMap) -> bool {
+    h.get(header::UPGRADE).is_some()
+        && h.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .map(|s| s.to_ascii_lowercase().contains("upgrade"))
+                .unwrap_or(false)
+        })
+}
+
+impl Proxy {
+    pub fn new() -> Self {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        http.set_keepalive(Some(Duration::from_secs(30)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(512)
+            .build(http);
+        Proxy { client }
+    }
+
+    /// Sends `req` (its path and query) to the node at `address` (`http://host:port`) and
+    /// returns the node's answer, streaming. An upgrade request is spliced through.
+    pub async fn forward(
+        &self,
+        address: &str,
+        mut req: Request<Body>,
+    ) -> Result<Response<Body>, ForwardError> {
+        let pq = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        let uri: Uri = format!("{}{pq}", address.trim_end_matches('/'))
+            .parse()
+            .map_err(|_| ForwardError::BadAddress {
+                address: address.to_string(),
+            })?;
+        let upgrade = is_upgrade(req.headers());
+        let upgrade_headers = upgrade.then(|| {
+            (
+                req.headers().get(header::UPGRADE).cloned(),
+                req.headers().get(header::CONNECTION).cloned(),
+            )
+        });
+        let client_upgrade = if upgrade {
+            req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>()
+        } else {
+            None
+        };
+        *req.uri_mut() = uri;
+        *req.version_mut() = axum::http::Version::HTTP_11;
+        strip_hop_by_hop(req.headers_mut());
+        if let Some((up, conn)) = upgrade_headers {
+            if let Some(up) = up {
+                req.headers_mut().insert(header::UPGRADE, up);
+            }
+            req.headers_mut().insert(
+                header::CONNECTION,
+                conn.unwrap_or(HeaderValue::from_static("upgrade")),
+            );
+        }
+        let mut resp = self.client.request(req).await.map_err(|e| {
+            let message = error_chain(&e);
+            if e.is_connect() {
+                ForwardError::Connect {
+                    address: address.to_string(),
+                    message,
+                }
+            } else {
+                ForwardError::Failed {
+                    address: address.to_string(),
+                    message,
+                }
+            }
+        })?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let node_side = hyper::upgrade::on(&mut resp);
+            let Some(client_side) = client_upgrade else {
+                return Err(ForwardError::Failed {
+                    address: address.to_string(),
+                    message: "the node switched protocols on a plain request".into(),
+                });
+            };
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, node_side) {
+                    Ok((c, n)) => {
+                        let mut c = TokioIo::new(c);
+                        let mut n = TokioIo::new(n);
+                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut n).await {
+                            debug!(error = %e, "upgraded connection ended");
+                        }
+                    }
+                    Err(e) => debug!(error = %e, "upgrade failed"),
+                }
+            });
+            let (parts, _) = resp.into_parts();
+            return Ok(Response::from_parts(parts, Body::empty()));
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+
+    /// Builds and forwards a request with a buffered body.
+    pub async fn send(
+        &self,
+        address: &str,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: bytes::Bytes,
+    ) -> Result<Response<Body>, ForwardError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .body(Body::from(body))
+            .map_err(|_| ForwardError::BadAddress {
+                address: address.to_string(),
+            })?;
+        for (k, v) in headers {
+            if k != header::CONTENT_LENGTH {
+                req.headers_mut().append(k.clone(), v.clone());
+            }
+        }
+        self.forward(address, req).await
+    }
+}
+
+/// The error and its causes, for the message (hyper's outer error says little).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_authorization_stays() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        h.insert(header::CONNECTION, "keep-alive, x-private".parse().unwrap());
+        h.insert("x-private", "1".parse().unwrap());
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        h.insert(header::HOST, "gw".parse().unwrap());
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::AUTHORIZATION], "Bearer x");
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_unreachable_at_once() {
+        // Bind and drop: the port is closed and the connection is refused.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let p = Proxy::new();
+        let e = p
+            .send(
+                &format!("http://{addr}"),
+                Method::GET,
+                "/v1/health",
+                &HeaderMap::new(),
+                bytes::Bytes::new(),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.not_sent(), "{e}");
+    }
+}

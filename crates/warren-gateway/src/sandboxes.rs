@@ -1,0 +1,345 @@
+//! Sandbox routes: per-sandbox calls go to the node the id names; creates and function calls
+//! are placed; the listing fans out and merges.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tracing::{debug, warn};
+use warren_cluster::{candidates, PlaceError, PlaceRequest};
+use warren_types::{
+    CallRequest, CreateSandboxRequest, ErrorCode, NodeId, NodeState, SandboxId, SandboxInfo,
+    Substrate,
+};
+
+use crate::error::{GatewayError, GatewayResult};
+use crate::metrics::Metrics;
+use crate::Gateway;
+
+/// `/v1/sandboxes/{id}/...`: the sandbox's node answers.
+pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
+    match route(&gw, &req) {
+        Ok(address) => match gw.proxy().forward(&address, req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                GatewayError::unreachable(e.to_string())
+                    .retry_after(1)
+                    .into_response()
+            }
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The address of the node of the sandbox named in the path.
+fn route(gw: &Gateway, req: &Request) -> GatewayResult<String> {
+    let raw = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/sandboxes/")
+        .and_then(|r| r.split('/').next())
+        .unwrap_or("");
+    let id: SandboxId = raw
+        .parse()
+        .map_err(|e: warren_types::id::IdError| GatewayError::invalid(e.to_string()))?;
+    let node = id.node();
+    let view = gw.view().snapshot();
+    match (view.state(&node), view.members.get(&node)) {
+        (Some(NodeState::Ready | NodeState::Draining), Some(m)) => Ok(m.record.address.clone()),
+        (Some(NodeState::Lost), _) => {
+            Metrics::inc(&gw.inner.metrics.sandbox_lost);
+            Err(GatewayError::lost(format!(
+                "sandbox {id} is lost: its node {node} left the cluster (its registration expired); \
+                 it is reachable again if the node comes back"
+            )))
+        }
+        _ => Err(GatewayError::new(
+            ErrorCode::NotFound,
+            format!("sandbox {id} not found: node {node} is not a member of the cluster"),
+        )),
+    }
+}
+
+fn bad_json(e: serde_json::Error) -> GatewayError {
+    GatewayError::invalid(format!("invalid JSON body: {e}"))
+}
+
+/// `POST /v1/sandboxes`: placed, then forwarded as it came.
+pub async fn create(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: CreateSandboxRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_json(e).into_response(),
+    };
+    let place = PlaceRequest {
+        substrate: req.substrate,
+        image: req.image.refs(),
+        memory_mb: req
+            .memory_mb
+            .unwrap_or(warren_types::Limits::default().memory_mb),
+        key: req.idempotency_key.clone(),
+        call: false,
+    };
+    placed(&gw, place, "/v1/sandboxes", &headers, body).await
+}
+
+/// `POST /v1/functions/call`: placed like a create (no key: calls are stateless).
+pub async fn call(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: CallRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_json(e).into_response(),
+    };
+    let place = PlaceRequest {
+        substrate: Substrate::Function,
+        image: req.image.refs(),
+        memory_mb: req
+            .memory_mb
+            .unwrap_or(warren_types::Limits::default().memory_mb),
+        key: None,
+        call: true,
+    };
+    placed(&gw, place, "/v1/functions/call", &headers, body).await
+}
+
+fn retry_after(h: &HeaderMap) -> Option<u64> {
+    h.get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Asks the candidates in turn until one takes the request.
+async fn placed(
+    gw: &Gateway,
+    place: PlaceRequest,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    let view = gw.view().snapshot();
+    let in_flight = |id: &NodeId| {
+        let rev = view.members.get(id).map(|m| m.mod_revision).unwrap_or(0);
+        gw.inner.in_flight.get(id, rev)
+    };
+    let seed = ulid::Ulid::new().random() as u64;
+    let order = match candidates(&view, &place, &in_flight, seed, gw.config().k) {
+        Ok(o) => o,
+        Err(PlaceError::Unschedulable(why, _)) => {
+            Metrics::inc(&gw.inner.metrics.unschedulable);
+            return GatewayError::new(
+                ErrorCode::Unschedulable,
+                format!("no node can ever take this request: {why}"),
+            )
+            .into_response();
+        }
+        Err(PlaceError::Unavailable(why, _)) => {
+            Metrics::inc(&gw.inner.metrics.capacity_unavailable);
+            return GatewayError::new(
+                ErrorCode::CapacityUnavailable,
+                format!("no node can take this request now: {why}"),
+            )
+            .retry_after(1)
+            .into_response();
+        }
+    };
+    let mut refusals = Vec::new();
+    let mut wait: Option<u64> = None;
+    for node in order.iter().take(gw.config().max_attempts.max(1)) {
+        let Some(m) = view.members.get(node) else {
+            continue;
+        };
+        let placement = gw.inner.in_flight.begin(node);
+        let res = gw
+            .proxy()
+            .send(&m.record.address, Method::POST, path, headers, body.clone())
+            .await;
+        match res {
+            Ok(resp) if resp.status() == StatusCode::TOO_MANY_REQUESTS => {
+                Metrics::inc(&gw.inner.metrics.refusals);
+                let ra = retry_after(resp.headers()).unwrap_or(1);
+                wait = Some(wait.map_or(ra, |w| w.min(ra)));
+                refusals.push(format!("{node} is busy"));
+                debug!(%node, retry_after = ra, "node refused; trying the next");
+            }
+            Ok(resp) => {
+                if resp.status().is_success() {
+                    Metrics::inc(&gw.inner.metrics.placed);
+                    placement.placed();
+                }
+                return resp;
+            }
+            Err(e) if e.not_sent() || place.key.is_some() => {
+                // Nothing reached the node (or the key makes a retry elsewhere safe).
+                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                warn!(%node, error = %e, "node unreachable; trying the next");
+                refusals.push(format!("{node} is unreachable"));
+            }
+            Err(e) => {
+                // The node may have started it: do not start a second one elsewhere.
+                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                return GatewayError::unreachable(format!(
+                    "{e}; the request may have been carried out: retry with an idempotency key"
+                ))
+                .retry_after(1)
+                .into_response();
+            }
+        }
+    }
+    Metrics::inc(&gw.inner.metrics.capacity_unavailable);
+    GatewayError::new(
+        ErrorCode::CapacityUnavailable,
+        format!(
+            "every node asked refused the request for now: {}",
+            refusals.join(", ")
+        ),
+    )
+    .retry_after(wait.unwrap_or(1))
+    .into_response()
+}
+
+/// `GET /v1/sandboxes`: every live node's list, merged in creation order, paginated.
+pub async fn list(State(gw): State<Gateway>, req: Request) -> Response {
+    let query = req.uri().query().unwrap_or("").to_string();
+    let pairs: Vec<(String, String)> = form_pairs(&query);
+    let limit = match pairs.iter().find(|(k, _)| k == "limit") {
+        None => None,
+        Some((_, v)) => match v.parse::<usize>() {
+            Ok(n) if (1..=100_000).contains(&n) => Some(n),
+            _ => {
+                return GatewayError::invalid(format!("limit must be 1 to 100000, got {v:?}"))
+                    .into_response()
+            }
+        },
+    };
+    if let Some((_, a)) = pairs.iter().find(|(k, _)| k == "after") {
+        if let Err(e) = a.parse::<SandboxId>() {
+            return GatewayError::invalid(format!("after: {e}")).into_response();
+        }
+    }
+    let pq = if query.is_empty() {
+        "/v1/sandboxes".to_string()
+    } else {
+        format!("/v1/sandboxes?{query}")
+    };
+    let answers = crate::fanout::each_node(&gw, Method::GET, &pq, req.headers()).await;
+    let mut all: Vec<SandboxInfo> = Vec::new();
+    let mut unreachable = Vec::new();
+    let mut more = false;
+    for (node, answer) in answers {
+        match answer {
+            Ok((status, _, body)) if status.is_success() => {
+                match serde_json::from_slice::<NodeList>(&body) {
+                    Ok(l) => {
+                        more |= l.next_after.is_some();
+                        all.extend(l.sandboxes);
+                    }
+                    Err(e) => {
+                        warn!(%node, error = %e, "unreadable listing");
+                        unreachable.push(node.to_string());
+                    }
+                }
+            }
+            // A node refusing the query refuses it for every node: pass its answer on.
+            Ok((status, headers, body)) => {
+                return (status, headers, Body::from(body)).into_response();
+            }
+            Err(_) => unreachable.push(node.to_string()),
+        }
+    }
+    all.sort_by_key(|a| order_key(&a.id));
+    let mut next_after = None;
+    if let Some(limit) = limit {
+        if all.len() > limit {
+            all.truncate(limit);
+            more = true;
+        }
+        if more {
+            next_after = all.last().map(|s| s.id.clone());
+        }
+    }
+    axum::Json(serde_json::json!({
+        "sandboxes": all,
+        "next_after": next_after,
+        "unreachable": unreachable,
+    }))
+    .into_response()
+}
+
+fn order_key(id: &str) -> (String, String) {
+    match id.split_once('-') {
+        Some((node, ulid)) => (ulid.to_string(), node.to_string()),
+        None => (id.to_string(), String::new()),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct NodeList {
+    sandboxes: Vec<SandboxInfo>,
+    #[serde(default)]
+    next_after: Option<String>,
+}
+
+/// Decodes `a=b&c=d` (percent-decoding included).
+pub(crate) fn form_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_query_pairs() {
+        assert_eq!(
+            form_pairs("label=run%3D1&limit=5&x"),
+            vec![
+                ("label".to_string(), "run=1".to_string()),
+                ("limit".to_string(), "5".to_string()),
+                ("x".to_string(), String::new())
+            ]
+        );
+        assert_eq!(decode("a%2"), "a%2");
+    }
+
+    #[test]
+    fn orders_by_creation_then_node() {
+        let mut ids = [
+            "b-01jd0m7x4e8k0k9yq1w2e3r4t6",
+            "a-01jd0m7x4e8k0k9yq1w2e3r4t7",
+            "c-01jd0m7x4e8k0k9yq1w2e3r4t5",
+        ];
+        ids.sort_by_key(|i| order_key(i));
+        assert_eq!(ids[0], "c-01jd0m7x4e8k0k9yq1w2e3r4t5");
+        assert_eq!(ids[2], "a-01jd0m7x4e8k0k9yq1w2e3r4t7");
+    }
+}

@@ -1,0 +1,97 @@
+//! A node killed with SIGKILL: calls to its sandboxes fail at once (503 `node_unreachable`),
+//! then with 410 `sandbox_lost` once its lease expired; new sandboxes go to the others; the
+//! node restarted with the same id registers again and its sandboxes answer again.
+
+use std::time::{Duration, Instant};
+
+use warren_client::{CreateSandboxRequest, ExecRequest};
+use warren_types::NodeState;
+
+use crate::harness::{http, Cluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_node_fails_fast_then_lost_then_returns() {
+    let Some(mut c) = Cluster::start(3, 2, |_| Vec::new()).await else {
+        return;
+    };
+    let req = CreateSandboxRequest {
+        memory_mb: Some(64),
+        ..Default::default()
+    };
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        ids.push(c.gw(i % 2).create(&req).await.unwrap().id);
+    }
+    let spread = c.by_node(&ids);
+    let (&victim, theirs) = spread.iter().next().expect("some node has sandboxes");
+    let id = theirs[0].clone();
+    c.gw(0)
+        .write_file_bytes(&id, "/tmp/mark", None, &b"before"[..])
+        .await
+        .unwrap();
+
+    // SIGKILL: no goodbye to etcd, the lease runs out by itself.
+    c.nodes[victim].kill9();
+    let killed = Instant::now();
+
+    // Every gateway notices; calls meanwhile fail fast (503), then 410.
+    let gateways: Vec<String> = c.gateways.iter().map(|g| g.url()).collect();
+    let loss = warren_gateway::bench::loss_detection(
+        &gateways,
+        &c.nodes[victim].node,
+        &id,
+        killed,
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("every gateway notices the loss");
+    println!(
+        "node loss after kill -9: {}",
+        serde_json::to_string(&loss).unwrap()
+    );
+    assert_eq!(
+        loss.call_statuses.first(),
+        Some(&503),
+        "before the lease expires: node_unreachable ({:?})",
+        loss.call_statuses
+    );
+    assert_eq!(
+        loss.call_statuses.last(),
+        Some(&410),
+        "{:?}",
+        loss.call_statuses
+    );
+    // "At once": far below any client timeout (loose bound: this machine is shared).
+    assert!(
+        loss.call_fail_max_ms < 1000.0,
+        "a call to the dead node took {} ms to fail",
+        loss.call_fail_max_ms
+    );
+    let (status, body) = http(
+        c.gateways[1].port,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        r#"{"argv":["true"]}"#,
+    )
+    .await;
+    assert_eq!(status, 410, "{body}");
+    assert!(body.contains("sandbox_lost"), "{body}");
+
+    // New sandboxes go to the others.
+    for i in 0..4 {
+        let sb = c.gw(i % 2).create(&req).await.unwrap();
+        assert_ne!(c.owner(&sb.id), victim, "placed on the lost node");
+        ids.push(sb.id);
+    }
+
+    // The node comes back with the same id: it re-adopts its sandboxes and registers again.
+    c.nodes[victim].spawn().await;
+    c.wait_node(victim, NodeState::Ready, Duration::from_secs(20))
+        .await;
+    let r = c
+        .gw(1)
+        .exec(&id, &ExecRequest::shell("cat /tmp/mark"))
+        .await
+        .expect("the sandbox answers again through the gateway");
+    assert_eq!(r.stdout, "before", "the same sandbox, not another");
+}

@@ -1,0 +1,18 @@
+//! The cluster: a real 3-member etcd, real nodes registered in it and real gateways. Placement
+//! spreads sandboxes; exec, streams, files and terminals go through a gateway; listings merge;
+//! an idempotency key through two gateways gives one sandbox; drain; admission refusals; a
+//! node killed with SIGKILL (fast 503, then 410; creates go elsewhere) and restarted (its
+//! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
+//! lost (routing goes on). Membership itself: duplicate ids refused, a revoked lease
+//! re-registered.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/etcd.rs"]
+mod etcd;
+
+mod etcd_trouble;
+mod harness;
+mod loss;
+mod membership;
+mod routing;
