@@ -257,7 +257,8 @@ impl SimNode {
             },
             load: self.load(),
             pools: Vec::new(),
-            images: BTreeMap::new(),
+            // The model holds the default image; digests come from the "blob store".
+            images: BTreeMap::from([("default:latest".to_string(), Vec::new())]),
             layers: Vec::new(),
             // Any image is "fetchable": the model has no image store.
             blob_store: true,
