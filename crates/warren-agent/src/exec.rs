@@ -693,3 +693,35 @@ pub async fn pty(
     drop(child);
     exited(exit, false, po, Pump::new(0), started)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pump_keeps_up_to_its_cap_and_counts_the_rest() {
+        let mut p = Pump::new(10);
+        assert_eq!(p.take(4), 4);
+        assert!(!p.truncated() && !p.full());
+        assert_eq!(p.take(8), 6, "only what fits under the cap is kept");
+        assert!(p.full() && p.truncated());
+        assert_eq!(p.take(100), 0);
+        assert_eq!(p.total(), 112);
+        let mut none = Pump::new(0);
+        assert_eq!(none.take(5), 0);
+        assert!(none.truncated());
+    }
+
+    #[test]
+    fn an_exit_reports_the_pumps_and_how_the_command_ended() {
+        let (mut o, e) = (Pump::new(2), Pump::new(8));
+        o.take(5);
+        let ev = exited(Some(Exit::Signal(9)), true, o, e, Instant::now());
+        let Event::Exited(x) = ev else {
+            panic!("not an exit: {ev:?}")
+        };
+        assert_eq!((x.exit_code, x.signal, x.timed_out), (None, Some(9), true));
+        assert_eq!((x.stdout_bytes, x.stdout_truncated), (5, true));
+        assert_eq!((x.stderr_bytes, x.stderr_truncated), (0, false));
+    }
+}

@@ -27,26 +27,14 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren-bench: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let ctx = Ctx {
+        url: cli.url,
+        ..Ctx::default()
     };
-    let ctx = Ctx { url: cli.url };
-    let result = runtime.block_on(bench::run(&ctx, cli.args));
-    runtime.shutdown_background();
-    match result {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) => {
-            eprintln!("warren-bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    warren_cli::run_main(
+        "warren-bench",
+        async move { bench::run(&ctx, cli.args).await },
+    )
 }
 
 #[cfg(test)]

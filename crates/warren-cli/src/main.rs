@@ -14,10 +14,18 @@ use warren_cli::commands::{self, Ctx};
 #[derive(Debug, Parser)]
 #[command(name = "warren", version, propagate_version = true)]
 struct Cli {
-    /// The daemon or gateway: unix:///path/to.sock or http://host:port, or several
-    /// comma-separated (calls fail over between them) [default: unix:///run/warren/warren.sock]
+    /// The daemon or gateway: unix:///path/to.sock, http://host:port or https://host:port, or
+    /// several comma-separated (calls fail over between them) [default: unix:///run/warren/warren.sock]
     #[arg(long, global = true, env = "WARREN_URL")]
     url: Option<String>,
+
+    /// Read the API token from this file (else WARREN_TOKEN).
+    #[arg(long, global = true, env = "WARREN_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
+
+    /// PEM file of the CAs to trust for https URLs (else WARREN_CA, else the system's).
+    #[arg(long, global = true, env = "WARREN_CA")]
+    ca: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -92,27 +100,12 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let ctx = Ctx {
+        url: cli.url,
+        token_file: cli.token_file,
+        ca: cli.ca,
     };
-    let ctx = Ctx { url: cli.url };
-    let result = runtime.block_on(dispatch(ctx, cli.command));
-    // A blocked stdin reader (shell, exec) must not hold the process open.
-    runtime.shutdown_background();
-    match result {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) => {
-            eprintln!("warren: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    warren_cli::run_main("warren", dispatch(ctx, cli.command))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -24,7 +24,25 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::error::ClientError;
 use crate::failover::{parse_retry_after, Attempt, Plan, Retry, Step};
 use crate::stream::ByteStream;
-use crate::transport::{Connector, Endpoint};
+use crate::tls::TlsSettings;
+use crate::transport::{Connector, Endpoint, TlsFailure};
+
+/// The environment variable holding the API token.
+pub const TOKEN_ENV: &str = "WARREN_TOKEN";
+
+/// A token that never shows up in `Debug` output.
+#[derive(Clone, Default)]
+struct Secret(Option<String>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<token>)"
+        } else {
+            "None"
+        })
+    }
+}
 
 /// Request bodies: empty, a JSON document, or a stream of chunks.
 pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
@@ -75,6 +93,8 @@ pub struct ClientBuilder {
     request_timeout: Option<Duration>,
     idle_timeout: Duration,
     max_retries: u32,
+    token: Secret,
+    tls: TlsSettings,
 }
 
 impl Default for ClientBuilder {
@@ -86,6 +106,8 @@ impl Default for ClientBuilder {
             request_timeout: None,
             idle_timeout: Duration::from_secs(60),
             max_retries: DEFAULT_MAX_RETRIES,
+            token: Secret(None),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -140,16 +162,62 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client. No connection is opened until the first call.
+    /// The API token sent as `Authorization: Bearer` (default: `WARREN_TOKEN`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Secret(Some(token.into()));
+        self
+    }
+
+    /// A PEM file of the CAs to trust for `https` URLs instead of the system's (default:
+    /// `WARREN_CA`).
+    pub fn ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// A client certificate chain and key (PEM) presented to daemons that require one
+    /// (`warrend --tls-client-ca`).
+    pub fn client_identity(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls.identity = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Builds the client. No connection is opened until the first call (CA and certificate
+    /// files are read now).
     pub fn build(self) -> Result<Client, ClientError> {
         let endpoints = match &self.url {
             Some(u) => Endpoint::parse_list(u)?,
             None => Endpoint::list_from_env()?,
         };
+        let tls = if endpoints.iter().any(Endpoint::is_tls) {
+            Some(self.tls.connector()?)
+        } else {
+            None
+        };
+        let token = self.token.0.clone().or_else(|| {
+            std::env::var(TOKEN_ENV)
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+        });
+        let auth = match token {
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                    ClientError::InvalidToken("the token must be printable ASCII".into())
+                })?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         let targets = endpoints
             .into_iter()
             .map(|endpoint| {
-                let connector = Connector::new(endpoint.clone(), self.connect_timeout);
+                let connector = Connector::new(endpoint.clone(), tls.clone(), self.connect_timeout);
                 let http = HyperClient::builder(TokioExecutor::new())
                     .pool_timer(TokioTimer::new())
                     .pool_idle_timeout(self.idle_timeout)
@@ -169,6 +237,8 @@ impl ClientBuilder {
                 slots: Arc::new(Semaphore::new(self.max_connections)),
                 request_timeout: self.request_timeout,
                 max_retries: self.max_retries,
+                auth,
+                tls,
             }),
         })
     }
@@ -190,6 +260,9 @@ struct Inner {
     slots: Arc<Semaphore>,
     request_timeout: Option<Duration>,
     max_retries: u32,
+    /// `Bearer <token>`, marked sensitive.
+    auth: Option<HeaderValue>,
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 /// One URL and its connection pool.
@@ -300,20 +373,35 @@ impl Client {
         for i in 0..n {
             let idx = (first + i) % n;
             let t = &self.inner.targets[idx];
-            match t.endpoint.connect().await {
+            match t.endpoint.connect(self.inner.tls.as_ref()).await {
                 Ok(s) => {
                     self.inner.preferred.store(idx, Ordering::Relaxed);
                     return Ok((s, t.authority.as_str()));
                 }
-                Err(e) => {
-                    last = Some(ClientError::transport(
-                        format!("cannot connect to warrend at {}", t.endpoint),
-                        e,
-                    ))
-                }
+                Err(e) => last = Some(connect_error(&t.endpoint, e)),
             }
         }
         Err(last.expect("a client has at least one URL"))
+    }
+
+    /// The `Authorization` header value, when a token is configured.
+    pub(crate) fn auth_header(&self) -> Option<&HeaderValue> {
+        self.inner.auth.as_ref()
+    }
+
+    /// Names the daemon in `401` errors, so a wrong token says where it was refused.
+    pub(crate) fn with_url(&self, endpoint: &Endpoint, mut e: ClientError) -> ClientError {
+        if let ClientError::Api { error, .. } = &mut e {
+            if error.code == warren_types::ErrorCode::Unauthorized {
+                let hint = if self.inner.auth.is_some() {
+                    "the token sent was refused"
+                } else {
+                    "no token was sent; set WARREN_TOKEN"
+                };
+                error.message = format!("{} ({hint}; warrend at {endpoint})", error.message);
+            }
+        }
+        e
     }
 
     /// Sends one request and checks the status: non-2xx answers become
@@ -409,6 +497,9 @@ impl Client {
         if let Some(ct) = content_type {
             req = req.header(CONTENT_TYPE, HeaderValue::from_static(ct));
         }
+        if let Some(auth) = &self.inner.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
         let req = req
             .body(body)
             .map_err(|e| ClientError::transport(format!("building request {method} {path}"), e))?;
@@ -422,9 +513,8 @@ impl Client {
         let response = match result {
             Ok(r) => r,
             Err(e) if e.is_connect() => {
-                let context = format!("cannot connect to warrend at {}", target.endpoint);
                 return Ok(Sent::Failed(
-                    ClientError::transport(context, e),
+                    connect_error(&target.endpoint, e),
                     Attempt::NotSent,
                 ));
             }
@@ -450,7 +540,10 @@ impl Client {
             .await
             .map(|c| c.to_bytes())
             .unwrap_or_default();
-        let err = ClientError::from_response(status.as_u16(), &body);
+        let err = self.with_url(
+            &target.endpoint,
+            ClientError::from_response(status.as_u16(), &body),
+        );
         let api = err.api_error();
         let attempt = Attempt::Status {
             status: status.as_u16(),
@@ -551,6 +644,27 @@ pub(crate) fn enc(s: &str) -> String {
 /// Encodes a sandbox id as one path segment (no `/` kept).
 pub(crate) fn seg(s: &str) -> String {
     enc(s).replace('/', "%2F")
+}
+
+/// A failed connect: TLS failures get their own variant, naming what to fix.
+fn connect_error(endpoint: &Endpoint, e: impl Into<crate::BoxError>) -> ClientError {
+    let e: crate::BoxError = e.into();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(err) = cur {
+        let tls = err.downcast_ref::<TlsFailure>().or_else(|| {
+            err.downcast_ref::<io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|i| i.downcast_ref::<TlsFailure>())
+        });
+        if let Some(t) = tls {
+            return ClientError::Tls {
+                url: t.url.clone(),
+                reason: t.reason.clone(),
+            };
+        }
+        cur = err.source();
+    }
+    ClientError::transport(format!("cannot connect to warrend at {endpoint}"), e)
 }
 
 #[cfg(test)]

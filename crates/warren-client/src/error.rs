@@ -15,6 +15,21 @@ pub enum ClientError {
     #[error("invalid daemon URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
 
+    /// The configured token cannot be sent in a header.
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
+
+    /// The TLS handshake with the daemon failed; `reason` says what to fix.
+    #[error("TLS with {url} failed: {reason}")]
+    Tls { url: String, reason: String },
+
+    /// A CA, certificate or key file of the client is unusable.
+    #[error("TLS file {path}: {reason}")]
+    TlsConfig {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+
     /// The daemon answered with an error body (`{"error":{"code":...}}`).
     #[error("{error} (HTTP {status})")]
     Api { status: u16, error: ApiError },
@@ -92,6 +107,11 @@ impl ClientError {
             ClientError::Api { status, .. } | ClientError::Status { status, .. } => Some(*status),
             _ => None,
         }
+    }
+
+    /// True for `unauthorized` answers (no token, or one the daemon does not know).
+    pub fn is_unauthorized(&self) -> bool {
+        self.code() == Some(ErrorCode::Unauthorized)
     }
 
     /// True for `not_found` answers.

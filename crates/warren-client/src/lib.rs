@@ -1,8 +1,11 @@
 //! An async, typed client for the warrend HTTP API.
 //!
 //! The daemon listens on a Unix socket (default `/run/warren/warren.sock`) and optionally on
-//! TCP; a [`Client`] reaches either through a URL: `unix:///path/to.sock` or
-//! `http://host:port` (default: the `WARREN_URL` environment variable, else [`DEFAULT_URL`]).
+//! TCP (plain on loopback, or TLS); a [`Client`] reaches any of them through a URL:
+//! `unix:///path/to.sock`, `http://host:port` or `https://host:port` (default: the
+//! `WARREN_URL` environment variable, else [`DEFAULT_URL`]). A token (`WARREN_TOKEN`, or
+//! [`ClientBuilder::token`]) is sent as `Authorization: Bearer`; `https` trusts the CAs of
+//! `WARREN_CA` (or [`ClientBuilder::ca_file`]), else the system's.
 //!
 //! One client keeps a pool of keep-alive HTTP/1 connections and bounds how many are open at
 //! once, so thousands of concurrent calls from one process queue for a connection instead of
@@ -36,14 +39,16 @@ mod network;
 mod pty;
 mod sandboxes;
 mod stream;
+mod tls;
 mod trajectory;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES};
+pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES, TOKEN_ENV};
 pub use error::{BoxError, ClientError};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
 pub use sandboxes::Health;
 pub use stream::{ByteStream, ExecStream, MAX_EVENT_LINE};
+pub use tls::{client_config, CA_ENV};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{

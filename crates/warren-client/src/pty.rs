@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
@@ -214,12 +215,23 @@ impl Client {
             seg(id),
             enc(cmd)
         );
-        let (ws, _response) = tokio_tungstenite::client_async(url, stream)
+        let mut request = url
+            .into_client_request()
+            .map_err(|e| ClientError::websocket("building the terminal request", e))?;
+        if let Some(auth) = self.auth_header() {
+            request
+                .headers_mut()
+                .insert(hyper::header::AUTHORIZATION, auth.clone());
+        }
+        let (ws, _response) = tokio_tungstenite::client_async(request, stream)
             .await
             .map_err(|e| match e {
                 tungstenite::Error::Http(resp) => {
                     let body = resp.body().as_deref().unwrap_or_default();
-                    ClientError::from_response(resp.status().as_u16(), body)
+                    self.with_url(
+                        self.current_endpoint(),
+                        ClientError::from_response(resp.status().as_u16(), body),
+                    )
                 }
                 e => ClientError::websocket("opening the terminal", e),
             })?;

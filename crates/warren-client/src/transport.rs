@@ -1,8 +1,8 @@
 //! Where the daemon listens and how connections to it are opened.
 //!
-//! This module owns the [`Endpoint`] (parsed from a `unix://` or `http://` URL), the raw byte
-//! stream over either socket kind, and the connector that hyper's connection pool calls. It
-//! never builds requests or looks at HTTP bodies.
+//! This module owns the [`Endpoint`] (parsed from a `unix://`, `http://` or `https://` URL),
+//! the raw byte stream over a Unix socket, TCP or TLS, and the connector that hyper's
+//! connection pool calls. It never builds requests or looks at HTTP bodies.
 
 use std::fmt;
 use std::future::Future;
@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::error::ClientError;
+use tokio_rustls::TlsConnector;
 
 /// The URL used when neither the caller nor `WARREN_URL` names one.
 pub const DEFAULT_URL: &str = "unix:///run/warren/warren.sock";
@@ -36,10 +37,13 @@ pub enum Endpoint {
     Unix(PathBuf),
     /// `http://host:port`.
     Tcp { host: String, port: u16 },
+    /// `https://host:port` (TLS; the certificate must name `host`).
+    Tls { host: String, port: u16 },
 }
 
 impl Endpoint {
-    /// Parses `unix:///path/to.sock`, `/path/to.sock` or `http://host[:port]`.
+    /// Parses `unix:///path/to.sock`, `/path/to.sock`, `http://host[:port]` or
+    /// `https://host[:port]`.
     pub fn parse(url: &str) -> Result<Endpoint, ClientError> {
         let bad = |reason: &str| ClientError::InvalidUrl {
             url: url.into(),
@@ -57,8 +61,14 @@ impl Endpoint {
         if url_trimmed.starts_with('/') {
             return Ok(Endpoint::Unix(PathBuf::from(url_trimmed)));
         }
-        let Some(rest) = url_trimmed.strip_prefix("http://") else {
-            return Err(bad("expected unix:///path/to.sock or http://host:port"));
+        let (rest, tls) = if let Some(r) = url_trimmed.strip_prefix("http://") {
+            (r, false)
+        } else if let Some(r) = url_trimmed.strip_prefix("https://") {
+            (r, true)
+        } else {
+            return Err(bad(
+                "expected unix:///path/to.sock, http://host:port or https://host:port",
+            ));
         };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.is_empty() || authority.contains('/') || authority.contains('@') {
@@ -87,12 +97,17 @@ impl Endpoint {
             Some(p) => p
                 .parse::<u16>()
                 .map_err(|_| bad("port must be a number 1-65535"))?,
+            None if tls => 443,
             None => 80,
         };
         if port == 0 {
             return Err(bad("port must be a number 1-65535"));
         }
-        Ok(Endpoint::Tcp { host, port })
+        Ok(if tls {
+            Endpoint::Tls { host, port }
+        } else {
+            Endpoint::Tcp { host, port }
+        })
     }
 
     /// The endpoint named by `WARREN_URL` (its first URL when it lists several), else
@@ -127,8 +142,13 @@ impl Endpoint {
     pub fn socket_path(&self) -> Option<&std::path::Path> {
         match self {
             Endpoint::Unix(p) => Some(p),
-            Endpoint::Tcp { .. } => None,
+            Endpoint::Tcp { .. } | Endpoint::Tls { .. } => None,
         }
+    }
+
+    /// Whether connections use TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Endpoint::Tls { .. })
     }
 
     /// The `host[:port]` part of request URIs. Unix sockets use `localhost`, which is only
@@ -136,13 +156,18 @@ impl Endpoint {
     pub(crate) fn authority(&self) -> String {
         match self {
             Endpoint::Unix(_) => "localhost".to_string(),
-            Endpoint::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
-            Endpoint::Tcp { host, port } => format!("{host}:{port}"),
+            Endpoint::Tcp { host, port } | Endpoint::Tls { host, port } if host.contains(':') => {
+                format!("[{host}]:{port}")
+            }
+            Endpoint::Tcp { host, port } | Endpoint::Tls { host, port } => {
+                format!("{host}:{port}")
+            }
         }
     }
 
-    /// Opens one connection, retrying briefly while a Unix listen backlog is full.
-    pub(crate) async fn connect(&self) -> io::Result<RawStream> {
+    /// Opens one connection (with the TLS handshake for `https`), retrying briefly while a
+    /// Unix listen backlog is full.
+    pub(crate) async fn connect(&self, tls: Option<&TlsConnector>) -> io::Result<RawStream> {
         match self {
             Endpoint::Unix(path) => {
                 let mut delay = Duration::from_millis(1);
@@ -166,8 +191,40 @@ impl Endpoint {
                 s.set_nodelay(true)?;
                 Ok(RawStream::Tcp(s))
             }
+            Endpoint::Tls { host, port } => {
+                let Some(tls) = tls else {
+                    return Err(io::Error::other(TlsFailure {
+                        url: self.to_string(),
+                        reason: "no TLS configuration".into(),
+                    }));
+                };
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                let name = rustls_pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    io::Error::other(TlsFailure {
+                        url: self.to_string(),
+                        reason: format!("{host:?} is not a valid server name: {e}"),
+                    })
+                })?;
+                let s = tls.connect(name, s).await.map_err(|e| {
+                    io::Error::other(TlsFailure {
+                        url: self.to_string(),
+                        reason: crate::tls::explain(&e),
+                    })
+                })?;
+                Ok(RawStream::Tls(Box::new(s)))
+            }
         }
     }
+}
+
+/// A TLS handshake that failed, with what went wrong in words (carried through hyper's
+/// connect error to [`crate::ClientError::Tls`]).
+#[derive(Debug, thiserror::Error)]
+#[error("TLS with {url} failed: {reason}")]
+pub(crate) struct TlsFailure {
+    pub(crate) url: String,
+    pub(crate) reason: String,
 }
 
 impl fmt::Display for Endpoint {
@@ -175,6 +232,7 @@ impl fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(p) => write!(f, "unix://{}", p.display()),
             Endpoint::Tcp { .. } => write!(f, "http://{}", self.authority()),
+            Endpoint::Tls { .. } => write!(f, "https://{}", self.authority()),
         }
     }
 }
@@ -191,6 +249,7 @@ impl std::str::FromStr for Endpoint {
 pub enum RawStream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl AsyncRead for RawStream {
@@ -202,6 +261,7 @@ impl AsyncRead for RawStream {
         match self.get_mut() {
             RawStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             RawStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -215,6 +275,7 @@ impl AsyncWrite for RawStream {
         match self.get_mut() {
             RawStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             RawStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -226,6 +287,7 @@ impl AsyncWrite for RawStream {
         match self.get_mut() {
             RawStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             RawStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -233,6 +295,7 @@ impl AsyncWrite for RawStream {
         match self {
             RawStream::Unix(s) => s.is_write_vectored(),
             RawStream::Tcp(s) => s.is_write_vectored(),
+            RawStream::Tls(s) => s.is_write_vectored(),
         }
     }
 
@@ -240,6 +303,7 @@ impl AsyncWrite for RawStream {
         match self.get_mut() {
             RawStream::Unix(s) => Pin::new(s).poll_flush(cx),
             RawStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -247,6 +311,7 @@ impl AsyncWrite for RawStream {
         match self.get_mut() {
             RawStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             RawStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -302,16 +367,27 @@ impl Connection for Io {
 }
 
 /// The connector hyper's pool calls for a new connection: every URI goes to the one endpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Connector {
     endpoint: std::sync::Arc<Endpoint>,
+    tls: Option<TlsConnector>,
     timeout: Duration,
 }
 
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("endpoint", &self.endpoint)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
 impl Connector {
-    pub(crate) fn new(endpoint: Endpoint, timeout: Duration) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, tls: Option<TlsConnector>, timeout: Duration) -> Self {
         Connector {
             endpoint: std::sync::Arc::new(endpoint),
+            tls,
             timeout,
         }
     }
@@ -328,9 +404,10 @@ impl tower_service::Service<Uri> for Connector {
 
     fn call(&mut self, _uri: Uri) -> Self::Future {
         let endpoint = self.endpoint.clone();
+        let tls = self.tls.clone();
         let timeout = self.timeout;
         Box::pin(async move {
-            match tokio::time::timeout(timeout, endpoint.connect()).await {
+            match tokio::time::timeout(timeout, endpoint.connect(tls.as_ref())).await {
                 Ok(stream) => Ok(Io(TokioIo::new(stream?))),
                 Err(_) => Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -379,6 +456,16 @@ mod tests {
         );
         assert_eq!(v6.to_string(), "http://[::1]:7000");
         assert_eq!(
+            Endpoint::parse("https://node1.example:7443").unwrap(),
+            Endpoint::Tls {
+                host: "node1.example".into(),
+                port: 7443
+            }
+        );
+        let e = Endpoint::parse("https://node1/").unwrap();
+        assert_eq!(e.to_string(), "https://node1:443");
+        assert!(e.is_tls());
+        assert_eq!(
             Endpoint::parse("unix:///tmp/a.sock").unwrap().to_string(),
             "unix:///tmp/a.sock"
         );
@@ -408,12 +495,13 @@ mod tests {
             "",
             "unix://",
             "unix://relative.sock",
-            "https://x:1",
             "http://",
             "http://h:0",
             "http://h:x",
             "http://h:1/path",
             "tcp://h:1",
+            "https://",
+            "https://h:1/x",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad:?} should be refused");
         }

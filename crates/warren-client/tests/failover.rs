@@ -90,6 +90,7 @@ async fn create(State(st): State<St>, Json(req): Json<CreateSandboxRequest>) -> 
         last_activity_ms: 1,
         reason: None,
         idempotency_key: req.idempotency_key.clone(),
+        tenant: None,
     };
     answer(&st, serde_json::to_value(info).unwrap()).await
 }

@@ -80,6 +80,7 @@ fn info(id: &str, req: &CreateSandboxRequest) -> SandboxInfo {
         last_activity_ms: 1,
         reason: None,
         idempotency_key: req.idempotency_key.clone(),
+        tenant: None,
     }
 }
 

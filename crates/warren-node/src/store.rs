@@ -282,6 +282,7 @@ mod tests {
             last_activity_ms: 1,
             reason: None,
             idempotency_key: Some("k".into()),
+            tenant: None,
         }
     }
 

@@ -36,6 +36,13 @@ pub enum ErrorCode {
     /// The request names a trajectory step that was already logged with a different request,
     /// or a step lower than one already logged. Nothing ran.
     StepConflict,
+    /// No token, or a token the node does not know (HTTP 401). Nothing was done.
+    Unauthorized,
+    /// The caller's role may not make this call (HTTP 403).
+    Forbidden,
+    /// A tenant quota refuses the request; the message names the quota; retry after
+    /// `retry_after` seconds.
+    QuotaExceeded,
     /// Cluster gateway: every node that could take the request refused it for now (all busy,
     /// draining or short of memory); retry after `retry_after` seconds.
     CapacityUnavailable,
@@ -56,7 +63,9 @@ impl ErrorCode {
             ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
             ErrorCode::FileError | ErrorCode::Unschedulable => 422,
             ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
-            ErrorCode::LimitExceeded | ErrorCode::Busy => 429,
+            ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
             ErrorCode::StartFailed | ErrorCode::SandboxLost => 502,
@@ -81,6 +90,9 @@ impl ErrorCode {
             ErrorCode::FileError => "file_error",
             ErrorCode::Internal => "internal",
             ErrorCode::StepConflict => "step_conflict",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::CapacityUnavailable => "capacity_unavailable",
             ErrorCode::Unschedulable => "unschedulable",
             ErrorCode::NodeUnreachable => "node_unreachable",
@@ -88,7 +100,7 @@ impl ErrorCode {
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -103,6 +115,9 @@ impl ErrorCode {
         ErrorCode::FileError,
         ErrorCode::Internal,
         ErrorCode::StepConflict,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::QuotaExceeded,
         ErrorCode::CapacityUnavailable,
         ErrorCode::Unschedulable,
         ErrorCode::NodeUnreachable,
@@ -121,8 +136,8 @@ impl std::fmt::Display for ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded` and
-    /// `capacity_unavailable`).
+    /// Seconds to wait before retrying (only with `busy`, `limit_exceeded`,
+    /// `capacity_unavailable` and `quota_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
 }

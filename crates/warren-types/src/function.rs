@@ -256,6 +256,9 @@ impl CallResult {
 pub struct PoolStats {
     /// Image refs, lowest first.
     pub image: Vec<String>,
+    /// The tenant whose calls the pool serves (pools are never shared between tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     pub cpus: f64,
     pub memory_mb: u64,
     pub disk_mb: u64,

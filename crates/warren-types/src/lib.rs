@@ -4,6 +4,7 @@
 //! This crate owns the *shape* of the API and the validation rules that every edge applies
 //! (HTTP server, CLI, agent). It never does I/O and never depends on another Warren crate.
 
+pub mod auth;
 pub mod cluster;
 pub mod error;
 pub mod exec;
@@ -16,6 +17,7 @@ pub mod sandbox;
 pub mod trajectory;
 pub mod validate;
 
+pub use auth::{Caller, Quota, Quotas, Role};
 pub use cluster::{
     ClusterInfo, NodeCapacity, NodeLoad, NodeRecord, NodeState, NodeSummary, NodeSummaryRecord,
     WarmPool, NODE_RECORD_FORMAT,

@@ -235,8 +235,10 @@ impl CreateSandboxRequest {
             validate::label(k, v)?;
         }
         if let Some(key) = &self.idempotency_key {
-            if key.is_empty() || key.len() > 256 {
-                return Err(ApiError::invalid("idempotency_key must be 1-256 bytes"));
+            if key.is_empty() || key.len() > 256 || key.contains('\0') {
+                return Err(ApiError::invalid(
+                    "idempotency_key must be 1-256 bytes without NUL",
+                ));
             }
         }
         Ok(Limits {
@@ -310,6 +312,10 @@ pub struct SandboxInfo {
     /// Why the sandbox stopped or failed, when it did.
     pub reason: Option<String>,
     pub idempotency_key: Option<String>,
+    /// The tenant that owns the sandbox (absent when the node runs without `--auth`, or for
+    /// sandboxes of the node's own administrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/pause`: what pausing achieved.

@@ -41,9 +41,16 @@ struct Args {
     /// Unix socket to serve the API on.
     #[arg(long, default_value = "/run/warren/warren.sock")]
     socket: PathBuf,
-    /// Also serve the API on this TCP address (no authentication: bind to loopback).
+    /// Also serve the API on this TCP address: over TLS with --tls-cert/--tls-key, else
+    /// plain HTTP on a loopback address only.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Group allowed to use the Unix socket (mode 0660); its members present a token when
+    /// --auth is given. Without it only root may connect.
+    #[arg(long)]
+    socket_group: Option<String>,
+    #[command(flatten)]
+    edge: warren_edge::EdgeArgs,
     /// Directory of the durable state (state.redb).
     #[arg(long, default_value = "/var/lib/warren")]
     state_dir: PathBuf,
@@ -195,7 +202,16 @@ fn check_socket(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
+fn bind_socket(path: &Path, group: Option<&str>) -> Result<tokio::net::UnixListener> {
+    let gid = match group {
+        Some(name) => Some(
+            nix::unistd::Group::from_name(name)
+                .with_context(|| format!("looking up group {name}"))?
+                .with_context(|| format!("no group {name} (--socket-group)"))?
+                .gid,
+        ),
+        None => None,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -203,6 +219,11 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
         .with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod {}", path.display()))?;
+    if let Some(gid) = gid {
+        nix::unistd::chown(path, None, Some(gid))
+            .with_context(|| format!("chgrp {} to {gid}", path.display()))?;
+        info!(socket = %path.display(), group = group.unwrap_or_default(), "socket open to its group (mode 0660)");
+    }
     Ok(listener)
 }
 
@@ -276,6 +297,17 @@ fn vm_runtimes(
 
 async fn run(args: Args) -> Result<()> {
     check_socket(&args.socket)?;
+    // Auth and TLS files are read before anything else starts, so a typo fails fast.
+    let edge = Arc::new(warren_edge::Edge::from_args(&args.edge).context("--auth / --tls-*")?);
+    if !edge.authenticator().enabled() && args.socket_group.is_some() {
+        warn!("--socket-group without --auth: every member of the group is the administrator");
+    }
+    // Bound now so that a refused address (plain HTTP off loopback) or a taken port fails
+    // before anything is recovered; connections wait in the backlog until serving starts.
+    let tcp = match args.listen {
+        Some(addr) => Some(edge.bind_tcp(addr).await?),
+        None => None,
+    };
     // Before anything touches host objects: one daemon per node id per host (they share the
     // node's cgroups, and recovery removes cgroups no known sandbox owns).
     let _node_lock = lock_node(&args.node)?;
@@ -352,24 +384,23 @@ async fn run(args: Args) -> Result<()> {
     );
     let _reaper = manager.spawn_reaper();
 
-    let app = warren_node::router(node.clone());
+    let app = edge.protect(warren_node::router(node.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let listener = bind_socket(&args.socket)?;
-    info!(socket = %args.socket.display(), node = %args.node, "serving");
+    let listener = bind_socket(&args.socket, args.socket_group.as_deref())?;
+    info!(socket = %args.socket.display(), node = %args.node, tokens = edge.authenticator().enabled(), "serving");
+    let _reloader = edge.reload_on_sighup();
     let mut servers = tokio::task::JoinSet::new();
-    let unix = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped(stop_rx.clone()));
-    servers.spawn(async move { unix.await.context("serving the Unix socket") });
-    if let Some(addr) = args.listen {
-        let tcp = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        info!(%addr, "serving on TCP too");
-        let tcp = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop_rx.clone()));
-        servers.spawn(async move { tcp.await.context("serving TCP") });
+    {
+        let (edge, app, stop) = (edge.clone(), app.clone(), stopped(stop_rx.clone()));
+        servers.spawn(async move { edge.serve_unix(listener, app, stop).await });
+    }
+    if let Some(tcp) = tcp {
+        let (edge, stop) = (edge.clone(), stopped(stop_rx.clone()));
+        servers.spawn(async move { edge.serve_tcp(tcp, app, stop).await });
     }
     // Join the cluster once the API answers. A live node holding this id refuses us; an
     // unreachable etcd does not (the node serves, and registers when etcd answers).
@@ -394,7 +425,7 @@ async fn run(args: Args) -> Result<()> {
         sig = shutdown_signal() => info!(signal = sig?, "stopping; sandboxes keep running"),
         res = servers.join_next() => {
             if let Some(r) = res {
-                r.context("server task")??;
+                r.context("server task")?;
             }
             warn!("a server stopped on its own; stopping");
         }

@@ -57,6 +57,9 @@ CODES = {
     "sandbox_lost": (warren.SandboxLost, 502),
     "file_error": (warren.FileError, 422),
     "internal": (warren.ServerError, 500),
+    "unauthorized": (warren.Unauthorized, 401),
+    "forbidden": (warren.Forbidden, 403),
+    "quota_exceeded": (warren.QuotaExceeded, 429),
 }
 
 
@@ -258,3 +261,42 @@ def test_every_public_name_has_a_docstring() -> None:
                 if attr.startswith("_") or not (callable(v) or isinstance(v, property)):
                     continue
                 assert inspect.getdoc(v), f"{name}.{attr}"
+
+
+async def test_tokens_are_sent_and_401_names_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARREN_TOKEN", "from-env")
+    seen: list = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req.headers.get("authorization"))
+        return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "bad token"}})
+
+    for kwargs, want in [({}, "Bearer from-env"), ({"token": "explicit"}, "Bearer explicit")]:
+        client = warren.AsyncClient("http://127.0.0.1:7443", **kwargs)  # type: ignore[arg-type]
+        http = client._http
+        http.targets[0].client = httpx.AsyncClient(
+            transport=httpx.MockTransport(handler), base_url=http.base_url, headers=http.headers
+        )
+        with pytest.raises(warren.Unauthorized) as e:
+            await client.get("n1-01jd0m7x4e8k0k9yq1w2e3r4t5")
+        assert seen[-1] == want
+        assert "http://127.0.0.1:7443" in str(e.value) and "token sent was refused" in str(e.value)
+    monkeypatch.delenv("WARREN_TOKEN")
+    client = warren.AsyncClient("http://127.0.0.1:7443")
+    assert "authorization" not in client._http.headers
+
+
+def test_ca_files_make_tls_contexts(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import ssl
+
+    monkeypatch.delenv("WARREN_CA", raising=False)
+    assert warren.AsyncClient("https://node:7443")._http.verify is True
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(OSError):
+        warren.AsyncClient("https://node:7443", ca=str(missing))
+    monkeypatch.setenv("WARREN_CA", str(missing))
+    with pytest.raises(OSError):
+        warren.AsyncClient("https://node:7443")
+    # Plain URLs never read the CA.
+    assert warren.AsyncClient("http://127.0.0.1:1")._http.verify is True
+    assert isinstance(ssl.create_default_context(), ssl.SSLContext)

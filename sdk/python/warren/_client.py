@@ -32,6 +32,10 @@ class AsyncClient:
         timeout: Seconds an ordinary call may take (exec and waits use their own timeouts).
         max_connections: Size of the connection pool; each concurrent call holds one
             connection, so this is how many calls run at once (more wait their turn).
+        token: The API token of a node started with ``--auth``, sent as
+            ``Authorization: Bearer``. Default: the ``WARREN_TOKEN`` environment variable.
+        ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
+            the system's CAs.
         max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
             an idempotency key) after transport failures, ``503`` on every URL and ``busy``
             answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
@@ -47,8 +51,10 @@ class AsyncClient:
         timeout: float = 120.0,
         max_connections: int = 4096,
         max_retries: int = 5,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
     ) -> None:
-        self._http = _Http(url, timeout, max_connections, max_retries)
+        self._http = _Http(url, timeout, max_connections, max_retries, token=token, ca=ca)
 
     @property
     def url(self) -> str:

@@ -17,13 +17,19 @@ __all__ = [
     "InvalidState",
     "LimitExceeded",
     "Busy",
+    "Forbidden",
+    "QuotaExceeded",
     "Timeout",
+    "Unauthorized",
     "Unsupported",
     "UnsupportedSubstrate",
     "StartFailed",
     "SandboxLost",
     "FileError",
     "ServerError",
+    "Unschedulable",
+    "CapacityUnavailable",
+    "NodeUnreachable",
     "ConnectionError",
     "CommandError",
     "error_from_body",
@@ -119,6 +125,30 @@ class Busy(WarrenError):
     default_code = "busy"
 
 
+class Unauthorized(WarrenError):
+    """No token, or a token the node does not know (``unauthorized``, HTTP 401); nothing was done.
+
+    Pass ``token=`` or set ``WARREN_TOKEN``.
+    """
+
+    default_code = "unauthorized"
+
+
+class Forbidden(WarrenError):
+    """The token's role may not make this call, e.g. collecting images as a ``user`` (``forbidden``, 403)."""
+
+    default_code = "forbidden"
+
+
+class QuotaExceeded(WarrenError):
+    """A tenant quota refuses the call; the message names it (``quota_exceeded``, HTTP 429).
+
+    Retry after :attr:`retry_after` seconds.
+    """
+
+    default_code = "quota_exceeded"
+
+
 class Timeout(WarrenError, builtins.TimeoutError):
     """A call did not finish in time (``timeout``, HTTP 504), or the HTTP call itself timed out."""
 
@@ -160,6 +190,24 @@ class StepConflict(Conflict):
     step already logged. Nothing ran."""
 
     default_code = "step_conflict"
+
+
+class Unschedulable(WarrenError):
+    """No node of the cluster can ever hold the sandbox as asked (422)."""
+
+    default_code = "unschedulable"
+
+
+class CapacityUnavailable(WarrenError):
+    """No node of the cluster has room now; retry after ``retry_after`` (503)."""
+
+    default_code = "capacity_unavailable"
+
+
+class NodeUnreachable(WarrenError):
+    """The node that owns the sandbox does not answer the gateway (503)."""
+
+    default_code = "node_unreachable"
 
 
 class ServerError(WarrenError):
@@ -213,10 +261,18 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "file_error": FileError,
     "internal": ServerError,
     "step_conflict": StepConflict,
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "quota_exceeded": QuotaExceeded,
+    "unschedulable": Unschedulable,
+    "capacity_unavailable": CapacityUnavailable,
+    "node_unreachable": NodeUnreachable,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {
     400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     405: InvalidRequest,
     409: Conflict,

@@ -271,11 +271,15 @@ class AsyncSandbox:
             compression=None,
             user_agent_header=f"warren-python/{_VERSION}",
         )
+        if "authorization" in http.headers:
+            kwargs["additional_headers"] = {"Authorization": http.headers["authorization"]}
         try:
             if http.uds:
                 ws = await unix_connect(http.uds, uri="ws://warren" + path, **kwargs)
             else:
                 base = http.base_url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+                if base.startswith("wss://") and not isinstance(http.verify, bool):
+                    kwargs["ssl"] = http.verify
                 ws = await connect(base + path, **kwargs)
         except InvalidStatus as e:
             r = e.response

@@ -42,7 +42,7 @@ def _parse_url(url: Optional[str]) -> Tuple[str, Optional[str]]:
         return "http://warren", url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"url must be unix:///path.sock or http://host:port, got {url!r}")
+        raise ValueError(f"url must be unix:///path.sock, http://host:port or https://host:port, got {url!r}")
     return url.rstrip("/"), None
 
 
@@ -57,18 +57,40 @@ def _backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> float:
     return random.uniform(0, min(cap, base * (2**attempt)))
 
 
-def _raise_for(resp: httpx.Response) -> None:
+def _raise_for(resp: httpx.Response, node: Optional[str] = None, token: bool = False) -> None:
     try:
         body: Any = resp.json()
     except ValueError:
         body = resp.text
-    raise error_from_body(resp.status_code, body, resp.headers.get("retry-after"))
+    err = error_from_body(resp.status_code, body, resp.headers.get("retry-after"))
+    if resp.status_code == 401 and node:
+        hint = "the token sent was refused" if token else "no token was sent; pass token= or set WARREN_TOKEN"
+        err.message = f"{err.message} ({hint}; warrend at {node})"
+        err.args = (err.message,)
+    raise err
 
 
-def _transport_error(e: Exception, what: str) -> WarrenError:
+def _transport_error(e: Exception, what: str, node: Optional[str] = None) -> WarrenError:
     if isinstance(e, httpx.TimeoutException):
         return Timeout(f"{what}: the HTTP call timed out ({type(e).__name__})", code="timeout")
+    text = str(e)
+    if node and node.startswith("https://") and ("SSL" in text or "CERTIFICATE" in text or "TLSV1" in text):
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text.lower():
+            why = "the node's certificate is not trusted (pass ca= or set WARREN_CA to the CA that signed it)"
+        else:
+            why = "the TLS handshake failed (the node may require a client certificate)"
+        return ConnectionError(f"{what}: TLS with {node} failed: {why} [{type(e).__name__}: {text}]")
     return ConnectionError(f"{what}: {type(e).__name__}: {e}")
+
+
+def _tls_context(ca: Optional[str]) -> Any:
+    """The TLS verification of ``https`` URLs: the CA file ``ca`` (else ``WARREN_CA``), else the system's."""
+    ca = ca or os.environ.get("WARREN_CA") or None
+    if ca is None:
+        return True
+    import ssl
+
+    return ssl.create_default_context(cafile=os.fspath(ca))
 
 
 def _raise_fd_limit(want: int) -> None:
@@ -88,16 +110,26 @@ def _raise_fd_limit(want: int) -> None:
 class _Target:
     """One URL and its connection pool."""
 
-    def __init__(self, url: Optional[str], timeout: httpx.Timeout, max_connections: int) -> None:
+    def __init__(
+        self,
+        url: Optional[str],
+        timeout: httpx.Timeout,
+        max_connections: int,
+        headers: Dict[str, str],
+        ca: Optional[str] = None,
+    ) -> None:
         self.base_url, self.uds = _parse_url(url)
         self.url = f"unix://{self.uds}" if self.uds else self.base_url
+        self.verify = _tls_context(ca) if self.base_url.startswith("https://") else True
         # httpx's own pool costs O(open connections) per call; ours is O(1) at any size.
-        transport = PoolTransport(self.uds, max_connections=max_connections, keepalive_expiry=30.0)
+        transport = PoolTransport(
+            self.uds, max_connections=max_connections, keepalive_expiry=30.0, verify=self.verify
+        )
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
             timeout=timeout,
-            headers={"user-agent": f"warren-python/{_VERSION}"},
+            headers=headers,
         )
 
 
@@ -111,9 +143,16 @@ class _Http:
         timeout: float,
         max_connections: int,
         max_retries: int,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
     ) -> None:
         self.max_retries = max_retries
         self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
+        token = token if token is not None else (os.environ.get("WARREN_TOKEN") or "").strip() or None
+        self.headers: Dict[str, str] = {"user-agent": f"warren-python/{_VERSION}"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.has_token = bool(token)
         if isinstance(url, str) and "," not in url:
             urls: List[Optional[str]] = [url]
         elif url is None:
@@ -121,7 +160,7 @@ class _Http:
             urls = split_urls(env) if env else [None]
         else:
             urls = split_urls(url)
-        self.targets = [_Target(u, self.timeout, max_connections) for u in urls]
+        self.targets = [_Target(u, self.timeout, max_connections, self.headers, ca) for u in urls]
         # The target that answered last: calls start there.
         self.preferred = 0
         _raise_fd_limit(max_connections * len(self.targets) + 1024)
@@ -141,6 +180,10 @@ class _Http:
     @property
     def uds(self) -> Optional[str]:
         return self._current.uds
+
+    @property
+    def verify(self) -> Any:
+        return self._current.verify
 
     @property
     def url(self) -> str:
@@ -220,7 +263,7 @@ class _Http:
             try:
                 resp = await target.client.send(req, stream=stream)
             except httpx.TransportError as e:
-                err: WarrenError = _transport_error(e, f"{method} {path} at {target.url}")
+                err: WarrenError = _transport_error(e, f"{method} {path} at {target.url}", target.url)
                 if isinstance(e, httpx.ReadTimeout) and not stream:
                     raise err from e
                 not_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -238,7 +281,7 @@ class _Http:
                     finally:
                         await resp.aclose()
                 try:
-                    _raise_for(resp)
+                    _raise_for(resp, target.url, self.has_token)
                 except WarrenError as e:
                     err = e
                 step = plan.after((resp.status_code, err.retry_after, err.code))

@@ -15,12 +15,12 @@
 //! | call | `call true` from 16 clients | ≥ 500/s |
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
+//! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
-//!
 //! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm` is not part of `all`: it starts its own two daemons (see `vm.rs`); `cluster` neither
-//! (it starts its own etcd, gateways and nodes).
+//! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
+//! `tls.rs`, `cluster/mod.rs`).
 
 mod baselines;
 mod call;
@@ -31,6 +31,7 @@ mod measure;
 mod neighbour;
 mod net;
 mod replay;
+mod tls;
 mod vm;
 
 use anyhow::Context as _;
@@ -64,6 +65,8 @@ pub enum Which {
     /// A cluster on loopback: etcd, gateways, simulated nodes and one real node (own
     /// processes; not in `all`)
     Cluster,
+    /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
+    Tls,
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,7 +76,7 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
-    /// neighbour 200 per phase, net 100, vm 8]
+    /// neighbour 200 per phase, net 100, vm 8, tls 1000 per mode]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -456,6 +459,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if args.which == Which::Vm {
         let vms = args.concurrency.unwrap_or(8);
         return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+    }
+    if args.which == Which::Tls {
+        return tls::run(args.n.unwrap_or(1000), args.json).await;
     }
     if args.which == Which::Images {
         return images::run(&args.images, args.json).await;

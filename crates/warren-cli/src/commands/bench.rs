@@ -55,6 +55,7 @@ mod tests {
     fn arguments_and_the_url_are_handed_over() {
         let ctx = Ctx {
             url: Some("unix:///tmp/w.sock".into()),
+            ..Ctx::default()
         };
         let args = Args {
             args: vec!["create".into(), "-n".into(), "5".into(), "--json".into()],

@@ -32,10 +32,14 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use warren_client::Client;
 
-/// What every subcommand may need: the daemon URL from `--url` / `WARREN_URL`.
-#[derive(Debug, Clone)]
+/// What every subcommand may need: the daemon URL from `--url` / `WARREN_URL`, the token
+/// file of `--token-file` (else the client reads `WARREN_TOKEN`), the CA file of `--ca` /
+/// `WARREN_CA`.
+#[derive(Debug, Clone, Default)]
 pub struct Ctx {
     pub url: Option<String>,
+    pub token_file: Option<std::path::PathBuf>,
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl Ctx {
@@ -50,7 +54,21 @@ impl Ctx {
         if let Some(u) = &self.url {
             b = b.url(u.clone());
         }
-        b.build().context("bad daemon URL")
+        if let Some(path) = &self.token_file {
+            let token = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?;
+            let token = token.trim();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "the token file {} is empty",
+                path.display()
+            );
+            b = b.token(token);
+        }
+        if let Some(ca) = &self.ca {
+            b = b.ca_file(ca.clone());
+        }
+        b.build().context("cannot set up the client")
     }
 }
 

@@ -2,14 +2,15 @@
 //! with a JSON `invalid_request` answer (never axum's plain-text rejections).
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
-use warren_types::SandboxId;
+use warren_types::{Caller, SandboxId};
 
 use super::error::HttpError;
+use crate::manager::Manager;
 
 /// Largest JSON request body (inline stdin can be 16 MiB, JSON-escaped).
 pub const MAX_JSON_BODY: usize = 32 << 20;
@@ -130,16 +131,44 @@ pub(crate) fn pid(s: &str) -> Result<u32, HttpError> {
         .ok_or_else(|| HttpError::invalid(format!("pid must be a positive integer, got {s:?}")))
 }
 
-/// `{id}` of `/v1/sandboxes/{id}/...`, parsed.
-#[derive(Debug)]
-pub struct SandboxParam(pub SandboxId);
+/// Who is calling: the [`Caller`] the edge's authentication put into the request, or the
+/// node's administrator when nothing did (a node without `--auth`).
+#[derive(Debug, Clone)]
+pub struct Auth(pub Caller);
 
-impl<S: Send + Sync> FromRequestParts<S> for SandboxParam {
+impl<S: Send + Sync> FromRequestParts<S> for Auth {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+        Ok(Auth(caller(parts)))
+    }
+}
+
+fn caller(parts: &Parts) -> Caller {
+    parts
+        .extensions
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or_else(Caller::admin)
+}
+
+/// `{id}` of `/v1/sandboxes/{id}/...`, parsed, of a sandbox the caller may see: another
+/// tenant's sandbox is refused here, exactly like a missing one, for every route.
+#[derive(Debug)]
+pub struct SandboxParam(pub SandboxId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxParam
+where
+    Manager: FromRef<S>,
+{
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let m = Manager::from_ref(state);
         let params = path_params(parts).await?;
-        Ok(SandboxParam(sandbox_id(&param(&params, "id")?)?))
+        let id = sandbox_id(&param(&params, "id")?)?;
+        m.authorize(&caller(parts), &id)?;
+        Ok(SandboxParam(id))
     }
 }
 
@@ -147,12 +176,17 @@ impl<S: Send + Sync> FromRequestParts<S> for SandboxParam {
 #[derive(Debug)]
 pub struct ProcessParam(pub SandboxId, pub u32);
 
-impl<S: Send + Sync> FromRequestParts<S> for ProcessParam {
+impl<S: Send + Sync> FromRequestParts<S> for ProcessParam
+where
+    Manager: FromRef<S>,
+{
     type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let m = Manager::from_ref(state);
         let params = path_params(parts).await?;
         let id = sandbox_id(&param(&params, "id")?)?;
+        m.authorize(&caller(parts), &id)?;
         let pid = pid(&param(&params, "pid")?)?;
         Ok(ProcessParam(id, pid))
     }

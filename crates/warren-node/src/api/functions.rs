@@ -5,16 +5,18 @@ use axum::Json;
 use warren_types::{CallRequest, CallResult, PoolsInfo};
 
 use super::error::HttpResult;
-use super::extract::JsonBody;
+use super::extract::{Auth, JsonBody};
 use crate::functions::Functions;
 
 pub async fn call(
     State(f): State<Functions>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
-    Ok(Json(f.call(req).await.map_err(crate::NodeError::Api)?))
+    Ok(Json(f.call_as(&caller, req).await?))
 }
 
-pub async fn pools(State(f): State<Functions>) -> Json<PoolsInfo> {
-    Json(f.info())
+/// A tenant sees its own pools; admins see every pool.
+pub async fn pools(State(f): State<Functions>, Auth(caller): Auth) -> Json<PoolsInfo> {
+    Json(f.info_for(caller.scope()))
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use warren_types::{GcReport, ImageDeleted, ImageInfo};
 
 use super::error::{HttpError, HttpResult};
+use super::extract::Auth;
 use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
@@ -55,13 +56,17 @@ pub async fn get(
     Ok(Json(images.get(&r).await?))
 }
 
+/// Images are node-wide: removing one needs the admin role.
 pub async fn delete(
     State(images): State<Images>,
+    Auth(caller): Auth,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageDeleted>> {
+    caller.require_admin("deleting an image")?;
     Ok(Json(images.delete(&r).await?))
 }
 
-pub async fn gc(State(images): State<Images>) -> HttpResult<Json<GcReport>> {
+pub async fn gc(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<Json<GcReport>> {
+    caller.require_admin("collecting images")?;
     Ok(Json(images.gc().await?))
 }

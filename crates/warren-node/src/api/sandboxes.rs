@@ -11,7 +11,7 @@ use warren_types::{
 };
 
 use super::error::{HttpError, HttpResult};
-use super::extract::{JsonBody, QueryPairs, SandboxParam};
+use super::extract::{Auth, JsonBody, QueryPairs, SandboxParam};
 use crate::manager::{ListFilter, Manager};
 use crate::node::Node;
 
@@ -38,24 +38,26 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(node): State<Node>) -> Response {
-    (
+pub async fn metrics(State(node): State<Node>, Auth(caller): Auth) -> HttpResult<Response> {
+    caller.require_admin("GET /metrics")?;
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         node.render_metrics(),
     )
-        .into_response()
+        .into_response())
 }
 
 pub async fn create(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
     // Run to completion even if the client goes away: a create cut off half-way would leave
     // a sandbox stuck in `creating`.
-    let created = tokio::spawn(async move { m.create(req).await })
+    let created = tokio::spawn(async move { m.create_as(&caller, req).await })
         .await
         .map_err(|e| ApiError::internal(format!("create task: {e}")))??;
     let status = if created.created {
@@ -145,8 +147,13 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
     Ok(filter)
 }
 
-pub async fn list(State(m): State<Manager>, q: QueryPairs) -> HttpResult<Json<SandboxList>> {
-    let filter = list_filter(&q)?;
+pub async fn list(
+    State(m): State<Manager>,
+    Auth(caller): Auth,
+    q: QueryPairs,
+) -> HttpResult<Json<SandboxList>> {
+    let mut filter = list_filter(&q)?;
+    filter.tenant = caller.scope().map(str::to_string);
     let page = page(&q)?;
     Ok(Json(paginate(m.list(&filter), &page)))
 }
@@ -200,9 +207,10 @@ pub async fn resume(
 
 pub async fn fork(
     State(m): State<Manager>,
+    Auth(caller): Auth,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ForkRequest>,
 ) -> HttpResult<Response> {
-    let sandboxes = detached("fork", async move { m.fork(&id, req).await }).await?;
+    let sandboxes = detached("fork", async move { m.fork_as(&caller, &id, req).await }).await?;
     Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
 }

@@ -38,6 +38,7 @@ pub fn prepare(
         limits,
         interpreter: req.interpreter.clone(),
         preload: req.preload.clone(),
+        tenant: None,
     };
     let mut input = Vec::new();
     let mut files = Vec::with_capacity(req.files.len());
@@ -87,8 +88,20 @@ impl FunctionPools {
         defaults: &Limits,
         bounds: &LimitBounds,
     ) -> Result<CallResult, ApiError> {
+        self.call_for(None, req, defaults, bounds).await
+    }
+
+    /// A call on behalf of `tenant`, in a pool that serves only that tenant.
+    pub async fn call_for(
+        self: &Arc<Self>,
+        tenant: Option<String>,
+        req: CallRequest,
+        defaults: &Limits,
+        bounds: &LimitBounds,
+    ) -> Result<CallResult, ApiError> {
         let t0 = Instant::now();
-        let (key, spec, input) = prepare(&req, defaults, bounds)?;
+        let (mut key, spec, input) = prepare(&req, defaults, bounds)?;
+        key.tenant = tenant;
         // A container that died between two calls is replaced and the call tried once more
         // (calls are stateless: nothing of the failed attempt is left).
         let mut attempts = 0;

@@ -85,12 +85,16 @@ pub struct PoolKey {
     pub limits: Limits,
     pub interpreter: Option<String>,
     pub preload: Vec<String>,
+    /// The tenant the pool's containers serve: warm containers are never lent across
+    /// tenants.
+    pub tenant: Option<String>,
 }
 
 impl PoolKey {
     fn id(&self) -> String {
         format!(
-            "{:?}|{}|{}|{}|{}|{:?}|{:?}",
+            "{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}",
+            self.tenant,
             self.image,
             self.limits.cpus,
             self.limits.memory_mb,
@@ -109,6 +113,8 @@ pub struct Functions {
     pools: Arc<FunctionPools>,
     defaults: Limits,
     bounds: LimitBounds,
+    /// Calls in flight per tenant (`max_concurrent_calls`).
+    tenants: Arc<crate::quota::Tenants>,
 }
 
 impl std::fmt::Debug for Functions {
@@ -126,12 +132,32 @@ impl Functions {
             pools,
             defaults,
             bounds,
+            tenants: Arc::default(),
         }
     }
 
     /// `POST /v1/functions/call`.
     pub async fn call(&self, req: CallRequest) -> Result<CallResult, ApiError> {
         self.pools.call(req, &self.defaults, &self.bounds).await
+    }
+
+    /// `POST /v1/functions/call` by `caller`: in a pool of the caller's tenant, counted
+    /// against its `max_concurrent_calls` while it runs or waits.
+    pub async fn call_as(
+        &self,
+        caller: &warren_types::Caller,
+        req: CallRequest,
+    ) -> Result<CallResult, crate::NodeError> {
+        let _slot = self.tenants.call_slot(caller)?;
+        self.pools
+            .call_for(caller.tenant.clone(), req, &self.defaults, &self.bounds)
+            .await
+            .map_err(crate::NodeError::Api)
+    }
+
+    /// `GET /v1/functions/pools` for one tenant (`None`: every pool).
+    pub fn info_for(&self, tenant: Option<&str>) -> PoolsInfo {
+        self.pools.info_for(tenant)
     }
 
     /// `GET /v1/functions/pools`.
@@ -281,12 +307,18 @@ impl FunctionPools {
     }
 
     pub fn info(&self) -> PoolsInfo {
+        self.info_for(None)
+    }
+
+    /// The pools of `tenant` only (`None`: every pool).
+    pub fn info_for(&self, tenant: Option<&str>) -> PoolsInfo {
         let mut pools: Vec<_> = self
             .pools
             .lock()
             .expect("pools lock")
             .values()
             .map(|p| p.stats())
+            .filter(|p| tenant.is_none_or(|t| p.tenant.as_deref() == Some(t)))
             .collect();
         pools.sort_by(|a, b| a.image.cmp(&b.image).then(a.memory_mb.cmp(&b.memory_mb)));
         PoolsInfo {

@@ -411,6 +411,7 @@ impl Pool {
         let st = self.lock();
         PoolStats {
             image: self.key.image.clone(),
+            tenant: self.key.tenant.clone(),
             cpus: self.key.limits.cpus,
             memory_mb: self.key.limits.memory_mb,
             disk_mb: self.key.limits.disk_mb,

@@ -2,7 +2,7 @@
 //! the substrate's runtime, record `running`. A failed start leaves no record behind.
 
 use tracing::{info, warn};
-use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+use warren_types::{Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
@@ -19,12 +19,28 @@ pub struct Created {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes`.
+    /// `POST /v1/sandboxes`, as the node's administrator.
     pub async fn create(&self, req: CreateSandboxRequest) -> Result<Created, NodeError> {
+        self.create_as(&Caller::admin(), req).await
+    }
+
+    /// `POST /v1/sandboxes` by `caller`: the sandbox belongs to the caller's tenant and
+    /// counts against its quotas; idempotency keys are per tenant.
+    pub async fn create_as(
+        &self,
+        caller: &Caller,
+        req: CreateSandboxRequest,
+    ) -> Result<Created, NodeError> {
         let cfg = &self.inner.cfg;
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
         let runtime = self.runtime_for(req.substrate)?;
         self.check_network(&req.network)?;
+        let tenant = caller.tenant.clone();
+        // The table key of the idempotency key (per tenant).
+        let key = req
+            .idempotency_key
+            .as_deref()
+            .map(|k| Self::scoped_key(tenant.as_deref(), k));
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
         // start one sandbox and the node limit holds under load. The admission slot counts
@@ -32,12 +48,12 @@ impl Manager {
         let _slot;
         let sb = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
-            if let Some(key) = &req.idempotency_key {
+            if let Some(key) = &key {
                 if let Some(existing) = keys.get(key).cloned() {
                     drop(keys);
                     if existing.request != req {
                         return Err(NodeError::IdempotencyConflict {
-                            key: key.clone(),
+                            key: req.idempotency_key.clone().unwrap_or_default(),
                             id: existing.id,
                         });
                     }
@@ -48,6 +64,9 @@ impl Manager {
                     });
                 }
             }
+            self.inner
+                .tenants
+                .rate(caller, 1, std::time::Instant::now())?;
             let mut map = self.map_mut();
             _slot = self
                 .inner
@@ -59,6 +78,10 @@ impl Manager {
                     max: cfg.max_sandboxes,
                 });
             }
+            // Counted here, inserted below, under the same lock: the quota holds exactly.
+            self.inner
+                .tenants
+                .admit(caller, tenant.as_deref(), 1, &limits)?;
             let id = SandboxId::generate(&cfg.node);
             let now = now_ms();
             let info = SandboxInfo {
@@ -82,6 +105,7 @@ impl Manager {
                 last_activity_ms: now,
                 reason: None,
                 idempotency_key: req.idempotency_key.clone(),
+                tenant: tenant.clone(),
             };
             let hostname = req
                 .hostname
@@ -90,7 +114,7 @@ impl Manager {
             let log = SandboxLog::empty(&id);
             let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
             map.insert(id.clone(), sb.clone());
-            if let Some(key) = &req.idempotency_key {
+            if let Some(key) = &key {
                 keys.insert(
                     key.clone(),
                     KeyEntry {
@@ -112,7 +136,7 @@ impl Manager {
             };
             (sb.spec(&st.info), stored)
         };
-        let stored_key = req.idempotency_key.as_ref().map(|k| {
+        let stored_key = key.as_ref().map(|k| {
             (
                 k.as_str(),
                 StoredKey {
@@ -127,7 +151,7 @@ impl Manager {
             .store
             .put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v)))
         {
-            self.forget(&sb.id, req.idempotency_key.as_deref());
+            self.forget(&sb.id, key.as_deref());
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e.into());
         }
@@ -137,12 +161,8 @@ impl Manager {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
-                self.forget(&sb.id, req.idempotency_key.as_deref());
-                if let Err(se) = self
-                    .inner
-                    .store
-                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref())
-                {
+                self.forget(&sb.id, key.as_deref());
+                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key.as_deref()) {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
@@ -156,11 +176,8 @@ impl Manager {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");
             }
             self.drop_network(&sb.id).await;
-            self.forget(&sb.id, req.idempotency_key.as_deref());
-            let _ = self
-                .inner
-                .store
-                .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+            self.forget(&sb.id, key.as_deref());
+            let _ = self.inner.store.remove_sandbox(&sb.id, key.as_deref());
             Metrics::inc(&self.inner.metrics.create_errors);
             return Err(e);
         }
@@ -190,20 +207,23 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
                 self.drop_network(&sb.id).await;
-                self.forget(&sb.id, req.idempotency_key.as_deref());
-                let _ = self
-                    .inner
-                    .store
-                    .remove_sandbox(&sb.id, req.idempotency_key.as_deref());
+                self.forget(&sb.id, key.as_deref());
+                let _ = self.inner.store.remove_sandbox(&sb.id, key.as_deref());
                 Metrics::inc(&self.inner.metrics.create_errors);
                 Err(e)
             }
         }
     }
 
-    /// Drops a sandbox (and its key) from memory only.
+    /// Drops a sandbox (and its key) from memory only; its quota usage is given back.
     pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
-        self.map_mut().remove(id);
+        let removed = self.map_mut().remove(id);
+        if let Some(sb) = removed {
+            let st = sb.lock();
+            self.inner
+                .tenants
+                .release(st.info.tenant.as_deref(), &st.info.limits);
+        }
         if let Some(k) = key {
             let mut keys = self.inner.keys.lock().expect("keys lock");
             if keys.get(k).is_some_and(|e| &e.id == id) {

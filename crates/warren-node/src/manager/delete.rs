@@ -23,7 +23,7 @@ impl Manager {
     pub(crate) async fn end(&self, sb: &Arc<Sandbox>, why: &str) -> Result<(), NodeError> {
         // Not in the middle of a pause, resume or fork.
         let _lifecycle = sb.lifecycle.lock().await;
-        let (instance, record, key) = {
+        let (instance, record, key, tenant) = {
             let mut st = sb.lock();
             if st.info.state == SandboxState::Creating {
                 return Err(NodeError::NotRunning {
@@ -40,7 +40,11 @@ impl Manager {
             (
                 st.instance.take(),
                 st.record.clone(),
-                st.info.idempotency_key.clone(),
+                st.info
+                    .idempotency_key
+                    .as_deref()
+                    .map(|k| Manager::scoped_key(st.info.tenant.as_deref(), k)),
+                st.info.tenant.clone(),
             )
         };
         let destroyed = match &instance {
@@ -67,7 +71,7 @@ impl Manager {
         }
         self.drop_network(&sb.id).await;
         self.forget(&sb.id, key.as_deref());
-        self.remember_deleted(&sb.id, why);
+        self.remember_deleted(&sb.id, why, tenant);
         self.inner.store.remove_sandbox(&sb.id, key.as_deref())?;
         info!(sandbox = %sb.id, why, "sandbox deleted");
         Ok(())

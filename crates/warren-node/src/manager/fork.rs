@@ -8,7 +8,7 @@
 use futures::future::join_all;
 use std::sync::Arc;
 use tracing::{info, warn};
-use warren_types::{ForkRequest, SandboxId, SandboxInfo, SandboxState, TrajectoryCall};
+use warren_types::{Caller, ForkRequest, SandboxId, SandboxInfo, SandboxState, TrajectoryCall};
 
 use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
@@ -53,7 +53,19 @@ impl Manager {
         id: &SandboxId,
         req: ForkRequest,
     ) -> Result<Vec<SandboxInfo>, NodeError> {
+        self.fork_as(&Caller::admin(), id, req).await
+    }
+
+    /// A fork by `caller`: the children belong to the parent's tenant and count against its
+    /// quotas (checked when the caller is that tenant).
+    pub async fn fork_as(
+        &self,
+        caller: &Caller,
+        id: &SandboxId,
+        req: ForkRequest,
+    ) -> Result<Vec<SandboxInfo>, NodeError> {
         req.validate()?;
+        self.authorize(caller, id)?;
         let parent = self.lookup(id)?;
         let _busy = ActivityGuard::new(parent.clone());
         // No pause, resume or delete of the parent meanwhile.
@@ -78,6 +90,9 @@ impl Manager {
             }
         };
         let parent_seq = parent.log.last_seq();
+        self.inner
+            .tenants
+            .rate(caller, req.n, std::time::Instant::now())?;
 
         let cfg = &self.inner.cfg;
         let children: Vec<Arc<Sandbox>> = {
@@ -87,6 +102,12 @@ impl Manager {
                     max: cfg.max_sandboxes,
                 });
             }
+            self.inner.tenants.admit(
+                caller,
+                pinfo.tenant.as_deref(),
+                u64::from(req.n),
+                &pinfo.limits,
+            )?;
             let now = now_ms();
             (0..req.n)
                 .map(|_| {

@@ -29,13 +29,15 @@ mod tests;
 mod tests_pause;
 #[cfg(test)]
 mod tests_steps;
+#[cfg(test)]
+mod tests_tenants;
 mod trajectory;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use warren_runtime::{Instance, Runtime, SandboxSpec};
-use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate};
+use warren_types::{Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate};
 
 use crate::config::NodeConfig;
 use crate::error::NodeError;
@@ -61,11 +63,17 @@ pub struct ListFilter {
     /// Every pair must be present on the sandbox.
     pub labels: BTreeMap<String, String>,
     pub state: Option<SandboxState>,
+    /// Only sandboxes of this tenant (a non-admin caller's own).
+    pub tenant: Option<String>,
 }
 
 impl ListFilter {
     fn matches(&self, info: &SandboxInfo) -> bool {
         self.state.is_none_or(|s| s == info.state)
+            && self
+                .tenant
+                .as_deref()
+                .is_none_or(|t| info.tenant.as_deref() == Some(t))
             && self
                 .labels
                 .iter()
@@ -180,7 +188,10 @@ pub(crate) struct Inner {
     store: Store,
     sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
     keys: Mutex<HashMap<String, KeyEntry>>,
-    tombstones: Mutex<VecDeque<(SandboxId, String)>>,
+    /// (id, why it went, its tenant) of recently deleted sandboxes.
+    tombstones: Mutex<VecDeque<(SandboxId, String, Option<String>)>>,
+    /// Quota usage per tenant.
+    tenants: Arc<crate::quota::Tenants>,
     metrics: Metrics,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
@@ -218,6 +229,7 @@ impl Manager {
                 sandboxes: RwLock::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
                 tombstones: Mutex::new(VecDeque::new()),
+                tenants: Arc::default(),
                 metrics: Metrics::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
@@ -314,8 +326,35 @@ impl Manager {
             .expect("tombstones lock")
             .iter()
             .rev()
-            .find(|(t, _)| t == id)
-            .map(|(_, w)| w.clone());
+            .find(|(t, _, _)| t == id)
+            .map(|(_, w, _)| w.clone());
+        Err(NodeError::SandboxNotFound {
+            id: id.clone(),
+            why,
+        })
+    }
+
+    /// Whether `caller` may see and touch sandbox `id`. Another tenant's sandbox answers
+    /// exactly like a missing one (same code, same message), so ids of other tenants cannot
+    /// be probed.
+    pub fn authorize(&self, caller: &Caller, id: &SandboxId) -> Result<(), NodeError> {
+        if caller.is_admin() {
+            return Ok(());
+        }
+        let owner = self.map().get(id).map(|sb| sb.lock().info.tenant.clone());
+        let why = match owner {
+            Some(owner) if caller.sees(owner.as_deref()) => return Ok(()),
+            Some(_) => None,
+            None => self
+                .inner
+                .tombstones
+                .lock()
+                .expect("tombstones lock")
+                .iter()
+                .rev()
+                .find(|(t, _, owner)| t == id && caller.sees(owner.as_deref()))
+                .map(|(_, w, _)| w.clone()),
+        };
         Err(NodeError::SandboxNotFound {
             id: id.clone(),
             why,
@@ -428,11 +467,24 @@ impl Manager {
         self.inner.metrics.render(&self.count_by_state())
     }
 
-    fn remember_deleted(&self, id: &SandboxId, why: &str) {
+    fn remember_deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
         let mut t = self.inner.tombstones.lock().expect("tombstones lock");
         if t.len() >= TOMBSTONES {
             t.pop_front();
         }
-        t.push_back((id.clone(), why.to_string()));
+        t.push_back((id.clone(), why.to_string(), tenant));
+    }
+
+    /// (sandboxes, memory MiB, CPUs, function calls) counted against `tenant`'s quotas.
+    pub fn tenant_usage(&self, tenant: &str) -> (u64, u64, f64, u64) {
+        self.inner.tenants.usage(tenant)
+    }
+
+    /// The idempotency-key table's key: keys are per tenant (NUL is refused in keys).
+    pub(crate) fn scoped_key(tenant: Option<&str>, key: &str) -> String {
+        match tenant {
+            None => key.to_string(),
+            Some(t) => format!("{t}\0{key}"),
+        }
     }
 }

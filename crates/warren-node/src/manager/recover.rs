@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use tracing::{info, warn};
-use warren_types::{SandboxId, SandboxState};
+use warren_types::{Caller, SandboxId, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
@@ -176,7 +176,18 @@ impl Manager {
             }
             report.failed.push((id.clone(), reason));
         }
-        self.map_mut().insert(id, sb);
+        let mut map = self.map_mut();
+        {
+            // Counted against its tenant's quotas again (never refused: it exists).
+            let st = sb.lock();
+            self.inner.tenants.admit(
+                &Caller::admin(),
+                st.info.tenant.as_deref(),
+                1,
+                &st.info.limits,
+            )?;
+        }
+        map.insert(id, sb);
         Ok(())
     }
 }

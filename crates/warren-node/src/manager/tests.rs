@@ -177,6 +177,7 @@ async fn list_filters_by_every_label_and_state() {
     let f = |l: &[(&str, &str)], state| ListFilter {
         labels: labels(l),
         state,
+        tenant: None,
     };
     assert_eq!(m.list(&f(&[], None)).len(), 3);
     assert_eq!(m.list(&f(&[("run", "a")], None)).len(), 2);
