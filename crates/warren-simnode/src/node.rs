@@ -138,6 +138,7 @@ impl SimNode {
                 last_activity_ms: now_ms(),
                 reason: None,
                 idempotency_key: req.idempotency_key.clone(),
+                tenant: None,
             };
             t.sandboxes.insert(ulid.clone(), info);
             self.starting.fetch_add(1, Ordering::SeqCst);
