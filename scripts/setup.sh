@@ -39,6 +39,7 @@ PACKAGES=(
     apparmor                            # apparmor_parser checks the generated profile
     etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
     protobuf-compiler libprotobuf-dev   # protoc and its well-known types for the etcd-client crate
+    systemd                             # systemd-analyze verifies the units in deploy/systemd
 )
 # Ubuntu's debootstrap needs Debian's archive keys for the default image (Debian bookworm).
 if [[ "$OS_ID" == ubuntu ]]; then

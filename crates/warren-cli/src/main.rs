@@ -26,8 +26,8 @@ Exit status:
 #[derive(Debug, Parser)]
 #[command(name = "warren", version, propagate_version = true, after_help = EXIT_HELP)]
 struct Cli {
-    /// The daemon: unix:///path/to.sock, http://host:port or https://host:port
-    /// [default: unix:///run/warren/warren.sock]
+    /// The daemon or gateway: unix:///path/to.sock, http://host:port or https://host:port, or
+    /// several comma-separated (calls fail over between them) [default: unix:///run/warren/warren.sock]
     #[arg(long, global = true, env = "WARREN_URL")]
     url: Option<String>,
 
@@ -88,6 +88,8 @@ enum Command {
     Extend(commands::extend::Args),
     /// Print a shell completion script: `warren completion bash > /etc/bash_completion.d/warren`.
     Completion(commands::completion::Args),
+    /// Show the nodes of a cluster (needs a gateway URL); drain or undrain a node.
+    Cluster(commands::cluster::Args),
 }
 
 async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
@@ -115,6 +117,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Completion(a) => {
             commands::completion::run(a, &mut <Cli as clap::CommandFactory>::command())
         }
+        Command::Cluster(a) => commands::cluster::run(&ctx, a).await,
     }
 }
 
@@ -309,5 +312,14 @@ mod tests {
         assert!(Cli::try_parse_from(["warren", "pause"]).is_err());
         assert!(Cli::try_parse_from(["warren", "pause", "n1-x", "n1-y"]).is_ok());
         assert!(Cli::try_parse_from(["warren", "trajectory", "n1-x", "--from-seq", "4"]).is_ok());
+        let cli = Cli::try_parse_from(["warren", "cluster", "drain", "n7"]).unwrap();
+        let Command::Cluster(a) = cli.command else {
+            panic!("not cluster")
+        };
+        assert!(
+            matches!(a.action, Some(commands::cluster::Action::Drain { node }) if node == "n7")
+        );
+        assert!(Cli::try_parse_from(["warren", "cluster", "--json"]).is_ok());
+        assert!(Cli::try_parse_from(["warren", "cluster", "undrain"]).is_err());
     }
 }

@@ -28,6 +28,7 @@
 //! answers come back as [`ClientError::Api`] with a stable [`ErrorCode`].
 
 mod client;
+mod cluster;
 mod dirs;
 mod error;
 mod exec;

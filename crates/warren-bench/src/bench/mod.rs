@@ -19,11 +19,14 @@
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
 //! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
+//! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm` and `tls` are not part of `all`: they start their own daemons (see `vm.rs`, `tls.rs`).
+//! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
+//! `tls.rs`, `cluster/mod.rs`).
 
 mod baselines;
 mod call;
+mod cluster;
 mod hostile;
 mod images;
 mod images_gen;
@@ -65,6 +68,9 @@ pub enum Which {
     /// What a hostile sandbox costs the node: output floods against the trajectory budget,
     /// a huge directory paged through (not part of `all`)
     Hostile,
+    /// A cluster on loopback: etcd, gateways, simulated nodes and one real node (own
+    /// processes; not in `all`)
+    Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
 }
@@ -100,6 +106,8 @@ pub struct Args {
     /// hostile: files made in the listed directory
     #[arg(long, default_value_t = 100_000)]
     pub files: usize,
+    #[command(flatten)]
+    pub cluster: cluster::ClusterArgs,
 }
 
 /// One target and whether it was met.
@@ -481,6 +489,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     }
     if args.which == Which::Images {
         return images::run(&args.images, args.json).await;
+    }
+    if args.which == Which::Cluster {
+        return cluster::run(&args.cluster, args.json).await;
     }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod call;
+pub mod cluster;
 pub mod completion;
 pub mod cp;
 pub mod create;

@@ -66,9 +66,7 @@ impl Manager {
         let _slot;
         let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
             let mut keys = self.inner.keys.lock().expect("keys lock");
-            let existing = key
-                .as_ref()
-                .and_then(|k| keys.get(k).cloned());
+            let existing = key.as_ref().and_then(|k| keys.get(k).cloned());
             if let Some(existing) = existing {
                 drop(keys);
                 if existing.request != req {
