@@ -3,10 +3,11 @@
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde::Serialize;
 use warren_types::{
-    ClusterInfo, ErrorCode, NodeId, NodeState, NodeSummary, NodeSummaryRecord, Substrate,
+    Caller, ClusterInfo, ErrorCode, NodeId, NodeState, NodeSummary, NodeSummaryRecord, Substrate,
 };
 
 use crate::error::{GatewayError, GatewayResult};
@@ -72,7 +73,16 @@ pub async fn health(State(gw): State<Gateway>) -> Json<Health> {
     })
 }
 
-pub async fn metrics(State(gw): State<Gateway>) -> Response {
+/// The caller the edge authenticated; without an edge layer (tests), the administrator.
+fn caller(c: Option<Extension<Caller>>) -> Caller {
+    c.map(|Extension(c)| c).unwrap_or_else(Caller::admin)
+}
+
+pub async fn metrics(
+    State(gw): State<Gateway>,
+    who: Option<Extension<Caller>>,
+) -> GatewayResult<Response> {
+    caller(who).require_admin("GET /metrics")?;
     let v = gw.view().snapshot();
     let mut counts = [("ready", 0u64), ("draining", 0), ("lost", 0)];
     for id in v.members.keys() {
@@ -83,14 +93,14 @@ pub async fn metrics(State(gw): State<Gateway>) -> Response {
         };
         counts[i].1 += 1;
     }
-    (
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         gw.inner.metrics.render(&counts),
     )
-        .into_response()
+        .into_response())
 }
 
 fn summaries(gw: &Gateway) -> ClusterInfo {
@@ -146,15 +156,19 @@ async fn set_drain(gw: &Gateway, raw: &str, drained: bool) -> GatewayResult<Json
 /// the ones it has). Stored in etcd: every gateway sees it, and it outlives restarts.
 pub async fn drain(
     State(gw): State<Gateway>,
+    who: Option<Extension<Caller>>,
     Path(id): Path<String>,
 ) -> GatewayResult<Json<NodeSummary>> {
+    caller(who).require_admin("draining a node")?;
     set_drain(&gw, &id, true).await
 }
 
 /// `POST /v1/cluster/nodes/{id}/undrain`.
 pub async fn undrain(
     State(gw): State<Gateway>,
+    who: Option<Extension<Caller>>,
     Path(id): Path<String>,
 ) -> GatewayResult<Json<NodeSummary>> {
+    caller(who).require_admin("undraining a node")?;
     set_drain(&gw, &id, false).await
 }

@@ -14,8 +14,11 @@
 //! unschedulable` saying what excluded how many nodes. A caller never gets another sandbox
 //! under an id: sandboxes never move between nodes.
 //!
-//! [`Gateway::router`] is an axum `Router`; the binary serves it on a listener it is handed,
-//! so an edge layer (TLS, authentication) wraps it without touching the routes.
+//! [`Gateway::router`] is an axum `Router`; the binary serves it behind [`warren_edge`]
+//! (TLS, tokens, throttling of bad tokens), exactly like `warrend`. The gateway checks a
+//! token before it forwards and passes it on: nodes, which share the auth file, decide what
+//! the tenant may see. The gateway's own routes need a token too; drain and undrain and
+//! `/metrics` need the admin role.
 
 pub mod bench;
 mod cluster;
@@ -47,6 +50,8 @@ pub struct GatewayConfig {
     pub fanout_timeout: Duration,
     /// This gateway's name (in `/v1/health`).
     pub name: String,
+    /// TLS toward `https://` nodes (roots, client certificate); `None`: the system's roots.
+    pub node_tls: Option<rustls::ClientConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -56,6 +61,7 @@ impl Default for GatewayConfig {
             max_attempts: 4,
             fanout_timeout: Duration::from_secs(10),
             name: "gateway".into(),
+            node_tls: None,
         }
     }
 }
@@ -79,9 +85,9 @@ impl Gateway {
     pub fn new(cfg: GatewayConfig, view: ClusterView) -> Self {
         Gateway {
             inner: Arc::new(Inner {
+                proxy: proxy::Proxy::with_tls(cfg.node_tls.clone()),
                 cfg,
                 view,
-                proxy: proxy::Proxy::new(),
                 in_flight: InFlight::default(),
                 metrics: metrics::Metrics::default(),
             }),

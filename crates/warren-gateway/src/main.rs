@@ -1,10 +1,14 @@
 //! `warren-gateway`: the stateless cluster gateway. Serves the node API on `--listen` over
-//! the nodes registered in the etcd at `--etcd`.
+//! the nodes registered in the etcd at `--etcd`, behind the same edge as `warrend`: TLS
+//! (`--tls-cert`, `--tls-key`; plain HTTP on loopback only), tokens (`--auth`, re-read on
+//! SIGHUP). Toward `https://` nodes it trusts `--node-ca` and presents `--node-cert`.
 //!
 //! `warren-gateway bench overhead --node URL --gateway URL` measures the gateway's cost on
 //! `exec true` against calling the node directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -38,6 +42,17 @@ struct Args {
     /// This gateway's name in `/v1/health`.
     #[arg(long, default_value = "gateway")]
     name: String,
+    /// CA (PEM) that signs the certificates of `https://` nodes [default: the system's roots].
+    #[arg(long, value_name = "FILE")]
+    node_ca: Option<PathBuf>,
+    /// Certificate chain (PEM) presented to nodes that require client certificates.
+    #[arg(long, value_name = "FILE", requires = "node_key")]
+    node_cert: Option<PathBuf>,
+    /// Private key (PEM) of --node-cert.
+    #[arg(long, value_name = "FILE", requires = "node_cert")]
+    node_key: Option<PathBuf>,
+    #[command(flatten)]
+    edge: warren_edge::EdgeArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -93,12 +108,21 @@ fn main() -> Result<()> {
 async fn serve(args: Args) -> Result<()> {
     let endpoints = parse_endpoints(&args.etcd);
     anyhow::ensure!(!endpoints.is_empty(), "--etcd names no endpoint");
+    let edge = Arc::new(warren_edge::Edge::from_args(&args.edge)?);
+    let node_tls = match (&args.node_ca, &args.node_cert, &args.node_key) {
+        (None, None, None) => None,
+        (ca, cert, key) => Some(
+            warren_client::client_config(ca.as_deref(), cert.as_deref().zip(key.as_deref()))
+                .context("TLS toward the nodes (--node-ca, --node-cert, --node-key)")?,
+        ),
+    };
     let view = ClusterView::start(endpoints.clone(), Keys::new(&args.etcd_prefix));
     let gw = Gateway::new(
         GatewayConfig {
             k: args.placement_k.max(1),
             max_attempts: args.max_attempts.max(1),
             name: args.name.clone(),
+            node_tls,
             ..GatewayConfig::default()
         },
         view.clone(),
@@ -107,14 +131,11 @@ async fn serve(args: Args) -> Result<()> {
     if !view.wait_for(Duration::from_secs(2), |v| v.connected).await {
         tracing::warn!(etcd = ?endpoints, "etcd not reachable yet; serving and retrying");
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    info!(listen = %args.listen, etcd = ?endpoints, "gateway serving");
-    axum::serve(listener, gw.router())
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("serving")?;
+    let listener = edge.bind_tcp(args.listen).await?;
+    let _reloader = edge.reload_on_sighup();
+    info!(listen = %args.listen, etcd = ?endpoints, tokens = edge.authenticator().enabled(), "gateway serving");
+    edge.serve_tcp(listener, edge.protect(gw.router()), shutdown())
+        .await;
     info!("gateway stopped");
     Ok(())
 }

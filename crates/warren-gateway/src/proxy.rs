@@ -4,11 +4,17 @@
 //! A node that cannot be connected to answers at once: a refused connection fails in
 //! microseconds, an unanswered one after a short connect timeout. Headers pass unchanged
 //! (the caller's `Authorization` included: nodes authorize), except hop-by-hop ones.
+//!
+//! Nodes are reached at the address they advertise: `http://` (loopback or a trusted
+//! network) or `https://`, where the gateway checks the node's certificate against
+//! `--node-ca` and presents its own (`--node-cert`, `--node-key`) to nodes that require
+//! client certificates.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -44,12 +50,29 @@ impl ForwardError {
 /// The pooled client the gateway forwards through. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
 }
 
 impl Default for Proxy {
     fn default() -> Self {
         Proxy::new()
+    }
+}
+
+/// A TLS configuration trusting the system's roots, presenting no certificate.
+fn system_roots() -> rustls::ClientConfig {
+    match warren_client::client_config(None, None) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "no system TLS roots: https nodes need --node-ca");
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+        }
     }
 }
 
@@ -92,15 +115,29 @@ fn is_upgrade(h: &HeaderMap) -> bool {
 }
 
 impl Proxy {
+    /// A proxy reaching `https://` nodes with the system's roots and no client certificate.
     pub fn new() -> Self {
+        Proxy::with_tls(None)
+    }
+
+    /// A proxy reaching `https://` nodes with `tls` (its roots, its client certificate);
+    /// `None`: the system's roots.
+    pub fn with_tls(tls: Option<rustls::ClientConfig>) -> Self {
         let mut http = HttpConnector::new();
+        http.enforce_http(false);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         http.set_nodelay(true);
         http.set_keepalive(Some(Duration::from_secs(30)));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(512)
-            .build(http);
+            .build(
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls.unwrap_or_else(system_roots))
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(http),
+            );
         Proxy { client }
     }
 

@@ -7,7 +7,10 @@
 
 #[path = "../../../crates/warren-tests/tests/common/mod.rs"]
 mod common;
+#[path = "../../../crates/warren-tests/tests/common/etcd.rs"]
+mod etcd;
 
+mod gateway;
 mod quotas;
 mod tenants;
 mod tls;

@@ -15,13 +15,13 @@ use crate::common::{bin_dir, image_store, should_skip, Daemon};
 use crate::{auth_file, free_port, TOKEN_A};
 
 /// A CA: its certificate (PEM) and what signs with it.
-struct Ca {
+pub(crate) struct Ca {
     cert: rcgen::Certificate,
     key: KeyPair,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -38,7 +38,7 @@ impl Ca {
     }
 
     /// Writes `<name>.pem` and `<name>.key` signed by this CA into `dir`.
-    fn issue(&self, dir: &Path, name: &str, server: bool) -> (PathBuf, PathBuf) {
+    pub(crate) fn issue(&self, dir: &Path, name: &str, server: bool) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.distinguished_name.push(DnType::CommonName, name);
@@ -61,7 +61,7 @@ impl Ca {
         (c, k)
     }
 
-    fn write(&self, dir: &Path, name: &str) -> PathBuf {
+    pub(crate) fn write(&self, dir: &Path, name: &str) -> PathBuf {
         let p = dir.join(format!("{name}.pem"));
         std::fs::write(&p, self.cert.pem()).unwrap();
         p
