@@ -26,6 +26,17 @@ impl Client {
         self.mark(node, "undrain").await
     }
 
+    /// `DELETE /v1/cluster/nodes/{id}`: forgets a lost node; its sandboxes become unknown
+    /// instead of lost. A registered node is refused (`409 conflict`).
+    pub async fn forget_node(&self, node: &str) -> Result<(), ClientError> {
+        let path = format!("/v1/cluster/nodes/{}", seg(node));
+        let (body, ct) = (crate::client::empty_body(), None);
+        self.send_as(Retry::Idempotent, Method::DELETE, &path, body, ct)
+            .await?
+            .drain()
+            .await
+    }
+
     async fn mark(&self, node: &str, what: &str) -> Result<(), ClientError> {
         let path = format!("/v1/cluster/nodes/{}/{what}", seg(node));
         let (body, ct) = (crate::client::empty_body(), None);

@@ -1,6 +1,8 @@
 //! The key layout in etcd. Everything lives under one root (default `/warren`):
 //! `<root>/nodes/<id>` (a node's [`warren_types::NodeRecord`], under its lease) and
-//! `<root>/drain/<id>` (present while the node is drained; no lease: drain outlives restarts).
+//! `<root>/drain/<id>` (present while the node is drained; no lease: drain outlives restarts)
+//! and `<root>/known/<id>` (the record a node registered with, no lease: a gateway started
+//! after the node was lost still knows its sandboxes are lost, not unknown).
 //! There are no per-sandbox keys: etcd is never on the create or exec path.
 
 use warren_types::NodeId;
@@ -22,6 +24,7 @@ impl Default for Keys {
 pub enum KeyKind {
     Node(NodeId),
     Drain(NodeId),
+    Known(NodeId),
 }
 
 impl Keys {
@@ -45,6 +48,10 @@ impl Keys {
         format!("{}/drain/{id}", self.root)
     }
 
+    pub fn known(&self, id: &NodeId) -> String {
+        format!("{}/known/{id}", self.root)
+    }
+
     /// What `key` names, or `None` for keys of no interest.
     pub fn parse(&self, key: &[u8]) -> Option<KeyKind> {
         let key = std::str::from_utf8(key).ok()?;
@@ -54,6 +61,7 @@ impl Keys {
         match kind {
             "nodes" => Some(KeyKind::Node(id)),
             "drain" => Some(KeyKind::Drain(id)),
+            "known" => Some(KeyKind::Known(id)),
             _ => None,
         }
     }
@@ -72,7 +80,11 @@ mod tests {
             k.parse(k.node(&id).as_bytes()),
             Some(KeyKind::Node(id.clone()))
         );
-        assert_eq!(k.parse(k.drain(&id).as_bytes()), Some(KeyKind::Drain(id)));
+        assert_eq!(
+            k.parse(k.drain(&id).as_bytes()),
+            Some(KeyKind::Drain(id.clone()))
+        );
+        assert_eq!(k.parse(k.known(&id).as_bytes()), Some(KeyKind::Known(id)));
         assert_eq!(k.parse(b"/w/nodes/BAD"), None);
         assert_eq!(k.parse(b"/w/other/n1"), None);
         assert_eq!(k.parse(b"/x/nodes/n1"), None);

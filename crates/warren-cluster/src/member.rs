@@ -284,9 +284,12 @@ async fn register(client: &Client, cfg: &MemberConfig, record: &NodeRecord) -> R
             Some(PutOptions::new().with_lease(lease)),
         )
     };
+    // The `known` key (no lease) outlives the registration: gateways started later still
+    // answer `sandbox_lost` for this node's sandboxes.
+    let known = || TxnOp::put(cfg.keys.known(&record.id), encode(record), None);
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([put()])
+        .and_then([put(), known()])
         .or_else([TxnOp::get(key.clone(), None)]);
     let resp = bounded("register", c.txn(txn)).await?;
     if resp.succeeded() {
@@ -315,7 +318,7 @@ async fn register(client: &Client, cfg: &MemberConfig, record: &NodeRecord) -> R
                 CompareOp::Equal,
                 kv.mod_revision(),
             )])
-            .and_then([put()]);
+            .and_then([put(), known()]);
         if bounded("re-register", c.txn(txn)).await?.succeeded() {
             return Ok(lease);
         }

@@ -74,6 +74,18 @@ impl View {
             Some(KeyKind::Drain(id)) => {
                 self.drained.insert(id);
             }
+            Some(KeyKind::Known(id)) => {
+                // A node registered once: lost until its own key shows (never overrides it).
+                if let (std::collections::btree_map::Entry::Vacant(e), Some(record)) =
+                    (self.members.entry(id.clone()), decode(&id, kv.value()))
+                {
+                    e.insert(Member {
+                        record,
+                        lost: true,
+                        mod_revision: kv.mod_revision(),
+                    });
+                }
+            }
             None => {}
         }
     }
@@ -92,6 +104,11 @@ impl View {
             Some(KeyKind::Drain(id)) => {
                 self.drained.remove(&id);
             }
+            // Forgotten: a lost node leaves the view (its sandboxes become unknown).
+            Some(KeyKind::Known(id)) if self.members.get(&id).is_some_and(|m| m.lost) => {
+                self.members.remove(&id);
+            }
+            Some(KeyKind::Known(_)) => {}
             None => {}
         }
     }
@@ -216,19 +233,40 @@ impl ClusterView {
         &self.shared.endpoints
     }
 
+    /// Forgets node `id` (see [`crate::drain::forget`]), then waits (up to 2 s) for the view
+    /// to drop it. False when the node is registered.
+    pub async fn forget(&self, id: &NodeId) -> crate::Result<bool> {
+        let client = self.writer().await?;
+        match crate::drain::forget(&client, &self.shared.keys, id).await {
+            Ok(true) => {
+                self.wait_for(Duration::from_secs(2), |v| !v.members.contains_key(id))
+                    .await;
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                *self.shared.writer.lock().await = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The client that writes (connected on first use).
+    async fn writer(&self) -> crate::Result<etcd_client::Client> {
+        let mut w = self.shared.writer.lock().await;
+        match &*w {
+            Some(c) => Ok(c.clone()),
+            None => {
+                let c = connect(&self.shared.endpoints).await?;
+                *w = Some(c.clone());
+                Ok(c)
+            }
+        }
+    }
+
     /// Marks node `id` drained or not in etcd, then waits (up to 2 s) for the view to show it.
     pub async fn set_drain(&self, id: &NodeId, drained: bool) -> crate::Result<()> {
-        let client = {
-            let mut w = self.shared.writer.lock().await;
-            match &*w {
-                Some(c) => c.clone(),
-                None => {
-                    let c = connect(&self.shared.endpoints).await?;
-                    *w = Some(c.clone());
-                    c
-                }
-            }
-        };
+        let client = self.writer().await?;
         if let Err(e) = crate::drain::set_drain(&client, &self.shared.keys, id, drained).await {
             *self.shared.writer.lock().await = None;
             return Err(e);

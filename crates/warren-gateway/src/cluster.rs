@@ -172,3 +172,32 @@ pub async fn undrain(
     caller(who).require_admin("undraining a node")?;
     set_drain(&gw, &id, false).await
 }
+
+/// `DELETE /v1/cluster/nodes/{id}`: forgets a lost node (admin). Its sandboxes stop being
+/// `sandbox_lost` and become unknown (404); a registered node is refused with `409`.
+pub async fn forget(
+    State(gw): State<Gateway>,
+    who: Option<Extension<Caller>>,
+    Path(raw): Path<String>,
+) -> GatewayResult<axum::http::StatusCode> {
+    caller(who).require_admin("forgetting a node")?;
+    let id: NodeId = raw
+        .parse()
+        .map_err(|e: warren_types::id::IdError| GatewayError::invalid(e.to_string()))?;
+    if !gw.view().snapshot().members.contains_key(&id) {
+        return Err(GatewayError::new(
+            ErrorCode::NotFound,
+            format!("node {id} is not known to the cluster"),
+        ));
+    }
+    let forgotten = gw.view().forget(&id).await.map_err(|e| {
+        GatewayError::new(ErrorCode::Busy, format!("cannot forget in etcd: {e}")).retry_after(1)
+    })?;
+    if !forgotten {
+        return Err(GatewayError::new(
+            ErrorCode::Conflict,
+            format!("node {id} is registered; stop it (or let its lease expire) first"),
+        ));
+    }
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}

@@ -51,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/cluster"),
     ("POST", "/v1/cluster/nodes/{id}/drain"),
     ("POST", "/v1/cluster/nodes/{id}/undrain"),
+    ("DELETE", "/v1/cluster/nodes/{id}"),
 ];
 
 struct Routes {
@@ -122,6 +123,7 @@ pub fn router(gw: Gateway) -> Router {
     .add("GET", "/v1/cluster", cluster::info)
     .add("POST", "/v1/cluster/nodes/{id}/drain", cluster::drain)
     .add("POST", "/v1/cluster/nodes/{id}/undrain", cluster::undrain)
+    .add("DELETE", "/v1/cluster/nodes/{id}", cluster::forget)
     .finish()
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)

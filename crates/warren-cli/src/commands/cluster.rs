@@ -22,6 +22,8 @@ pub enum Action {
     Drain { node: String },
     /// Let NODE take new sandboxes again.
     Undrain { node: String },
+    /// Forget a lost NODE: its sandboxes are then unknown (404) instead of lost (410).
+    Forget { node: String },
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
@@ -35,6 +37,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         Some(Action::Undrain { node }) => {
             client.undrain(&node).await.map_err(not_a_gateway)?;
             println!("{node} ready");
+            Ok(0)
+        }
+        Some(Action::Forget { node }) => {
+            client.forget_node(&node).await.map_err(not_a_gateway)?;
+            println!("{node} forgotten");
             Ok(0)
         }
         None => {

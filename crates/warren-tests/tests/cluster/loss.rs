@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use warren_client::{CreateSandboxRequest, ExecRequest};
 use warren_types::NodeState;
 
-use crate::harness::{http, Cluster};
+use crate::harness::{http, Cluster, GatewayProc};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_fails_fast_then_lost_then_returns() {
@@ -83,6 +83,37 @@ async fn killed_node_fails_fast_then_lost_then_returns() {
         assert_ne!(c.owner(&sb.id), victim, "placed on the lost node");
         ids.push(sb.id);
     }
+
+    // A gateway started after the loss knows the node too: 410, not 404.
+    let late = GatewayProc::start(&c.etcd.endpoints()).await;
+    let (status, body) = http(late.port, "GET", &format!("/v1/sandboxes/{id}"), "").await;
+    assert_eq!(status, 410, "a gateway started later: {body}");
+    assert_eq!(
+        late.node_state(&c.nodes[victim].node).await,
+        Some(NodeState::Lost)
+    );
+    // Forgotten, its sandboxes are unknown everywhere; a registered node is never forgotten.
+    let live = c.nodes[(victim + 1) % 3].node.clone();
+    assert_eq!(
+        c.gw(0).forget_node(&live).await.unwrap_err().code(),
+        Some(warren_client::ErrorCode::Conflict)
+    );
+    c.gw(0).forget_node(&c.nodes[victim].node).await.unwrap();
+    for port in [late.port, c.gateways[1].port] {
+        let started = Instant::now();
+        loop {
+            let (status, body) = http(port, "GET", &format!("/v1/sandboxes/{id}"), "").await;
+            if status == 404 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "still {status} after forget: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    drop(late);
 
     // The node comes back with the same id: it re-adopts its sandboxes and registers again.
     c.nodes[victim].spawn().await;
