@@ -38,6 +38,15 @@ pub(crate) fn check_kernel_fs(path: &str, f: &File) -> Result<(), Event> {
     Ok(())
 }
 
+/// True when `path` is on /proc or /sys (a walk does not descend there).
+pub(crate) fn is_kernel_fs(path: &std::path::Path) -> bool {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+        .is_ok_and(|f| check_kernel_fs("", &f).is_err())
+}
+
 fn open_regular(path: &str, opts: &mut OpenOptions) -> Result<File, Event> {
     let f = opts
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)

@@ -167,7 +167,10 @@ pub async fn read(path: &str, window: u32, id: u32, inbox: Inbox, out: &Out) -> 
             continue; // gone meanwhile
         };
         let ft = md.file_type();
-        let sent = if ft.is_dir() {
+        let sent = if ft.is_dir() && crate::files::is_kernel_fs(&p) {
+            // /proc and /sys (mounted inside the tree) are not files: not copied.
+            Ok(())
+        } else if ft.is_dir() {
             let mut kids = children(&p, &name);
             kids.reverse();
             todo.extend(kids);

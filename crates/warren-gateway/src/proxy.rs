@@ -123,6 +123,9 @@ impl Proxy {
     /// A proxy reaching `https://` nodes with `tls` (its roots, its client certificate);
     /// `None`: the system's roots.
     pub fn with_tls(tls: Option<rustls::ClientConfig>) -> Self {
+        let mut tls = tls.unwrap_or_else(system_roots);
+        // The connector sets ALPN itself (HTTP/1.1).
+        tls.alpn_protocols.clear();
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -133,7 +136,7 @@ impl Proxy {
             .pool_max_idle_per_host(512)
             .build(
                 hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(tls.unwrap_or_else(system_roots))
+                    .with_tls_config(tls)
                     .https_or_http()
                     .enable_http1()
                     .wrap_connector(http),

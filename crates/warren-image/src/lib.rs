@@ -111,7 +111,8 @@ impl ImageError {
             | ImageError::UnsupportedMedia { .. }
             | ImageError::DigestMismatch { .. } => ErrorCode::InvalidRequest,
             ImageError::InUse(_) => ErrorCode::Conflict,
-            ImageError::Fetch { .. } => ErrorCode::StartFailed,
+            // The registry or blob store upstream failed (502), not this node.
+            ImageError::Fetch { .. } | ImageError::Registry(_) => ErrorCode::StartFailed,
             _ => ErrorCode::Internal,
         }
     }

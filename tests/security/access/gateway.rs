@@ -148,13 +148,13 @@ async fn a_tls_gateway_with_tokens_in_front_of_a_node_requiring_client_certifica
         .await
         .unwrap();
     assert_eq!(r.stdout, "through the gateway\n");
-    assert_eq!(a.list().await.unwrap().len(), 1);
+    assert_eq!(a.list(&Default::default(), None).await.unwrap().len(), 1);
     assert_eq!(node.list().await.len(), 1, "the sandbox lives on the node");
 
     // Another tenant does not see it, through the gateway either.
     let b = https(gw_port, &ca_pem, Some(TOKEN_B));
     assert_eq!(code(b.get(&id).await), ErrorCode::NotFound);
-    assert!(b.list().await.unwrap().is_empty());
+    assert!(b.list(&Default::default(), None).await.unwrap().is_empty());
 
     // No token, or a wrong one: 401 from the gateway, for its own routes too.
     let none = https(gw_port, &ca_pem, None);

@@ -154,6 +154,15 @@ impl Manager {
                     "the runtime forked a different number of sandboxes than asked",
                 )));
             }
+            Err(warren_runtime::RuntimeError::Unsupported(why)) => {
+                // The sandbox's substrate cannot fork: the request does not fit this sandbox
+                // (a client's error, 409), not a feature the node lacks.
+                forget(self);
+                return Err(NodeError::Api(warren_types::ApiError::new(
+                    warren_types::ErrorCode::InvalidState,
+                    format!("{why}: fork function, container and microvm sandboxes"),
+                )));
+            }
             Err(e) => {
                 warn!(parent = %id, error = %e, "fork failed");
                 forget(self);
