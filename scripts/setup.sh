@@ -28,7 +28,6 @@ log "host: $OS_ID $OS_VERSION${OS_CODENAME:+ ($OS_CODENAME)}"
 # What a node needs to build and run Warren. Test-only packages live in scripts/setup-test.sh.
 PACKAGES=(
     build-essential pkg-config          # Rust crates that build C
-    protobuf-compiler                   # protoc for the etcd-client crate (build)
     erofs-utils                         # mkfs.erofs for image layers
     e2fsprogs                           # mkfs.ext4 for VM disks
     debootstrap                         # the default image's rootfs
@@ -37,7 +36,6 @@ PACKAGES=(
     curl ca-certificates                # health checks against the daemon socket
     fuse3                               # fusermount3 for lazily loaded layers
     apparmor                            # apparmor_parser checks the generated profile
-    etcd-server etcd-client             # cluster membership; tests start their own 3-member etcd
     protobuf-compiler libprotobuf-dev   # protoc and its well-known types for the etcd-client crate
     systemd                             # systemd-analyze verifies the units in deploy/systemd
 )

@@ -223,7 +223,10 @@ pub async fn foreground(
     .stderr(Stdio::piped());
     warren_sys::process::configure_child(&mut cmd, setup);
     let mut child = match cmd.spawn() {
-        Ok(c) => c,
+        Ok(c) => {
+            warren_sys::process::make_oom_victim(c.id());
+            c
+        }
         Err(err) => {
             let (code, msg) = spawn_failed(&spec.argv[0], &err);
             let mut e = Pump::new(spec.output_cap);
@@ -452,7 +455,10 @@ pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
         .stderr(Stdio::piped());
     warren_sys::process::configure_child(&mut cmd, setup);
     let mut child = match cmd.spawn() {
-        Ok(c) => c,
+        Ok(c) => {
+            warren_sys::process::make_oom_victim(c.id());
+            c
+        }
         Err(err) => {
             return Event::error(
                 ErrorCode::InvalidRequest,
@@ -614,7 +620,10 @@ pub async fn pty(
     setup.controlling_tty = true;
     warren_sys::process::configure_child(&mut cmd, setup);
     let child = match cmd.spawn() {
-        Ok(c) => c,
+        Ok(c) => {
+            warren_sys::process::make_oom_victim(c.id());
+            c
+        }
         Err(err) => {
             return Event::error(
                 ErrorCode::InvalidRequest,

@@ -111,7 +111,7 @@ pub async fn read(path: &str, window: u32, id: u32, mut inbox: Inbox, out: &Out)
 fn upload_target(path: &str) -> Result<(PathBuf, Option<std::fs::Metadata>), Event> {
     let target = match std::fs::symlink_metadata(path) {
         Ok(md) if md.file_type().is_symlink() => {
-            std::fs::canonicalize(path).map_err(|e| io_event(path, &e))?
+            follow_links(Path::new(path)).map_err(|e| io_event(path, &e))?
         }
         Ok(_) => PathBuf::from(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => PathBuf::from(path),
@@ -129,6 +129,34 @@ fn upload_target(path: &str) -> Result<(PathBuf, Option<std::fs::Metadata>), Eve
         Err(e) => return Err(io_event(path, &e)),
     };
     Ok((target, existing))
+}
+
+/// Where writing through the symlink `path` lands: links followed (inside the sandbox, where
+/// the agent's `/` is the sandbox's), a dangling last link naming a file to create in a
+/// directory that exists.
+fn follow_links(path: &Path) -> std::io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(md) if md.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            Ok(_) => return std::fs::canonicalize(&p),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let dir = p.parent().unwrap_or(Path::new("/"));
+                let name = p
+                    .file_name()
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EISDIR))?;
+                return Ok(std::fs::canonicalize(dir)?.join(name));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::from_raw_os_error(libc::ELOOP))
 }
 
 /// Removes a partly written upload when dropped (unless it was renamed into place).

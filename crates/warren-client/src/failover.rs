@@ -18,9 +18,6 @@
 //!   call waits (`Retry-After` when the server sent it, capped at 30 s; else a short
 //!   exponential backoff) and starts again. At most [`crate::ClientBuilder::max_retries`]
 //!   waits are made.
-//! - A refusal — `429` with a `Retry-After` (or code `busy`), and `503 capacity_unavailable`
-//!   — says nothing was done, so it is waited out (or sent to the next URL) for any call,
-//!   safe or not.
 //! - Everything else is returned to the caller as it came.
 
 use std::time::Duration;
@@ -119,26 +116,18 @@ impl Plan {
                 status: 503,
                 code,
                 retry_after,
-            } if (safe && code.as_deref() != Some("node_unreachable"))
-                || code.as_deref() == Some("capacity_unavailable") =>
-            {
+            } if safe && code.as_deref() != Some("node_unreachable") => {
                 if untried {
                     Step::NextUrl
                 } else {
                     self.wait(*retry_after)
                 }
             }
-            // Refused before anything was done: any call may be sent again.
             Attempt::Status {
                 status: 429,
                 retry_after: Some(r),
                 ..
-            } => self.wait(Some(*r)),
-            Attempt::Status {
-                status: 429,
-                retry_after: None,
-                code,
-            } if code.as_deref() == Some("busy") => self.wait(None),
+            } if safe => self.wait(Some(*r)),
             _ => Step::GiveUp,
         };
         match step {
@@ -197,41 +186,12 @@ mod tests {
         for a in [
             Attempt::Broken,
             status(503, Some(1), None),
-            status(503, Some(1), Some("node_unreachable")),
+            status(429, Some(1), Some("busy")),
             status(500, None, None),
         ] {
             let mut p = Plan::new(3, 5, Retry::IfUnsent);
             assert_eq!(p.after(&a), Step::GiveUp, "{a:?}");
         }
-    }
-
-    #[test]
-    fn refusals_are_waited_out_whatever_the_call() {
-        let mut p = Plan::new(2, 3, Retry::IfUnsent);
-        assert_eq!(
-            p.after(&status(429, Some(2), Some("busy"))),
-            Step::Wait(Duration::from_secs(2))
-        );
-        assert!(matches!(
-            p.after(&status(429, None, Some("busy"))),
-            Step::Wait(_)
-        ));
-        assert_eq!(
-            p.after(&status(503, Some(1), Some("capacity_unavailable"))),
-            Step::NextUrl
-        );
-        assert!(matches!(
-            p.after(&status(503, Some(1), Some("capacity_unavailable"))),
-            Step::Wait(_)
-        ));
-        // Bounded: the plan had 3 waits.
-        assert_eq!(p.after(&status(429, Some(1), None)), Step::GiveUp);
-        // A 429 without Retry-After that is not `busy` (a limit) is not waited out.
-        let mut q = Plan::new(1, 3, Retry::IfUnsent);
-        assert_eq!(
-            q.after(&status(429, None, Some("quota_exceeded"))),
-            Step::GiveUp
-        );
     }
 
     #[test]

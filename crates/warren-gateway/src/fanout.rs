@@ -122,7 +122,18 @@ pub async fn first_found(State(gw): State<Gateway>, req: Request) -> Response {
     }
 }
 
-/// `DELETE /v1/images/{ref}`, `POST /v1/images/gc`: done on every live node; the answer is
+/// `POST /v1/images/import` through a gateway: an archive is one stream and cannot be sent to
+/// every node; the caller pulls from a registry (`/v1/images/pull`, done on every node) or
+/// imports on each node.
+pub async fn no_import() -> Response {
+    GatewayError::invalid(
+        "a gateway does not take image archives: pull from a registry \
+         (POST /v1/images/pull runs on every node) or import on each node",
+    )
+    .into_response()
+}
+
+/// `DELETE /v1/images/{ref}`, `POST /v1/images/gc`, `POST /v1/images/pull`: done on every live node; the answer is
 /// the first failure, else the first node's answer.
 pub async fn everywhere(State(gw): State<Gateway>, req: Request) -> Response {
     let pq = req.uri().to_string();
@@ -144,7 +155,7 @@ pub async fn everywhere(State(gw): State<Gateway>, req: Request) -> Response {
             }
             Ok((s, h, b)) => return pass_on(s, h, b),
             Err(e) => {
-                return GatewayError::unreachable(format!("node {node}: {e}"))
+                return crate::error::unreachable(format!("node {node}: {e}"))
                     .retry_after(1)
                     .into_response()
             }

@@ -37,7 +37,7 @@ use warren_cluster::ClusterView;
 
 pub use error::{GatewayError, GatewayResult};
 pub use inflight::InFlight;
-pub use routes::ROUTES;
+pub use routes::{routes, CLUSTER_ROUTES};
 
 /// Settings of a gateway.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The gateway's routes: every route of the node API, plus the cluster routes. The contract
-//! test checks [`ROUTES`] against `api/openapi.yaml` (all of it, gateway-only routes included).
+//! test checks [`routes`] against `api/openapi.yaml` (all of it, gateway-only routes included).
 
 use axum::extract::Request;
 use axum::handler::Handler;
@@ -13,46 +13,21 @@ use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::{cluster, fanout, sandboxes, Gateway};
 
-/// Every route the gateway serves, `(method, path)`.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/v1/health"),
-    ("GET", "/metrics"),
-    ("POST", "/v1/sandboxes"),
-    ("GET", "/v1/sandboxes"),
-    ("GET", "/v1/sandboxes/{id}"),
-    ("DELETE", "/v1/sandboxes/{id}"),
-    ("POST", "/v1/sandboxes/{id}/pause"),
-    ("POST", "/v1/sandboxes/{id}/resume"),
-    ("POST", "/v1/sandboxes/{id}/fork"),
-    ("GET", "/v1/sandboxes/{id}/trajectory"),
-    ("GET", "/v1/sandboxes/{id}/network"),
-    ("PUT", "/v1/sandboxes/{id}/network"),
-    ("POST", "/v1/sandboxes/{id}/exec"),
-    ("POST", "/v1/sandboxes/{id}/exec/stream"),
-    ("POST", "/v1/sandboxes/{id}/processes"),
-    ("GET", "/v1/sandboxes/{id}/processes"),
-    ("GET", "/v1/sandboxes/{id}/processes/{pid}"),
-    ("POST", "/v1/sandboxes/{id}/processes/{pid}/wait"),
-    ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
-    ("GET", "/v1/sandboxes/{id}/pty"),
-    ("GET", "/v1/sandboxes/{id}/files"),
-    ("PUT", "/v1/sandboxes/{id}/files"),
-    ("DELETE", "/v1/sandboxes/{id}/files"),
-    ("GET", "/v1/sandboxes/{id}/files/stat"),
-    ("GET", "/v1/sandboxes/{id}/files/list"),
-    ("POST", "/v1/sandboxes/{id}/files/mkdir"),
-    ("POST", "/v1/sandboxes/{id}/files/chmod"),
-    ("GET", "/v1/images"),
-    ("GET", "/v1/images/{ref}"),
-    ("DELETE", "/v1/images/{ref}"),
-    ("POST", "/v1/images/gc"),
-    ("POST", "/v1/functions/call"),
-    ("GET", "/v1/functions/pools"),
+/// The gateway's own routes, beside the node API's ([`warren_types::routes::NODE_API`]).
+pub const CLUSTER_ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/cluster"),
     ("POST", "/v1/cluster/nodes/{id}/drain"),
     ("POST", "/v1/cluster/nodes/{id}/undrain"),
     ("DELETE", "/v1/cluster/nodes/{id}"),
 ];
+
+/// Every route the gateway serves, `(method, path)`: the node API's and its own.
+pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
+    warren_types::routes::NODE_API
+        .iter()
+        .chain(CLUSTER_ROUTES)
+        .copied()
+}
 
 struct Routes {
     router: Router<Gateway>,
@@ -66,8 +41,8 @@ impl Routes {
         T: 'static,
     {
         assert!(
-            ROUTES.contains(&(method, path)),
-            "route {method} {path} is missing from ROUTES"
+            routes().any(|r| r == (method, path)),
+            "route {method} {path} is missing from the route lists"
         );
         let filter = match method {
             "GET" => MethodFilter::GET,
@@ -83,7 +58,7 @@ impl Routes {
 
     /// Every per-sandbox route of ROUTES goes to the sandbox's node.
     fn sandbox_routes(mut self) -> Self {
-        for &(method, path) in ROUTES {
+        for (method, path) in routes() {
             if path.starts_with("/v1/sandboxes/{id}") {
                 self = self.add(method, path, sandboxes::to_node);
             }
@@ -92,10 +67,10 @@ impl Routes {
     }
 
     fn finish(self) -> Router<Gateway> {
-        for r in ROUTES {
+        for r in routes() {
             assert!(
-                self.seen.contains(r),
-                "route {} {} in ROUTES has no handler",
+                self.seen.contains(&r),
+                "route {} {} has no handler",
                 r.0,
                 r.1
             );
@@ -118,6 +93,8 @@ pub fn router(gw: Gateway) -> Router {
     .add("GET", "/v1/images/{ref}", fanout::first_found)
     .add("DELETE", "/v1/images/{ref}", fanout::everywhere)
     .add("POST", "/v1/images/gc", fanout::everywhere)
+    .add("POST", "/v1/images/pull", fanout::everywhere)
+    .add("POST", "/v1/images/import", fanout::no_import)
     .add("POST", "/v1/functions/call", sandboxes::call)
     .add("GET", "/v1/functions/pools", fanout::pools)
     .add("GET", "/v1/cluster", cluster::info)

@@ -23,7 +23,7 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
             Ok(resp) => resp,
             Err(e) => {
                 Metrics::inc(&gw.inner.metrics.node_unreachable);
-                GatewayError::unreachable(e.to_string())
+                crate::error::unreachable(e.to_string())
                     .retry_after(1)
                     .into_response()
             }
@@ -49,7 +49,7 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<String> {
         (Some(NodeState::Ready | NodeState::Draining), Some(m)) => Ok(m.record.address.clone()),
         (Some(NodeState::Lost), _) => {
             Metrics::inc(&gw.inner.metrics.sandbox_lost);
-            Err(GatewayError::lost(format!(
+            Err(crate::error::lost(format!(
                 "sandbox {id} is lost: its node {node} left the cluster (its registration expired); \
                  it is reachable again if the node comes back"
             )))
@@ -179,7 +179,7 @@ async fn placed(
             Err(e) => {
                 // The node may have started it: do not start a second one elsewhere.
                 Metrics::inc(&gw.inner.metrics.node_unreachable);
-                return GatewayError::unreachable(format!(
+                return crate::error::unreachable(format!(
                     "{e}; the request may have been carried out: retry with an idempotency key"
                 ))
                 .retry_after(1)

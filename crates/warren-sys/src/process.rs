@@ -180,6 +180,14 @@ pub struct ChildSetup {
     pub apparmor_profile: Option<std::ffi::CString>,
 }
 
+/// Makes the running process `pid` the OOM killer's first choice (`oom_score_adj` 1000). The
+/// pre-exec hook tries the same, but a child of a non-dumpable parent cannot write its own
+/// `/proc/self` files until it has exec'd; after `spawn` returned it has, so the parent can.
+/// Best effort: a process that already exited has nothing to adjust.
+pub fn make_oom_victim(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "1000");
+}
+
 /// Installs `setup` as the command's pre-exec hook.
 pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     let groups: Vec<libc::gid_t> = setup

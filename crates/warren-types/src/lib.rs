@@ -10,9 +10,12 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod function;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod id;
 pub mod image;
 pub mod network;
+pub mod routes;
 pub mod sandbox;
 pub mod trajectory;
 pub mod units;

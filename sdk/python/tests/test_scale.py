@@ -31,8 +31,9 @@ def vm_hwm_kib() -> int:
 @pytest.mark.slow
 async def test_concurrent_sandboxes(url: str) -> None:
     """CONCURRENT sandboxes at once from one client: create, exec `true`, delete. The node
-    starts at most `--max-starting` (64) at once and refuses the rest with `busy`; the client
-    waits those refusals out, so every create gets through."""
+    starts at most `--max-starting` (64) at once and refuses the rest with `busy`; creates that
+    carry an idempotency key are safe to repeat, so the client waits those refusals out and
+    every create gets through."""
     async with warren.AsyncClient(url, max_retries=100) as aclient:
         await _concurrent(aclient)
 
@@ -42,7 +43,7 @@ async def _concurrent(aclient: warren.AsyncClient) -> None:
 
     async def one(i: int) -> float:
         t0 = time.monotonic()
-        sb = await aclient.create(memory=SMALL, labels={"scale": tag})
+        sb = await aclient.create(memory=SMALL, labels={"scale": tag}, idempotency_key=f"{tag}-{i}")
         try:
             r = await sb.exec(["true"])
             assert r.exit_code == 0, r

@@ -14,8 +14,6 @@ network; ``_client._Http`` runs the attempts. It never opens a connection or sle
 - Once every URL was tried in a round, or on a ``429`` with a ``Retry-After`` (the server is
   saturated), a safe call waits (``Retry-After`` when the server sent one, capped at 30 s; else
   a short exponential backoff with jitter) and starts again, at most ``max_retries`` times.
-- A refusal (``429`` with ``Retry-After`` or code ``busy``, ``503 capacity_unavailable``) says
-  nothing was done, so it is waited out (or sent to the next URL) for any call, safe or not.
 - Everything else is raised to the caller as it came.
 """
 
@@ -75,11 +73,9 @@ class Plan:
         elif attempt in (NOT_SENT, BROKEN):
             if self.safe:
                 step = NEXT_URL if untried else self._wait(None)
-        elif isinstance(attempt, tuple):
+        elif isinstance(attempt, tuple) and self.safe:
             status, retry_after, code = attempt
-            # Refusals (429 with Retry-After or `busy`, 503 capacity_unavailable) say nothing
-            # was done: any call may be sent again, safe or not.
-            if status == 503 and (code == "capacity_unavailable" or (self.safe and code != "node_unreachable")):
+            if status == 503 and code != "node_unreachable":
                 step = NEXT_URL if untried else self._wait(retry_after)
             elif status == 429 and (retry_after is not None or code == "busy"):
                 step = self._wait(retry_after)

@@ -45,6 +45,10 @@ pub struct Args {
     /// without it they keep running in the sandbox
     #[arg(long)]
     pub kill_tree: bool,
+    /// Most output kept per stream: 16M, 64M (a plain number is MiB; at most 64M) [default:
+    /// 64M when streaming, the daemon's 1M with --json]
+    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
+    pub max_output: Option<u64>,
     /// Print the result (ExecResult, output included) as JSON once the command ended, instead
     /// of streaming its output; the exit code is still the command's
     #[arg(long)]
@@ -80,6 +84,13 @@ pub async fn request(args: &Args) -> anyhow::Result<ExecRequest> {
     req.user = args.user.clone();
     req.timeout_secs = args.timeout;
     req.kill_tree = args.kill_tree;
+    // A streamed command's output goes to the terminal as it comes, like `docker exec`: let
+    // through as much as the API allows unless told otherwise.
+    req.max_output_bytes = match (args.max_output, args.json) {
+        (Some(mib), _) => Some(mib << 20),
+        (None, false) => Some(warren_types::exec::MAX_OUTPUT_CAP),
+        (None, true) => None,
+    };
     req.encoding = OutputEncoding::Base64;
     Ok(req)
 }
@@ -176,7 +187,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             }
             ExecEvent::Exit { result } => {
                 if result.stdout_truncated || result.stderr_truncated {
-                    eprintln!("warren: output was truncated at the daemon's cap");
+                    eprintln!("warren: output was cut at the cap (--max-output, at most 64M)");
                 }
                 if result.timed_out {
                     eprintln!("warren: command timed out");

@@ -38,47 +38,7 @@ pub use extract::MAX_JSON_BODY;
 pub const REPLAYED_HEADER: &str = "warren-replayed";
 
 /// Every route of the API, `(method, path)` in axum/OpenAPI path syntax.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/v1/health"),
-    ("GET", "/metrics"),
-    ("POST", "/v1/sandboxes"),
-    ("GET", "/v1/sandboxes"),
-    ("GET", "/v1/sandboxes/{id}"),
-    ("DELETE", "/v1/sandboxes/{id}"),
-    ("POST", "/v1/sandboxes/{id}/pause"),
-    ("POST", "/v1/sandboxes/{id}/resume"),
-    ("POST", "/v1/sandboxes/{id}/fork"),
-    ("POST", "/v1/sandboxes/{id}/extend"),
-    ("GET", "/v1/sandboxes/{id}/trajectory"),
-    ("GET", "/v1/sandboxes/{id}/network"),
-    ("PUT", "/v1/sandboxes/{id}/network"),
-    ("POST", "/v1/sandboxes/{id}/exec"),
-    ("POST", "/v1/sandboxes/{id}/exec/stream"),
-    ("POST", "/v1/sandboxes/{id}/exec/attach"),
-    ("POST", "/v1/sandboxes/{id}/processes"),
-    ("GET", "/v1/sandboxes/{id}/processes"),
-    ("GET", "/v1/sandboxes/{id}/processes/{pid}"),
-    ("POST", "/v1/sandboxes/{id}/processes/{pid}/wait"),
-    ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
-    ("GET", "/v1/sandboxes/{id}/pty"),
-    ("GET", "/v1/sandboxes/{id}/files"),
-    ("PUT", "/v1/sandboxes/{id}/files"),
-    ("DELETE", "/v1/sandboxes/{id}/files"),
-    ("GET", "/v1/sandboxes/{id}/files/tar"),
-    ("PUT", "/v1/sandboxes/{id}/files/tar"),
-    ("GET", "/v1/sandboxes/{id}/files/stat"),
-    ("GET", "/v1/sandboxes/{id}/files/list"),
-    ("POST", "/v1/sandboxes/{id}/files/mkdir"),
-    ("POST", "/v1/sandboxes/{id}/files/chmod"),
-    ("GET", "/v1/images"),
-    ("GET", "/v1/images/{ref}"),
-    ("DELETE", "/v1/images/{ref}"),
-    ("POST", "/v1/images/gc"),
-    ("POST", "/v1/images/import"),
-    ("POST", "/v1/images/pull"),
-    ("POST", "/v1/functions/call"),
-    ("GET", "/v1/functions/pools"),
-];
+pub use warren_types::routes::NODE_API as ROUTES;
 
 /// Builds the router while checking each route against [`ROUTES`].
 struct Routes {

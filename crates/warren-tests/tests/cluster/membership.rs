@@ -87,7 +87,17 @@ async fn duplicate_ids_refused_lost_leases_replaced_views_follow() {
             .await,
         "the node registered again by itself"
     );
-    assert!(matches!(a.state(), MemberState::Registered { lease: l } if l != lease));
+    // The member learns its new lease when its transaction answers, which may be a moment
+    // after the view saw the key.
+    let started = std::time::Instant::now();
+    while !matches!(a.state(), MemberState::Registered { lease: l } if l != lease) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a is {:?} (old lease {lease:x})",
+            a.state()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Drain marks show in the view.
     view.set_drain(&id, true).await.unwrap();
