@@ -143,6 +143,11 @@ impl Drop for Membership {
 
 type LeaveRx = tokio::sync::oneshot::Receiver<tokio::sync::oneshot::Sender<()>>;
 
+/// Longest pause between attempts to reach etcd or register: short, so a node whose lease
+/// ran out while etcd was away (a new leader gives leases one more TTL) registers again well
+/// within that TTL once etcd answers.
+const RETRY_CAP: Duration = Duration::from_millis(500);
+
 async fn run(
     cfg: MemberConfig,
     source: RecordSource,
@@ -166,7 +171,7 @@ async fn run(
                     if wait_or_leave(&mut leave, backoff).await {
                         return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    backoff = (backoff * 2).min(RETRY_CAP);
                     continue;
                 }
             },
@@ -245,7 +250,7 @@ async fn run(
                 if wait_or_leave(&mut leave, backoff).await {
                     return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff = (backoff * 2).min(RETRY_CAP);
             }
         }
     }

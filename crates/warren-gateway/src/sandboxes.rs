@@ -17,23 +17,48 @@ use crate::metrics::Metrics;
 use crate::Gateway;
 
 /// `/v1/sandboxes/{id}/...`: the sandbox's node answers.
+///
+/// A node whose registration expired is still tried at its last address: a node that is
+/// alive but lost its lease for a moment (etcd trouble) answers for its sandboxes, and only a
+/// node that cannot be reached makes them `410 sandbox_lost`.
 pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
-    match route(&gw, &req) {
-        Ok(address) => match gw.proxy().forward(&address, req).await {
-            Ok(resp) => resp,
-            Err(e) => {
-                Metrics::inc(&gw.inner.metrics.node_unreachable);
-                crate::error::unreachable(e.to_string())
-                    .retry_after(1)
-                    .into_response()
-            }
-        },
-        Err(e) => e.into_response(),
+    let (address, lost) = match route(&gw, &req) {
+        Ok(Target::Live(a)) => (a, None),
+        Ok(Target::Lost(a, e)) => (a, Some(e)),
+        Err(e) => return e.into_response(),
+    };
+    match (gw.proxy().forward(&address, req).await, lost) {
+        (Ok(resp), Some(lost)) if resp.status() == StatusCode::NOT_FOUND => {
+            // Another process now answers at that address: the sandbox is not there.
+            lost_answer(&gw, lost)
+        }
+        (Ok(resp), _) => resp,
+        (Err(e), Some(lost)) if e.not_sent() => lost_answer(&gw, lost),
+        (Err(e), _) => {
+            Metrics::inc(&gw.inner.metrics.node_unreachable);
+            crate::error::unreachable(e.to_string())
+                .retry_after(1)
+                .into_response()
+        }
     }
 }
 
-/// The address of the node of the sandbox named in the path.
-fn route(gw: &Gateway, req: &Request) -> GatewayResult<String> {
+fn lost_answer(gw: &Gateway, e: GatewayError) -> Response {
+    Metrics::inc(&gw.inner.metrics.sandbox_lost);
+    e.into_response()
+}
+
+/// Where a per-sandbox call goes.
+enum Target {
+    /// A registered node's address.
+    Live(String),
+    /// The last address of a node whose registration expired, and the answer when it does
+    /// not answer there.
+    Lost(String, GatewayError),
+}
+
+/// The node of the sandbox named in the path.
+fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
     let raw = req
         .uri()
         .path()
@@ -46,14 +71,16 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<String> {
     let node = id.node();
     let view = gw.view().snapshot();
     match (view.state(&node), view.members.get(&node)) {
-        (Some(NodeState::Ready | NodeState::Draining), Some(m)) => Ok(m.record.address.clone()),
-        (Some(NodeState::Lost), _) => {
-            Metrics::inc(&gw.inner.metrics.sandbox_lost);
-            Err(crate::error::lost(format!(
-                "sandbox {id} is lost: its node {node} left the cluster (its registration expired); \
-                 it is reachable again if the node comes back"
-            )))
+        (Some(NodeState::Ready | NodeState::Draining), Some(m)) => {
+            Ok(Target::Live(m.record.address.clone()))
         }
+        (Some(NodeState::Lost), Some(m)) => Ok(Target::Lost(
+            m.record.address.clone(),
+            crate::error::lost(format!(
+                "sandbox {id} is lost: its node {node} left the cluster (its registration expired) \
+                 and does not answer; it is reachable again if the node comes back"
+            )),
+        )),
         _ => Err(GatewayError::new(
             ErrorCode::NotFound,
             format!("sandbox {id} not found: node {node} is not a member of the cluster"),
