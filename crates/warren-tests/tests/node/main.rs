@@ -11,3 +11,4 @@ mod lifecycle;
 mod malformed;
 mod pools;
 mod restart;
+mod resume;
