@@ -20,7 +20,8 @@ use warren_proto::{
 };
 use warren_sys::mount::{mount, Flags};
 
-use crate::exec::{prepare, spawn_failed, Pump};
+use crate::exec::prepare;
+use crate::run::{Exit, Run};
 use crate::setup::{CELL_DIR, LOWER_DIR};
 
 type R<T> = Result<T, String>;
@@ -389,7 +390,7 @@ fn nonblocking(fd: impl Into<OwnedFd>) -> Option<std::fs::File> {
 /// Runs one call and reports it on `stream`: one thread, one poll loop over the command's
 /// output pipes, its stdin, its pidfd and the agent's socket.
 fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>) {
-    let started = Instant::now();
+    let mut run = Run::new(stream, spec.exec.output_cap);
     let mut input = Input {
         ctl,
         buf: Vec::new(),
@@ -482,18 +483,8 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             match cmd.spawn() {
                 Ok(c) => c,
                 Err(err) => {
-                    let (code, msg) = spawn_failed(&exec.argv[0], &err);
-                    let mut e = Pump::new(exec.output_cap);
-                    let keep = e.take(msg.len());
-                    let _ = Frame::new(stream, Kind::Stderr, msg.as_bytes()[..keep].to_vec())
-                        .write_blocking(&mut sock);
-                    let ev = exited(
-                        Some(Exit::Code(code)),
-                        false,
-                        Pump::new(exec.output_cap),
-                        e,
-                        started,
-                    );
+                    let (frame, ev) = run.spawn_failed(&exec.argv[0], &err);
+                    let _ = frame.write_blocking(&mut sock);
                     let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
                     return;
                 }
@@ -512,16 +503,16 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     // Without stdin the command sees EOF at once (after the interpreter's header).
     let mut stdin_open = exec.stdin && !input_eof;
     let pidfd = warren_sys::pidfd::open(pid).ok();
-    let (mut po, mut pe) = (Pump::new(exec.output_cap), Pump::new(exec.output_cap));
-    let deadline = exec.timeout_ms.map(|t| started + Duration::from_millis(t));
-    let mut exit: Option<Exit> = None;
-    let mut timed_out = false;
+    let deadline = exec
+        .timeout_ms
+        .map(|t| run.started() + Duration::from_millis(t));
     let mut cancelled = false;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if stdin.is_some() && stdin_buf.is_empty() && !stdin_open {
             stdin = None;
         }
+        let exit = run.exit();
         if exit.is_some() && out.is_none() && err.is_none() {
             break;
         }
@@ -553,7 +544,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         }
         add(&mut slots, 4, sock.as_fd(), PollFlags::POLLIN, &mut fds);
         let wait = match (deadline, exit) {
-            (Some(d), None) if !timed_out => {
+            (Some(d), None) if !run.timed_out() => {
                 let left = d.saturating_duration_since(Instant::now());
                 PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
                     .unwrap_or(PollTimeout::MAX)
@@ -576,23 +567,20 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             if !hit {
                 continue;
             }
-            let (pipe, pump, kind) = if is_err {
-                (&mut err, &mut pe, Kind::Stderr)
+            let (pipe, kind) = if is_err {
+                (&mut err, Kind::Stderr)
             } else {
-                (&mut out, &mut po, Kind::Stdout)
+                (&mut out, Kind::Stdout)
             };
             let Some(p) = pipe.as_mut() else { continue };
             match p.read(&mut buf) {
                 Ok(0) => *pipe = None,
                 Ok(n) => {
-                    let keep = pump.take(n);
-                    if keep > 0
-                        && Frame::new(stream, kind, buf[..keep].to_vec())
-                            .write_blocking(&mut sock)
-                            .is_err()
-                    {
-                        kill_all();
-                        std::process::exit(1);
+                    if let Some(f) = run.output(kind, &buf[..n]) {
+                        if f.write_blocking(&mut sock).is_err() {
+                            kill_all();
+                            std::process::exit(1);
+                        }
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -640,19 +628,20 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 Some(WaitPidFlag::WNOHANG)
             };
             match waitpid(nix::unistd::Pid::from_raw(pid as i32), flag) {
-                Ok(WaitStatus::Exited(_, c)) => exit = Some(Exit::Code(c)),
-                Ok(WaitStatus::Signaled(_, s, _)) => exit = Some(Exit::Signal(s as i32)),
+                Ok(WaitStatus::Exited(_, c)) => run.exited(Exit::Code(c)),
+                Ok(WaitStatus::Signaled(_, s, _)) => run.exited(Exit::Signal(s as i32)),
                 Ok(_) => {}
-                Err(_) => exit = Some(Exit::Signal(libc::SIGKILL)),
+                Err(_) => run.exited(Exit::Signal(libc::SIGKILL)),
             }
-            if exit.is_some() {
+            if run.exit().is_some() {
                 // The call is over: whatever it left running goes now, so its pipes close.
                 kill_all();
                 stdin = None;
             }
         }
-        if exit.is_none() && !timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
-            timed_out = true;
+        if run.exit().is_none() && !run.timed_out() && deadline.is_some_and(|d| Instant::now() >= d)
+        {
+            run.time_out();
             kill_all();
         }
     }
@@ -663,34 +652,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         let _ = Frame::json(stream, Kind::Event, &collect(path, spec.collect_cap))
             .write_blocking(&mut sock);
     }
-    let ev = exited(exit, timed_out, po, pe, started);
-    let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
-}
-
-/// How the command ended.
-#[derive(Clone, Copy)]
-enum Exit {
-    Code(i32),
-    Signal(i32),
-}
-
-fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instant) -> Event {
-    let (exit_code, signal) = match exit {
-        Some(Exit::Code(c)) => (Some(c), None),
-        Some(Exit::Signal(s)) => (None, Some(s)),
-        None => (None, Some(libc::SIGKILL)),
-    };
-    Event::Exited(warren_types::ExitInfo {
-        exit_code,
-        signal,
-        timed_out,
-        stdout_bytes: o.total(),
-        stderr_bytes: e.total(),
-        stdout_truncated: o.truncated(),
-        stderr_truncated: e.truncated(),
-        duration_us: started.elapsed().as_micros() as u64,
-        oom_killed: false,
-    })
+    let _ = Frame::json(stream, Kind::Event, &run.finish()).write_blocking(&mut sock);
 }
 
 fn collect(path: &str, cap: u64) -> Event {

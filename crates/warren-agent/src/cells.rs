@@ -19,7 +19,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 struct ReadyCell {
     pid: u32,
     conn: UnixStream,
-    exit: tokio::sync::oneshot::Receiver<crate::reaper::Exit>,
+    exit: tokio::sync::oneshot::Receiver<crate::run::Exit>,
 }
 
 /// The function containers' call environments.

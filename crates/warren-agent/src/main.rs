@@ -17,6 +17,7 @@ mod cells;
 mod exec;
 mod files;
 mod reaper;
+mod run;
 mod serve;
 mod setup;
 mod tarball;
