@@ -24,7 +24,7 @@ use crate::exec::prepare;
 use crate::run::{Exit, Run};
 use crate::setup::{CELL_DIR, LOWER_DIR};
 
-type R<T> = Result<T, String>;
+use crate::error::{AgentError, Result as R};
 
 /// The start-up configuration the agent sends each cell: its own, with the layers at
 /// their paths inside the agent's root.
@@ -53,7 +53,8 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
             std::process::exit(2)
         }
     };
-    if let Err(message) = build(&cfg, filters) {
+    if let Err(e) = build(&cfg, filters) {
+        let message = e.to_string();
         let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
         std::process::exit(1);
     }
@@ -103,26 +104,23 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         None,
         Flags::MS_REC | Flags::MS_PRIVATE,
         None,
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     let root = crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR))?;
     crate::setup::enter(&root)?;
-    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
+    warren_sys::ns::set_hostname(&cfg.hostname)?;
     // The agent may run with a protective OOM score; its calls must not inherit it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
-    warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
-    warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP)?;
+    warren_sys::process::set_no_new_privs()?;
+    warren_sys::process::set_non_dumpable()?;
     if cfg.landlock {
-        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
-            .map_err(|x| x.to_string())?;
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))?;
     }
     if cfg.seccomp {
         // Namespaces are made: from here on nothing in this cell may make more.
         filters
-            .ok_or("seccomp filters missing")?
-            .finish()
-            .map_err(|x| x.to_string())?;
+            .ok_or_else(|| AgentError::Setup("seccomp filters missing".into()))?
+            .finish()?;
     }
     Ok(())
 }
@@ -360,14 +358,17 @@ impl Input {
 
 fn write_file(path: &str, data: &[u8], mode: Option<u32>) -> R<()> {
     use std::os::unix::fs::PermissionsExt;
+    let failed = |source| AgentError::WriteFile {
+        path: path.to_string(),
+        source,
+    };
     let p = Path::new(path);
     if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).map_err(|e| format!("{path}: {e}"))?;
+        std::fs::create_dir_all(d).map_err(failed)?;
     }
-    std::fs::write(p, data).map_err(|e| format!("{path}: {e}"))?;
+    std::fs::write(p, data).map_err(failed)?;
     if let Some(m) = mode {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m & 0o7777))
-            .map_err(|e| format!("{path}: {e}"))?;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m & 0o7777)).map_err(failed)?;
     }
     Ok(())
 }
@@ -411,12 +412,12 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 format!("input ended inside file {}", f.path),
             );
         }
-        if let Err(m) = write_file(&f.path, &input.buf[off..end], f.mode) {
+        if let Err(e) = write_file(&f.path, &input.buf[off..end], f.mode) {
             return error_exit(
                 &mut input.ctl,
                 stream,
-                warren_types::ErrorCode::InvalidRequest,
-                format!("cannot write {m}"),
+                e.code(),
+                format!("cannot write {e}"),
             );
         }
         off = end;

@@ -10,6 +10,7 @@ use tokio::net::UnixStream;
 use warren_proto::{Call, ContainerInit, Event, Frame, Init, InitReply, InvokeSpec, Kind};
 use warren_types::ErrorCode;
 
+use crate::error::AgentError;
 use crate::wire::{Inbox, Out};
 
 /// Longest a cell may take to build its root.
@@ -52,18 +53,18 @@ impl Cells {
     }
 
     /// Starts one cell and waits until it is ready.
-    async fn start(&self) -> Result<ReadyCell, String> {
-        let (ours, theirs) = warren_sys::fd::socketpair().map_err(|e| e.to_string())?;
+    async fn start(&self) -> Result<ReadyCell, AgentError> {
+        let (ours, theirs) = warren_sys::fd::socketpair()?;
         let null = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/null")
-            .map_err(|e| format!("/dev/null: {e}"))?;
+            .map_err(AgentError::io("/dev/null"))?;
         use warren_sys::ns::Namespaces as N;
         let flags = N::CLONE_NEWNS | N::CLONE_NEWPID | N::CLONE_NEWIPC | N::CLONE_NEWUTS;
         // The agent runs on one thread (checked by the clone), so a plain fork-like clone is
         // fine; the child never returns to the runtime.
-        let pid = match warren_sys::clone::clone_checked(flags).map_err(|e| e.to_string())? {
+        let pid = match warren_sys::clone::clone_checked(flags)? {
             warren_sys::process::Forked::Child => {
                 let ctl = warren_proto::CONTROL_FD;
                 if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
@@ -95,7 +96,7 @@ impl Cells {
             .and_then(|_| UnixStream::from_std(std))
             .map_err(|e| {
                 kill();
-                format!("cell socket: {e}")
+                AgentError::io("cell socket")(e)
             });
         let mut conn = conn?;
         let init = Frame::json(
@@ -109,14 +110,14 @@ impl Cells {
         let answer = async {
             init.write_async(&mut conn)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AgentError::frame("start message"))?;
             let f = Frame::read_async(&mut conn)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AgentError::frame("ready message"))?;
             match f.parse::<InitReply>() {
                 Ok(InitReply::Ready { .. }) => Ok(()),
-                Ok(InitReply::Failed { message }) => Err(message),
-                other => Err(format!("unexpected {other:?}")),
+                Ok(InitReply::Failed { message }) => Err(AgentError::Setup(message)),
+                other => Err(AgentError::Protocol(format!("unexpected {other:?}"))),
             }
         };
         match tokio::time::timeout(READY_TIMEOUT, answer).await {
@@ -124,11 +125,14 @@ impl Cells {
             Ok(Err(e)) => {
                 kill();
                 let status = tokio::time::timeout(Duration::from_secs(1), exit).await;
-                Err(format!("call environment: {e} (exit {status:?})"))
+                Err(AgentError::CellStart {
+                    source: Box::new(e),
+                    status: format!("{status:?}"),
+                })
             }
             Err(_) => {
                 kill();
-                Err("call environment did not start in time".into())
+                Err(AgentError::CellTimeout)
             }
         }
     }
@@ -156,7 +160,7 @@ impl Cells {
 
     /// The ready cell; a call that comes while the next one is still being built waits for
     /// it (it has a head start) instead of building a second one.
-    async fn take(&self) -> Result<ReadyCell, String> {
+    async fn take(&self) -> Result<ReadyCell, AgentError> {
         loop {
             if let Some(c) = self.ready.borrow_mut().take() {
                 return Ok(c);
@@ -180,7 +184,7 @@ impl Cells {
         let t0 = std::time::Instant::now();
         let cell = match self.take().await {
             Ok(c) => c,
-            Err(e) => return Event::error(ErrorCode::Internal, e),
+            Err(e) => return Event::error(e.code(), e.to_string()),
         };
         // The daemon's pool grows when calls keep waiting for their cells.
         let waited = Event::CellWaited {

@@ -67,9 +67,11 @@ pub fn set_best_effort(on: bool) {
 /// The AppArmor profile commands are confined under, when the host has AppArmor.
 static APPARMOR: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
 
-pub fn set_apparmor_profile(name: Option<&str>) -> Result<(), String> {
+pub fn set_apparmor_profile(name: Option<&str>) -> crate::error::Result<()> {
     if let Some(n) = name {
-        let c = std::ffi::CString::new(n).map_err(|_| "AppArmor profile name has a NUL")?;
+        let c = std::ffi::CString::new(n).map_err(|_| {
+            crate::error::AgentError::Invalid("AppArmor profile name has a NUL".into())
+        })?;
         let _ = APPARMOR.set(c);
     }
     Ok(())
@@ -92,7 +94,7 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         return Err(Event::error(ErrorCode::InvalidRequest, "empty argv"));
     }
     let user = crate::users::resolve(spec.user.as_deref())
-        .map_err(|m| Event::error(ErrorCode::InvalidRequest, m))?;
+        .map_err(|e| Event::error(e.code(), e.to_string()))?;
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..]);
     cmd.env_clear();

@@ -14,6 +14,7 @@
 
 mod cell;
 mod cells;
+mod error;
 mod exec;
 mod files;
 mod reaper;
@@ -97,7 +98,12 @@ fn main() {
             match setup::container(&mut ctl, &config) {
                 Ok(()) => {}
                 Err(e) => {
-                    send(&mut ctl, &InitReply::Failed { message: e });
+                    send(
+                        &mut ctl,
+                        &InitReply::Failed {
+                            message: e.to_string(),
+                        },
+                    );
                     std::process::exit(1);
                 }
             }
