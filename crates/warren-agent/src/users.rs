@@ -125,4 +125,30 @@ mod tests {
         assert!(e.to_string().contains("no user \"nobody2\""), "{e}");
         assert!(resolve_in(Some("root"), "", "").is_err());
     }
+
+    #[test]
+    fn the_files_are_read_under_the_given_root() {
+        let d = tempfile::tempdir().unwrap();
+        // No /etc at all: names fail, numbers and the default work.
+        assert!(resolve_at(d.path(), Some("agent")).is_err());
+        assert_eq!(resolve_at(d.path(), Some("7")).unwrap().uid, 7);
+        std::fs::create_dir(d.path().join("etc")).unwrap();
+        let passwd = format!("{PASSWD}broken:x:5\n# comment\nsvc:x:999:999::/srv:/bin/false\n");
+        std::fs::write(d.path().join("etc/passwd"), passwd).unwrap();
+        std::fs::write(d.path().join("etc/group"), GROUP).unwrap();
+        let u = resolve_at(d.path(), Some("agent")).unwrap();
+        assert_eq!((u.uid, u.gid, u.name.as_str()), (1000, 1001, "agent"));
+        assert_eq!(u.groups, [1001, 998]);
+        // A uid that has an entry takes its name, home and group from it.
+        let u = resolve_at(d.path(), Some("999")).unwrap();
+        assert_eq!(
+            (u.name.as_str(), u.home.as_str(), u.gid),
+            ("svc", "/srv", 999)
+        );
+        // A gid given overrides the entry's; the supplementary groups still follow the name.
+        let u = resolve_at(d.path(), Some("1000:5")).unwrap();
+        assert_eq!((u.gid, u.groups.as_slice()), (5, &[5, 998][..]));
+        // Short lines are no users.
+        assert!(resolve_at(d.path(), Some("broken")).is_err());
+    }
 }
