@@ -231,38 +231,49 @@ impl WarmPython {
 
     /// The header for `argv` if the warm interpreter can run it.
     fn header(&self, spec: &ExecSpec, env: &[(String, String)], cwd: &str) -> Option<Vec<u8>> {
-        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
-        let a = &spec.argv;
-        if a.is_empty() || base(&a[0]) != base(&self.name) {
-            return None;
-        }
-        if spec
-            .user
-            .as_deref()
-            .is_some_and(|u| u != "root" && u != "0")
-        {
-            return None;
-        }
-        let env: serde_json::Map<String, serde_json::Value> = env
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        let m = match a.get(1).map(String::as_str) {
-            Some("-c") if a.len() >= 3 => {
-                let mut argv = vec!["-c".to_string()];
-                argv.extend(a[3..].iter().cloned());
-                serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
-            }
-            Some(p) if !p.starts_with('-') => {
-                serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
-            }
-            _ => return None,
-        };
-        let body = serde_json::to_vec(&m).ok()?;
-        let mut h = format!("{}\n", body.len()).into_bytes();
-        h.extend_from_slice(&body);
-        Some(h)
+        warm_header(&self.name, spec, env, cwd)
     }
+}
+
+/// The header that makes a warm `interpreter` run `spec` (as root, `-c CODE` or a script
+/// path); `None` when the call needs a cold start.
+fn warm_header(
+    interpreter: &str,
+    spec: &ExecSpec,
+    env: &[(String, String)],
+    cwd: &str,
+) -> Option<Vec<u8>> {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let a = &spec.argv;
+    if a.is_empty() || base(&a[0]) != base(interpreter) {
+        return None;
+    }
+    if spec
+        .user
+        .as_deref()
+        .is_some_and(|u| u != "root" && u != "0")
+    {
+        return None;
+    }
+    let env: serde_json::Map<String, serde_json::Value> = env
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let m = match a.get(1).map(String::as_str) {
+        Some("-c") if a.len() >= 3 => {
+            let mut argv = vec!["-c".to_string()];
+            argv.extend(a[3..].iter().cloned());
+            serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
+        }
+        Some(p) if !p.starts_with('-') => {
+            serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
+        }
+        _ => return None,
+    };
+    let body = serde_json::to_vec(&m).ok()?;
+    let mut h = format!("{}\n", body.len()).into_bytes();
+    h.extend_from_slice(&body);
+    Some(h)
 }
 
 /// Longest a warm interpreter may take to import its modules; after that the cell goes on
@@ -686,3 +697,7 @@ fn collect(path: &str, cap: u64) -> Event {
         },
     }
 }
+
+#[cfg(test)]
+#[path = "cell_tests.rs"]
+mod tests;
