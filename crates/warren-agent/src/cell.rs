@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use warren_proto::{
-    Call, ContainerInit, Event, ExecSpec, Frame, FunctionInit, Init, InitReply, InvokeSpec, Kind,
-    PROTOCOL_VERSION,
+    Call, ContainerInit, Event, ExecSpec, Frame, FrameError, FunctionInit, Init, InitReply,
+    InvokeSpec, Kind, PROTOCOL_VERSION,
 };
 use warren_sys::mount::{mount, Flags};
 
@@ -39,14 +39,14 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
 /// The cell's whole life. Never returns. `filters` is the finish half of the seccomp policy (the
 /// agent holds the other half).
 pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilters>) -> ! {
-    let cfg = match Frame::read_blocking(&mut ctl).map(|f| f.parse::<Init>()) {
-        Ok(Ok(Init::Container { config, .. })) => config,
-        other => {
+    let cfg = match start_config(Frame::read_blocking(&mut ctl)) {
+        Ok(config) => config,
+        Err(e) => {
             let _ = Frame::json(
                 0,
                 Kind::Init,
                 &InitReply::Failed {
-                    message: format!("cell: bad start-up message {other:?}"),
+                    message: e.to_string(),
                 },
             )
             .write_blocking(&mut ctl);
@@ -75,26 +75,50 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
     {
         std::process::exit(1);
     }
-    let call = Frame::read_blocking(&mut ctl);
-    let spec = match call.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
-        Ok((stream, Ok(Call::Invoke { spec }))) => (stream, spec),
-        // The agent went away (or retired this cell) before giving it a call.
-        Err(_) => std::process::exit(0),
-        Ok((stream, other)) => {
-            let _ = Frame::json(
-                stream,
-                Kind::Event,
-                &Event::error(
-                    warren_types::ErrorCode::Internal,
-                    format!("call environment: unexpected first frame {other:?}"),
-                ),
-            )
-            .write_blocking(&mut ctl);
+    match first_call(Frame::read_blocking(&mut ctl)) {
+        FirstCall::Run(stream, spec) => run(ctl, stream, spec, warm),
+        FirstCall::Retired => {}
+        FirstCall::Unexpected(stream, e) => {
+            let ev = Event::error(e.code(), e.to_string());
+            let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut ctl);
             std::process::exit(3)
         }
-    };
-    run(ctl, spec.0, spec.1, warm);
+    }
     std::process::exit(0)
+}
+
+/// The configuration in a cell's start-up message.
+fn start_config(f: Result<Frame, FrameError>) -> R<ContainerInit> {
+    match f.map(|f| f.parse::<Init>()) {
+        Ok(Ok(Init::Container { config, .. })) => Ok(config),
+        other => Err(AgentError::Protocol(format!(
+            "cell: bad start-up message {other:?}"
+        ))),
+    }
+}
+
+/// What a ready cell does with the first frame it is sent.
+#[derive(Debug)]
+enum FirstCall {
+    /// Runs the call and reports it on its stream.
+    Run(u32, InvokeSpec),
+    /// The agent went away (or retired this cell) before giving it a call: exit quietly.
+    Retired,
+    /// Anything else is answered with an error on its stream.
+    Unexpected(u32, AgentError),
+}
+
+fn first_call(f: Result<Frame, FrameError>) -> FirstCall {
+    match f.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
+        Ok((stream, Ok(Call::Invoke { spec }))) => FirstCall::Run(stream, spec),
+        Err(_) => FirstCall::Retired,
+        Ok((stream, other)) => FirstCall::Unexpected(
+            stream,
+            AgentError::Protocol(format!(
+                "call environment: unexpected first frame {other:?}"
+            )),
+        ),
+    }
 }
 
 fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>) -> R<()> {

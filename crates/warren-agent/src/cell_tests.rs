@@ -255,3 +255,69 @@ fn collected_files_obey_their_cap() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_cell_starts_only_from_a_container_start_up_message() {
+    let cfg = ContainerInit {
+        lowerdirs: vec!["/lower/0".into()],
+        disk_mb: 8,
+        hostname: "h".into(),
+        masked_paths: vec![],
+        readonly_paths: vec![],
+        seccomp: false,
+        function: None,
+        landlock: false,
+        best_effort: false,
+        apparmor_profile: None,
+    };
+    let init = Init::Container {
+        version: PROTOCOL_VERSION,
+        config: cfg.clone(),
+    };
+    assert_eq!(
+        start_config(Ok(Frame::json(0, Kind::Init, &init))).unwrap(),
+        cfg
+    );
+    for bad in [
+        Ok(Frame::json(0, Kind::Init, &Init::Mapped)),
+        Ok(Frame::new(0, Kind::Init, &b"{not json"[..])),
+        Err(FrameError::Closed),
+    ] {
+        let e = start_config(bad).unwrap_err();
+        assert!(
+            e.to_string().starts_with("cell: bad start-up message"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_ready_cell_runs_an_invoke_exits_when_retired_and_refuses_anything_else() {
+    let invoke = Call::Invoke {
+        spec: InvokeSpec {
+            exec: spec(&["true"]),
+            ..Default::default()
+        },
+    };
+    match first_call(Ok(Frame::json(9, Kind::Call, &invoke))) {
+        FirstCall::Run(9, s) => assert_eq!(s.exec.argv, ["true"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        first_call(Err(FrameError::Closed)),
+        FirstCall::Retired
+    ));
+    let kill = Call::Kill { pid: 1, signal: 9 };
+    for f in [
+        Frame::json(4, Kind::Call, &kill),
+        Frame::new(4, Kind::Stdin, &b"early"[..]),
+    ] {
+        match first_call(Ok(f)) {
+            FirstCall::Unexpected(4, e) => {
+                assert_eq!(e.code(), ErrorCode::Internal);
+                assert!(e.to_string().contains("unexpected first frame"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -27,13 +27,10 @@ mod vm;
 mod wire;
 
 use std::os::fd::OwnedFd;
-use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+use warren_proto::{Frame, Init, InitReply, PROTOCOL_VERSION};
+use wire::send_init as send;
 
 pub use warren_proto::{CONTROL_FD, RECONNECT_FD};
-
-fn send(ctl: &mut std::os::unix::net::UnixStream, reply: &InitReply) {
-    let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);
-}
 
 /// Creates a user namespace for the daemon to map and keep (it idmaps image layers with it
 /// before any sandbox exists), then waits until the daemon hangs up.

@@ -11,7 +11,7 @@ use crate::error::{AgentError, Result as R};
 /// Runs the whole start-up. Returns only in PID 1 of the new sandbox; the first stage exits.
 pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
     warren_sys::ns::unshare(warren_sys::ns::container_namespaces())?;
-    super::send(
+    crate::wire::send_init(
         ctl,
         &InitReply::Unshared {
             pid: std::process::id(),
@@ -34,7 +34,7 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
         std::os::unix::net::UnixStream::pair().map_err(AgentError::io("pipe"))?;
     match warren_sys::process::fork_checked()? {
         warren_sys::process::Forked::Parent { child } => {
-            super::send(ctl, &InitReply::Child { pid: child });
+            crate::wire::send_init(ctl, &InitReply::Child { pid: child });
             drop(release_w);
             std::process::exit(0);
         }

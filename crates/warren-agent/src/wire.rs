@@ -10,6 +10,11 @@ pub type Out = mpsc::Sender<Frame>;
 /// Frames from the daemon for one stream.
 pub type Inbox = mpsc::Receiver<Frame>;
 
+/// Sends a start-up answer on the (blocking) control socket; a lost daemon is noticed later.
+pub fn send_init(ctl: &mut std::os::unix::net::UnixStream, reply: &warren_proto::InitReply) {
+    let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);
+}
+
 /// Sends an event; false when the daemon is gone. An answer too large for the protocol is
 /// replaced by an error (the connection outlives any answer).
 pub async fn event(out: &Out, stream: u32, ev: &Event) -> bool {
