@@ -1,7 +1,6 @@
 //! The agent side of a function container: keeps the next call environment (a `cell`)
 //! ready and relays each `Invoke` to a fresh one.
 
-use std::cell::{Cell as Flag, RefCell};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,6 +10,7 @@ use warren_proto::{Call, ContainerInit, Event, Frame, Init, InitReply, InvokeSpe
 use warren_types::ErrorCode;
 
 use crate::error::AgentError;
+use crate::spare::Spare;
 use crate::wire::{Inbox, Out};
 
 /// Longest a cell may take to build its root.
@@ -30,10 +30,8 @@ pub struct Cells {
     /// installs it on itself.
     filters: Option<warren_sys::seccomp::CellFilters>,
     reaper: Rc<crate::reaper::Reaper>,
-    ready: RefCell<Option<ReadyCell>>,
-    filling: Flag<bool>,
-    /// Woken when a background start ends (ready or failed).
-    filled: tokio::sync::Notify,
+    /// The cell waiting for the next call.
+    spare: Spare<ReadyCell>,
 }
 
 impl Cells {
@@ -46,9 +44,7 @@ impl Cells {
             filters,
             config: crate::cell::cell_config(config),
             reaper,
-            ready: RefCell::new(None),
-            filling: Flag::new(false),
-            filled: tokio::sync::Notify::new(),
+            spare: Spare::default(),
         })
     }
 
@@ -139,37 +135,30 @@ impl Cells {
 
     /// Makes sure a ready cell waits for the next call (in the background).
     pub fn refill(self: &Rc<Self>) {
-        if self.filling.get() || self.ready.borrow().is_some() {
+        if !self.spare.begin() {
             return;
         }
-        self.filling.set(true);
         let me = self.clone();
         tokio::task::spawn_local(async move {
-            match me.start().await {
-                Ok(c) => {
-                    if let Some(old) = me.ready.borrow_mut().replace(c) {
-                        let _ = warren_sys::process::kill(old.pid, libc::SIGKILL);
-                    }
+            let cell = match me.start().await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("warren-agent: {e}");
+                    None
                 }
-                Err(e) => eprintln!("warren-agent: {e}"),
+            };
+            if let Some(old) = me.spare.made(cell) {
+                let _ = warren_sys::process::kill(old.pid, libc::SIGKILL);
             }
-            me.filling.set(false);
-            me.filled.notify_waiters();
         });
     }
 
     /// The ready cell; a call that comes while the next one is still being built waits for
     /// it (it has a head start) instead of building a second one.
     async fn take(&self) -> Result<ReadyCell, AgentError> {
-        loop {
-            if let Some(c) = self.ready.borrow_mut().take() {
-                return Ok(c);
-            }
-            if !self.filling.get() {
-                return self.start().await;
-            }
-            // Single-threaded: nothing runs between the check above and this registration.
-            self.filled.notified().await;
+        match self.spare.take().await {
+            Some(c) => Ok(c),
+            None => self.start().await,
         }
     }
 

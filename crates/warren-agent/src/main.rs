@@ -21,6 +21,7 @@ mod reaper;
 mod run;
 mod serve;
 mod setup;
+mod spare;
 mod tarball;
 mod users;
 mod vm;
