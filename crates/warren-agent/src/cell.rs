@@ -15,15 +15,16 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use warren_proto::{
-    Call, ContainerInit, Event, ExecSpec, Frame, FunctionInit, Init, InitReply, InvokeSpec, Kind,
-    PROTOCOL_VERSION,
+    Call, ContainerInit, Event, ExecSpec, Frame, FrameError, FunctionInit, Init, InitReply,
+    InvokeSpec, Kind, PROTOCOL_VERSION,
 };
 use warren_sys::mount::{mount, Flags};
 
-use crate::exec::{prepare, spawn_failed, Pump};
+use crate::exec::prepare;
+use crate::run::{Exit, Run};
 use crate::setup::{CELL_DIR, LOWER_DIR};
 
-type R<T> = Result<T, String>;
+use crate::error::{AgentError, Result as R};
 
 /// The start-up configuration the agent sends each cell: its own, with the layers at
 /// their paths inside the agent's root.
@@ -38,21 +39,22 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
 /// The cell's whole life. Never returns. `filters` is the finish half of the seccomp policy (the
 /// agent holds the other half).
 pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilters>) -> ! {
-    let cfg = match Frame::read_blocking(&mut ctl).map(|f| f.parse::<Init>()) {
-        Ok(Ok(Init::Container { config, .. })) => config,
-        other => {
+    let cfg = match start_config(Frame::read_blocking(&mut ctl)) {
+        Ok(config) => config,
+        Err(e) => {
             let _ = Frame::json(
                 0,
                 Kind::Init,
                 &InitReply::Failed {
-                    message: format!("cell: bad start-up message {other:?}"),
+                    message: e.to_string(),
                 },
             )
             .write_blocking(&mut ctl);
             std::process::exit(2)
         }
     };
-    if let Err(message) = build(&cfg, filters) {
+    if let Err(e) = build(&cfg, filters) {
+        let message = e.to_string();
         let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
         std::process::exit(1);
     }
@@ -73,26 +75,50 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
     {
         std::process::exit(1);
     }
-    let call = Frame::read_blocking(&mut ctl);
-    let spec = match call.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
-        Ok((stream, Ok(Call::Invoke { spec }))) => (stream, spec),
-        // The agent went away (or retired this cell) before giving it a call.
-        Err(_) => std::process::exit(0),
-        Ok((stream, other)) => {
-            let _ = Frame::json(
-                stream,
-                Kind::Event,
-                &Event::error(
-                    warren_types::ErrorCode::Internal,
-                    format!("call environment: unexpected first frame {other:?}"),
-                ),
-            )
-            .write_blocking(&mut ctl);
+    match first_call(Frame::read_blocking(&mut ctl)) {
+        FirstCall::Run(stream, spec) => run(ctl, stream, spec, warm),
+        FirstCall::Retired => {}
+        FirstCall::Unexpected(stream, e) => {
+            let ev = Event::error(e.code(), e.to_string());
+            let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut ctl);
             std::process::exit(3)
         }
-    };
-    run(ctl, spec.0, spec.1, warm);
+    }
     std::process::exit(0)
+}
+
+/// The configuration in a cell's start-up message.
+fn start_config(f: Result<Frame, FrameError>) -> R<ContainerInit> {
+    match f.map(|f| f.parse::<Init>()) {
+        Ok(Ok(Init::Container { config, .. })) => Ok(config),
+        other => Err(AgentError::Protocol(format!(
+            "cell: bad start-up message {other:?}"
+        ))),
+    }
+}
+
+/// What a ready cell does with the first frame it is sent.
+#[derive(Debug)]
+enum FirstCall {
+    /// Runs the call and reports it on its stream.
+    Run(u32, InvokeSpec),
+    /// The agent went away (or retired this cell) before giving it a call: exit quietly.
+    Retired,
+    /// Anything else is answered with an error on its stream.
+    Unexpected(u32, AgentError),
+}
+
+fn first_call(f: Result<Frame, FrameError>) -> FirstCall {
+    match f.as_ref().map(|f| (f.stream, f.parse::<Call>())) {
+        Ok((stream, Ok(Call::Invoke { spec }))) => FirstCall::Run(stream, spec),
+        Err(_) => FirstCall::Retired,
+        Ok((stream, other)) => FirstCall::Unexpected(
+            stream,
+            AgentError::Protocol(format!(
+                "call environment: unexpected first frame {other:?}"
+            )),
+        ),
+    }
 }
 
 fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>) -> R<()> {
@@ -102,26 +128,23 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         None,
         Flags::MS_REC | Flags::MS_PRIVATE,
         None,
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     let root = crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR))?;
     crate::setup::enter(&root)?;
-    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
+    warren_sys::ns::set_hostname(&cfg.hostname)?;
     // The agent may run with a protective OOM score; its calls must not inherit it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
-    warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
-    warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP)?;
+    warren_sys::process::set_no_new_privs()?;
+    warren_sys::process::set_non_dumpable()?;
     if cfg.landlock {
-        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
-            .map_err(|x| x.to_string())?;
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))?;
     }
     if cfg.seccomp {
         // Namespaces are made: from here on nothing in this cell may make more.
         filters
-            .ok_or("seccomp filters missing")?
-            .finish()
-            .map_err(|x| x.to_string())?;
+            .ok_or_else(|| AgentError::Setup("seccomp filters missing".into()))?
+            .finish()?;
     }
     Ok(())
 }
@@ -232,38 +255,49 @@ impl WarmPython {
 
     /// The header for `argv` if the warm interpreter can run it.
     fn header(&self, spec: &ExecSpec, env: &[(String, String)], cwd: &str) -> Option<Vec<u8>> {
-        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
-        let a = &spec.argv;
-        if a.is_empty() || base(&a[0]) != base(&self.name) {
-            return None;
-        }
-        if spec
-            .user
-            .as_deref()
-            .is_some_and(|u| u != "root" && u != "0")
-        {
-            return None;
-        }
-        let env: serde_json::Map<String, serde_json::Value> = env
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        let m = match a.get(1).map(String::as_str) {
-            Some("-c") if a.len() >= 3 => {
-                let mut argv = vec!["-c".to_string()];
-                argv.extend(a[3..].iter().cloned());
-                serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
-            }
-            Some(p) if !p.starts_with('-') => {
-                serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
-            }
-            _ => return None,
-        };
-        let body = serde_json::to_vec(&m).ok()?;
-        let mut h = format!("{}\n", body.len()).into_bytes();
-        h.extend_from_slice(&body);
-        Some(h)
+        warm_header(&self.name, spec, env, cwd)
     }
+}
+
+/// The header that makes a warm `interpreter` run `spec` (as root, `-c CODE` or a script
+/// path); `None` when the call needs a cold start.
+fn warm_header(
+    interpreter: &str,
+    spec: &ExecSpec,
+    env: &[(String, String)],
+    cwd: &str,
+) -> Option<Vec<u8>> {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let a = &spec.argv;
+    if a.is_empty() || base(&a[0]) != base(interpreter) {
+        return None;
+    }
+    if spec
+        .user
+        .as_deref()
+        .is_some_and(|u| u != "root" && u != "0")
+    {
+        return None;
+    }
+    let env: serde_json::Map<String, serde_json::Value> = env
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let m = match a.get(1).map(String::as_str) {
+        Some("-c") if a.len() >= 3 => {
+            let mut argv = vec!["-c".to_string()];
+            argv.extend(a[3..].iter().cloned());
+            serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
+        }
+        Some(p) if !p.starts_with('-') => {
+            serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
+        }
+        _ => return None,
+    };
+    let body = serde_json::to_vec(&m).ok()?;
+    let mut h = format!("{}\n", body.len()).into_bytes();
+    h.extend_from_slice(&body);
+    Some(h)
 }
 
 /// Longest a warm interpreter may take to import its modules; after that the cell goes on
@@ -359,14 +393,17 @@ impl Input {
 
 fn write_file(path: &str, data: &[u8], mode: Option<u32>) -> R<()> {
     use std::os::unix::fs::PermissionsExt;
+    let failed = |source| AgentError::WriteFile {
+        path: path.to_string(),
+        source,
+    };
     let p = Path::new(path);
     if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).map_err(|e| format!("{path}: {e}"))?;
+        std::fs::create_dir_all(d).map_err(failed)?;
     }
-    std::fs::write(p, data).map_err(|e| format!("{path}: {e}"))?;
+    std::fs::write(p, data).map_err(failed)?;
     if let Some(m) = mode {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m & 0o7777))
-            .map_err(|e| format!("{path}: {e}"))?;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m & 0o7777)).map_err(failed)?;
     }
     Ok(())
 }
@@ -389,7 +426,7 @@ fn nonblocking(fd: impl Into<OwnedFd>) -> Option<std::fs::File> {
 /// Runs one call and reports it on `stream`: one thread, one poll loop over the command's
 /// output pipes, its stdin, its pidfd and the agent's socket.
 fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>) {
-    let started = Instant::now();
+    let mut run = Run::new(stream, spec.exec.output_cap);
     let mut input = Input {
         ctl,
         buf: Vec::new(),
@@ -410,12 +447,12 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 format!("input ended inside file {}", f.path),
             );
         }
-        if let Err(m) = write_file(&f.path, &input.buf[off..end], f.mode) {
+        if let Err(e) = write_file(&f.path, &input.buf[off..end], f.mode) {
             return error_exit(
                 &mut input.ctl,
                 stream,
-                warren_types::ErrorCode::InvalidRequest,
-                format!("cannot write {m}"),
+                e.code(),
+                format!("cannot write {e}"),
             );
         }
         off = end;
@@ -482,18 +519,8 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             match cmd.spawn() {
                 Ok(c) => c,
                 Err(err) => {
-                    let (code, msg) = spawn_failed(&exec.argv[0], &err);
-                    let mut e = Pump::new(exec.output_cap);
-                    let keep = e.take(msg.len());
-                    let _ = Frame::new(stream, Kind::Stderr, msg.as_bytes()[..keep].to_vec())
-                        .write_blocking(&mut sock);
-                    let ev = exited(
-                        Some(Exit::Code(code)),
-                        false,
-                        Pump::new(exec.output_cap),
-                        e,
-                        started,
-                    );
+                    let (frame, ev) = run.spawn_failed(&exec.argv[0], &err);
+                    let _ = frame.write_blocking(&mut sock);
                     let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
                     return;
                 }
@@ -512,16 +539,16 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     // Without stdin the command sees EOF at once (after the interpreter's header).
     let mut stdin_open = exec.stdin && !input_eof;
     let pidfd = warren_sys::pidfd::open(pid).ok();
-    let (mut po, mut pe) = (Pump::new(exec.output_cap), Pump::new(exec.output_cap));
-    let deadline = exec.timeout_ms.map(|t| started + Duration::from_millis(t));
-    let mut exit: Option<Exit> = None;
-    let mut timed_out = false;
+    let deadline = exec
+        .timeout_ms
+        .map(|t| run.started() + Duration::from_millis(t));
     let mut cancelled = false;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if stdin.is_some() && stdin_buf.is_empty() && !stdin_open {
             stdin = None;
         }
+        let exit = run.exit();
         if exit.is_some() && out.is_none() && err.is_none() {
             break;
         }
@@ -553,7 +580,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         }
         add(&mut slots, 4, sock.as_fd(), PollFlags::POLLIN, &mut fds);
         let wait = match (deadline, exit) {
-            (Some(d), None) if !timed_out => {
+            (Some(d), None) if !run.timed_out() => {
                 let left = d.saturating_duration_since(Instant::now());
                 PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
                     .unwrap_or(PollTimeout::MAX)
@@ -576,23 +603,20 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             if !hit {
                 continue;
             }
-            let (pipe, pump, kind) = if is_err {
-                (&mut err, &mut pe, Kind::Stderr)
+            let (pipe, kind) = if is_err {
+                (&mut err, Kind::Stderr)
             } else {
-                (&mut out, &mut po, Kind::Stdout)
+                (&mut out, Kind::Stdout)
             };
             let Some(p) = pipe.as_mut() else { continue };
             match p.read(&mut buf) {
                 Ok(0) => *pipe = None,
                 Ok(n) => {
-                    let keep = pump.take(n);
-                    if keep > 0
-                        && Frame::new(stream, kind, buf[..keep].to_vec())
-                            .write_blocking(&mut sock)
-                            .is_err()
-                    {
-                        kill_all();
-                        std::process::exit(1);
+                    if let Some(f) = run.output(kind, &buf[..n]) {
+                        if f.write_blocking(&mut sock).is_err() {
+                            kill_all();
+                            std::process::exit(1);
+                        }
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -640,19 +664,20 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 Some(WaitPidFlag::WNOHANG)
             };
             match waitpid(nix::unistd::Pid::from_raw(pid as i32), flag) {
-                Ok(WaitStatus::Exited(_, c)) => exit = Some(Exit::Code(c)),
-                Ok(WaitStatus::Signaled(_, s, _)) => exit = Some(Exit::Signal(s as i32)),
+                Ok(WaitStatus::Exited(_, c)) => run.exited(Exit::Code(c)),
+                Ok(WaitStatus::Signaled(_, s, _)) => run.exited(Exit::Signal(s as i32)),
                 Ok(_) => {}
-                Err(_) => exit = Some(Exit::Signal(libc::SIGKILL)),
+                Err(_) => run.exited(Exit::Signal(libc::SIGKILL)),
             }
-            if exit.is_some() {
+            if run.exit().is_some() {
                 // The call is over: whatever it left running goes now, so its pipes close.
                 kill_all();
                 stdin = None;
             }
         }
-        if exit.is_none() && !timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
-            timed_out = true;
+        if run.exit().is_none() && !run.timed_out() && deadline.is_some_and(|d| Instant::now() >= d)
+        {
+            run.time_out();
             kill_all();
         }
     }
@@ -663,34 +688,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         let _ = Frame::json(stream, Kind::Event, &collect(path, spec.collect_cap))
             .write_blocking(&mut sock);
     }
-    let ev = exited(exit, timed_out, po, pe, started);
-    let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
-}
-
-/// How the command ended.
-#[derive(Clone, Copy)]
-enum Exit {
-    Code(i32),
-    Signal(i32),
-}
-
-fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instant) -> Event {
-    let (exit_code, signal) = match exit {
-        Some(Exit::Code(c)) => (Some(c), None),
-        Some(Exit::Signal(s)) => (None, Some(s)),
-        None => (None, Some(libc::SIGKILL)),
-    };
-    Event::Exited(warren_types::ExitInfo {
-        exit_code,
-        signal,
-        timed_out,
-        stdout_bytes: o.total(),
-        stderr_bytes: e.total(),
-        stdout_truncated: o.truncated(),
-        stderr_truncated: e.truncated(),
-        duration_us: started.elapsed().as_micros() as u64,
-        oom_killed: false,
-    })
+    let _ = Frame::json(stream, Kind::Event, &run.finish()).write_blocking(&mut sock);
 }
 
 fn collect(path: &str, cap: u64) -> Event {
@@ -723,3 +721,7 @@ fn collect(path: &str, cap: u64) -> Event {
         },
     }
 }
+
+#[cfg(test)]
+#[path = "cell_tests.rs"]
+mod tests;

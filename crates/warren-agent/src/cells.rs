@@ -1,7 +1,6 @@
 //! The agent side of a function container: keeps the next call environment (a `cell`)
 //! ready and relays each `Invoke` to a fresh one.
 
-use std::cell::{Cell as Flag, RefCell};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
@@ -10,6 +9,8 @@ use tokio::net::UnixStream;
 use warren_proto::{Call, ContainerInit, Event, Frame, Init, InitReply, InvokeSpec, Kind};
 use warren_types::ErrorCode;
 
+use crate::error::AgentError;
+use crate::spare::Spare;
 use crate::wire::{Inbox, Out};
 
 /// Longest a cell may take to build its root.
@@ -19,7 +20,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 struct ReadyCell {
     pid: u32,
     conn: UnixStream,
-    exit: tokio::sync::oneshot::Receiver<crate::reaper::Exit>,
+    exit: tokio::sync::oneshot::Receiver<crate::run::Exit>,
 }
 
 /// The function containers' call environments.
@@ -29,10 +30,8 @@ pub struct Cells {
     /// installs it on itself.
     filters: Option<warren_sys::seccomp::CellFilters>,
     reaper: Rc<crate::reaper::Reaper>,
-    ready: RefCell<Option<ReadyCell>>,
-    filling: Flag<bool>,
-    /// Woken when a background start ends (ready or failed).
-    filled: tokio::sync::Notify,
+    /// The cell waiting for the next call.
+    spare: Spare<ReadyCell>,
 }
 
 impl Cells {
@@ -45,25 +44,23 @@ impl Cells {
             filters,
             config: crate::cell::cell_config(config),
             reaper,
-            ready: RefCell::new(None),
-            filling: Flag::new(false),
-            filled: tokio::sync::Notify::new(),
+            spare: Spare::default(),
         })
     }
 
     /// Starts one cell and waits until it is ready.
-    async fn start(&self) -> Result<ReadyCell, String> {
-        let (ours, theirs) = warren_sys::fd::socketpair().map_err(|e| e.to_string())?;
+    async fn start(&self) -> Result<ReadyCell, AgentError> {
+        let (ours, theirs) = warren_sys::fd::socketpair()?;
         let null = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/null")
-            .map_err(|e| format!("/dev/null: {e}"))?;
+            .map_err(AgentError::io("/dev/null"))?;
         use warren_sys::ns::Namespaces as N;
         let flags = N::CLONE_NEWNS | N::CLONE_NEWPID | N::CLONE_NEWIPC | N::CLONE_NEWUTS;
         // The agent runs on one thread (checked by the clone), so a plain fork-like clone is
         // fine; the child never returns to the runtime.
-        let pid = match warren_sys::clone::clone_checked(flags).map_err(|e| e.to_string())? {
+        let pid = match warren_sys::clone::clone_checked(flags)? {
             warren_sys::process::Forked::Child => {
                 let ctl = warren_proto::CONTROL_FD;
                 if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
@@ -95,7 +92,7 @@ impl Cells {
             .and_then(|_| UnixStream::from_std(std))
             .map_err(|e| {
                 kill();
-                format!("cell socket: {e}")
+                AgentError::io("cell socket")(e)
             });
         let mut conn = conn?;
         let init = Frame::json(
@@ -109,14 +106,14 @@ impl Cells {
         let answer = async {
             init.write_async(&mut conn)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AgentError::frame("start message"))?;
             let f = Frame::read_async(&mut conn)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AgentError::frame("ready message"))?;
             match f.parse::<InitReply>() {
                 Ok(InitReply::Ready { .. }) => Ok(()),
-                Ok(InitReply::Failed { message }) => Err(message),
-                other => Err(format!("unexpected {other:?}")),
+                Ok(InitReply::Failed { message }) => Err(AgentError::Setup(message)),
+                other => Err(AgentError::Protocol(format!("unexpected {other:?}"))),
             }
         };
         match tokio::time::timeout(READY_TIMEOUT, answer).await {
@@ -124,48 +121,44 @@ impl Cells {
             Ok(Err(e)) => {
                 kill();
                 let status = tokio::time::timeout(Duration::from_secs(1), exit).await;
-                Err(format!("call environment: {e} (exit {status:?})"))
+                Err(AgentError::CellStart {
+                    source: Box::new(e),
+                    status: format!("{status:?}"),
+                })
             }
             Err(_) => {
                 kill();
-                Err("call environment did not start in time".into())
+                Err(AgentError::CellTimeout)
             }
         }
     }
 
     /// Makes sure a ready cell waits for the next call (in the background).
     pub fn refill(self: &Rc<Self>) {
-        if self.filling.get() || self.ready.borrow().is_some() {
+        if !self.spare.begin() {
             return;
         }
-        self.filling.set(true);
         let me = self.clone();
         tokio::task::spawn_local(async move {
-            match me.start().await {
-                Ok(c) => {
-                    if let Some(old) = me.ready.borrow_mut().replace(c) {
-                        let _ = warren_sys::process::kill(old.pid, libc::SIGKILL);
-                    }
+            let cell = match me.start().await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("warren-agent: {e}");
+                    None
                 }
-                Err(e) => eprintln!("warren-agent: {e}"),
+            };
+            if let Some(old) = me.spare.made(cell) {
+                let _ = warren_sys::process::kill(old.pid, libc::SIGKILL);
             }
-            me.filling.set(false);
-            me.filled.notify_waiters();
         });
     }
 
     /// The ready cell; a call that comes while the next one is still being built waits for
     /// it (it has a head start) instead of building a second one.
-    async fn take(&self) -> Result<ReadyCell, String> {
-        loop {
-            if let Some(c) = self.ready.borrow_mut().take() {
-                return Ok(c);
-            }
-            if !self.filling.get() {
-                return self.start().await;
-            }
-            // Single-threaded: nothing runs between the check above and this registration.
-            self.filled.notified().await;
+    async fn take(&self) -> Result<ReadyCell, AgentError> {
+        match self.spare.take().await {
+            Some(c) => Ok(c),
+            None => self.start().await,
         }
     }
 
@@ -180,7 +173,7 @@ impl Cells {
         let t0 = std::time::Instant::now();
         let cell = match self.take().await {
             Ok(c) => c,
-            Err(e) => return Event::error(ErrorCode::Internal, e),
+            Err(e) => return Event::error(e.code(), e.to_string()),
         };
         // The daemon's pool grows when calls keep waiting for their cells.
         let waited = Event::CellWaited {

@@ -14,7 +14,8 @@ use warren_proto::{Control, Event, ExecSpec, Frame, Kind, ProcEntry};
 use warren_sys::process::ChildSetup;
 use warren_types::{ErrorCode, ProcessState};
 
-use crate::reaper::{kill_command, kill_command_fully, kill_tree, start_ticks, Exit, Reaper};
+use crate::reaper::{kill_command, kill_command_fully, kill_tree, start_ticks, Reaper};
+use crate::run::{exit_event, spawn_failed, Exit, Pump, Run};
 use crate::wire::{event, Inbox, Out};
 
 /// The agent's commands: the reaper that hears their exits, the background processes, and
@@ -66,9 +67,11 @@ pub fn set_best_effort(on: bool) {
 /// The AppArmor profile commands are confined under, when the host has AppArmor.
 static APPARMOR: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
 
-pub fn set_apparmor_profile(name: Option<&str>) -> Result<(), String> {
+pub fn set_apparmor_profile(name: Option<&str>) -> crate::error::Result<()> {
     if let Some(n) = name {
-        let c = std::ffi::CString::new(n).map_err(|_| "AppArmor profile name has a NUL")?;
+        let c = std::ffi::CString::new(n).map_err(|_| {
+            crate::error::AgentError::Invalid("AppArmor profile name has a NUL".into())
+        })?;
         let _ = APPARMOR.set(c);
     }
     Ok(())
@@ -81,40 +84,6 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Counts output and keeps the first `cap` bytes.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Pump {
-    cap: u64,
-    kept: u64,
-    total: u64,
-}
-
-impl Pump {
-    pub fn new(cap: u64) -> Self {
-        Pump {
-            cap,
-            kept: 0,
-            total: 0,
-        }
-    }
-    /// The part of `n` new bytes to keep.
-    pub fn take(&mut self, n: usize) -> usize {
-        let keep = (self.cap - self.kept).min(n as u64);
-        self.kept += keep;
-        self.total += n as u64;
-        keep as usize
-    }
-    fn full(&self) -> bool {
-        self.kept >= self.cap
-    }
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-    pub fn truncated(&self) -> bool {
-        self.total > self.kept
-    }
-}
-
 pub(crate) struct Prepared {
     pub cmd: Command,
     pub setup: ChildSetup,
@@ -125,7 +94,7 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         return Err(Event::error(ErrorCode::InvalidRequest, "empty argv"));
     }
     let user = crate::users::resolve(spec.user.as_deref())
-        .map_err(|m| Event::error(ErrorCode::InvalidRequest, m))?;
+        .map_err(|e| Event::error(e.code(), e.to_string()))?;
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..]);
     cmd.env_clear();
@@ -166,35 +135,6 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
     Ok(Prepared { cmd, setup })
 }
 
-/// A command that could not start reports like a shell would: 127 (not found) or 126.
-pub(crate) fn spawn_failed(argv0: &str, err: &std::io::Error) -> (i32, String) {
-    let code = if err.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    };
-    (code, format!("warren: cannot run {argv0}: {err}\n"))
-}
-
-fn exited(exit: Option<Exit>, timed_out: bool, o: Pump, e: Pump, started: Instant) -> Event {
-    let (exit_code, signal) = match exit {
-        Some(Exit::Code(c)) => (Some(c), None),
-        Some(Exit::Signal(s)) => (None, Some(s)),
-        None => (None, None),
-    };
-    Event::Exited(warren_types::ExitInfo {
-        exit_code,
-        signal,
-        timed_out,
-        stdout_bytes: o.total,
-        stderr_bytes: e.total,
-        stdout_truncated: o.truncated(),
-        stderr_truncated: e.truncated(),
-        duration_us: started.elapsed().as_micros() as u64,
-        oom_killed: false,
-    })
-}
-
 fn receiver(fd: impl Into<OwnedFd>) -> Option<pipe::Receiver> {
     let fd: OwnedFd = fd.into();
     warren_sys::fd::set_nonblocking(&fd).ok()?;
@@ -209,7 +149,7 @@ pub async fn foreground(
     out: &Out,
     state: &Commands,
 ) -> Event {
-    let started = Instant::now();
+    let mut run = Run::new(id, spec.output_cap);
     let Prepared { mut cmd, setup } = match prepare(&spec) {
         Ok(p) => p,
         Err(ev) => return ev,
@@ -228,23 +168,9 @@ pub async fn foreground(
             c
         }
         Err(err) => {
-            let (code, msg) = spawn_failed(&spec.argv[0], &err);
-            let mut e = Pump::new(spec.output_cap);
-            let keep = e.take(msg.len());
-            let _ = out
-                .send(Frame::new(
-                    id,
-                    Kind::Stderr,
-                    msg.as_bytes()[..keep].to_vec(),
-                ))
-                .await;
-            return exited(
-                Some(Exit::Code(code)),
-                false,
-                Pump::new(spec.output_cap),
-                e,
-                started,
-            );
+            let (frame, ev) = run.spawn_failed(&spec.argv[0], &err);
+            let _ = out.send(frame).await;
+            return ev;
         }
     };
     let pid = child.id();
@@ -268,16 +194,14 @@ pub async fn foreground(
     let mut pending: VecDeque<bytes::Bytes> = VecDeque::new();
     let mut stdin_eof = false;
     let mut credit: Option<u64> = spec.window.map(u64::from);
-    let (mut po, mut pe) = (Pump::new(spec.output_cap), Pump::new(spec.output_cap));
-    let mut exit: Option<Exit> = None;
     let mut exited_at = Instant::now();
-    let mut timed_out = false;
     let deadline = spec
         .timeout_ms
         .map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
     let mut inbox_open = true;
     let (mut bo, mut be) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     loop {
+        let exit = run.exit();
         if exit.is_some() && stdout.is_none() && stderr.is_none() {
             break;
         }
@@ -289,27 +213,26 @@ pub async fn foreground(
                 credit.map_or(CHUNK, |c| (c as usize).clamp(1, CHUNK))
             }
         };
-        let (wo, we) = (want(&po), want(&pe));
+        let (wo, we) = (want(&run.stdout), want(&run.stderr));
+        let (ro, re) = (room(&run.stdout), room(&run.stderr));
         tokio::select! {
-            r = async { stdout.as_mut().unwrap().read(&mut bo[..wo]).await }, if stdout.is_some() && room(&po) => match r {
+            r = async { stdout.as_mut().unwrap().read(&mut bo[..wo]).await }, if stdout.is_some() && ro => match r {
                 Ok(0) | Err(_) => stdout = None,
                 Ok(n) => {
-                    let keep = po.take(n);
-                    if keep > 0 {
-                        credit = credit.map(|c| c.saturating_sub(keep as u64));
-                        if out.send(Frame::new(id, Kind::Stdout, bo[..keep].to_vec())).await.is_err() {
+                    if let Some(f) = run.output(Kind::Stdout, &bo[..n]) {
+                        credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
+                        if out.send(f).await.is_err() {
                             kill_all();
                         }
                     }
                 }
             },
-            r = async { stderr.as_mut().unwrap().read(&mut be[..we]).await }, if stderr.is_some() && room(&pe) => match r {
+            r = async { stderr.as_mut().unwrap().read(&mut be[..we]).await }, if stderr.is_some() && re => match r {
                 Ok(0) | Err(_) => stderr = None,
                 Ok(n) => {
-                    let keep = pe.take(n);
-                    if keep > 0 {
-                        credit = credit.map(|c| c.saturating_sub(keep as u64));
-                        if out.send(Frame::new(id, Kind::Stderr, be[..keep].to_vec())).await.is_err() {
+                    if let Some(f) = run.output(Kind::Stderr, &be[..n]) {
+                        credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
+                        if out.send(f).await.is_err() {
                             kill_all();
                         }
                     }
@@ -324,7 +247,7 @@ pub async fn foreground(
                 Err(_) => { stdin = None; pending.clear(); }
             },
             st = &mut exit_rx, if exit.is_none() => {
-                exit = Some(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
+                run.exited(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
                 exited_at = Instant::now();
                 if spec.kill_tree {
                     // Everything the command started ends with it (its pipes close too).
@@ -341,8 +264,8 @@ pub async fn foreground(
                 },
                 None => { inbox_open = false; kill_all(); }
             },
-            _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() && !timed_out && exit.is_none() => {
-                timed_out = true;
+            _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() && !run.timed_out() && exit.is_none() => {
+                run.time_out();
                 kill_all();
             },
             _ = tokio::time::sleep_until((exited_at + DRAIN_GRACE).into()), if exit.is_some() => break,
@@ -350,7 +273,7 @@ pub async fn foreground(
     }
     drop(child);
     state.active.borrow_mut().remove(&pid);
-    exited(exit, timed_out, po, pe, started)
+    run.finish()
 }
 
 /// A background process and what it has printed so far.
@@ -566,11 +489,8 @@ pub async fn wait(
         }
     }
     let (o, e) = p.pumps.get();
-    let mut ev = exited(p.exit.get(), false, o, e, p.started);
-    if let (Event::Exited(exit), Some(f)) = (&mut ev, p.finished.get()) {
-        exit.duration_us = f.duration_since(p.started).as_micros() as u64;
-    }
-    ev
+    let end = p.finished.get().unwrap_or_else(Instant::now);
+    exit_event(p.exit.get(), false, &o, &e, end.duration_since(p.started))
 }
 
 /// Signals a background process's tree.
@@ -598,7 +518,8 @@ pub async fn pty(
     out: &Out,
     state: &Commands,
 ) -> Event {
-    let started = Instant::now();
+    // A terminal has one output and no cap.
+    let mut run = Run::new(id, u64::MAX);
     let Prepared { mut cmd, mut setup } = match prepare(&spec) {
         Ok(p) => p,
         Err(ev) => return ev,
@@ -648,12 +569,11 @@ pub async fn pty(
         return Event::error(ErrorCode::Internal, "pty registration");
     };
     let mut credit: Option<u64> = spec.window.map(u64::from);
-    let mut exit: Option<Exit> = None;
     let mut master_open = true;
     let mut buf = vec![0u8; CHUNK];
-    let mut po = Pump::new(u64::MAX);
     let mut inbox_open = true;
     loop {
+        let exit = run.exit();
         if exit.is_some() && !master_open {
             break;
         }
@@ -665,17 +585,18 @@ pub async fn pty(
                 match guard.try_io(|fd| nix::unistd::read(fd.as_raw_fd(), &mut buf[..want]).map_err(std::io::Error::from)) {
                     Ok(Ok(0)) | Ok(Err(_)) => master_open = false,
                     Ok(Ok(n)) => {
-                        po.take(n);
                         credit = credit.map(|c| c.saturating_sub(n as u64));
-                        if out.send(Frame::new(id, Kind::Stdout, buf[..n].to_vec())).await.is_err() {
-                            kill_tree(pid);
+                        if let Some(f) = run.output(Kind::Stdout, &buf[..n]) {
+                            if out.send(f).await.is_err() {
+                                kill_tree(pid);
+                            }
                         }
                     }
                     Err(_would_block) => {}
                 }
             },
             st = &mut exit_rx, if exit.is_none() => {
-                exit = Some(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
+                run.exited(st.unwrap_or(Exit::Signal(libc::SIGKILL)));
                 // Drain what the terminal still holds, then stop.
                 master_open = false;
                 loop {
@@ -712,37 +633,5 @@ pub async fn pty(
         }
     }
     drop(child);
-    exited(exit, false, po, Pump::new(0), started)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pump_keeps_up_to_its_cap_and_counts_the_rest() {
-        let mut p = Pump::new(10);
-        assert_eq!(p.take(4), 4);
-        assert!(!p.truncated() && !p.full());
-        assert_eq!(p.take(8), 6, "only what fits under the cap is kept");
-        assert!(p.full() && p.truncated());
-        assert_eq!(p.take(100), 0);
-        assert_eq!(p.total(), 112);
-        let mut none = Pump::new(0);
-        assert_eq!(none.take(5), 0);
-        assert!(none.truncated());
-    }
-
-    #[test]
-    fn an_exit_reports_the_pumps_and_how_the_command_ended() {
-        let (mut o, e) = (Pump::new(2), Pump::new(8));
-        o.take(5);
-        let ev = exited(Some(Exit::Signal(9)), true, o, e, Instant::now());
-        let Event::Exited(x) = ev else {
-            panic!("not an exit: {ev:?}")
-        };
-        assert_eq!((x.exit_code, x.signal, x.timed_out), (None, Some(9), true));
-        assert_eq!((x.stdout_bytes, x.stdout_truncated), (5, true));
-        assert_eq!((x.stderr_bytes, x.stderr_truncated), (0, false));
-    }
+    run.finish()
 }

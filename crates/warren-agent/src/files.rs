@@ -425,3 +425,209 @@ pub fn chmod(path: &str, mode: u32) -> Event {
         Err(e) => io_event(path, &e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    fn code_of(ev: &Event) -> Option<ErrorCode> {
+        match ev {
+            Event::Error { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    fn s(p: &Path) -> &str {
+        p.to_str().unwrap()
+    }
+
+    /// Runs an upload of `frames` to `path` on a current-thread runtime.
+    fn upload(path: &Path, mode: Option<u32>, size: Option<u64>, frames: Vec<Frame>) -> Event {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, rx) = mpsc::channel(frames.len() + 1);
+            for f in frames {
+                tx.send(f).await.unwrap();
+            }
+            drop(tx);
+            write(s(path), mode, size, rx).await
+        })
+    }
+
+    fn data(b: &[u8]) -> Frame {
+        Frame::new(1, Kind::Stdin, b.to_vec())
+    }
+
+    fn eof() -> Frame {
+        Frame::new(1, Kind::Eof, Vec::new())
+    }
+
+    /// Names in `dir`, so a test can see that nothing was left behind.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_upload_lands_whole_with_its_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let ev = upload(
+            &p,
+            Some(0o751),
+            Some(6),
+            vec![data(b"abc"), data(b"def"), eof()],
+        );
+        assert!(matches!(ev, Event::Done), "{ev:?}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"abcdef");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o7777, 0o751);
+        // Replacing a file keeps its mode when none is given.
+        let ev = upload(&p, None, None, vec![data(b"x"), eof()]);
+        assert!(matches!(ev, Event::Done), "{ev:?}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o7777, 0o751);
+        assert_eq!(names(d.path()), ["f"]);
+    }
+
+    #[test]
+    fn an_upload_through_a_symlink_replaces_the_file_it_names() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let target = d.path().join("sub/real");
+        std::fs::write(&target, b"old").unwrap();
+        // A relative link with `..` in it, resolved where it lies.
+        let link = d.path().join("sub/../link");
+        std::os::unix::fs::symlink("sub/real", d.path().join("link")).unwrap();
+        let ev = upload(&link, None, None, vec![data(b"new"), eof()]);
+        assert!(matches!(ev, Event::Done), "{ev:?}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        let md = std::fs::symlink_metadata(d.path().join("link")).unwrap();
+        assert!(md.file_type().is_symlink(), "the link itself stays a link");
+    }
+
+    #[test]
+    fn an_upload_onto_a_directory_a_fifo_or_a_link_to_one_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        std::os::unix::fs::symlink("fifo", d.path().join("to-fifo")).unwrap();
+        for name in ["fifo", "dir", "to-fifo"] {
+            let ev = upload(&d.path().join(name), None, None, vec![data(b"x"), eof()]);
+            assert_eq!(code_of(&ev), Some(ErrorCode::FileError), "{name}: {ev:?}");
+        }
+        assert_eq!(names(d.path()), ["dir", "fifo", "to-fifo"]);
+    }
+
+    #[test]
+    fn a_cut_short_or_mis_sized_upload_leaves_nothing_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"keep").unwrap();
+        // The daemon went away before EOF.
+        let ev = upload(&p, None, None, vec![data(b"partial")]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::Internal), "{ev:?}");
+        // Fewer bytes than announced.
+        let ev = upload(&p, None, Some(10), vec![data(b"abc"), eof()]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::InvalidRequest), "{ev:?}");
+        // More bytes than announced.
+        let ev = upload(&p, None, Some(2), vec![data(b"abc"), eof()]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::FileError), "{ev:?}");
+        // Cancelled.
+        let cancel = Frame::new(1, Kind::Cancel, Vec::new());
+        let ev = upload(&p, None, None, vec![data(b"abc"), cancel]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::Internal), "{ev:?}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+        assert_eq!(names(d.path()), ["f"], "no temporary file is left");
+        // Into a directory that does not exist.
+        let ev = upload(&d.path().join("no/f"), None, None, vec![eof()]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::NotFound), "{ev:?}");
+    }
+
+    #[test]
+    fn only_regular_files_outside_kernel_filesystems_are_opened() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // A FIFO would block a plain open: this one returns at once, refused.
+        let e = open_regular(s(&fifo), OpenOptions::new().read(true)).unwrap_err();
+        assert_eq!(code_of(&e), Some(ErrorCode::FileError));
+        let e = open_regular(s(d.path()), OpenOptions::new().read(true)).unwrap_err();
+        assert_eq!(code_of(&e), Some(ErrorCode::FileError));
+        let e = open_regular("/proc/self/status", OpenOptions::new().read(true)).unwrap_err();
+        assert_eq!(code_of(&e), Some(ErrorCode::InvalidPath));
+        let e = open_regular(s(&d.path().join("none")), OpenOptions::new().read(true));
+        assert_eq!(code_of(&e.unwrap_err()), Some(ErrorCode::NotFound));
+        // A link from the sandbox's files into /proc is refused too.
+        let link = d.path().join("mem");
+        std::os::unix::fs::symlink("/proc/self/environ", &link).unwrap();
+        let e = open_regular(s(&link), OpenOptions::new().read(true)).unwrap_err();
+        assert_eq!(code_of(&e), Some(ErrorCode::InvalidPath));
+        assert!(is_kernel_fs(Path::new("/proc")));
+        assert!(!is_kernel_fs(d.path()));
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        assert!(open_regular(s(&d.path().join("f")), OpenOptions::new().read(true)).is_ok());
+    }
+
+    #[test]
+    fn remove_refuses_the_root_and_removes_links_not_their_targets() {
+        assert_eq!(code_of(&remove("/", true)), Some(ErrorCode::InvalidPath));
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("dir");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("f"), b"x").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(matches!(remove(s(&link), true), Event::Done));
+        assert!(target.join("f").exists(), "the link's target is untouched");
+        let ev = remove(s(&target), false);
+        assert_eq!(
+            code_of(&ev),
+            Some(ErrorCode::FileError),
+            "not empty: {ev:?}"
+        );
+        assert!(matches!(remove(s(&target), true), Event::Done));
+        assert_eq!(
+            code_of(&remove(s(&target), true)),
+            Some(ErrorCode::NotFound)
+        );
+    }
+
+    #[test]
+    fn a_listing_comes_in_sorted_pages() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["c", "a", "e", "b", "d"] {
+            std::fs::write(d.path().join(n), n).unwrap();
+        }
+        std::os::unix::fs::symlink("a", d.path().join("l")).unwrap();
+        let page = |after: Option<&str>| match list(s(d.path()), after, Some(2)) {
+            Event::Entries { entries, next } => (
+                entries.into_iter().map(|e| e.name).collect::<Vec<_>>(),
+                next,
+            ),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(page(None), (vec!["a".into(), "b".into()], Some("b".into())));
+        assert_eq!(
+            page(Some("b")),
+            (vec!["c".into(), "d".into()], Some("d".into()))
+        );
+        assert_eq!(page(Some("d")), (vec!["e".into(), "l".into()], None));
+        let Event::Stat { stat } = stat(s(&d.path().join("l"))) else {
+            panic!("no stat")
+        };
+        assert_eq!(
+            (stat.kind, stat.link_target.as_deref()),
+            (FileKind::Symlink, Some("a"))
+        );
+        assert_eq!(json_len("a\"\\\n"), 1 + 2 + 2 + 6);
+    }
+}

@@ -14,24 +14,24 @@
 
 mod cell;
 mod cells;
+mod error;
 mod exec;
 mod files;
 mod reaper;
+mod run;
 mod serve;
 mod setup;
+mod spare;
 mod tarball;
 mod users;
 mod vm;
 mod wire;
 
 use std::os::fd::OwnedFd;
-use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
+use warren_proto::{Frame, Init, InitReply, PROTOCOL_VERSION};
+use wire::send_init as send;
 
 pub use warren_proto::{CONTROL_FD, RECONNECT_FD};
-
-fn send(ctl: &mut std::os::unix::net::UnixStream, reply: &InitReply) {
-    let _ = Frame::json(0, Kind::Init, reply).write_blocking(ctl);
-}
 
 /// Creates a user namespace for the daemon to map and keep (it idmaps image layers with it
 /// before any sandbox exists), then waits until the daemon hangs up.
@@ -96,7 +96,12 @@ fn main() {
             match setup::container(&mut ctl, &config) {
                 Ok(()) => {}
                 Err(e) => {
-                    send(&mut ctl, &InitReply::Failed { message: e });
+                    send(
+                        &mut ctl,
+                        &InitReply::Failed {
+                            message: e.to_string(),
+                        },
+                    );
                     std::process::exit(1);
                 }
             }

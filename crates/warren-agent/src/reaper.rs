@@ -6,12 +6,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use tokio::sync::oneshot;
 
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Code(i32),
-    Signal(i32),
-}
+use crate::run::Exit;
 
 #[derive(Default)]
 pub struct Reaper {

@@ -6,34 +6,35 @@ use std::path::{Path, PathBuf};
 use warren_proto::{ContainerInit, Frame, Init, InitReply};
 use warren_sys::mount::{mount, Flags};
 
-type R<T> = Result<T, String>;
-
-fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
-    move |err| format!("{what}: {err}")
-}
+use crate::error::{AgentError, Result as R};
 
 /// Runs the whole start-up. Returns only in PID 1 of the new sandbox; the first stage exits.
 pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
-    warren_sys::ns::unshare(warren_sys::ns::container_namespaces()).map_err(|x| x.to_string())?;
-    super::send(
+    warren_sys::ns::unshare(warren_sys::ns::container_namespaces())?;
+    crate::wire::send_init(
         ctl,
         &InitReply::Unshared {
             pid: std::process::id(),
         },
     );
     match Frame::read_blocking(ctl)
-        .map_err(e("waiting for id maps"))?
+        .map_err(AgentError::frame("waiting for id maps"))?
         .parse::<Init>()
     {
         Ok(Init::Mapped) => {}
-        other => return Err(format!("expected id maps, got {other:?}")),
+        other => {
+            return Err(AgentError::Protocol(format!(
+                "expected id maps, got {other:?}"
+            )))
+        }
     }
-    warren_sys::process::become_user(0, 0).map_err(|x| x.to_string())?;
+    warren_sys::process::become_user(0, 0)?;
 
-    let (release_r, release_w) = std::os::unix::net::UnixStream::pair().map_err(e("pipe"))?;
-    match warren_sys::process::fork_checked().map_err(|x| x.to_string())? {
+    let (release_r, release_w) =
+        std::os::unix::net::UnixStream::pair().map_err(AgentError::io("pipe"))?;
+    match warren_sys::process::fork_checked()? {
         warren_sys::process::Forked::Parent { child } => {
-            super::send(ctl, &InitReply::Child { pid: child });
+            crate::wire::send_init(ctl, &InitReply::Child { pid: child });
             drop(release_w);
             std::process::exit(0);
         }
@@ -59,8 +60,8 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
         keep_upper_handle(&t.join("upper"))?;
         enter(&root)?;
     }
-    warren_sys::ns::set_hostname(&cfg.hostname).map_err(|x| x.to_string())?;
-    warren_sys::net::loopback_up().map_err(|x| x.to_string())?;
+    warren_sys::ns::set_hostname(&cfg.hostname)?;
+    warren_sys::net::loopback_up()?;
     Ok(())
 }
 
@@ -72,8 +73,7 @@ pub fn private_stage() -> R<PathBuf> {
         None,
         Flags::MS_REC | Flags::MS_PRIVATE,
         None,
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     // The staging directory is private to this mount namespace: a tmpfs holding the writable
     // layer (its size is the disk limit) and the merged root.
     let stage = PathBuf::from("/tmp");
@@ -92,10 +92,10 @@ pub fn private_stage() -> R<PathBuf> {
                 Flags::empty(),
                 Some("size=64k"),
             )
-            .map_err(|x| x.to_string())
-            .and_then(|_| std::fs::create_dir_all(&t).map_err(|x| x.to_string()))
+            .map_err(|x| x.source)
+            .and_then(|_| std::fs::create_dir_all(&t))
         })
-        .map_err(|x| format!("staging dir: {x}"))?;
+        .map_err(AgentError::io("staging dir"))?;
     Ok(t)
 }
 
@@ -108,10 +108,9 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Some("tmpfs"),
         Flags::MS_NOSUID | Flags::MS_NODEV,
         Some(&format!("size={}m,mode=755", cfg.disk_mb)),
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     for d in ["upper", "work", "root"] {
-        std::fs::create_dir(t.join(d)).map_err(e("mkdir in writable layer"))?;
+        std::fs::create_dir(t.join(d)).map_err(AgentError::io("mkdir in writable layer"))?;
     }
     let root = t.join("root");
     // The overlay's options are shown in the sandbox's /proc/mounts as given: name every
@@ -119,7 +118,7 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
     let mut lower = Vec::with_capacity(lowerdirs.len());
     for (i, l) in lowerdirs.iter().enumerate() {
         let name = format!("l{i}");
-        std::os::unix::fs::symlink(l, t.join(&name)).map_err(e("layer link"))?;
+        std::os::unix::fs::symlink(l, t.join(&name)).map_err(AgentError::io("layer link"))?;
         lower.push(name);
     }
     let opts = format!(
@@ -127,7 +126,7 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         lower.join(":")
     );
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    std::env::set_current_dir(t).map_err(e("enter the staging directory"))?;
+    std::env::set_current_dir(t).map_err(AgentError::io("enter the staging directory"))?;
     let mounted = mount(
         Some("overlay"),
         &root,
@@ -136,16 +135,16 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Some(&opts),
     );
     let _ = std::env::set_current_dir(&cwd);
-    mounted.map_err(|x| x.to_string())?;
+    mounted?;
 
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
     let mk = |p: &str| {
         let d = root.join(p.trim_start_matches('/'));
         std::fs::create_dir_all(&d)
             .map(|_| d)
-            .map_err(|x| format!("mkdir {p}: {x}"))
+            .map_err(AgentError::io(format!("mkdir {p}")))
     };
-    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
+    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None)?;
     let dev = mk("/dev")?;
     mount(
         Some("tmpfs"),
@@ -153,8 +152,7 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Some("tmpfs"),
         Flags::MS_NOSUID | Flags::MS_NOEXEC,
         Some("size=64k,mode=755"),
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     bind_devices(&dev)?;
     let pts = mk("/dev/pts")?;
     mount(
@@ -163,17 +161,15 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Some("devpts"),
         Flags::MS_NOSUID | Flags::MS_NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=0620"),
-    )
-    .map_err(|x| x.to_string())?;
-    std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(e("ptmx"))?;
+    )?;
+    std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(AgentError::io("ptmx"))?;
     mount(
         Some("shm"),
         &mk("/dev/shm")?,
         Some("tmpfs"),
         nosuid,
         Some("size=64m,mode=1777"),
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     let _ = mount(
         Some("mqueue"),
         &mk("/dev/mqueue")?,
@@ -220,15 +216,14 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
 pub fn bind_devices(dev: &Path) -> R<()> {
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let target = dev.join(node);
-        std::fs::File::create(&target).map_err(e("create device node"))?;
+        std::fs::File::create(&target).map_err(AgentError::io("create device node"))?;
         mount(
             Some(&format!("/dev/{node}")),
             &target,
             None,
             Flags::MS_BIND,
             None,
-        )
-        .map_err(|x| x.to_string())?;
+        )?;
     }
     Ok(())
 }
@@ -252,18 +247,17 @@ pub fn mount_sys(sys: &Path) -> R<()> {
             Some("tmpfs"),
             nosuid | Flags::MS_RDONLY,
             Some("size=4k"),
-        )
-        .map_err(|x| x.to_string())?;
+        )?;
     }
     Ok(())
 }
 
 /// Makes `root` the root of this mount namespace and drops the old one.
 pub fn enter(root: &Path) -> R<()> {
-    std::env::set_current_dir(root).map_err(e("chdir new root"))?;
-    warren_sys::mount::pivot_root(Path::new("."), Path::new(".")).map_err(|x| x.to_string())?;
-    warren_sys::mount::umount(Path::new("."), true).map_err(|x| x.to_string())?;
-    std::env::set_current_dir("/").map_err(e("chdir /"))?;
+    std::env::set_current_dir(root).map_err(AgentError::io("chdir new root"))?;
+    warren_sys::mount::pivot_root(Path::new("."), Path::new("."))?;
+    warren_sys::mount::umount(Path::new("."), true)?;
+    std::env::set_current_dir("/").map_err(AgentError::io("chdir /"))?;
     Ok(())
 }
 
@@ -277,12 +271,12 @@ fn keep_upper_handle(upper: &Path) -> R<()> {
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     )
-    .map_err(e("open upper dir"))?;
-    let owned = warren_sys::fd::inherited(fd).map_err(|x| x.to_string())?;
-    warren_sys::fd::dup_to(&owned, warren_proto::UPPER_FD).map_err(|x| x.to_string())?;
+    .map_err(|x| warren_sys::SysError::errno("open upper dir", x))?;
+    let owned = warren_sys::fd::inherited(fd)?;
+    warren_sys::fd::dup_to(&owned, warren_proto::UPPER_FD)?;
     drop(owned);
-    let kept = warren_sys::fd::inherited(warren_proto::UPPER_FD).map_err(|x| x.to_string())?;
-    warren_sys::fd::set_cloexec(&kept, true).map_err(|x| x.to_string())?;
+    let kept = warren_sys::fd::inherited(warren_proto::UPPER_FD)?;
+    warren_sys::fd::set_cloexec(&kept, true)?;
     std::mem::forget(kept);
     Ok(())
 }
@@ -331,18 +325,17 @@ fn harden(cfg: &ContainerInit) -> R<()> {
     // namespace) to build each call's namespaces and mounts; every call environment drops
     // them before running anything (see `cell`).
     if cfg.function.is_none() {
-        warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP).map_err(|x| x.to_string())?;
+        warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP)?;
     }
-    warren_sys::process::set_no_new_privs().map_err(|x| x.to_string())?;
+    warren_sys::process::set_no_new_privs()?;
     // setresuid reset the dumpable flag to the system default: clear it again.
-    warren_sys::process::set_non_dumpable().map_err(|x| x.to_string())?;
+    warren_sys::process::set_non_dumpable()?;
     // A function container's agent still makes mounts for its calls (which Landlock
     // forbids): there each call environment enters the domain itself (see `cell`).
     if cfg.landlock && cfg.function.is_none() {
         // The agent enters the domain itself, so its file API and every command share it
         // (see warren_sys::landlock for what it enforces and why it is one domain).
-        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))
-            .map_err(|x| x.to_string())?;
+        warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))?;
     }
     crate::exec::set_best_effort(cfg.best_effort);
     crate::exec::set_apparmor_profile(cfg.apparmor_profile.as_deref())?;
@@ -364,24 +357,22 @@ pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
         Some("tmpfs"),
         Flags::MS_NOSUID | Flags::MS_NODEV,
         Some("size=1m,mode=755"),
-    )
-    .map_err(|x| x.to_string())?;
+    )?;
     let mk = |p: &str| {
         let d = t.join(p.trim_start_matches('/'));
         std::fs::create_dir_all(&d)
             .map(|_| d)
-            .map_err(|x| format!("mkdir {p}: {x}"))
+            .map_err(AgentError::io(format!("mkdir {p}")))
     };
     for (i, l) in cfg.lowerdirs.iter().enumerate() {
         let d = mk(&format!("{LOWER_DIR}/{i}"))?;
-        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)
-            .map_err(|x| x.to_string())?;
+        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)?;
     }
     mk(CELL_DIR)?;
     let dev = mk("/dev")?;
     bind_devices(&dev)?;
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
-    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None).map_err(|x| x.to_string())?;
+    mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None)?;
     mount_sys(&mk("/sys")?)?;
     Ok(t.to_path_buf())
 }

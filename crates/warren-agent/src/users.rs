@@ -11,14 +11,21 @@ pub struct User {
     pub name: String,
 }
 
-pub fn resolve(spec: Option<&str>) -> Result<User, String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
-    resolve_in(spec, &passwd, &group)
+use crate::error::AgentError;
+
+/// Resolves `spec` against the sandbox's /etc/passwd and /etc/group.
+pub fn resolve(spec: Option<&str>) -> Result<User, AgentError> {
+    resolve_at(std::path::Path::new("/"), spec)
+}
+
+/// [`resolve`] against the files of the tree at `root` (missing files count as empty).
+fn resolve_at(root: &std::path::Path, spec: Option<&str>) -> Result<User, AgentError> {
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap_or_default();
+    resolve_in(spec, &read("etc/passwd"), &read("etc/group"))
 }
 
 /// [`resolve`] against the given contents of /etc/passwd and /etc/group (empty when absent).
-fn resolve_in(spec: Option<&str>, passwd: &str, group: &str) -> Result<User, String> {
+fn resolve_in(spec: Option<&str>, passwd: &str, group: &str) -> Result<User, AgentError> {
     let spec = spec.unwrap_or("0");
     let entries: Vec<Vec<&str>> = passwd
         .lines()
@@ -28,19 +35,18 @@ fn resolve_in(spec: Option<&str>, passwd: &str, group: &str) -> Result<User, Str
     let (uid, gid_override) = match spec.split_once(':') {
         Some((u, g)) => (
             u.parse::<u32>()
-                .map_err(|_| format!("bad uid in {spec:?}"))?,
+                .map_err(|_| AgentError::Invalid(format!("bad uid in {spec:?}")))?,
             Some(
                 g.parse::<u32>()
-                    .map_err(|_| format!("bad gid in {spec:?}"))?,
+                    .map_err(|_| AgentError::Invalid(format!("bad gid in {spec:?}")))?,
             ),
         ),
         None => match spec.parse::<u32>() {
             Ok(u) => (u, None),
             Err(_) => {
-                let e = entries
-                    .iter()
-                    .find(|f| f[0] == spec)
-                    .ok_or_else(|| format!("no user {spec:?} in the sandbox's /etc/passwd"))?;
+                let e = entries.iter().find(|f| f[0] == spec).ok_or_else(|| {
+                    AgentError::Invalid(format!("no user {spec:?} in the sandbox's /etc/passwd"))
+                })?;
                 (e[2].parse().unwrap_or(65534), None)
             }
         },
@@ -115,7 +121,34 @@ mod tests {
         assert_eq!((u.uid, u.gid, u.home.as_str()), (1000, 1001, "/home/agent"));
         assert_eq!(u.groups, [1001, 998]);
         let e = resolve_in(Some("nobody2"), PASSWD, GROUP).err().unwrap();
-        assert!(e.contains("no user \"nobody2\""), "{e}");
+        assert_eq!(e.code(), warren_types::ErrorCode::InvalidRequest);
+        assert!(e.to_string().contains("no user \"nobody2\""), "{e}");
         assert!(resolve_in(Some("root"), "", "").is_err());
+    }
+
+    #[test]
+    fn the_files_are_read_under_the_given_root() {
+        let d = tempfile::tempdir().unwrap();
+        // No /etc at all: names fail, numbers and the default work.
+        assert!(resolve_at(d.path(), Some("agent")).is_err());
+        assert_eq!(resolve_at(d.path(), Some("7")).unwrap().uid, 7);
+        std::fs::create_dir(d.path().join("etc")).unwrap();
+        let passwd = format!("{PASSWD}broken:x:5\n# comment\nsvc:x:999:999::/srv:/bin/false\n");
+        std::fs::write(d.path().join("etc/passwd"), passwd).unwrap();
+        std::fs::write(d.path().join("etc/group"), GROUP).unwrap();
+        let u = resolve_at(d.path(), Some("agent")).unwrap();
+        assert_eq!((u.uid, u.gid, u.name.as_str()), (1000, 1001, "agent"));
+        assert_eq!(u.groups, [1001, 998]);
+        // A uid that has an entry takes its name, home and group from it.
+        let u = resolve_at(d.path(), Some("999")).unwrap();
+        assert_eq!(
+            (u.name.as_str(), u.home.as_str(), u.gid),
+            ("svc", "/srv", 999)
+        );
+        // A gid given overrides the entry's; the supplementary groups still follow the name.
+        let u = resolve_at(d.path(), Some("1000:5")).unwrap();
+        assert_eq!((u.gid, u.groups.as_slice()), (5, &[5, 998][..]));
+        // Short lines are no users.
+        assert!(resolve_at(d.path(), Some("broken")).is_err());
     }
 }

@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use warren_proto::{Frame, InitReply, Kind, PROTOCOL_VERSION};
 use warren_sys::mount::{mount, Flags};
 
-type R<T> = Result<T, String>;
+use crate::error::{AgentError, Result as R};
 
 /// The virtio-serial port's name (QEMU `virtserialport,name=`).
 pub const PORT_NAME: &str = "warren";
@@ -67,8 +67,7 @@ fn boot() -> R<PathBuf> {
         ("devtmpfs", "/dev", "devtmpfs"),
     ] {
         let _ = std::fs::create_dir_all(dir);
-        mount(Some(src), Path::new(dir), Some(fs), Flags::empty(), None)
-            .map_err(|e| e.to_string())?;
+        mount(Some(src), Path::new(dir), Some(fs), Flags::empty(), None)?;
     }
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let arg = |k: &str| {
@@ -83,8 +82,7 @@ fn boot() -> R<PathBuf> {
 
     let order = std::fs::read_to_string("/modules.order").unwrap_or_default();
     for m in order.lines().filter(|l| !l.is_empty()) {
-        warren_sys::guest::load_module(&Path::new("/modules").join(m))
-            .map_err(|e| e.to_string())?;
+        warren_sys::guest::load_module(&Path::new("/modules").join(m))?;
     }
 
     let by_serial = wait_for_disks(disks)?;
@@ -117,7 +115,10 @@ fn wait_for_disks(n: usize) -> R<Vec<(String, PathBuf)>> {
             return Ok(found);
         }
         if start.elapsed() > DEVICE_TIMEOUT {
-            return Err(format!("found {} of {n} disks", found.len()));
+            return Err(AgentError::Setup(format!(
+                "found {} of {n} disks",
+                found.len()
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -136,14 +137,16 @@ fn wait_for_port() -> R<PathBuf> {
             }
         }
         if start.elapsed() > DEVICE_TIMEOUT {
-            return Err(format!("no virtio-serial port named {PORT_NAME}"));
+            return Err(AgentError::Setup(format!(
+                "no virtio-serial port named {PORT_NAME}"
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 fn mkdir(p: &str) -> R<()> {
-    std::fs::create_dir_all(p).map_err(|e| format!("mkdir {p}: {e}"))
+    std::fs::create_dir_all(p).map_err(AgentError::io(format!("mkdir {p}")))
 }
 
 fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
@@ -156,8 +159,7 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
     let new_root = Path::new("/newroot");
     mkdir("/newroot")?;
     if let Some(root) = dev("root") {
-        mount(Some(&root), new_root, Some("ext4"), Flags::empty(), None)
-            .map_err(|e| e.to_string())?;
+        mount(Some(&root), new_root, Some("ext4"), Flags::empty(), None)?;
     } else {
         let mut layers: Vec<(usize, String)> = disks
             .iter()
@@ -168,7 +170,7 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
             .collect();
         layers.sort();
         if layers.is_empty() {
-            return Err("no image layers attached".into());
+            return Err(AgentError::Setup("no image layers attached".into()));
         }
         let mut lower = Vec::new();
         for (i, d) in &layers {
@@ -180,12 +182,11 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
                 Some("erofs"),
                 Flags::MS_RDONLY,
                 None,
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             lower.push(dir);
         }
         lower.reverse();
-        let rw = dev("rw").ok_or("no writable disk attached")?;
+        let rw = dev("rw").ok_or_else(|| AgentError::Setup("no writable disk attached".into()))?;
         mkdir("/rw")?;
         mount(
             Some(&rw),
@@ -193,8 +194,7 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
             Some("ext4"),
             Flags::empty(),
             None,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         mkdir("/rw/upper")?;
         mkdir("/rw/work")?;
         let opts = format!(
@@ -207,15 +207,14 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
             Some("overlay"),
             Flags::empty(),
             Some(&opts),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     for d in ["proc", "sys", "dev", "tmp", "run"] {
         let _ = std::fs::create_dir_all(new_root.join(d));
     }
     for d in ["/proc", "/sys", "/dev"] {
         let target = new_root.join(&d[1..]);
-        mount(Some(d), &target, None, Flags::MS_MOVE, None).map_err(|e| e.to_string())?;
+        mount(Some(d), &target, None, Flags::MS_MOVE, None)?;
     }
     // Free the initramfs: its pages would otherwise stay in guest memory (and in every
     // snapshot). The running agent keeps what it has mapped.
@@ -225,7 +224,7 @@ fn build_root(disks: &[(String, PathBuf)]) -> R<()> {
     for d in ["/modules", "/lib", "/lib64", "/usr"] {
         let _ = std::fs::remove_dir_all(d);
     }
-    warren_sys::guest::switch_root(new_root).map_err(|e| e.to_string())?;
+    warren_sys::guest::switch_root(new_root)?;
     let _ = std::fs::create_dir_all("/dev/pts");
     let _ = mount(
         Some("devpts"),
