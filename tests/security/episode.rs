@@ -28,9 +28,12 @@ async fn running_out_of_memory_never_kills_the_agent() {
     else {
         return;
     };
-    // The agent is never the OOM killer's choice; what it starts is an ordinary candidate.
+    // The agent is never the OOM killer's choice; what it starts is the first one. The agent
+    // raises a command's score as soon as the command runs (a child of the non-dumpable agent
+    // cannot write its own score before exec), so what the command forks from then on
+    // inherits it.
     let adj = s
-        .sh_ok_stdout("cat /proc/1/oom_score_adj /proc/self/oom_score_adj")
+        .sh_ok_stdout("sleep 0.1; cat /proc/1/oom_score_adj /proc/$$/oom_score_adj")
         .await;
     let adj: Vec<i32> = adj.split_whitespace().map(|a| a.parse().unwrap()).collect();
     assert!(

@@ -124,6 +124,14 @@ struct Drive {
 }
 
 impl Drive {
+    /// Drives `stream` on its own task; the caller reads the events.
+    fn start(self, stream: ExecStream) -> ExecEvents {
+        let (tx, rx) = mpsc::channel(16);
+        let id = self.id.clone();
+        tokio::spawn(self.run(stream, tx));
+        ExecEvents { rx, id }
+    }
+
     async fn run(self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
         let m = &self.manager.inner.metrics;
         let started = Instant::now();
@@ -296,7 +304,6 @@ impl Manager {
                 return Err(run.fail(call, NodeError::runtime(id, e)).await);
             }
         };
-        let (tx, rx) = mpsc::channel(16);
         let drive = Drive {
             manager: self.clone(),
             id: id.clone(),
@@ -308,8 +315,7 @@ impl Manager {
             ooms,
             _busy: busy,
         };
-        tokio::spawn(drive.run(stream, tx));
-        Ok(ExecEvents { rx, id: id.clone() })
+        Ok(drive.start(stream))
     }
 
     /// `POST /v1/sandboxes/{id}/exec/attach`: a streamed command whose stdin is streamed too,
@@ -348,7 +354,6 @@ impl Manager {
                 return Err(run.fail(call, NodeError::runtime(id, e)).await);
             }
         };
-        let (tx, rx) = mpsc::channel(16);
         let drive = Drive {
             manager: self.clone(),
             id: id.clone(),
@@ -360,8 +365,7 @@ impl Manager {
             ooms,
             _busy: busy,
         };
-        tokio::spawn(drive.run(stream, tx));
-        Ok((ExecEvents { rx, id: id.clone() }, sink))
+        Ok((drive.start(stream), sink))
     }
 
     /// `POST /v1/sandboxes/{id}/processes`. The bool is true when the step was replayed.

@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sha2::{Digest as _, Sha256};
-use warren_runtime::FileReader;
+use warren_runtime::{FileReader, FileWriter, RuntimeError};
 use warren_types::files::{DirPage, MAX_LIST_ENTRIES};
 use warren_types::validate::sandbox_path;
 use warren_types::{ApiError, FileStat, SandboxId, TrajectoryCall};
@@ -67,6 +67,55 @@ impl Hashed {
             size: self.size,
         }
     }
+}
+
+/// How pouring a request body into the sandbox ended.
+enum Poured {
+    /// The body was read to its end; the write's outcome.
+    Done(Result<(), RuntimeError>),
+    /// The caller's body broke off: the write was cancelled inside the sandbox.
+    Interrupted(NodeError),
+}
+
+/// Streams `body` into the writer `opened` chunk by chunk (nothing held beyond one chunk),
+/// hashing every byte: the trajectory entry names the content it was asked to write, also
+/// when the writer could not be opened or failed midway (the rest of the body is still read).
+async fn pour<S, E>(
+    opened: Result<FileWriter, RuntimeError>,
+    body: &mut S,
+    hashed: &mut Hashed,
+) -> Poured
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+    E: std::fmt::Display,
+{
+    let mut w = match opened {
+        Ok(w) => w,
+        Err(e) => {
+            return match hashed.drain(body).await {
+                Ok(()) => Poured::Done(Err(e)),
+                Err(ne) => Poured::Interrupted(ne),
+            }
+        }
+    };
+    let mut failed = None;
+    while let Some(chunk) = body.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            // Dropping the writer cancels the write inside the sandbox.
+            Err(e) => return Poured::Interrupted(interrupted(e)),
+        };
+        hashed.add(&chunk);
+        if failed.is_none() && !chunk.is_empty() {
+            if let Err(e) = w.write(chunk).await {
+                failed = Some(e);
+            }
+        }
+    }
+    Poured::Done(match failed {
+        Some(e) => Err(e),
+        None => w.finish().await,
+    })
 }
 
 fn interrupted(e: impl std::fmt::Display) -> NodeError {
@@ -154,33 +203,12 @@ impl Manager {
             Begun::Run(run) => run,
         };
         let (instance, _, _busy) = run.ready().await?;
-        let outcome = match instance.agent().write_tar(&path).await {
-            Ok(mut w) => {
-                let mut failed = None;
-                while let Some(chunk) = body.next().await {
-                    let chunk = match chunk {
-                        Ok(c) => c,
-                        Err(e) => {
-                            drop(w);
-                            run.cancel(hashed.tar_call(&path)).await;
-                            return Err(interrupted(e));
-                        }
-                    };
-                    hashed.add(&chunk);
-                    if failed.is_none() && !chunk.is_empty() {
-                        if let Err(e) = w.write(chunk).await {
-                            failed = Some(e);
-                        }
-                    }
-                }
-                match failed {
-                    Some(e) => Err(e),
-                    None => w.finish().await,
-                }
-            }
-            Err(e) => {
-                hashed.drain(&mut body).await?;
-                Err(e)
+        let opened = instance.agent().write_tar(&path).await;
+        let outcome = match pour(opened, &mut body, &mut hashed).await {
+            Poured::Done(outcome) => outcome,
+            Poured::Interrupted(e) => {
+                run.cancel(hashed.tar_call(&path)).await;
+                return Err(e);
             }
         };
         let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
@@ -220,35 +248,12 @@ impl Manager {
             Begun::Run(run) => run,
         };
         let (instance, _, _busy) = run.ready().await?;
-        let outcome = match instance.agent().write_file(&path, mode, size).await {
-            Ok(mut w) => {
-                let mut failed = None;
-                while let Some(chunk) = body.next().await {
-                    let chunk = match chunk {
-                        Ok(c) => c,
-                        Err(e) => {
-                            // Dropping the writer cancels the upload inside the sandbox.
-                            drop(w);
-                            run.cancel(hashed.call(&path, mode)).await;
-                            return Err(interrupted(e));
-                        }
-                    };
-                    hashed.add(&chunk);
-                    if failed.is_none() && !chunk.is_empty() {
-                        if let Err(e) = w.write(chunk).await {
-                            failed = Some(e);
-                        }
-                    }
-                }
-                match failed {
-                    Some(e) => Err(e),
-                    None => w.finish().await,
-                }
-            }
-            Err(e) => {
-                // Read the body anyway: the entry names the content it was asked to write.
-                hashed.drain(&mut body).await?;
-                Err(e)
+        let opened = instance.agent().write_file(&path, mode, size).await;
+        let outcome = match pour(opened, &mut body, &mut hashed).await {
+            Poured::Done(outcome) => outcome,
+            Poured::Interrupted(e) => {
+                run.cancel(hashed.call(&path, mode)).await;
+                return Err(e);
             }
         };
         let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
