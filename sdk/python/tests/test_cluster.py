@@ -60,6 +60,15 @@ class _Cluster:
     def __init__(self, tmp: Path) -> None:
         self.procs: List[subprocess.Popen] = []
         self.tmp = tmp
+        try:
+            self._start()
+        except BaseException:
+            # Whatever was started before the failure must not outlive the test.
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        tmp = self.tmp
         etcd = shutil.which("etcd") or "/usr/bin/etcd"
         ports = [(_free_port(), _free_port()) for _ in range(3)]
         initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))

@@ -137,6 +137,12 @@ impl std::fmt::Debug for FileDownload {
     }
 }
 
+/// What a download reads.
+enum Download {
+    File,
+    Tar,
+}
+
 impl FileDownload {
     /// The next chunk; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<Bytes, NodeError>> {
@@ -151,30 +157,31 @@ impl Manager {
     /// `GET /v1/sandboxes/{id}/files`. Not-found and not-a-file errors come back here, before
     /// any byte is sent.
     pub async fn read_file(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
-        let path = sandbox_path(path)?;
-        let (instance, _, guard) = self.ready(id).await?;
-        let reader = instance
-            .agent()
-            .read_file(&path)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
-        Ok(FileDownload {
-            reader,
-            id: id.clone(),
-            _guard: guard,
-        })
+        self.download(id, path, Download::File).await
     }
 
     /// `GET /v1/sandboxes/{id}/files/tar`: a directory tree (or one file) as a tar stream.
     /// Not-found errors come back here, before any byte is sent.
     pub async fn read_tar(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
+        self.download(id, path, Download::Tar).await
+    }
+
+    /// Opens `path` for reading, as one file or as a tar stream, while the sandbox is kept
+    /// ready (and counted active) until the download is dropped.
+    async fn download(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        what: Download,
+    ) -> Result<FileDownload, NodeError> {
         let path = sandbox_path(path)?;
         let (instance, _, guard) = self.ready(id).await?;
-        let reader = instance
-            .agent()
-            .read_tar(&path)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
+        let agent = instance.agent();
+        let reader = match what {
+            Download::File => agent.read_file(&path).await,
+            Download::Tar => agent.read_tar(&path).await,
+        }
+        .map_err(|e| NodeError::runtime(id, e))?;
         Ok(FileDownload {
             reader,
             id: id.clone(),
