@@ -7,6 +7,7 @@
 //! `api/openapi.yaml`. Unknown routes, wrong methods and malformed input answer JSON errors,
 //! never axum's plain-text rejections.
 
+mod drain;
 mod error;
 mod exec;
 mod extract;
@@ -137,6 +138,7 @@ pub fn router(node: Node) -> Router {
     .finish()
     .fallback(no_route)
     .method_not_allowed_fallback(wrong_method)
+    .layer(axum::middleware::from_fn(drain::drain_refused))
     .layer(axum::middleware::from_fn(log_request))
     .with_state(node)
 }
