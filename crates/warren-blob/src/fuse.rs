@@ -192,11 +192,7 @@ pub fn mount(
     std::fs::create_dir_all(dir)
         .map_err(|e| BlobError::io(format!("create {}", dir.display()), e))?;
     // A mount left by a daemon that died would make the directory unusable (ENOTCONN).
-    let _ = std::process::Command::new("umount")
-        .arg("-l")
-        .arg(dir)
-        .stderr(std::process::Stdio::null())
-        .status();
+    let _ = warren_sys::children::output(std::process::Command::new("umount").arg("-l").arg(dir));
     let fs = LazyFs {
         cache,
         rt,

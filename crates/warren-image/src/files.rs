@@ -38,14 +38,12 @@ pub(crate) fn mkfs(dir: &Path, out: &Path, preserve_mtime: bool) -> Result<(), I
     } else {
         cmd.arg("-T0");
     }
-    let out_res = cmd
-        .arg(out)
-        .arg(dir)
-        .output()
-        .map_err(|e| ImageError::Build {
-            dir: dir.display().to_string(),
-            message: format!("mkfs.erofs: {e} (install erofs-utils)"),
-        })?;
+    cmd.arg(out).arg(dir);
+    // Through the reaper-safe `output`: the daemon collects every child with one reaper.
+    let out_res = warren_sys::children::output(&mut cmd).map_err(|e| ImageError::Build {
+        dir: dir.display().to_string(),
+        message: format!("mkfs.erofs: {e} (install erofs-utils)"),
+    })?;
     if !out_res.status.success() {
         let _ = std::fs::remove_file(out);
         return Err(ImageError::Build {

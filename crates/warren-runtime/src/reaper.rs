@@ -2,43 +2,25 @@
 //!
 //! The daemon is a child subreaper (orphaned sandbox processes come to it), so exactly one
 //! thread calls `waitpid(-1)`. Code that needs a child's exit status spawns it through
-//! [`spawn_wait`], which registers the pid under the same lock the reaper takes before it
-//! looks a reaped pid up, so a child that exits at once is never missed. Statuses of
-//! unregistered children (agents' first stages, orphans) are dropped.
+//! [`spawn_wait`] (or `warren_sys::children::output` for a `std` command), which registers
+//! the pid under the same lock the reaper takes before it looks a reaped pid up, so a child
+//! that exits at once is never missed. Statuses of unregistered children (agents' first
+//! stages, orphans) are dropped.
 
-use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+pub use warren_sys::children::ChildExit;
+
 use crate::RuntimeError;
-
-/// How a child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildExit {
-    Code(i32),
-    Signal(i32),
-}
-
-impl ChildExit {
-    pub fn success(self) -> bool {
-        self == ChildExit::Code(0)
-    }
-}
-
-fn waiters() -> &'static Mutex<HashMap<i32, oneshot::Sender<ChildExit>>> {
-    static W: OnceLock<Mutex<HashMap<i32, oneshot::Sender<ChildExit>>>> = OnceLock::new();
-    W.get_or_init(|| Mutex::new(HashMap::new()))
-}
 
 /// Starts the reaper thread. Call once, before any child is spawned and before an async
 /// runtime exists. Also makes the process a child subreaper.
 pub fn start() -> Result<(), RuntimeError> {
     use nix::errno::Errno;
     use nix::sys::wait::{waitpid, WaitStatus};
-    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    if !warren_sys::children::claim_reaping() {
         return Ok(());
     }
     warren_sys::process::set_child_subreaper()?;
@@ -62,13 +44,7 @@ pub fn start() -> Result<(), RuntimeError> {
                 }
             };
             if let Some((pid, exit)) = exit {
-                let tx = waiters()
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&pid);
-                if let Some(tx) = tx {
-                    let _ = tx.send(exit);
-                }
+                warren_sys::children::deliver(pid, exit);
             }
         })
         .map_err(|e| RuntimeError::io("start the reaper thread", e))?;
@@ -84,8 +60,13 @@ pub fn spawn_wait(
     fds: &[(RawFd, RawFd)],
 ) -> Result<(u32, oneshot::Receiver<ChildExit>), RuntimeError> {
     let (tx, rx) = oneshot::channel();
-    let mut w = waiters().lock().unwrap_or_else(|p| p.into_inner());
+    let mut reg = warren_sys::children::registry();
     let pid = warren_sys::process::spawn_with_fds(program, argv, envp, fds)?;
-    w.insert(pid as i32, tx);
+    reg.insert(
+        pid,
+        Box::new(move |exit| {
+            let _ = tx.send(exit);
+        }),
+    );
     Ok((pid, rx))
 }

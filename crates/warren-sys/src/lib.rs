@@ -7,6 +7,7 @@
 #![allow(unsafe_code)]
 
 pub mod caps;
+pub mod children;
 pub mod clone;
 pub mod fd;
 pub mod guest;
