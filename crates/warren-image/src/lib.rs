@@ -83,6 +83,9 @@ pub enum ImageError {
     },
     #[error("image {0:?} is in use")]
     InUse(String),
+    /// The tag belongs to another owner.
+    #[error("{0}")]
+    Taken(String),
     /// A layer missing from the store could not be fetched (blob store unreachable, corrupt).
     #[error("layer {digest}: {message}")]
     Fetch { digest: String, message: String },
@@ -110,7 +113,7 @@ impl ImageError {
             | ImageError::BadArchive { .. }
             | ImageError::UnsupportedMedia { .. }
             | ImageError::DigestMismatch { .. } => ErrorCode::InvalidRequest,
-            ImageError::InUse(_) => ErrorCode::Conflict,
+            ImageError::InUse(_) | ImageError::Taken(_) => ErrorCode::Conflict,
             // The registry or blob store upstream failed (502), not this node.
             ImageError::Fetch { .. } | ImageError::Registry(_) => ErrorCode::StartFailed,
             _ => ErrorCode::Internal,

@@ -25,6 +25,10 @@ pub struct ImageManifest {
     /// images made from one directory or archive (and for images stored before stacks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stack: Vec<String>,
+    /// The tenant that imported the image, who alone (with admins) may see and use it;
+    /// `None` for the node's own images, which every tenant may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A layer store rooted at a directory.
@@ -32,6 +36,8 @@ pub struct ImageManifest {
 pub struct ImageStore {
     root: PathBuf,
     mount_lock: Mutex<()>,
+    /// Held while a tenant's tag is checked and written, so two imports cannot both claim it.
+    claim_lock: Mutex<()>,
     pub(crate) source: std::sync::OnceLock<std::sync::Arc<dyn crate::LayerSource>>,
 }
 
@@ -65,6 +71,7 @@ impl ImageStore {
         Ok(ImageStore {
             root,
             mount_lock: Mutex::new(()),
+            claim_lock: Mutex::new(()),
             source: std::sync::OnceLock::new(),
         })
     }
@@ -119,9 +126,42 @@ impl ImageStore {
             source,
             size_bytes: size,
             stack: Vec::new(),
+            owner: None,
         };
         self.put_manifest(&m)?;
         Ok(m)
+    }
+
+    /// Refuses to let `owner` (a tenant, or `None` for the node's administrator) write tag
+    /// `name:tag` when another owns it: a tenant may replace only its own images; the
+    /// administrator may replace any.
+    pub fn check_claim(
+        &self,
+        name: &str,
+        tag: &str,
+        owner: Option<&str>,
+    ) -> Result<(), ImageError> {
+        let Some(owner) = owner else {
+            return Ok(());
+        };
+        let r = format!("{name}:{tag}");
+        match self.manifest(&r) {
+            Ok(m) if m.owner.as_deref() == Some(owner) => Ok(()),
+            Ok(m) if m.owner.is_none() => Err(ImageError::Taken(format!(
+                "{r} is one of the node's own images; only an administrator may replace it"
+            ))),
+            Ok(_) => Err(ImageError::Taken(format!(
+                "{r} is taken; import under another name"
+            ))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Tags `m` for `m.owner` after [`ImageStore::check_claim`], atomically with the check.
+    pub fn put_claimed_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
+        let _claim = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.check_claim(&m.name, &m.tag, m.owner.as_deref())?;
+        self.put_manifest(m)
     }
 
     /// Moves a finished EROFS file into the store under its digest; returns the digest.
@@ -184,6 +224,7 @@ impl ImageStore {
             } else {
                 refs.to_vec()
             },
+            owner: None,
         };
         self.put_manifest(&m)?;
         Ok(m)
@@ -212,6 +253,7 @@ impl ImageStore {
             .collect::<Result<Vec<LayerInfo>, _>>()?;
         Ok(ImageInfo {
             reference: format!("{}:{}", m.name, m.tag),
+            owner: m.owner,
             size_bytes: layers.iter().map(|l| l.size_bytes).sum(),
             name: m.name,
             tag: m.tag,

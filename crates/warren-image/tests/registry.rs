@@ -125,6 +125,7 @@ async fn registry_import_round_trip() {
     let opts = RegistryOptions {
         insecure: true,
         credentials: None,
+        owner: None,
     };
     let reference = format!("127.0.0.1:{}/test/rich:1", reg.port);
     let r = import_registry(store.clone(), &reference, "reg:1", &opts)

@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use warren_image::import::registry::{import_registry, RegistryOptions};
 use warren_image::import::ImportReport;
 use warren_image::{ImageError, ImageStore, ImportSource};
+use warren_types::auth::Caller;
 use warren_types::{
     ApiError, ErrorCode, GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest,
 };
@@ -57,15 +58,57 @@ impl Images {
             .map_err(image_error)
     }
 
-    /// `GET /v1/images`.
-    pub async fn list(&self) -> Result<Vec<ImageInfo>, NodeError> {
-        self.on_store(|s| Ok(s.list_info())).await
+    /// `GET /v1/images`: the node's own images and the caller's tenant's (admins see all).
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<ImageInfo>, NodeError> {
+        let caller = caller.clone();
+        self.on_store(move |s| {
+            Ok(s.list_info()
+                .into_iter()
+                .filter(|i| visible(&caller, i.owner.as_deref()))
+                .collect())
+        })
+        .await
     }
 
-    /// `GET /v1/images/{ref}`.
-    pub async fn get(&self, r: &str) -> Result<ImageInfo, NodeError> {
-        let r = r.to_string();
-        self.on_store(move |s| s.info(&r)).await
+    /// `GET /v1/images/{ref}`: another tenant's image is not found, exactly like a missing one.
+    pub async fn get(&self, caller: &Caller, r: &str) -> Result<ImageInfo, NodeError> {
+        let (caller, r) = (caller.clone(), r.to_string());
+        self.on_store(move |s| {
+            let info = s.info(&r)?;
+            if visible(&caller, info.owner.as_deref()) {
+                Ok(info)
+            } else {
+                Err(ImageError::NotFound(r))
+            }
+        })
+        .await
+    }
+
+    /// Refuses, as not found, an image stack naming another tenant's image, before a sandbox
+    /// or a function call starts on it. The answer is the one a missing image gets, so a
+    /// tenant learns nothing of another's images. Layer digests name content, not images,
+    /// and are not checked.
+    pub async fn check_usable(&self, caller: &Caller, refs: &[String]) -> Result<(), NodeError> {
+        if caller.is_admin() || self.store.is_none() {
+            return Ok(());
+        }
+        let (caller, refs) = (caller.clone(), refs.to_vec());
+        let hidden = self
+            .on_store(move |s| {
+                Ok(refs.into_iter().find(|r| {
+                    !r.starts_with("sha256:")
+                        && s.manifest(r)
+                            .is_ok_and(|m| !visible(&caller, m.owner.as_deref()))
+                }))
+            })
+            .await?;
+        match hidden {
+            Some(r) => Err(NodeError::Api(ApiError::new(
+                ErrorCode::NotFound,
+                warren_runtime::RuntimeError::ImageNotFound(r).to_string(),
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// `DELETE /v1/images/{ref}`: untag, then collect what only that image referenced.
@@ -83,6 +126,7 @@ impl Images {
     /// store's scratch space while it is converted, then removed.
     pub async fn import<S, E>(
         &self,
+        caller: &Caller,
         tag: Option<String>,
         mut body: S,
     ) -> Result<ImageImported, NodeError>
@@ -115,9 +159,11 @@ impl Images {
         .await;
         let result = match received {
             Ok(()) => {
-                let p = path.clone();
-                self.on_store(move |s| s.import(&ImportSource::Archive(p), tag.as_deref()))
-                    .await
+                let (p, owner) = (path.clone(), owner_for(caller));
+                self.on_store(move |s| {
+                    s.import_owned(&ImportSource::Archive(p), tag.as_deref(), owner.as_deref())
+                })
+                .await
             }
             Err(e) => Err(NodeError::Api(ApiError::invalid(format!(
                 "receiving the archive: {e}"
@@ -128,7 +174,11 @@ impl Images {
     }
 
     /// `POST /v1/images/pull`: an image of an OCI registry.
-    pub async fn pull(&self, req: PullRequest) -> Result<ImageImported, NodeError> {
+    pub async fn pull(
+        &self,
+        caller: &Caller,
+        req: PullRequest,
+    ) -> Result<ImageImported, NodeError> {
         warren_types::validate::image_ref(&req.tag)?;
         let store = self.store.clone().ok_or_else(|| {
             NodeError::Api(ApiError::new(
@@ -142,11 +192,27 @@ impl Images {
                 .username
                 .clone()
                 .map(|u| (u, req.password.clone().unwrap_or_default())),
+            owner: owner_for(caller),
         };
         import_registry(store, &req.reference, &req.tag, &opts)
             .await
             .map(imported)
             .map_err(image_error)
+    }
+}
+
+/// Whether `caller` may see an image owned by `owner` (`None`: the node's own, seen by all).
+fn visible(caller: &Caller, owner: Option<&str>) -> bool {
+    owner.is_none() || caller.sees(owner)
+}
+
+/// The owner of what `caller` imports: its tenant, or nobody (the node's own images) for
+/// administrators, whose imports every tenant may use.
+fn owner_for(caller: &Caller) -> Option<String> {
+    if caller.is_admin() {
+        None
+    } else {
+        caller.tenant.clone()
     }
 }
 

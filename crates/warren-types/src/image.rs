@@ -45,6 +45,10 @@ pub struct ImageInfo {
     pub size_bytes: u64,
     pub created_ms: u64,
     pub source: String,
+    /// The tenant the image belongs to (only it and admins see it); absent for the node's
+    /// own images, which every tenant may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What a garbage collection did.

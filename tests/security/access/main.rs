@@ -11,6 +11,7 @@ mod common;
 mod etcd;
 
 mod gateway;
+mod images;
 mod quotas;
 mod tenants;
 mod tls;

@@ -169,6 +169,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                     let opts = RegistryOptions {
                         insecure,
                         credentials,
+                        owner: None,
                     };
                     import_registry(store.clone(), &reference, &tag, &opts).await?
                 }

@@ -128,8 +128,20 @@ impl ImageStore {
         src: &ImportSource,
         tag: Option<&str>,
     ) -> Result<ImportReport, ImageError> {
+        self.import_owned(src, tag, None)
+    }
+
+    /// [`ImageStore::import`] for `owner` (a tenant, or `None` for the node's own images):
+    /// the image is visible to that tenant alone, and a tag another owns is refused
+    /// ([`ImageStore::check_claim`]) before anything is converted.
+    pub fn import_owned(
+        &self,
+        src: &ImportSource,
+        tag: Option<&str>,
+        owner: Option<&str>,
+    ) -> Result<ImportReport, ImageError> {
         let ImportSource::Archive(path) = src;
-        self.import_archive(path, tag, &format!("archive:{}", path.display()))
+        self.import_archive(path, tag, &format!("archive:{}", path.display()), owner)
     }
 
     pub(crate) fn import_archive(
@@ -137,6 +149,7 @@ impl ImageStore {
         path: &Path,
         tag: Option<&str>,
         source_desc: &str,
+        owner: Option<&str>,
     ) -> Result<ImportReport, ImageError> {
         let t0 = Instant::now();
         let src = Source::open(path)?;
@@ -156,6 +169,7 @@ impl ImageStore {
                 })?,
         };
         let (name, t) = split_ref(&tag)?;
+        self.check_claim(&name, &t, owner)?;
         if plan.layers.is_empty() {
             return Err(ImageError::archive(src.name(), "the image has no layers"));
         }
@@ -185,8 +199,9 @@ impl ImageStore {
                 source: source_desc.to_string(),
                 size_bytes: size,
                 stack: Vec::new(),
+                owner: owner.map(str::to_string),
             };
-            self.put_manifest(&m)?;
+            self.put_claimed_manifest(&m)?;
             Ok::<_, ImageError>((m, report))
         })();
         match result {

@@ -29,6 +29,9 @@ pub struct RegistryOptions {
     pub insecure: bool,
     /// `user:password` for basic/token authentication; anonymous when unset.
     pub credentials: Option<(String, String)>,
+    /// The tenant the image is for (see [`crate::ImageStore::import_owned`]); `None` for the
+    /// node's own images.
+    pub owner: Option<String>,
 }
 
 fn err(e: impl std::fmt::Display) -> ImageError {
@@ -75,7 +78,8 @@ pub async fn import_registry(
     tag: &str,
     opts: &RegistryOptions,
 ) -> Result<ImportReport, ImageError> {
-    crate::store::split_ref(tag)?;
+    let (name, t) = crate::store::split_ref(tag)?;
+    store.check_claim(&name, &t, opts.owner.as_deref())?;
     let r: Reference = reference
         .parse()
         .map_err(|e| ImageError::BadRef(format!("{reference}: {e}")))?;
@@ -151,13 +155,14 @@ pub async fn import_registry(
             .map_err(|e| ImageError::io("write index.json", e))?;
         std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)
             .map_err(|e| ImageError::io("write oci-layout", e))?;
-        let (s, d, t, src) = (
+        let (s, d, t, src, owner) = (
             store.clone(),
             dir.clone(),
             tag.to_string(),
             format!("registry:{reference}"),
+            opts.owner.clone(),
         );
-        tokio::task::spawn_blocking(move || s.import_archive(&d, Some(&t), &src))
+        tokio::task::spawn_blocking(move || s.import_archive(&d, Some(&t), &src, owner.as_deref()))
             .await
             .map_err(err)?
     }

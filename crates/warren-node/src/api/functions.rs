@@ -10,9 +10,11 @@ use crate::functions::Functions;
 
 pub async fn call(
     State(f): State<Functions>,
+    State(images): State<crate::images::Images>,
     Auth(caller): Auth,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
+    images.check_usable(&caller, &req.image.refs()).await?;
     Ok(Json(f.call_as(&caller, req).await?))
 }
 

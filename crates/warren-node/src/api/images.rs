@@ -43,17 +43,19 @@ pub struct ImageList {
     pub images: Vec<ImageInfo>,
 }
 
-pub async fn list(State(images): State<Images>) -> HttpResult<Json<ImageList>> {
+/// The node's own images and the caller's tenant's.
+pub async fn list(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<Json<ImageList>> {
     Ok(Json(ImageList {
-        images: images.list().await?,
+        images: images.list(&caller).await?,
     }))
 }
 
 pub async fn get(
     State(images): State<Images>,
+    Auth(caller): Auth,
     ImageParam(r): ImageParam,
 ) -> HttpResult<Json<ImageInfo>> {
-    Ok(Json(images.get(&r).await?))
+    Ok(Json(images.get(&caller, &r).await?))
 }
 
 /// Images are node-wide: removing one needs the admin role.
@@ -71,21 +73,26 @@ pub async fn gc(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<
     Ok(Json(images.gc().await?))
 }
 
-/// `POST /v1/images/import?tag=name[:tag]`: the body is the archive.
+/// `POST /v1/images/import?tag=name[:tag]`: the body is the archive. A tenant's import
+/// belongs to it; a tag another owns is refused (409).
 pub async fn import(
     State(images): State<Images>,
+    Auth(caller): Auth,
     q: QueryPairs,
     body: RawBody,
 ) -> HttpResult<Json<ImageImported>> {
     q.only(&["tag"], &[])?;
     let tag = q.get("tag").map(str::to_string);
-    Ok(Json(images.import(tag, body.into_data_stream()).await?))
+    Ok(Json(
+        images.import(&caller, tag, body.into_data_stream()).await?,
+    ))
 }
 
-/// `POST /v1/images/pull`.
+/// `POST /v1/images/pull`: like import.
 pub async fn pull(
     State(images): State<Images>,
+    Auth(caller): Auth,
     JsonBody(req): JsonBody<PullRequest>,
 ) -> HttpResult<Json<ImageImported>> {
-    Ok(Json(images.pull(req).await?))
+    Ok(Json(images.pull(&caller, req).await?))
 }

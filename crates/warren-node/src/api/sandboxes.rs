@@ -89,9 +89,11 @@ pub async fn metrics(State(node): State<Node>, Auth(caller): Auth) -> HttpResult
 
 pub async fn create(
     State(m): State<Manager>,
+    State(images): State<crate::images::Images>,
     Auth(caller): Auth,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
+    images.check_usable(&caller, &req.image.refs()).await?;
     // Run to completion even if the client goes away: a create cut off half-way would leave
     // a sandbox stuck in `creating`.
     let created = tokio::spawn(async move { m.create_as(&caller, req).await })
