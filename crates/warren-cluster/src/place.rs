@@ -8,9 +8,13 @@
 //! for nodes with idle warm containers of that image. The remaining nodes follow by score, for
 //! the gateway to try when a node refuses.
 //!
-//! A request with an idempotency key asks first the node the key hashes to (rendezvous hashing
-//! over the eligible nodes): every gateway asks the same node first, whose idempotency table
-//! then answers a retry with the one sandbox.
+//! A request with an idempotency key goes to its key's home alone: the node the key hashes to
+//! (rendezvous hashing) among the nodes that could ever take it (registered, not draining,
+//! serving the substrate and the image, big enough). Those facts are the same on every
+//! gateway, while load, memory headroom and this gateway's placements in flight are not, so
+//! they do not move a key: every gateway asks the same node, whose idempotency table answers
+//! a retry with the one sandbox. A busy home refuses (the caller waits and retries there);
+//! only a home that leaves the cluster or drains moves the key.
 //!
 //! Pure functions of a [`View`]: no I/O, no clock.
 
@@ -115,6 +119,8 @@ pub fn candidates(
 ) -> Result<Vec<NodeId>, PlaceError> {
     let mut ex = Exclusions::default();
     let mut eligible: Vec<(&NodeId, f64)> = Vec::new();
+    // Nodes that could take the request whatever their load: where keys have their home.
+    let mut homes: Vec<&NodeId> = Vec::new();
     let mut live = 0;
     for (id, m) in &view.members {
         if m.lost {
@@ -123,15 +129,24 @@ pub fn candidates(
         }
         live += 1;
         let r = &m.record;
-        if !serves(r, req.substrate) {
-            ex.substrate += 1;
+        // What no load changes: the same on every gateway.
+        let never = if !serves(r, req.substrate) {
+            Some(&mut ex.substrate)
         } else if !has_image(r, &req.image) {
-            ex.image += 1;
+            Some(&mut ex.image)
         } else if too_big(r, req.memory_mb) {
-            ex.too_big += 1;
+            Some(&mut ex.too_big)
         } else if view.drained.contains(id) {
-            ex.draining += 1;
-        } else if r.capacity.min_free_memory_mb > 0
+            Some(&mut ex.draining)
+        } else {
+            None
+        };
+        if let Some(count) = never {
+            *count += 1;
+            continue;
+        }
+        homes.push(id);
+        if r.capacity.min_free_memory_mb > 0
             && r.load.memory_available_mb < r.capacity.min_free_memory_mb
         {
             ex.memory += 1;
@@ -139,6 +154,12 @@ pub fn candidates(
             ex.full += 1;
         } else {
             eligible.push((id, score(r, req, in_flight(id))));
+        }
+    }
+    if let Some(key) = &req.key {
+        // The key decides the node, the same on every gateway.
+        if let Some(home) = homes.iter().max_by_key(|id| (rendezvous(key, id), **id)) {
+            return Ok(vec![(*home).clone()]);
         }
     }
     if eligible.is_empty() {
@@ -155,29 +176,19 @@ pub fn candidates(
             .then_with(|| a.0.cmp(b.0))
     };
     let mut order: Vec<NodeId> = Vec::with_capacity(eligible.len());
-    if let Some(key) = &req.key {
-        // The key decides the first node, the same on every gateway.
-        let first = eligible
-            .iter()
-            .max_by_key(|(id, _)| (rendezvous(key, id), *id))
-            .map(|(id, _)| (*id).clone())
-            .expect("eligible is not empty");
-        order.push(first);
-    } else {
-        let mut rng = SplitMix(seed);
-        let k = k.clamp(1, eligible.len());
-        // Partial Fisher-Yates: the first k entries are a uniform sample.
-        let mut pool = eligible.clone();
-        for i in 0..k {
-            let j = i + (rng.next() % (pool.len() - i) as u64) as usize;
-            pool.swap(i, j);
-        }
-        let best = pool[..k]
-            .iter()
-            .min_by(|a, b| by_score(a, b))
-            .expect("k >= 1");
-        order.push(best.0.clone());
+    let mut rng = SplitMix(seed);
+    let k = k.clamp(1, eligible.len());
+    // Partial Fisher-Yates: the first k entries are a uniform sample.
+    let mut pool = eligible.clone();
+    for i in 0..k {
+        let j = i + (rng.next() % (pool.len() - i) as u64) as usize;
+        pool.swap(i, j);
     }
+    let best = pool[..k]
+        .iter()
+        .min_by(|a, b| by_score(a, b))
+        .expect("k >= 1");
+    order.push(best.0.clone());
     eligible.sort_by(by_score);
     for (id, _) in eligible {
         if id != &order[0] {

@@ -25,6 +25,7 @@ mod cluster;
 pub mod error;
 mod fanout;
 mod inflight;
+mod liveness;
 mod metrics;
 pub mod proxy;
 mod routes;

@@ -27,7 +27,34 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
         Ok(Target::Lost(a, e)) => (a, Some(e)),
         Err(e) => return e.into_response(),
     };
-    match (gw.proxy().forward(&address, req).await, lost) {
+    let node = node_of(&req);
+    let answer = match (&lost, &node) {
+        // A lost node has a moment to show it is alive after all.
+        (Some(_), _) => tokio::time::timeout(
+            crate::liveness::LOST_NODE_WAIT,
+            gw.proxy().forward(&address, req),
+        )
+        .await
+        .ok(),
+        // A live one is waited for while it stays registered (exec may run for long).
+        (None, Some(node)) => {
+            crate::liveness::unless_lost(gw.view(), node, gw.proxy().forward(&address, req)).await
+        }
+        (None, None) => Some(gw.proxy().forward(&address, req).await),
+    };
+    let Some(answer) = answer else {
+        Metrics::inc(&gw.inner.metrics.sandbox_lost);
+        return match lost {
+            Some(e) => e.into_response(),
+            None => crate::error::lost(
+                "the sandbox's node stopped answering during the call and its registration \
+                 expired: the call may have been carried out; the sandbox is reachable again if \
+                 the node comes back",
+            )
+            .into_response(),
+        };
+    };
+    match (answer, lost) {
         (Ok(resp), Some(lost)) if resp.status() == StatusCode::NOT_FOUND => {
             // Another process now answers at that address: the sandbox is not there.
             lost_answer(&gw, lost)
@@ -46,6 +73,17 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
 fn lost_answer(gw: &Gateway, e: GatewayError) -> Response {
     Metrics::inc(&gw.inner.metrics.sandbox_lost);
     e.into_response()
+}
+
+/// The node named by the sandbox id in the path, if the path names a well-formed one.
+fn node_of(req: &Request) -> Option<NodeId> {
+    let raw = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/sandboxes/")?
+        .split('/')
+        .next()?;
+    raw.parse::<SandboxId>().ok().map(|id| id.node())
 }
 
 /// Where a per-sandbox call goes.
@@ -178,11 +216,40 @@ async fn placed(
             continue;
         };
         let placement = gw.inner.in_flight.begin(node);
-        let res = gw
+        let sent = gw
             .proxy()
-            .send(&m.record.address, Method::POST, path, headers, body.clone())
-            .await;
+            .send(&m.record.address, Method::POST, path, headers, body.clone());
+        let res = match crate::liveness::unless_lost(gw.view(), node, sent).await {
+            Some(r) => r,
+            None => {
+                // Its registration expired while the request was out: it may have been done.
+                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                return crate::error::unreachable(format!(
+                    "node {node} stopped answering and left the cluster; the request may have \
+                     been carried out there"
+                ))
+                .retry_after(1)
+                .into_response();
+            }
+        };
         match res {
+            Ok(resp) if place.key.is_some() && resp.status() == StatusCode::TOO_MANY_REQUESTS => {
+                // A key stays with its node: another node could not know of a sandbox this
+                // one makes for a retry, so the caller waits (Retry-After) and asks again.
+                Metrics::inc(&gw.inner.metrics.refusals);
+                return resp;
+            }
+            Err(e) if place.key.is_some() => {
+                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                warn!(%node, error = %e, "the idempotency key's node is unreachable");
+                return crate::error::unreachable(format!(
+                    "{e}; a create with an idempotency key goes to its key's node {node} alone \
+                     (so that a retry finds the one sandbox); retry: the key moves only when \
+                     that node drains or leaves the cluster"
+                ))
+                .retry_after(1)
+                .into_response();
+            }
             Ok(resp) if resp.status() == StatusCode::TOO_MANY_REQUESTS => {
                 Metrics::inc(&gw.inner.metrics.refusals);
                 let ra = retry_after(resp.headers()).unwrap_or(1);
@@ -197,8 +264,8 @@ async fn placed(
                 }
                 return resp;
             }
-            Err(e) if e.not_sent() || place.key.is_some() => {
-                // Nothing reached the node (or the key makes a retry elsewhere safe).
+            Err(e) if e.not_sent() => {
+                // Nothing reached the node.
                 Metrics::inc(&gw.inner.metrics.node_unreachable);
                 warn!(%node, error = %e, "node unreachable; trying the next");
                 refusals.push(format!("{node} is unreachable"));

@@ -143,22 +143,48 @@ fn digests_need_the_layer_or_a_blob_store() {
 }
 
 #[test]
-fn a_key_asks_the_same_node_first_whatever_the_load() {
-    let nodes: Vec<NodeRecord> = (0..8).map(|i| node(&format!("n{i}"))).collect();
+fn a_key_asks_its_home_alone_whatever_the_load() {
+    let mut nodes: Vec<NodeRecord> = (0..8).map(|i| node(&format!("n{i}"))).collect();
+    // n3 is full as this gateway sees it, n5 short of memory: neither moves a key.
+    nodes[3].capacity.max_sandboxes = 10;
+    nodes[3].load.running = 10;
+    nodes[5].capacity.min_free_memory_mb = 1024;
+    nodes[5].load.memory_available_mb = 10;
     let v = view(nodes);
     let mut r = req();
-    let mut firsts = HashMap::new();
-    for i in 0..200 {
+    let mut homes = HashMap::new();
+    for i in 0..400 {
         r.key = Some(format!("key-{i}"));
         let a = candidates(&v, &r, &none, 1, 2).unwrap();
         // Another gateway with other placements in flight and another seed.
-        let busy = |id: &NodeId| if id.as_str() == "n3" { 50 } else { 0 };
+        let busy = |id: &NodeId| if id.as_str() == "n1" { 5000 } else { 0 };
         let b = candidates(&v, &r, &busy, 99, 2).unwrap();
-        assert_eq!(a[0], b[0]);
-        *firsts.entry(a[0].clone()).or_insert(0) += 1;
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 1, "a key is never retried on another node: {a:?}");
+        *homes.entry(a[0].clone()).or_insert(0) += 1;
     }
-    // The keys spread over the nodes.
-    assert_eq!(firsts.len(), 8, "{firsts:?}");
+    // The keys spread over every node, busy ones included.
+    assert_eq!(homes.len(), 8, "{homes:?}");
+}
+
+#[test]
+fn a_key_moves_only_when_its_home_drains_or_leaves() {
+    let nodes: Vec<NodeRecord> = (0..4).map(|i| node(&format!("n{i}"))).collect();
+    let mut v = view(nodes);
+    let mut r = req();
+    r.key = Some("episode-7".into());
+    let home = candidates(&v, &r, &none, 1, 2).unwrap()[0].clone();
+    v.drained.insert(home.clone());
+    let moved = candidates(&v, &r, &none, 1, 2).unwrap()[0].clone();
+    assert_ne!(moved, home);
+    v.drained.clear();
+    v.members.get_mut(&home).unwrap().lost = true;
+    assert_eq!(candidates(&v, &r, &none, 1, 2).unwrap()[0], moved);
+    // Every home gone: the error a keyless request gets.
+    for m in v.members.values_mut() {
+        m.lost = true;
+    }
+    assert!(candidates(&v, &r, &none, 1, 2).is_err());
 }
 
 #[test]

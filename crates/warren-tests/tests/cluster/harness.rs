@@ -202,10 +202,10 @@ fn skip() -> bool {
     }
     let gw = bin_dir().join("warren-gateway");
     if !gw.is_file() {
-        println!(
-            "SKIP: {} is missing; build it with `cargo build --release --workspace --bins`",
+        crate::common::skip(format!(
+            "{} is missing; build it with `cargo build --release --workspace --bins`",
             gw.display()
-        );
+        ));
         return true;
     }
     false

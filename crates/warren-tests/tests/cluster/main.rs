@@ -13,6 +13,7 @@ mod etcd;
 
 mod etcd_trouble;
 mod harness;
+mod hung;
 mod loss;
 mod membership;
 mod routing;

@@ -365,6 +365,12 @@ impl Daemon {
         }
     }
 
+    /// Sends `sig` to the daemon (SIGSTOP to hang it, SIGCONT to let it go on).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().expect("the daemon is running");
+        nix::sys::signal::kill(Pid::from_raw(child.id() as i32), sig).expect("signal warrend");
+    }
+
     /// Kills the daemon with SIGKILL (no clean-up of any kind) and reaps it; its sandboxes
     /// keep running, for [`Daemon::spawn`] to re-adopt.
     pub fn kill9(&mut self) {
