@@ -113,18 +113,23 @@ async fn node_usage(c: &Client) -> anyhow::Result<(u64, u64)> {
 
 pub async fn hostile(s: &Setup, calls: usize, files: usize) -> anyhow::Result<Hostile> {
     let c = &s.client;
+    // The baseline is the node before the sandbox exists.
+    let (state_before_bytes, rss_before_bytes) = node_usage(c).await?;
     let id = c.create(&s.request("hostile")).await?.id;
     let info = c.get(&id).await?;
     let budget_bytes = info.limits.trajectory_mb << 20;
-    // A `yes` flood capped at 1 MiB of kept output (4 MiB written per call).
-    let mut flood = ExecRequest::shell("yes | head -c 4194304");
-    flood.max_output_bytes = Some(1 << 20);
-    c.exec(&id, &flood).await?;
-    let (state_before_bytes, rss_before_bytes) = node_usage(c).await?;
+    // A `yes` flood capped at 1 MiB of kept output (4 MiB written per call). Each call's
+    // output starts with its own number: outputs are stored by digest, and a flood of equal
+    // outputs would be stored once and measure nothing.
+    let flood = |i: usize| {
+        let mut f = ExecRequest::shell(format!("echo {i}; yes | head -c 4194304"));
+        f.max_output_bytes = Some(1 << 20);
+        f
+    };
     let t = Instant::now();
     let results: Vec<anyhow::Result<bool>> = futures::stream::iter(0..calls)
         .map(|i| {
-            let (c, id, flood) = (c.clone(), id.clone(), flood.clone());
+            let (c, id, flood) = (c.clone(), id.clone(), flood(i));
             async move {
                 s.stop.check()?;
                 let r = c.exec(&id, &flood).await?;
