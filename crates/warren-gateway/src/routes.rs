@@ -2,12 +2,12 @@
 //! test checks [`routes`] against `api/openapi.yaml` (all of it, gateway-only routes included).
 
 use axum::extract::Request;
-use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::{on, MethodFilter};
 use axum::Router;
+
+use warren_types::http::CheckedRouter;
 
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
@@ -29,83 +29,44 @@ pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
         .copied()
 }
 
-struct Routes {
-    router: Router<Gateway>,
-    seen: Vec<(&'static str, &'static str)>,
-}
-
-impl Routes {
-    fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
-    where
-        H: Handler<T, Gateway>,
-        T: 'static,
-    {
-        assert!(
-            routes().any(|r| r == (method, path)),
-            "route {method} {path} is missing from the route lists"
-        );
-        let filter = match method {
-            "GET" => MethodFilter::GET,
-            "POST" => MethodFilter::POST,
-            "PUT" => MethodFilter::PUT,
-            "DELETE" => MethodFilter::DELETE,
-            other => panic!("method {other} not used by the API"),
-        };
-        self.router = self.router.route(path, on(filter, handler));
-        self.seen.push((method, path));
-        self
+/// Every per-sandbox route of the node API goes to the sandbox's node.
+fn sandbox_routes(mut r: CheckedRouter<Gateway>) -> CheckedRouter<Gateway> {
+    let per_sandbox: Vec<_> = r
+        .routes()
+        .iter()
+        .copied()
+        .filter(|(_, path)| path.starts_with("/v1/sandboxes/{id}"))
+        .collect();
+    for (method, path) in per_sandbox {
+        r = r.add(method, path, sandboxes::to_node);
     }
-
-    /// Every per-sandbox route of ROUTES goes to the sandbox's node.
-    fn sandbox_routes(mut self) -> Self {
-        for (method, path) in routes() {
-            if path.starts_with("/v1/sandboxes/{id}") {
-                self = self.add(method, path, sandboxes::to_node);
-            }
-        }
-        self
-    }
-
-    fn finish(self) -> Router<Gateway> {
-        for r in routes() {
-            assert!(
-                self.seen.contains(&r),
-                "route {} {} has no handler",
-                r.0,
-                r.1
-            );
-        }
-        self.router
-    }
+    r
 }
 
 pub fn router(gw: Gateway) -> Router {
-    Routes {
-        router: Router::new(),
-        seen: Vec::new(),
-    }
-    .add("GET", "/v1/health", cluster::health)
-    .add("GET", "/metrics", cluster::metrics)
-    .add("POST", "/v1/sandboxes", sandboxes::create)
-    .add("GET", "/v1/sandboxes", sandboxes::list)
-    .sandbox_routes()
-    .add("GET", "/v1/images", fanout::images)
-    .add("GET", "/v1/images/{ref}", fanout::first_found)
-    .add("DELETE", "/v1/images/{ref}", fanout::everywhere)
-    .add("POST", "/v1/images/gc", fanout::everywhere)
-    .add("POST", "/v1/images/pull", fanout::everywhere)
-    .add("POST", "/v1/images/import", fanout::no_import)
-    .add("POST", "/v1/functions/call", sandboxes::call)
-    .add("GET", "/v1/functions/pools", fanout::pools)
-    .add("GET", "/v1/cluster", cluster::info)
-    .add("POST", "/v1/cluster/nodes/{id}/drain", cluster::drain)
-    .add("POST", "/v1/cluster/nodes/{id}/undrain", cluster::undrain)
-    .add("DELETE", "/v1/cluster/nodes/{id}", cluster::forget)
-    .finish()
-    .fallback(no_route)
-    .method_not_allowed_fallback(wrong_method)
-    .layer(axum::middleware::from_fn_with_state(gw.clone(), count))
-    .with_state(gw)
+    let r = CheckedRouter::new(routes())
+        .add("GET", "/v1/health", cluster::health)
+        .add("GET", "/metrics", cluster::metrics)
+        .add("POST", "/v1/sandboxes", sandboxes::create)
+        .add("GET", "/v1/sandboxes", sandboxes::list);
+    sandbox_routes(r)
+        .add("GET", "/v1/images", fanout::images)
+        .add("GET", "/v1/images/{ref}", fanout::first_found)
+        .add("DELETE", "/v1/images/{ref}", fanout::everywhere)
+        .add("POST", "/v1/images/gc", fanout::everywhere)
+        .add("POST", "/v1/images/pull", fanout::pull)
+        .add("POST", "/v1/images/import", fanout::import)
+        .add("POST", "/v1/functions/call", sandboxes::call)
+        .add("GET", "/v1/functions/pools", fanout::pools)
+        .add("GET", "/v1/cluster", cluster::info)
+        .add("POST", "/v1/cluster/nodes/{id}/drain", cluster::drain)
+        .add("POST", "/v1/cluster/nodes/{id}/undrain", cluster::undrain)
+        .add("DELETE", "/v1/cluster/nodes/{id}", cluster::forget)
+        .finish()
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(gw.clone(), count))
+        .with_state(gw)
 }
 
 async fn no_route(req: Request) -> GatewayError {

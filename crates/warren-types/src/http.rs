@@ -72,3 +72,62 @@ impl IntoResponse for HttpError {
 
 /// Result of a handler.
 pub type HttpResult<T> = Result<T, HttpError>;
+
+/// A router built against a route list: every route added must be in the list, and
+/// [`CheckedRouter::finish`] panics (at start, in every test that builds the router) when a
+/// route of the list has no handler. The node and the gateway build theirs with it.
+pub struct CheckedRouter<S> {
+    router: axum::Router<S>,
+    list: Vec<(&'static str, &'static str)>,
+    seen: Vec<(&'static str, &'static str)>,
+}
+
+impl<S: Clone + Send + Sync + 'static> CheckedRouter<S> {
+    /// A router for exactly the routes of `list`.
+    pub fn new(list: impl IntoIterator<Item = (&'static str, &'static str)>) -> Self {
+        CheckedRouter {
+            router: axum::Router::new(),
+            list: list.into_iter().collect(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// The routes still to serve and those served, `(method, path)`.
+    pub fn routes(&self) -> &[(&'static str, &'static str)] {
+        &self.list
+    }
+
+    /// Serves `method path` with `handler`.
+    pub fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
+    where
+        H: axum::handler::Handler<T, S>,
+        T: 'static,
+    {
+        use axum::routing::{on, MethodFilter};
+        assert!(
+            self.list.contains(&(method, path)),
+            "route {method} {path} is missing from the route list"
+        );
+        let filter = match method {
+            "GET" => MethodFilter::GET,
+            "POST" => MethodFilter::POST,
+            "PUT" => MethodFilter::PUT,
+            "DELETE" => MethodFilter::DELETE,
+            other => panic!("method {other} not used by the API"),
+        };
+        self.router = self.router.route(path, on(filter, handler));
+        self.seen.push((method, path));
+        self
+    }
+
+    /// The router; panics if a route of the list has no handler.
+    pub fn finish(self) -> axum::Router<S> {
+        for (method, path) in &self.list {
+            assert!(
+                self.seen.contains(&(method, path)),
+                "route {method} {path} of the route list has no handler"
+            );
+        }
+        self.router
+    }
+}

@@ -23,11 +23,9 @@ mod tests;
 mod trajectory;
 
 use axum::extract::Request;
-use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::{on, MethodFilter};
 use axum::Router;
 
 use crate::node::Node;
@@ -38,109 +36,66 @@ pub use extract::MAX_JSON_BODY;
 /// and nothing ran.
 pub const REPLAYED_HEADER: &str = "warren-replayed";
 
+use warren_types::http::CheckedRouter;
 /// Every route of the API, `(method, path)` in axum/OpenAPI path syntax.
 pub use warren_types::routes::NODE_API as ROUTES;
 
-/// Builds the router while checking each route against [`ROUTES`].
-struct Routes {
-    router: Router<Node>,
-    seen: Vec<(&'static str, &'static str)>,
-}
-
-impl Routes {
-    fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
-    where
-        H: Handler<T, Node>,
-        T: 'static,
-    {
-        assert!(
-            ROUTES.contains(&(method, path)),
-            "route {method} {path} is missing from ROUTES"
-        );
-        let filter = match method {
-            "GET" => MethodFilter::GET,
-            "POST" => MethodFilter::POST,
-            "PUT" => MethodFilter::PUT,
-            "DELETE" => MethodFilter::DELETE,
-            other => panic!("method {other} not used by the API"),
-        };
-        self.router = self.router.route(path, on(filter, handler));
-        self.seen.push((method, path));
-        self
-    }
-
-    fn finish(self) -> Router<Node> {
-        for r in ROUTES {
-            assert!(
-                self.seen.contains(r),
-                "route {} {} in ROUTES has no handler",
-                r.0,
-                r.1
-            );
-        }
-        self.router
-    }
-}
-
 /// The API router, ready to serve.
 pub fn router(node: Node) -> Router {
-    Routes {
-        router: Router::new(),
-        seen: Vec::new(),
-    }
-    .add("GET", "/v1/health", sandboxes::health)
-    .add("GET", "/metrics", sandboxes::metrics)
-    .add("POST", "/v1/sandboxes", sandboxes::create)
-    .add("GET", "/v1/sandboxes", sandboxes::list)
-    .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
-    .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
-    .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
-    .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
-    .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
-    .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
-    .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
-    .add("GET", "/v1/sandboxes/{id}/network", network::get)
-    .add("PUT", "/v1/sandboxes/{id}/network", network::put)
-    .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
-    .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
-    .add("POST", "/v1/sandboxes/{id}/exec/attach", exec::exec_attach)
-    .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
-    .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
-    .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
-    .add(
-        "POST",
-        "/v1/sandboxes/{id}/processes/{pid}/wait",
-        exec::wait_proc,
-    )
-    .add(
-        "POST",
-        "/v1/sandboxes/{id}/processes/{pid}/kill",
-        exec::kill_proc,
-    )
-    .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
-    .add("GET", "/v1/sandboxes/{id}/files", files::download)
-    .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
-    .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
-    .add("GET", "/v1/sandboxes/{id}/files/tar", files::download_tar)
-    .add("PUT", "/v1/sandboxes/{id}/files/tar", files::upload_tar)
-    .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
-    .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
-    .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
-    .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
-    .add("GET", "/v1/images", images::list)
-    .add("GET", "/v1/images/{ref}", images::get)
-    .add("DELETE", "/v1/images/{ref}", images::delete)
-    .add("POST", "/v1/images/gc", images::gc)
-    .add("POST", "/v1/images/import", images::import)
-    .add("POST", "/v1/images/pull", images::pull)
-    .add("POST", "/v1/functions/call", functions::call)
-    .add("GET", "/v1/functions/pools", functions::pools)
-    .finish()
-    .fallback(no_route)
-    .method_not_allowed_fallback(wrong_method)
-    .layer(axum::middleware::from_fn(drain::drain_refused))
-    .layer(axum::middleware::from_fn(log_request))
-    .with_state(node)
+    CheckedRouter::new(ROUTES.iter().copied())
+        .add("GET", "/v1/health", sandboxes::health)
+        .add("GET", "/metrics", sandboxes::metrics)
+        .add("POST", "/v1/sandboxes", sandboxes::create)
+        .add("GET", "/v1/sandboxes", sandboxes::list)
+        .add("GET", "/v1/sandboxes/{id}", sandboxes::get)
+        .add("DELETE", "/v1/sandboxes/{id}", sandboxes::delete)
+        .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
+        .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
+        .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
+        .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
+        .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
+        .add("GET", "/v1/sandboxes/{id}/network", network::get)
+        .add("PUT", "/v1/sandboxes/{id}/network", network::put)
+        .add("POST", "/v1/sandboxes/{id}/exec", exec::exec)
+        .add("POST", "/v1/sandboxes/{id}/exec/stream", exec::exec_stream)
+        .add("POST", "/v1/sandboxes/{id}/exec/attach", exec::exec_attach)
+        .add("POST", "/v1/sandboxes/{id}/processes", exec::spawn)
+        .add("GET", "/v1/sandboxes/{id}/processes", exec::list_procs)
+        .add("GET", "/v1/sandboxes/{id}/processes/{pid}", exec::get_proc)
+        .add(
+            "POST",
+            "/v1/sandboxes/{id}/processes/{pid}/wait",
+            exec::wait_proc,
+        )
+        .add(
+            "POST",
+            "/v1/sandboxes/{id}/processes/{pid}/kill",
+            exec::kill_proc,
+        )
+        .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
+        .add("GET", "/v1/sandboxes/{id}/files", files::download)
+        .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
+        .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)
+        .add("GET", "/v1/sandboxes/{id}/files/tar", files::download_tar)
+        .add("PUT", "/v1/sandboxes/{id}/files/tar", files::upload_tar)
+        .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
+        .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
+        .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
+        .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+        .add("GET", "/v1/images", images::list)
+        .add("GET", "/v1/images/{ref}", images::get)
+        .add("DELETE", "/v1/images/{ref}", images::delete)
+        .add("POST", "/v1/images/gc", images::gc)
+        .add("POST", "/v1/images/import", images::import)
+        .add("POST", "/v1/images/pull", images::pull)
+        .add("POST", "/v1/functions/call", functions::call)
+        .add("GET", "/v1/functions/pools", functions::pools)
+        .finish()
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(drain::drain_refused))
+        .layer(axum::middleware::from_fn(log_request))
+        .with_state(node)
 }
 
 async fn no_route(req: Request) -> HttpError {
