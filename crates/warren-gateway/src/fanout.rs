@@ -1,5 +1,6 @@
 //! Routes answered by several nodes: the image routes and the function pools. Each live node
-//! is asked at once, bounded by the fan-out timeout; the answers are merged.
+//! is asked at once, bounded by the fan-out timeout (an archive import by its own, longer
+//! one); the answers are merged.
 
 use std::collections::BTreeMap;
 
@@ -34,18 +35,42 @@ pub async fn each_node_with(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Vec<(NodeId, Answer)> {
-    let view = gw.view().snapshot();
     let timeout = gw.config().fanout_timeout;
+    let body = move || Ok(Body::from(body.clone()));
+    each_node_streaming(gw, method, path_and_query, headers, body, timeout).await
+}
+
+/// Sends a request to every live node at once, each with its own body from `body()`, each
+/// answer bounded by `timeout`.
+async fn each_node_streaming(
+    gw: &Gateway,
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: impl Fn() -> Result<Body, String>,
+    timeout: std::time::Duration,
+) -> Vec<(NodeId, Answer)> {
+    let view = gw.view().snapshot();
     let asks = view.live().map(|m| {
         let id = m.record.id.clone();
         let address = m.record.address.clone();
         let method = method.clone();
-        let body = body.clone();
+        let body = body();
         async move {
             let call = async {
+                let mut req = Request::builder()
+                    .method(method)
+                    .uri(path_and_query)
+                    .body(body?)
+                    .map_err(|e| e.to_string())?;
+                for (k, v) in headers {
+                    if k != axum::http::header::CONTENT_LENGTH {
+                        req.headers_mut().append(k.clone(), v.clone());
+                    }
+                }
                 let resp = gw
                     .proxy()
-                    .send(&address, method, path_and_query, headers, body)
+                    .forward(&address, req)
                     .await
                     .map_err(|e| e.to_string())?;
                 let (parts, body) = resp.into_parts();
@@ -122,19 +147,121 @@ pub async fn first_found(State(gw): State<Gateway>, req: Request) -> Response {
     }
 }
 
-/// `POST /v1/images/import` through a gateway: an archive is one stream and cannot be sent to
-/// every node; the caller pulls from a registry (`/v1/images/pull`, done on every node) or
-/// imports on each node.
-pub async fn no_import() -> Response {
-    GatewayError::invalid(
-        "a gateway does not take image archives: pull from a registry \
-         (POST /v1/images/pull runs on every node) or import on each node",
-    )
-    .into_response()
+/// How long one node may take to receive and convert an archive.
+const IMPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `POST /v1/images/import` through a gateway: the archive is received once into a
+/// temporary file of the gateway's (removed when the import ends), then sent to every live
+/// node at once, each reading the file from its start. The answer is the first failure,
+/// else the first node's answer, as for a pull.
+pub async fn import(State(gw): State<Gateway>, req: Request) -> Response {
+    let pq = req.uri().to_string();
+    let headers = req.headers().clone();
+    if gw.view().snapshot().live().next().is_none() {
+        return no_nodes();
+    }
+    let spool = match spool(req.into_body()).await {
+        Ok(f) => f,
+        Err(e) => {
+            return GatewayError::invalid(format!("receiving the archive: {e}")).into_response()
+        }
+    };
+    let path = spool.path().to_path_buf();
+    let body = || {
+        let f = std::fs::File::open(&path).map_err(|e| format!("reopen the archive: {e}"))?;
+        Ok(Body::from_stream(tokio_util::io::ReaderStream::new(
+            tokio::fs::File::from_std(f),
+        )))
+    };
+    let answers = each_node_streaming(&gw, Method::POST, &pq, &headers, body, IMPORT_TIMEOUT).await;
+    drop(spool);
+    imported(&gw, answers).await
 }
 
-/// `DELETE /v1/images/{ref}`, `POST /v1/images/gc`, `POST /v1/images/pull`: done on every live node; the answer is
-/// the first failure, else the first node's answer.
+/// `POST /v1/images/pull`: pulled on every live node, answered as an import.
+pub async fn pull(State(gw): State<Gateway>, req: Request) -> Response {
+    let pq = req.uri().to_string();
+    let headers = req.headers().clone();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return GatewayError::invalid(format!("reading the body: {e}")).into_response(),
+    };
+    let body = move || Ok(Body::from(body.clone()));
+    let answers = each_node_streaming(&gw, Method::POST, &pq, &headers, body, IMPORT_TIMEOUT).await;
+    imported(&gw, answers).await
+}
+
+/// How long an import's answer waits for the nodes' records to show the new image.
+const PUBLISHED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The answer to an import or pull on every node. On success it is given once this
+/// gateway's view shows the image on the nodes that took it (or after [`PUBLISHED_WAIT`]),
+/// so that a create naming the image right after is placed rather than refused.
+async fn imported(gw: &Gateway, answers: Vec<(NodeId, Answer)>) -> Response {
+    let took: Vec<NodeId> = answers
+        .iter()
+        .filter(|(_, a)| matches!(a, Ok((s, _, _)) if s.is_success()))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let reference = answers.iter().find_map(|(_, a)| match a {
+        Ok((s, _, b)) if s.is_success() => serde_json::from_slice::<Value>(b).ok()?["image"]
+            ["reference"]
+            .as_str()
+            .map(str::to_string),
+        _ => None,
+    });
+    let resp = first_failure_or_ok(answers);
+    if let (true, Some(r)) = (resp.status().is_success(), reference) {
+        until_published(gw, &r, &took).await;
+    }
+    resp
+}
+
+/// Waits, at most [`PUBLISHED_WAIT`], until the view shows image `reference` on each of
+/// `nodes` that is still registered.
+async fn until_published(gw: &Gateway, reference: &str, nodes: &[NodeId]) {
+    let want = warren_cluster::place::normalize_ref(reference);
+    let mut changes = gw.view().subscribe();
+    let deadline = tokio::time::Instant::now() + PUBLISHED_WAIT;
+    loop {
+        let v = gw.view().snapshot();
+        let shown = nodes.iter().all(|n| {
+            v.members
+                .get(n)
+                .is_none_or(|m| m.lost || m.record.images.contains_key(&want))
+        });
+        if shown {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
+}
+
+/// Writes a request body to a new temporary file.
+async fn spool(body: Body) -> Result<tempfile::NamedTempFile, String> {
+    use tokio::io::AsyncWriteExt;
+    let tmp = tempfile::Builder::new()
+        .prefix("warren-gateway-import-")
+        .tempfile()
+        .map_err(|e| format!("create a temporary file: {e}"))?;
+    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(|e| e.to_string())?);
+    let mut body = body.into_data_stream();
+    while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        out.write_all(&chunk)
+            .await
+            .map_err(|e| format!("write the temporary file: {e}"))?;
+    }
+    out.flush().await.map_err(|e| e.to_string())?;
+    Ok(tmp)
+}
+
+/// `DELETE /v1/images/{ref}`, `POST /v1/images/gc`: done on every live node; the answer is
+/// the first failure, else the first node's answer. A node without the image does not fail
+/// a removal that another node did.
 pub async fn everywhere(State(gw): State<Gateway>, req: Request) -> Response {
     let pq = req.uri().to_string();
     let method = req.method().clone();
@@ -143,7 +270,21 @@ pub async fn everywhere(State(gw): State<Gateway>, req: Request) -> Response {
         Ok(b) => b.to_bytes(),
         Err(e) => return GatewayError::invalid(format!("reading the body: {e}")).into_response(),
     };
-    let answers = each_node_with(&gw, method, &pq, &headers, body).await;
+    let removal = method == Method::DELETE;
+    let mut answers = each_node_with(&gw, method, &pq, &headers, body).await;
+    if removal
+        && answers
+            .iter()
+            .any(|(_, a)| matches!(a, Ok((s, _, _)) if s.is_success()))
+    {
+        // Removed somewhere: the nodes that never had it are not a failure.
+        answers.retain(|(_, a)| !matches!(a, Ok((s, _, _)) if *s == StatusCode::NOT_FOUND));
+    }
+    first_failure_or_ok(answers)
+}
+
+/// The first failure among `answers`, else the first success.
+fn first_failure_or_ok(answers: Vec<(NodeId, Answer)>) -> Response {
     if answers.is_empty() {
         return no_nodes();
     }

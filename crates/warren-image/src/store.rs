@@ -38,6 +38,8 @@ pub struct ImageStore {
     mount_lock: Mutex<()>,
     /// Held while a tenant's tag is checked and written, so two imports cannot both claim it.
     claim_lock: Mutex<()>,
+    /// Counts the tags this process wrote or removed (see [`ImageStore::changes`]).
+    changes: std::sync::atomic::AtomicU64,
     pub(crate) source: std::sync::OnceLock<std::sync::Arc<dyn crate::LayerSource>>,
 }
 
@@ -72,6 +74,7 @@ impl ImageStore {
             root,
             mount_lock: Mutex::new(()),
             claim_lock: Mutex::new(()),
+            changes: std::sync::atomic::AtomicU64::new(0),
             source: std::sync::OnceLock::new(),
         })
     }
@@ -187,7 +190,20 @@ impl ImageStore {
         std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes"))
             .map_err(|e| ImageError::io("write manifest", e))?;
         std::fs::rename(&tmp, &p).map_err(|e| ImageError::io("write manifest", e))?;
+        self.changed();
         Ok(())
+    }
+
+    /// How many times this process wrote or removed a tag: a reader that caches the list
+    /// (the node's cluster record) reads it again when this moved. Other processes sharing
+    /// the directory are not counted.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Makes image `tag` out of `refs` (images or layer digests, lowest first): a new version
@@ -320,6 +336,7 @@ impl ImageStore {
         let (n, t) = split_ref(r)?;
         std::fs::remove_file(self.manifest_path(&n, &t))
             .map_err(|_| ImageError::NotFound(r.to_string()))?;
+        self.changed();
         let _ = std::fs::remove_dir(self.root.join("images").join(&n));
         Ok(())
     }
@@ -449,8 +466,11 @@ mod tests {
             source: "t".into(),
             size_bytes: 16,
             stack: vec![],
+            owner: None,
         };
+        let before = store.changes();
         store.put_manifest(&m).unwrap();
+        assert_eq!(store.changes(), before + 1, "a tag written is a change");
         assert_eq!(store.manifest("base:1").unwrap(), m);
         assert_eq!(
             store.resolve(&["base:1".into(), digest.clone()]).unwrap(),

@@ -26,9 +26,12 @@ pub struct ClusterArgs {
     pub etcd_prefix: String,
 }
 
-/// Image refs with their layers, and the layers on disk; read at most every few seconds.
+/// Image refs with their layers, and the layers on disk; read again every few seconds and
+/// whenever this node wrote or removed a tag.
 struct ImageCache {
     at: Option<Instant>,
+    /// The store's change count when read: a tag written or removed here is published at once.
+    changes: u64,
     images: std::collections::BTreeMap<String, Vec<String>>,
     layers: Vec<String>,
 }
@@ -68,6 +71,7 @@ pub fn start(
         .unwrap_or(0);
     let cache = Mutex::new(ImageCache {
         at: None,
+        changes: 0,
         images: Default::default(),
         layers: Vec::new(),
     });
@@ -77,11 +81,13 @@ pub fn start(
     let source = Arc::new(move || {
         let (images, layers) = {
             let mut c = cache.lock().expect("image cache lock");
-            if c.at.is_none_or(|t| t.elapsed() > IMAGE_REFRESH) {
+            let changes = store.changes();
+            if c.changes != changes || c.at.is_none_or(|t| t.elapsed() > IMAGE_REFRESH) {
                 let (i, l) = read_images(&store);
                 c.images = i;
                 c.layers = l;
                 c.at = Some(Instant::now());
+                c.changes = changes;
             }
             (c.images.clone(), c.layers.clone())
         };

@@ -26,7 +26,14 @@ async fn a_hung_node_ends_calls_in_flight_and_keeps_its_keys() {
     let Some(c) = Cluster::start(2, 2, |_| Vec::new()).await else {
         return;
     };
-    let run = ulid::Ulid::new().to_string();
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
     let mut req = CreateSandboxRequest {
         memory_mb: Some(64),
         ..Default::default()
@@ -44,8 +51,9 @@ async fn a_hung_node_ends_calls_in_flight_and_keeps_its_keys() {
     // A call and a keyed create in flight: both end when the lease expires, not never; the
     // create is not moved to the other node (it may have been made on this one).
     let limit = Duration::from_secs(30);
+    let call = ExecRequest::shell("true");
     let (exec, create) = tokio::join!(
-        tokio::time::timeout(limit, c.gw(0).exec(&sb.id, &ExecRequest::shell("true"))),
+        tokio::time::timeout(limit, c.gw(0).exec(&sb.id, &call)),
         tokio::time::timeout(limit, c.gw(1).create(&req)),
     );
     println!(

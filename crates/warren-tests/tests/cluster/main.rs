@@ -10,6 +10,8 @@
 mod common;
 #[path = "../common/etcd.rs"]
 mod etcd;
+#[path = "../../../warren-image/tests/common/mod.rs"]
+mod layers;
 
 mod etcd_trouble;
 mod harness;

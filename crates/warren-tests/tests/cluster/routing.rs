@@ -7,6 +7,7 @@ use futures::StreamExt;
 use warren_client::{CreateSandboxRequest, ExecRequest, PtyEvent};
 use warren_types::{ErrorCode, ExecEvent, NodeState};
 
+use crate::common::bin_dir;
 use crate::harness::{http, http_full, Cluster};
 
 fn labelled(run: &str) -> CreateSandboxRequest {
@@ -27,6 +28,7 @@ async fn placement_routing_listing_drain_and_admission() {
     let h = g0.health().await.unwrap();
     assert!(h.is_ok());
     assert_eq!(h.extra["gateway"]["nodes_ready"], 3, "{h:?}");
+    import_through_a_gateway_reaches_every_node(&c).await;
 
     // Placement spreads sandboxes over the nodes.
     let run = format!("r{}", std::process::id());
@@ -243,4 +245,54 @@ async fn placement_routing_listing_drain_and_admission() {
         24 - 1,
         "every node holds 8 (one of them the keyed sandbox)"
     );
+}
+
+/// `warren image import` through a gateway: the archive is sent once and every node has the
+/// image; a sandbox on it can be created through either gateway; removed, it is gone from all.
+async fn import_through_a_gateway_reaches_every_node(c: &Cluster) {
+    let t = crate::layers::scratch("gateway-import");
+    let tag = format!("gwimport{}:1", std::process::id());
+    let l = crate::layers::tar_entries(&[("srv/", ""), ("srv/hello", "one archive, every node")]);
+    let archive = t.path().join("app.tar");
+    crate::layers::docker_archive(&[l], "x:1", &archive);
+    let out = std::process::Command::new(bin_dir().join("warren"))
+        .arg("--url")
+        .arg(c.gateways[0].url())
+        .args([
+            "image",
+            "import",
+            archive.to_str().unwrap(),
+            "--tag",
+            &tag,
+            "--json",
+        ])
+        .output()
+        .expect("running warren");
+    assert!(out.status.success(), "{out:?}");
+    for port in &c.node_ports {
+        let (status, body) = http(*port, "GET", &format!("/v1/images/{tag}"), "").await;
+        assert_eq!(status, 200, "node on port {port}: {body}");
+    }
+    let req = CreateSandboxRequest {
+        image: warren_client::ImageRef::Stack(vec!["default".into(), tag.clone()]),
+        memory_mb: Some(64),
+        ..Default::default()
+    };
+    let sb = c
+        .gw(1)
+        .create(&req)
+        .await
+        .expect("a sandbox on the imported image");
+    let r = c
+        .gw(0)
+        .exec(&sb.id, &ExecRequest::shell("cat /srv/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "one archive, every node");
+    c.gw(0).delete(&sb.id).await.unwrap();
+    c.gw(1).delete_image(&tag).await.unwrap();
+    for port in &c.node_ports {
+        let (status, body) = http(*port, "GET", &format!("/v1/images/{tag}"), "").await;
+        assert_eq!(status, 404, "node on port {port}: {body}");
+    }
 }
