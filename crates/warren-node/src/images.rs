@@ -88,7 +88,12 @@ impl Images {
     /// or a function call starts on it. The answer is the one a missing image gets, so a
     /// tenant learns nothing of another's images. Layer digests name content, not images,
     /// and are not checked.
-    pub async fn check_usable(&self, caller: &Caller, refs: &[String]) -> Result<(), NodeError> {
+    pub async fn check_usable(
+        &self,
+        caller: &Caller,
+        refs: &[String],
+        usage: Usage,
+    ) -> Result<(), NodeError> {
         if caller.is_admin() || self.store.is_none() {
             return Ok(());
         }
@@ -102,13 +107,14 @@ impl Images {
                 }))
             })
             .await?;
-        match hidden {
-            Some(r) => Err(NodeError::Api(ApiError::new(
-                ErrorCode::NotFound,
-                warren_runtime::RuntimeError::ImageNotFound(r).to_string(),
-            ))),
-            None => Ok(()),
-        }
+        let Some(r) = hidden else {
+            return Ok(());
+        };
+        let missing = warren_runtime::RuntimeError::ImageNotFound(r);
+        Err(match usage {
+            Usage::Create => NodeError::CreateFailed { source: missing },
+            Usage::Call => NodeError::Api(crate::functions::start_failed(&missing)),
+        })
     }
 
     /// `DELETE /v1/images/{ref}`: untag, then collect what only that image referenced.
@@ -199,6 +205,14 @@ impl Images {
             .map(imported)
             .map_err(image_error)
     }
+}
+
+/// What an image stack is checked for: the refusal is worded as that call words a missing
+/// image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    Create,
+    Call,
 }
 
 /// Whether `caller` may see an image owned by `owner` (`None`: the node's own, seen by all).

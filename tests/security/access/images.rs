@@ -17,6 +17,9 @@ fn archive(content: &str, repo_tag: &str) -> Vec<u8> {
         for (name, data) in entries {
             let mut h = tar::Header::new_gnu();
             h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
             h.set_size(data.len() as u64);
             h.set_entry_type(tar::EntryType::Regular);
             h.set_cksum();

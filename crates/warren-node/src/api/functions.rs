@@ -14,7 +14,9 @@ pub async fn call(
     Auth(caller): Auth,
     JsonBody(req): JsonBody<CallRequest>,
 ) -> HttpResult<Json<CallResult>> {
-    images.check_usable(&caller, &req.image.refs()).await?;
+    images
+        .check_usable(&caller, &req.image.refs(), crate::images::Usage::Call)
+        .await?;
     Ok(Json(f.call_as(&caller, req).await?))
 }
 

@@ -93,7 +93,9 @@ pub async fn create(
     Auth(caller): Auth,
     JsonBody(req): JsonBody<CreateSandboxRequest>,
 ) -> HttpResult<Response> {
-    images.check_usable(&caller, &req.image.refs()).await?;
+    images
+        .check_usable(&caller, &req.image.refs(), crate::images::Usage::Create)
+        .await?;
     // Run to completion even if the client goes away: a create cut off half-way would leave
     // a sandbox stuck in `creating`.
     let created = tokio::spawn(async move { m.create_as(&caller, req).await })

@@ -19,6 +19,7 @@
 mod backend;
 mod call;
 mod pool;
+pub(crate) use pool::start_failed;
 pub(crate) mod pressure;
 #[cfg(test)]
 mod tests;

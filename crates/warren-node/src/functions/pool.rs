@@ -284,10 +284,7 @@ impl Pool {
                     st.starting -= 1;
                     // With nothing else coming, the callers get the reason now.
                     if st.total() == 0 {
-                        let api = ApiError::new(
-                            e.code(),
-                            format!("cannot start a function container: {e}"),
-                        );
+                        let api = start_failed(&e);
                         for tx in st.waiters.drain(..) {
                             let _ = tx.send(Err(api.clone()));
                         }
@@ -427,4 +424,9 @@ impl Pool {
             replaced: st.replaced,
         }
     }
+}
+
+/// What callers are told when their pool's container could not start.
+pub(crate) fn start_failed(e: &warren_runtime::RuntimeError) -> ApiError {
+    ApiError::new(e.code(), format!("cannot start a function container: {e}"))
 }
