@@ -449,6 +449,7 @@ mod tests {
             source: "t".into(),
             size_bytes: 16,
             stack: vec![],
+            owner: None,
         };
         store.put_manifest(&m).unwrap();
         assert_eq!(store.manifest("base:1").unwrap(), m);
