@@ -1,29 +1,67 @@
 //! Reading what an archive holds: `docker save` archives (`manifest.json`) and OCI image
 //! layouts (`index.json` + `blobs/`), as a directory or a tar file.
 
+use oci_spec::image::{
+    Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType, Os, Platform,
+    ANNOTATION_REF_NAME,
+};
 use serde::Deserialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::source::Source;
 use crate::ImageError;
 
-/// Layer media types we convert (compression is detected from the bytes).
-const LAYER_TYPES: &[&str] = &[
-    "application/vnd.oci.image.layer.v1.tar",
-    "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.oci.image.layer.v1.tar+zstd",
+/// Docker's layer media types (oci-spec's `MediaType` holds them as `Other`).
+const DOCKER_LAYER_TYPES: &[&str] = &[
     "application/vnd.docker.image.rootfs.diff.tar",
     "application/vnd.docker.image.rootfs.diff.tar.gzip",
     "application/vnd.docker.image.rootfs.diff.tar.zstd",
 ];
-const MANIFEST_TYPES: &[&str] = &[
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-];
-const INDEX_TYPES: &[&str] = &[
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-];
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_INDEX: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// A layer media type we convert: OCI or docker tar, plain, gzip or zstd (compression is
+/// detected from the bytes).
+fn is_layer(t: &MediaType) -> bool {
+    match t {
+        MediaType::ImageLayer | MediaType::ImageLayerGzip | MediaType::ImageLayerZstd => true,
+        MediaType::Other(t) => DOCKER_LAYER_TYPES.contains(&t.as_str()),
+        _ => false,
+    }
+}
+
+/// An OCI image manifest or a docker v2 (schema 2) one.
+fn is_manifest(t: &MediaType) -> bool {
+    match t {
+        MediaType::ImageManifest => true,
+        MediaType::Other(t) => t == DOCKER_MANIFEST,
+        _ => false,
+    }
+}
+
+/// An OCI image index or a docker manifest list.
+fn is_index(t: &MediaType) -> bool {
+    match t {
+        MediaType::ImageIndex => true,
+        MediaType::Other(t) => t == DOCKER_INDEX,
+        _ => false,
+    }
+}
+
+/// The host's architecture as image platforms name it.
+pub(super) fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => a,
+    }
+}
+
+/// Whether `p` is linux on the host's architecture.
+pub(super) fn is_host(p: &Platform) -> bool {
+    *p.os() == Os::Linux && p.architecture().to_string() == host_arch()
+}
 
 /// One layer to convert.
 #[derive(Debug, Clone)]
@@ -43,6 +81,7 @@ pub(crate) struct Plan {
     pub suggested_tag: Option<String>,
 }
 
+/// One image of `docker save`'s `manifest.json`, a format oci-spec does not model.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct DockerEntry {
@@ -50,58 +89,6 @@ struct DockerEntry {
     #[serde(default)]
     repo_tags: Option<Vec<String>>,
     layers: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Config {
-    rootfs: RootFs,
-}
-
-#[derive(Deserialize)]
-struct RootFs {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    diff_ids: Vec<String>,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Descriptor {
-    #[serde(default)]
-    pub media_type: String,
-    pub digest: String,
-    #[serde(default)]
-    pub size: u64,
-    #[serde(default)]
-    pub annotations: Option<std::collections::BTreeMap<String, String>>,
-    #[serde(default)]
-    pub platform: Option<Platform>,
-}
-
-#[derive(Deserialize, Clone)]
-pub(crate) struct Platform {
-    #[serde(default)]
-    pub architecture: String,
-    #[serde(default)]
-    pub os: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Index {
-    #[serde(default)]
-    media_type: Option<String>,
-    manifests: Vec<Descriptor>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Manifest {
-    #[serde(default)]
-    media_type: Option<String>,
-    config: Descriptor,
-    layers: Vec<Descriptor>,
 }
 
 fn bad(src: &Source, msg: impl Into<String>) -> ImageError {
@@ -153,15 +140,30 @@ fn parse<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(data).map_err(|e| bad(src, format!("{what}: {e}")))
 }
 
+/// The config's diff ids, read through oci-spec's `ImageConfiguration`. That type requires
+/// `architecture`, `os`, `rootfs.type` and `rootfs.diff_ids`, which docker may leave out (moby
+/// writes `architecture`, `os` and `diff_ids` with `omitempty`) and the import does not use:
+/// absent ones are filled in empty first, so such configs import as before. A config without
+/// a `rootfs` is refused.
 fn diff_ids(src: &Source, config: &[u8]) -> Result<Vec<String>, ImageError> {
-    let c: Config = parse(src, "image config", config)?;
-    if !c.rootfs.kind.is_empty() && c.rootfs.kind != "layers" {
-        return Err(bad(
-            src,
-            format!("image config rootfs type {:?}", c.rootfs.kind),
-        ));
+    let mut v: Value = parse(src, "image config", config)?;
+    if let Some(c) = v.as_object_mut() {
+        for key in ["architecture", "os"] {
+            c.entry(key).or_insert_with(|| "".into());
+        }
+        if let Some(r) = c.get_mut("rootfs").and_then(Value::as_object_mut) {
+            r.entry("type").or_insert_with(|| "".into());
+            r.entry("diff_ids")
+                .or_insert_with(|| Value::Array(Vec::new()));
+        }
     }
-    Ok(c.rootfs.diff_ids)
+    let c =
+        ImageConfiguration::deserialize(v).map_err(|e| bad(src, format!("image config: {e}")))?;
+    let kind = c.rootfs().typ();
+    if !kind.is_empty() && kind != "layers" {
+        return Err(bad(src, format!("image config rootfs type {kind:?}")));
+    }
+    Ok(c.rootfs().diff_ids().clone())
 }
 
 /// Reads what `src` holds.
@@ -223,68 +225,74 @@ fn plan_docker(src: &Source) -> Result<Plan, ImageError> {
 }
 
 fn plan_oci(src: &Source) -> Result<Plan, ImageError> {
-    let index: Index = parse(src, "index.json", &src.read_small("index.json")?)?;
-    if let Some(t) = &index.media_type {
-        if !INDEX_TYPES.contains(&t.as_str()) {
+    let index: ImageIndex = parse(src, "index.json", &src.read_small("index.json")?)?;
+    if let Some(t) = index.media_type() {
+        if !is_index(t) {
             return Err(ImageError::UnsupportedMedia {
-                media_type: t.clone(),
+                media_type: t.to_string(),
                 what: "index.json".into(),
             });
         }
     }
-    let mut desc = pick(src, &index.manifests)?;
+    let mut desc = pick(src, index.manifests())?;
     let mut suggested = ref_name(&desc);
     // A nested index (multi-platform image): pick from it.
     for _ in 0..4 {
-        if !INDEX_TYPES.contains(&desc.media_type.as_str()) {
+        if !is_index(desc.media_type()) {
             break;
         }
-        let data = verified(src, &blob_member(src, &desc.digest)?, &desc.digest)?;
-        let inner: Index = parse(src, "image index", &data)?;
-        desc = pick(src, &inner.manifests)?;
+        let digest = desc.digest().as_ref();
+        let data = verified(src, &blob_member(src, digest)?, digest)?;
+        let inner: ImageIndex = parse(src, "image index", &data)?;
+        desc = pick(src, inner.manifests())?;
         suggested = suggested.or_else(|| ref_name(&desc));
     }
-    if !desc.media_type.is_empty() && !MANIFEST_TYPES.contains(&desc.media_type.as_str()) {
+    // An empty media type is read as a manifest (the manifest's own media type is checked).
+    let kind = desc.media_type();
+    if !kind.as_ref().is_empty() && !is_manifest(kind) {
         return Err(ImageError::UnsupportedMedia {
-            media_type: desc.media_type.clone(),
-            what: format!("manifest {}", desc.digest),
+            media_type: kind.to_string(),
+            what: format!("manifest {}", desc.digest()),
         });
     }
-    let data = verified(src, &blob_member(src, &desc.digest)?, &desc.digest)?;
-    let m: Manifest = parse(src, "image manifest", &data)?;
-    if let Some(t) = &m.media_type {
-        if !MANIFEST_TYPES.contains(&t.as_str()) {
+    let digest = desc.digest().as_ref();
+    let data = verified(src, &blob_member(src, digest)?, digest)?;
+    let m: ImageManifest = parse(src, "image manifest", &data)?;
+    if let Some(t) = m.media_type() {
+        if !is_manifest(t) {
             return Err(ImageError::UnsupportedMedia {
-                media_type: t.clone(),
-                what: format!("manifest {}", desc.digest),
+                media_type: t.to_string(),
+                what: format!("manifest {digest}"),
             });
         }
     }
-    let config = verified(src, &blob_member(src, &m.config.digest)?, &m.config.digest)?;
+    let config_digest = m.config().digest().as_ref();
+    let config = verified(src, &blob_member(src, config_digest)?, config_digest)?;
     let ids = diff_ids(src, &config)?;
-    if ids.len() != m.layers.len() {
+    if ids.len() != m.layers().len() {
         return Err(bad(
             src,
             format!(
                 "{} layers but the config lists {} diff ids",
-                m.layers.len(),
+                m.layers().len(),
                 ids.len()
             ),
         ));
     }
     let mut layers = Vec::new();
-    for (l, id) in m.layers.iter().zip(ids) {
-        if !LAYER_TYPES.contains(&l.media_type.as_str()) {
+    for (l, id) in m.layers().iter().zip(ids) {
+        if !is_layer(l.media_type()) {
             return Err(ImageError::UnsupportedMedia {
-                media_type: l.media_type.clone(),
-                what: format!("layer {}", l.digest),
+                media_type: l.media_type().to_string(),
+                what: format!("layer {}", l.digest()),
             });
         }
+        let digest = l.digest().as_ref();
         layers.push(PlannedLayer {
-            member: blob_member(src, &l.digest)?,
-            digest: Some(l.digest.clone()),
+            member: blob_member(src, digest)?,
+            digest: Some(digest.to_string()),
             diff_id: Some(id),
-            size: Some(l.size),
+            size: Some(l.size()),
         });
     }
     Ok(Plan {
@@ -294,25 +302,242 @@ fn plan_oci(src: &Source) -> Result<Plan, ImageError> {
 }
 
 fn ref_name(d: &Descriptor) -> Option<String> {
-    d.annotations
+    d.annotations()
         .as_ref()
-        .and_then(|a| a.get("org.opencontainers.image.ref.name").cloned())
+        .and_then(|a| a.get(ANNOTATION_REF_NAME).cloned())
 }
 
 /// The manifest for this host: linux/amd64 (or no platform), else the only one.
 fn pick(src: &Source, list: &[Descriptor]) -> Result<Descriptor, ImageError> {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        a => a,
-    };
     list.iter()
-        .find(|d| {
-            d.platform
-                .as_ref()
-                .is_none_or(|p| p.os == "linux" && p.architecture == arch)
-        })
+        .find(|d| d.platform().as_ref().is_none_or(is_host))
         .or(if list.len() == 1 { list.first() } else { None })
         .cloned()
-        .ok_or_else(|| bad(src, format!("no image for linux/{arch} in the index")))
+        .ok_or_else(|| {
+            bad(
+                src,
+                format!("no image for linux/{} in the index", host_arch()),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An OCI layout directory being written: blobs by digest, then `index.json`.
+    struct Layout(tempfile::TempDir);
+
+    impl Layout {
+        fn new() -> Layout {
+            Layout(tempfile::tempdir().expect("tempdir"))
+        }
+
+        /// Stores `data` as a blob; returns its descriptor.
+        fn blob(&self, media_type: &str, data: &[u8]) -> Value {
+            let hex = hex::encode(Sha256::digest(data));
+            let dir = self.0.path().join("blobs/sha256");
+            std::fs::create_dir_all(&dir).expect("blobs dir");
+            std::fs::write(dir.join(&hex), data).expect("blob");
+            json!({"mediaType": media_type, "digest": format!("sha256:{hex}"), "size": data.len()})
+        }
+
+        fn json(&self, media_type: &str, v: &Value) -> Value {
+            self.blob(media_type, &serde_json::to_vec(v).expect("json"))
+        }
+
+        fn plan(&self, index: &Value) -> Result<Plan, ImageError> {
+            std::fs::write(self.0.path().join("index.json"), index.to_string()).expect("index");
+            plan(&Source::open(self.0.path())?)
+        }
+    }
+
+    fn with_platform(mut d: Value, os: &str, arch: &str) -> Value {
+        d["platform"] = json!({"os": os, "architecture": arch});
+        d
+    }
+
+    /// A docker v2 image (as `docker buildx` pushes it) in a layout: the config's own fields
+    /// (`null`s, `ExposedPorts`, `container_config`, history) are read, not refused.
+    fn docker_image(l: &Layout, layer_types: &[&str]) -> Value {
+        let layers: Vec<Value> = layer_types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| l.blob(t, format!("layer {i}").as_bytes()))
+            .collect();
+        let ids: Vec<String> = (0..layers.len())
+            .map(|i| format!("sha256:{:064x}", i + 1))
+            .collect();
+        let config = l.json(
+            "application/vnd.docker.container.image.v1+json",
+            &json!({
+                "architecture": host_arch(),
+                "os": "linux",
+                "created": "2024-01-01T00:00:00Z",
+                "config": {"Env": null, "Cmd": ["/bin/sh"], "ExposedPorts": {"80/tcp": {}},
+                           "Volumes": null, "Labels": null, "OnBuild": null},
+                "container_config": {"Hostname": ""},
+                "history": [{"created_by": "x", "empty_layer": true}],
+                "rootfs": {"type": "layers", "diff_ids": ids},
+            }),
+        );
+        l.json(
+            DOCKER_MANIFEST,
+            &json!({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": config,
+                    "layers": layers}),
+        )
+    }
+
+    #[test]
+    fn a_docker_manifest_list_picks_this_host_and_takes_docker_layer_types() {
+        let l = Layout::new();
+        let layer_types = [
+            "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            "application/vnd.docker.image.rootfs.diff.tar",
+            "application/vnd.docker.image.rootfs.diff.tar.zstd",
+            "application/vnd.oci.image.layer.v1.tar+zstd",
+        ];
+        let ours = with_platform(docker_image(&l, &layer_types), "linux", host_arch());
+        let other = with_platform(docker_image(&l, &layer_types[..1]), "linux", "s390x");
+        let attestation = with_platform(docker_image(&l, &[]), "unknown", "unknown");
+        let list = l.json(
+            DOCKER_INDEX,
+            &json!({"schemaVersion": 2, "mediaType": DOCKER_INDEX,
+                    "manifests": [other, ours.clone(), attestation]}),
+        );
+        let mut outer = list;
+        outer["annotations"] = json!({(ANNOTATION_REF_NAME): "example/app:1"});
+        let p = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [outer]}))
+            .expect("plan");
+        assert_eq!(p.suggested_tag.as_deref(), Some("example/app:1"));
+        assert_eq!(p.layers.len(), 4);
+        let digest = |i: usize| {
+            format!(
+                "sha256:{}",
+                hex::encode(Sha256::digest(format!("layer {i}")))
+            )
+        };
+        for (i, pl) in p.layers.iter().enumerate() {
+            assert_eq!(pl.digest.as_deref(), Some(digest(i).as_str()));
+            assert_eq!(pl.member, format!("blobs/{}", digest(i).replace(':', "/")));
+            assert_eq!(pl.diff_id, Some(format!("sha256:{:064x}", i + 1)));
+            assert_eq!(pl.size, Some(7));
+        }
+    }
+
+    #[test]
+    fn a_config_without_what_moby_leaves_out_is_read() {
+        let l = Layout::new();
+        let layer = l.blob("application/vnd.oci.image.layer.v1.tar", b"layer");
+        let config = l.json(
+            "application/vnd.oci.image.config.v1+json",
+            &json!({"rootfs": {"type": "layers", "diff_ids": [format!("sha256:{:064x}", 1)]}}),
+        );
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "config": config, "layers": [layer]}),
+        );
+        let p = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+            .expect("no architecture, os");
+        assert_eq!(p.layers.len(), 1);
+
+        // No layers: moby leaves out `diff_ids` too (the import then says it has no layers).
+        let l = Layout::new();
+        let config = l.json("c", &json!({"rootfs": {"type": "layers"}}));
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "config": config, "layers": []}),
+        );
+        let p = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+            .expect("no diff ids");
+        assert!(p.layers.is_empty());
+
+        // No rootfs at all is refused.
+        let l = Layout::new();
+        let config = l.json("c", &json!({"architecture": "amd64", "os": "linux"}));
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "config": config, "layers": []}),
+        );
+        let e = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+            .expect_err("no rootfs");
+        assert!(e.to_string().contains("missing field `rootfs`"), "{e}");
+    }
+
+    #[test]
+    fn what_is_not_an_image_for_this_host_is_refused_as_before() {
+        let media = |e: ImageError| match e {
+            ImageError::UnsupportedMedia { media_type, .. } => media_type,
+            e => panic!("{e}"),
+        };
+        for t in [
+            "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+            "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+            "application/vnd.oci.image.layer.v1.tar+encrypted",
+        ] {
+            let l = Layout::new();
+            let m = docker_image(&l, &[t]);
+            let e = l.plan(&json!({"schemaVersion": 2, "manifests": [m]}));
+            assert_eq!(media(e.expect_err(t)), t);
+        }
+
+        // A manifest of another kind, named by the index or by itself.
+        let l = Layout::new();
+        let mut m = docker_image(&l, &["application/vnd.oci.image.layer.v1.tar"]);
+        m["mediaType"] = json!("application/vnd.oci.artifact.manifest.v1+json");
+        let e = l.plan(&json!({"schemaVersion": 2, "manifests": [m]}));
+        assert_eq!(
+            media(e.expect_err("artifact")),
+            "application/vnd.oci.artifact.manifest.v1+json"
+        );
+        let l = Layout::new();
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v1+json",
+                    "config": l.blob("x/y", b"{}"), "layers": []}),
+        );
+        let e = l.plan(&json!({"schemaVersion": 2, "manifests": [m]}));
+        assert!(media(e.expect_err("schema 1")).ends_with("manifest.v1+json"));
+
+        // Two images, neither for this host.
+        let l = Layout::new();
+        let a = with_platform(docker_image(&l, &[]), "linux", "s390x");
+        let b = with_platform(docker_image(&l, &[]), "windows", host_arch());
+        let e = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [a, b]}))
+            .expect_err("no host image");
+        assert!(
+            e.to_string()
+                .contains(&format!("no image for linux/{}", host_arch())),
+            "{e}"
+        );
+
+        // A digest of another algorithm; a rootfs that is not layers.
+        let l = Layout::new();
+        let d = json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": format!("sha512:{}", "a".repeat(128)), "size": 1});
+        let e = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [d]}))
+            .expect_err("sha512");
+        assert!(e.to_string().contains("sha256 only"), "{e}");
+        let l = Layout::new();
+        let config = l.json(
+            "c",
+            &json!({"architecture": "amd64", "os": "linux",
+                                         "rootfs": {"type": "other", "diff_ids": []}}),
+        );
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "config": config, "layers": []}),
+        );
+        let e = l
+            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+            .expect_err("rootfs type");
+        assert!(e.to_string().contains("rootfs type \"other\""), "{e}");
+    }
 }

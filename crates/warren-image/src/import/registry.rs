@@ -3,11 +3,11 @@
 //! layout in the store's `tmp/`, which is then imported like any layout (every blob
 //! digest-checked again) and removed.
 
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::manifest::OciDescriptor;
+use oci_client::client::{ClientConfig, ClientProtocol, LayerDescriptor};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
-use serde_json::json;
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,17 +38,27 @@ fn err(e: impl std::fmt::Display) -> ImageError {
     ImageError::Registry(e.to_string())
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Manifest {
-    #[serde(default)]
-    media_type: Option<String>,
-    #[serde(default)]
-    manifests: Option<Vec<serde_json::Value>>,
-    #[serde(default)]
-    config: Option<OciDescriptor>,
-    #[serde(default)]
-    layers: Vec<OciDescriptor>,
+/// What the registry answered for a reference: an index (or docker manifest list) or a
+/// manifest, told apart by a `manifests` list (both may leave out their media type).
+enum Answer {
+    Index(Box<ImageIndex>),
+    Manifest(Box<ImageManifest>),
+}
+
+fn answer(reference: &str, body: &[u8]) -> Result<Answer, ImageError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| err(format!("manifest: {e}")))?;
+    if v.get("manifests").is_some_and(|m| !m.is_null()) {
+        return serde_json::from_value(v)
+            .map(|i| Answer::Index(Box::new(i)))
+            .map_err(|e| err(format!("manifest: {e}")));
+    }
+    // Looked for before the whole is read, so a manifest without one says so.
+    if v.get("config").is_none_or(Value::is_null) {
+        return Err(err(format!("{reference}: the manifest has no config")));
+    }
+    serde_json::from_value(v)
+        .map(|m| Answer::Manifest(Box::new(m)))
+        .map_err(|e| err(format!("manifest: {e}")))
 }
 
 fn hex(digest: &str) -> Result<&str, ImageError> {
@@ -58,17 +68,22 @@ fn hex(digest: &str) -> Result<&str, ImageError> {
 async fn pull_to(
     client: &Client,
     r: &Reference,
-    d: &OciDescriptor,
+    d: &Descriptor,
     blobs: &Path,
 ) -> Result<(), ImageError> {
-    let path = blobs.join(hex(&d.digest)?);
+    let digest = d.digest().as_ref();
+    let path = blobs.join(hex(digest)?);
     let f = tokio::fs::File::create(&path)
         .await
         .map_err(|e| ImageError::io(format!("create {}", path.display()), e))?;
+    let layer = LayerDescriptor {
+        digest,
+        urls: d.urls(),
+    };
     client
-        .pull_blob(r, d, f)
+        .pull_blob(r, &layer, f)
         .await
-        .map_err(|e| err(format!("pulling {}: {e}", d.digest)))
+        .map_err(|e| err(format!("pulling {digest}: {e}")))
 }
 
 /// Imports `reference` (`host[:port]/repo[:tag|@digest]`) and tags it `tag`.
@@ -99,47 +114,52 @@ pub async fn import_registry(
         .pull_manifest_raw(&r, &auth, ACCEPT)
         .await
         .map_err(|e| err(format!("{reference}: {e}")))?;
-    let mut m: Manifest =
-        serde_json::from_slice(&body).map_err(|e| err(format!("manifest: {e}")))?;
-    let mut media_type = m.media_type.clone().unwrap_or_default();
-    if let Some(list) = m.manifests.take() {
-        // An index: the manifest for this host.
-        let arch = match std::env::consts::ARCH {
-            "x86_64" => "amd64",
-            "aarch64" => "arm64",
-            a => a,
-        };
-        let pick = list
-            .iter()
-            .find(|d| d["platform"]["os"] == "linux" && d["platform"]["architecture"] == arch)
-            .or(if list.len() == 1 { list.first() } else { None })
-            .and_then(|d| d["digest"].as_str().map(str::to_string))
-            .ok_or_else(|| err(format!("{reference}: no image for linux/{arch}")))?;
-        let by_digest = r.clone_with_digest(pick);
-        (body, digest) = client
-            .pull_manifest_raw(&by_digest, &auth, ACCEPT)
-            .await
-            .map_err(|e| err(format!("{reference}: {e}")))?;
-        m = serde_json::from_slice(&body).map_err(|e| err(format!("manifest: {e}")))?;
-        media_type = m.media_type.clone().unwrap_or_default();
-    }
-    let config = m
-        .config
-        .clone()
-        .ok_or_else(|| err(format!("{reference}: the manifest has no config")))?;
-    if media_type.is_empty() {
-        media_type = "application/vnd.oci.image.manifest.v1+json".into();
-    }
+    let m = match answer(reference, &body)? {
+        Answer::Manifest(m) => *m,
+        Answer::Index(index) => {
+            // An index: the manifest for this host.
+            let list = index.manifests();
+            let pick = list
+                .iter()
+                .find(|d| d.platform().as_ref().is_some_and(super::oci::is_host))
+                .or(if list.len() == 1 { list.first() } else { None })
+                .map(|d| d.digest().to_string())
+                .ok_or_else(|| {
+                    err(format!(
+                        "{reference}: no image for linux/{}",
+                        super::oci::host_arch()
+                    ))
+                })?;
+            let by_digest = r.clone_with_digest(pick);
+            (body, digest) = client
+                .pull_manifest_raw(&by_digest, &auth, ACCEPT)
+                .await
+                .map_err(|e| err(format!("{reference}: {e}")))?;
+            match answer(reference, &body)? {
+                Answer::Manifest(m) => *m,
+                Answer::Index(_) => {
+                    return Err(err(format!("{reference}: the manifest has no config")))
+                }
+            }
+        }
+    };
+    // A manifest that leaves out its media type (OCI allows it) is an OCI manifest.
+    let media_type = m
+        .media_type()
+        .as_ref()
+        .map(MediaType::to_string)
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| MediaType::ImageManifest.to_string());
     let dir = store.tmp_path("registry");
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|e| ImageError::io("create layout", e))?;
     let result = async {
         std::fs::write(blobs.join(hex(&digest)?), &body)
             .map_err(|e| ImageError::io("write manifest", e))?;
-        pull_to(&client, &r, &config, &blobs).await?;
-        for l in &m.layers {
+        pull_to(&client, &r, m.config(), &blobs).await?;
+        for l in m.layers() {
             // A layer converted before is not fetched again.
-            if store.converted(&l.digest).is_none() {
+            if store.converted(l.digest().as_ref()).is_none() {
                 pull_to(&client, &r, l, &blobs).await?;
             }
         }
