@@ -23,6 +23,12 @@ use tracing::debug;
 /// How long connecting to a node may take before it is called unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Bodies of a known size up to this are read whole before they are passed on, so that a
+/// small request or answer crosses the gateway in one write rather than a write for the
+/// head and more for the body (each a wake-up of the other side). Larger or unsized bodies
+/// (uploads, downloads, streams) flow through as they come.
+const WHOLE_BODY: u64 = 64 * 1024;
+
 /// Why a forward failed before a node answered.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
@@ -35,6 +41,9 @@ pub enum ForwardError {
     /// The node's address is not a usable URL.
     #[error("bad node address {address:?}")]
     BadAddress { address: String },
+    /// The caller's request body could not be read: nothing was sent.
+    #[error("reading the request body: {message}")]
+    Body { message: String },
 }
 
 impl ForwardError {
@@ -42,7 +51,9 @@ impl ForwardError {
     pub fn not_sent(&self) -> bool {
         matches!(
             self,
-            ForwardError::Connect { .. } | ForwardError::BadAddress { .. }
+            ForwardError::Connect { .. }
+                | ForwardError::BadAddress { .. }
+                | ForwardError::Body { .. }
         )
     }
 }
@@ -185,6 +196,13 @@ impl Proxy {
                 conn.unwrap_or(HeaderValue::from_static("upgrade")),
             );
         }
+        if !upgrade && known_small(req.headers()) {
+            let (parts, body) = req.into_parts();
+            let bytes = whole(body)
+                .await
+                .map_err(|message| ForwardError::Body { message })?;
+            req = Request::from_parts(parts, Body::from(bytes));
+        }
         let mut resp = self.client.request(req).await.map_err(|e| {
             let message = error_chain(&e);
             if e.is_connect() {
@@ -223,7 +241,15 @@ impl Proxy {
             return Ok(Response::from_parts(parts, Body::empty()));
         }
         let (mut parts, body) = resp.into_parts();
+        let small = known_small(&parts.headers);
         strip_hop_by_hop(&mut parts.headers);
+        if small {
+            let bytes = whole(body).await.map_err(|message| ForwardError::Failed {
+                address: address.to_string(),
+                message,
+            })?;
+            return Ok(Response::from_parts(parts, Body::from(bytes)));
+        }
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 
@@ -250,6 +276,26 @@ impl Proxy {
         }
         self.forward(address, req).await
     }
+}
+
+/// True when the headers announce a body of at most [`WHOLE_BODY`] bytes.
+fn known_small(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+        .is_some_and(|n| n <= WHOLE_BODY)
+}
+
+/// Reads a body to its end.
+async fn whole<B>(body: B) -> Result<bytes::Bytes, String>
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Display,
+{
+    use http_body_util::BodyExt;
+    body.collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| e.to_string())
 }
 
 /// The error and its causes, for the message (hyper's outer error says little).
