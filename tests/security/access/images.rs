@@ -75,7 +75,10 @@ async fn images_belong_to_the_tenants_that_import_them() {
         tcp(port, Some(TOKEN_B)),
         tcp(port, Some(TOKEN_OPS)),
     );
-    let own = import(&a, "of team a", "a-tools:1").await.unwrap();
+    // The store is the node's own and outlives the test: a tag of this run alone, removed
+    // at the end.
+    let own_tag = format!("a-tools-{}:1", std::process::id());
+    let own = import(&a, "of team a", &own_tag).await.unwrap();
     assert_eq!(own.image.owner.as_deref(), Some("team-a"));
 
     // Listings: the node's own images for everyone, a tenant's only for it (and admins).
@@ -83,30 +86,24 @@ async fn images_belong_to_the_tenants_that_import_them() {
         |v: Vec<warren_types::ImageInfo>| v.into_iter().map(|i| i.reference).collect::<Vec<_>>();
     let seen_by_a = names(a.images().await.unwrap());
     let seen_by_b = names(b.images().await.unwrap());
-    assert!(
-        seen_by_a.contains(&"a-tools:1".to_string()),
-        "{seen_by_a:?}"
-    );
+    assert!(seen_by_a.contains(&own_tag), "{seen_by_a:?}");
     assert!(
         seen_by_a.contains(&"default:latest".to_string()),
         "{seen_by_a:?}"
     );
-    assert!(
-        !seen_by_b.contains(&"a-tools:1".to_string()),
-        "{seen_by_b:?}"
-    );
+    assert!(!seen_by_b.contains(&own_tag), "{seen_by_b:?}");
     assert!(
         seen_by_b.contains(&"default:latest".to_string()),
         "{seen_by_b:?}"
     );
     assert_eq!(
-        ops.image("a-tools:1").await.unwrap().owner.as_deref(),
+        ops.image(&own_tag).await.unwrap().owner.as_deref(),
         Some("team-a")
     );
 
     // Inspecting: exactly the answer a missing image gets.
     assert_eq!(
-        neutral(&b.image("a-tools:1").await.unwrap_err(), "a-tools:1"),
+        neutral(&b.image(&own_tag).await.unwrap_err(), &own_tag),
         neutral(&b.image("zz-missing:1").await.unwrap_err(), "zz-missing:1"),
     );
 
@@ -115,7 +112,7 @@ async fn images_belong_to_the_tenants_that_import_them() {
         image: ImageRef::Stack(vec!["default".into(), top.into()]),
         ..Default::default()
     };
-    let sb = a.create(&stack("a-tools:1")).await.unwrap();
+    let sb = a.create(&stack(&own_tag)).await.unwrap();
     let out = a
         .exec(&sb.id, &ExecRequest::shell("cat /opt/team/secret.txt"))
         .await
@@ -123,10 +120,7 @@ async fn images_belong_to_the_tenants_that_import_them() {
     assert_eq!(out.stdout, "of team a", "{out:?}");
     a.delete(&sb.id).await.unwrap();
     assert_eq!(
-        neutral(
-            &b.create(&stack("a-tools:1")).await.unwrap_err(),
-            "a-tools:1"
-        ),
+        neutral(&b.create(&stack(&own_tag)).await.unwrap_err(), &own_tag),
         neutral(
             &b.create(&stack("zz-missing:1")).await.unwrap_err(),
             "zz-missing:1"
@@ -137,7 +131,7 @@ async fn images_belong_to_the_tenants_that_import_them() {
         ..CallRequest::argv(["cat", "/opt/team/secret.txt"])
     };
     assert_eq!(
-        neutral(&b.call(&call("a-tools:1")).await.unwrap_err(), "a-tools:1"),
+        neutral(&b.call(&call(&own_tag)).await.unwrap_err(), &own_tag),
         neutral(
             &b.call(&call("zz-missing:1")).await.unwrap_err(),
             "zz-missing:1"
@@ -146,21 +140,22 @@ async fn images_belong_to_the_tenants_that_import_them() {
 
     // Replacing: another tenant's tag and the node's own images are refused; a tenant
     // replaces its own; an admin may replace anything.
-    for tag in ["a-tools:1", "default", "default:latest"] {
+    for tag in [own_tag.as_str(), "default", "default:latest"] {
         let e = import(&b, "of team b", tag).await.unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::Conflict), "{tag}: {e}");
         assert_eq!(e.status(), Some(409), "{tag}: {e}");
     }
     assert_eq!(
-        ops.image("a-tools:1").await.unwrap().owner.as_deref(),
+        ops.image(&own_tag).await.unwrap().owner.as_deref(),
         Some("team-a"),
         "a refused import changed nothing"
     );
-    import(&a, "of team a, again", "a-tools:1").await.unwrap();
-    let by_admin = import(&ops, "of ops", "a-tools:1").await.unwrap();
+    import(&a, "of team a, again", &own_tag).await.unwrap();
+    let by_admin = import(&ops, "of ops", &own_tag).await.unwrap();
     assert_eq!(
         by_admin.image.owner, None,
         "an admin's import is the node's own"
     );
-    assert!(names(b.images().await.unwrap()).contains(&"a-tools:1".to_string()));
+    assert!(names(b.images().await.unwrap()).contains(&own_tag));
+    ops.delete_image(&own_tag).await.unwrap();
 }
