@@ -280,17 +280,16 @@ impl ClusterView {
 
     /// Waits until `pred` holds for the view, or `limit` passes.
     pub async fn wait_for(&self, limit: Duration, pred: impl Fn(&View) -> bool) -> bool {
+        tokio::time::timeout(limit, self.until(&pred)).await.is_ok() || pred(&self.snapshot())
+    }
+
+    /// Resolves once `pred` holds for the view; never if the view stops changing first.
+    pub async fn until(&self, pred: impl Fn(&View) -> bool) {
         let mut rx = self.subscribe();
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if pred(&self.snapshot()) {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, rx.changed())
-                .await
-                .is_err()
-            {
-                return pred(&self.snapshot());
+        while !pred(&self.snapshot()) {
+            if rx.changed().await.is_err() {
+                // The watch ended (the view is being dropped): it will never hold.
+                std::future::pending::<()>().await;
             }
         }
     }

@@ -58,19 +58,9 @@ async fn each_node_streaming(
         let body = body();
         async move {
             let call = async {
-                let mut req = Request::builder()
-                    .method(method)
-                    .uri(path_and_query)
-                    .body(body?)
-                    .map_err(|e| e.to_string())?;
-                for (k, v) in headers {
-                    if k != axum::http::header::CONTENT_LENGTH {
-                        req.headers_mut().append(k.clone(), v.clone());
-                    }
-                }
                 let resp = gw
                     .proxy()
-                    .forward(&address, req)
+                    .send(&address, method, path_and_query, headers, body?)
                     .await
                     .map_err(|e| e.to_string())?;
                 let (parts, body) = resp.into_parts();
@@ -221,23 +211,15 @@ async fn imported(gw: &Gateway, answers: Vec<(NodeId, Answer)>) -> Response {
 /// `nodes` that is still registered.
 async fn until_published(gw: &Gateway, reference: &str, nodes: &[NodeId]) {
     let want = warren_cluster::place::normalize_ref(reference);
-    let mut changes = gw.view().subscribe();
-    let deadline = tokio::time::Instant::now() + PUBLISHED_WAIT;
-    loop {
-        let v = gw.view().snapshot();
-        let shown = nodes.iter().all(|n| {
-            v.members
-                .get(n)
-                .is_none_or(|m| m.lost || m.record.images.contains_key(&want))
-        });
-        if shown {
-            return;
-        }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
-    }
+    gw.view()
+        .wait_for(PUBLISHED_WAIT, |v| {
+            nodes.iter().all(|n| {
+                v.members
+                    .get(n)
+                    .is_none_or(|m| m.lost || m.record.images.contains_key(&want))
+            })
+        })
+        .await;
 }
 
 /// Writes a request body to a new temporary file.

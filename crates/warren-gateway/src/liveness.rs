@@ -28,16 +28,8 @@ pub async fn unless_lost<T>(
 
 /// Resolves once `node` is lost or gone from the view; never while it is registered.
 async fn lost(view: &ClusterView, node: &NodeId) {
-    let mut changes = view.subscribe();
-    loop {
-        if matches!(view.snapshot().state(node), None | Some(NodeState::Lost)) {
-            return;
-        }
-        if changes.changed().await.is_err() {
-            // The view stopped (the gateway is shutting down): never resolve.
-            std::future::pending::<()>().await;
-        }
-    }
+    view.until(|v| matches!(v.state(node), None | Some(NodeState::Lost)))
+        .await
 }
 
 #[cfg(test)]

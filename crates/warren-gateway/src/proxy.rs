@@ -253,19 +253,20 @@ impl Proxy {
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 
-    /// Builds and forwards a request with a buffered body.
+    /// Builds and forwards a request of `method` with `body` and the caller's `headers` (its
+    /// length is the body's own).
     pub async fn send(
         &self,
         address: &str,
         method: Method,
         path_and_query: &str,
         headers: &HeaderMap,
-        body: bytes::Bytes,
+        body: impl Into<Body>,
     ) -> Result<Response<Body>, ForwardError> {
         let mut req = Request::builder()
             .method(method)
             .uri(path_and_query)
-            .body(Body::from(body))
+            .body(body.into())
             .map_err(|_| ForwardError::BadAddress {
                 address: address.to_string(),
             })?;

@@ -31,13 +31,7 @@ pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// Every per-sandbox route of the node API goes to the sandbox's node.
 fn sandbox_routes(mut r: CheckedRouter<Gateway>) -> CheckedRouter<Gateway> {
-    let per_sandbox: Vec<_> = r
-        .routes()
-        .iter()
-        .copied()
-        .filter(|(_, path)| path.starts_with("/v1/sandboxes/{id}"))
-        .collect();
-    for (method, path) in per_sandbox {
+    for (method, path) in routes().filter(|(_, path)| path.starts_with("/v1/sandboxes/{id}")) {
         r = r.add(method, path, sandboxes::to_node);
     }
     r

@@ -22,25 +22,26 @@ use crate::Gateway;
 /// alive but lost its lease for a moment (etcd trouble) answers for its sandboxes, and only a
 /// node that cannot be reached makes them `410 sandbox_lost`.
 pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
-    let (address, lost) = match route(&gw, &req) {
-        Ok(Target::Live(a)) => (a, None),
-        Ok(Target::Lost(a, e)) => (a, Some(e)),
+    let (answer, lost) = match route(&gw, &req) {
         Err(e) => return e.into_response(),
-    };
-    let node = node_of(&req);
-    let answer = match (&lost, &node) {
-        // A lost node has a moment to show it is alive after all.
-        (Some(_), _) => tokio::time::timeout(
-            crate::liveness::LOST_NODE_WAIT,
-            gw.proxy().forward(&address, req),
-        )
-        .await
-        .ok(),
-        // A live one is waited for while it stays registered (exec may run for long).
-        (None, Some(node)) => {
-            crate::liveness::unless_lost(gw.view(), node, gw.proxy().forward(&address, req)).await
+        // A live node is waited for while it stays registered (exec may run for long).
+        Ok(Target::Live(address, node)) => {
+            let forwarded = gw.proxy().forward(&address, req);
+            (
+                crate::liveness::unless_lost(gw.view(), &node, forwarded).await,
+                None,
+            )
         }
-        (None, None) => Some(gw.proxy().forward(&address, req).await),
+        // A lost node has a moment to show it is alive after all.
+        Ok(Target::Lost(address, e)) => {
+            let forwarded = gw.proxy().forward(&address, req);
+            (
+                tokio::time::timeout(crate::liveness::LOST_NODE_WAIT, forwarded)
+                    .await
+                    .ok(),
+                Some(e),
+            )
+        }
     };
     let Some(answer) = answer else {
         Metrics::inc(&gw.inner.metrics.sandbox_lost);
@@ -75,21 +76,10 @@ fn lost_answer(gw: &Gateway, e: GatewayError) -> Response {
     e.into_response()
 }
 
-/// The node named by the sandbox id in the path, if the path names a well-formed one.
-fn node_of(req: &Request) -> Option<NodeId> {
-    let raw = req
-        .uri()
-        .path()
-        .strip_prefix("/v1/sandboxes/")?
-        .split('/')
-        .next()?;
-    raw.parse::<SandboxId>().ok().map(|id| id.node())
-}
-
 /// Where a per-sandbox call goes.
 enum Target {
-    /// A registered node's address.
-    Live(String),
+    /// A registered node's address, and the node.
+    Live(String, NodeId),
     /// The last address of a node whose registration expired, and the answer when it does
     /// not answer there.
     Lost(String, GatewayError),
@@ -110,7 +100,7 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
     let view = gw.view().snapshot();
     match (view.state(&node), view.members.get(&node)) {
         (Some(NodeState::Ready | NodeState::Draining), Some(m)) => {
-            Ok(Target::Live(m.record.address.clone()))
+            Ok(Target::Live(m.record.address.clone(), node))
         }
         (Some(NodeState::Lost), Some(m)) => Ok(Target::Lost(
             m.record.address.clone(),

@@ -92,11 +92,6 @@ impl<S: Clone + Send + Sync + 'static> CheckedRouter<S> {
         }
     }
 
-    /// The routes still to serve and those served, `(method, path)`.
-    pub fn routes(&self) -> &[(&'static str, &'static str)] {
-        &self.list
-    }
-
     /// Serves `method path` with `handler`.
     pub fn add<H, T>(mut self, method: &'static str, path: &'static str, handler: H) -> Self
     where

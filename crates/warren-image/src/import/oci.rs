@@ -353,6 +353,17 @@ mod tests {
         }
     }
 
+    /// The plan of a layout holding one image without layers whose config is `config`.
+    fn plan_of_config(config: &Value) -> Result<Plan, ImageError> {
+        let l = Layout::new();
+        let config = l.json("c", config);
+        let m = l.json(
+            "application/vnd.oci.image.manifest.v1+json",
+            &json!({"schemaVersion": 2, "config": config, "layers": []}),
+        );
+        l.plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+    }
+
     fn with_platform(mut d: Value, os: &str, arch: &str) -> Value {
         d["platform"] = json!({"os": os, "architecture": arch});
         d
@@ -445,26 +456,11 @@ mod tests {
         assert_eq!(p.layers.len(), 1);
 
         // No layers: moby leaves out `diff_ids` too (the import then says it has no layers).
-        let l = Layout::new();
-        let config = l.json("c", &json!({"rootfs": {"type": "layers"}}));
-        let m = l.json(
-            "application/vnd.oci.image.manifest.v1+json",
-            &json!({"schemaVersion": 2, "config": config, "layers": []}),
-        );
-        let p = l
-            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
-            .expect("no diff ids");
+        let p = plan_of_config(&json!({"rootfs": {"type": "layers"}})).expect("no diff ids");
         assert!(p.layers.is_empty());
 
         // No rootfs at all is refused.
-        let l = Layout::new();
-        let config = l.json("c", &json!({"architecture": "amd64", "os": "linux"}));
-        let m = l.json(
-            "application/vnd.oci.image.manifest.v1+json",
-            &json!({"schemaVersion": 2, "config": config, "layers": []}),
-        );
-        let e = l
-            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
+        let e = plan_of_config(&json!({"architecture": "amd64", "os": "linux"}))
             .expect_err("no rootfs");
         assert!(e.to_string().contains("missing field `rootfs`"), "{e}");
     }
@@ -525,19 +521,9 @@ mod tests {
             .plan(&json!({"schemaVersion": 2, "manifests": [d]}))
             .expect_err("sha512");
         assert!(e.to_string().contains("sha256 only"), "{e}");
-        let l = Layout::new();
-        let config = l.json(
-            "c",
-            &json!({"architecture": "amd64", "os": "linux",
-                                         "rootfs": {"type": "other", "diff_ids": []}}),
-        );
-        let m = l.json(
-            "application/vnd.oci.image.manifest.v1+json",
-            &json!({"schemaVersion": 2, "config": config, "layers": []}),
-        );
-        let e = l
-            .plan(&json!({"schemaVersion": 2, "manifests": [m]}))
-            .expect_err("rootfs type");
+        let e = plan_of_config(&json!({"architecture": "amd64", "os": "linux",
+                                       "rootfs": {"type": "other", "diff_ids": []}}))
+        .expect_err("rootfs type");
         assert!(e.to_string().contains("rootfs type \"other\""), "{e}");
     }
 }

@@ -7,7 +7,6 @@ use futures::StreamExt;
 use warren_client::{CreateSandboxRequest, ExecRequest, PtyEvent};
 use warren_types::{ErrorCode, ExecEvent, NodeState};
 
-use crate::common::bin_dir;
 use crate::harness::{http, http_full, Cluster};
 
 fn labelled(run: &str) -> CreateSandboxRequest {
@@ -255,19 +254,17 @@ async fn import_through_a_gateway_reaches_every_node(c: &Cluster) {
     let l = crate::layers::tar_entries(&[("srv/", ""), ("srv/hello", "one archive, every node")]);
     let archive = t.path().join("app.tar");
     crate::layers::docker_archive(&[l], "x:1", &archive);
-    let out = std::process::Command::new(bin_dir().join("warren"))
-        .arg("--url")
-        .arg(c.gateways[0].url())
-        .args([
+    let out = crate::common::warren_at(
+        &c.gateways[0].url(),
+        &[
             "image",
             "import",
             archive.to_str().unwrap(),
             "--tag",
             &tag,
             "--json",
-        ])
-        .output()
-        .expect("running warren");
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     for port in &c.node_ports {
         let (status, body) = http(*port, "GET", &format!("/v1/images/{tag}"), "").await;

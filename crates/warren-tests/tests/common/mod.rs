@@ -52,6 +52,16 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
+/// Runs the `warren` CLI against the daemon or gateway at `url` (`unix://…` or `http://…`).
+pub fn warren_at(url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin_dir().join("warren"))
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("running warren")
+}
+
 /// The image store the test daemons use (`$WARREN_IMAGE_STORE`, default
 /// `/var/lib/warren/images`).
 pub fn image_store() -> PathBuf {

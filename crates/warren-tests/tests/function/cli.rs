@@ -1,16 +1,9 @@
 //! `warren call` prints the outputs and exits with the call's exit code.
 
-use std::process::Command;
-
 use crate::common::{bin_dir, skip, Daemon};
 
 fn warren(d: &Daemon, args: &[&str]) -> std::process::Output {
-    Command::new(bin_dir().join("warren"))
-        .arg("--url")
-        .arg(format!("unix://{}", d.socket.display()))
-        .args(args)
-        .output()
-        .expect("running warren")
+    crate::common::warren_at(&format!("unix://{}", d.socket.display()), args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

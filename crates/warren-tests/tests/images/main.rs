@@ -469,19 +469,18 @@ async fn import_through_the_daemon() {
     let l = layers::tar_entries(&[("srv/", ""), ("srv/hello", "sent over the API")]);
     let archive = t.path().join("app.tar");
     layers::docker_archive(&[l], "x:1", &archive);
-    let out = Command::new(bin_dir().join("warren"))
-        .arg("--url")
-        .arg(format!("unix://{}", d.socket.display()))
-        .args([
+    let url = format!("unix://{}", d.socket.display());
+    let out = common::warren_at(
+        &url,
+        &[
             "image",
             "import",
             archive.to_str().unwrap(),
             "--tag",
             &tag,
             "--json",
-        ])
-        .output()
-        .expect("running warren");
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert_eq!(report["image"]["reference"], tag.as_str(), "{report}");
@@ -492,11 +491,9 @@ async fn import_through_the_daemon() {
     // A broken archive is refused with a clear error and leaves nothing.
     let junk = t.path().join("junk.tar");
     std::fs::write(&junk, b"not a tar").unwrap();
-    let out = Command::new(bin_dir().join("warren"))
-        .arg("--url")
-        .arg(format!("unix://{}", d.socket.display()))
-        .args(["image", "import", junk.to_str().unwrap(), "--tag", &tag])
-        .output()
-        .unwrap();
+    let out = common::warren_at(
+        &url,
+        &["image", "import", junk.to_str().unwrap(), "--tag", &tag],
+    );
     assert_eq!(out.status.code(), Some(125), "{out:?}");
 }
