@@ -45,6 +45,11 @@ fi
     --function-min-warm 0 --function-max-warm 1 > "$WORK/warrend.log" 2>&1 &
 DAEMON=$!
 cleanup() {
+    local rc=$?
+    if [[ $rc -ne 0 && -f "$WORK/warrend.log" ]]; then
+        echo "api-contract: the daemon's warnings and errors (of $WORK/warrend.log):"
+        grep -E ' (WARN|ERROR) ' "$WORK/warrend.log" | tail -n 40 || true
+    fi
     "$BIN/warren" --url "unix://$WORK/warren.sock" rm --all > /dev/null 2>&1 || true
     kill "$DAEMON" 2> /dev/null || true
     wait "$DAEMON" 2> /dev/null || true
@@ -60,8 +65,11 @@ done
 # (directory uploads, image archives) have no generator. A pull would reach out to a public
 # registry: the contract run talks to its own daemon on loopback only. The cluster routes
 # are the gateway's: a node does not serve them.
+# scripts/schemathesis_hooks.py gives generated sandboxes lifetimes longer than the run (a
+# sandbox that expires cuts the download streaming out of it, rightly).
 cd "$WORK"
-"$VENV/bin/schemathesis" --config-file "$REPO/scripts/schemathesis.toml" \
+PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=schemathesis_hooks \
+    "$VENV/bin/schemathesis" --config-file "$REPO/scripts/schemathesis.toml" \
     run "$SPEC" --url "http://127.0.0.1:$PORT" \
     --phases examples,coverage,fuzzing --max-examples 50 --max-time "$MAX_TIME" --seed "$SEED" \
     --request-timeout 60 --workers 1 --exclude-path '/v1/sandboxes/{id}/pty' \

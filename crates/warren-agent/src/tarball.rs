@@ -202,6 +202,9 @@ pub async fn read(path: &str, window: u32, id: u32, inbox: Inbox, out: &Out) -> 
                 .open(&p)
             {
                 Ok(f) => f,
+                // Removed, or replaced by a link or a socket, since it was listed: a tree
+                // that changes while it is packed loses that entry, not the whole archive.
+                Err(e) if p != root && vanished(&e) => continue,
                 Err(e) => return io_event(&p, &e),
             };
             // The size in the header is what is sent: a file growing meanwhile is cut, one
@@ -249,6 +252,14 @@ pub async fn read(path: &str, window: u32, id: u32, inbox: Inbox, out: &Out) -> 
         Ok(()) => Event::Done,
         Err(s) => stopped(s),
     }
+}
+
+/// Whether opening a listed file failed because it is no longer a regular file at that path.
+fn vanished(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ELOOP | libc::ENXIO | libc::ENOTDIR)
+    )
 }
 
 fn stopped(s: Stop) -> Event {

@@ -146,10 +146,13 @@ enum Download {
 impl FileDownload {
     /// The next chunk; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<Bytes, NodeError>> {
-        self.reader
-            .next()
-            .await
-            .map(|r| r.map_err(|e| NodeError::runtime(&self.id, e)))
+        self.reader.next().await.map(|r| {
+            r.map_err(|e| {
+                // Bytes were sent: the transfer can only be cut, so say why here.
+                tracing::warn!(sandbox = %self.id, error = %e, "download cut short");
+                NodeError::runtime(&self.id, e)
+            })
+        })
     }
 }
 
