@@ -31,6 +31,14 @@ pub enum StoreError {
     /// A trajectory append was not committed.
     #[error("trajectory ({path}): {message}")]
     Append { path: PathBuf, message: String },
+    /// An output blob file could not be written, read or listed.
+    #[error("trajectory blob {what} ({path}): {source}")]
+    Blob {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why a manager call failed.

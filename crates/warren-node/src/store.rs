@@ -8,8 +8,9 @@
 //!   different request reusing the key is refused).
 //!
 //! The same file holds the trajectory tables, written through [`Store::journal`]
-//! (see [`crate::trajectory::journal`]); removing a sandbox removes its trajectory in the
-//! same transaction.
+//! (see [`crate::trajectory::journal`]); removing a sandbox removes its trajectory with it
+//! (in batches for a long one), and the output blob files (beside the file, in [`BLOB_DIR`])
+//! that no entry refers to any more right after each batch commits.
 //!
 //! The store is written on every state transition, never on every call (`last_activity_ms`
 //! is only as fresh as the last transition; the idle clock restarts on recovery). It never
@@ -64,6 +65,20 @@ pub struct Loaded {
     pub skipped: Vec<String>,
 }
 
+/// The directory of output blob files, beside the state file.
+pub const BLOB_DIR: &str = "trajectory-blobs";
+
+/// Runs `f`, which waits for fsync: on a multi-threaded runtime the worker's other tasks
+/// move to another thread meanwhile.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// The state file.
 pub struct Store {
     db: Arc<Database>,
@@ -98,18 +113,26 @@ impl Store {
                 source: Box::new(e.into()),
             })?;
         let db = Arc::new(db);
-        let store = Store {
-            journal: Journal::start(db.clone(), path.clone()),
-            db,
-            path,
-        };
         // Create every table so readers never meet a missing one.
-        store.write("create tables", |tx| {
+        let create = || -> Result<(), redb::Error> {
+            let tx = db.begin_write()?;
             tx.open_table(SANDBOXES)?;
             tx.open_table(IDEMPOTENCY)?;
-            journal::create_tables(tx)
+            journal::create_tables(&tx)?;
+            tx.commit()?;
+            Ok(())
+        };
+        create().map_err(|e| StoreError::Db {
+            what: "create tables",
+            path: path.clone(),
+            source: Box::new(e),
         })?;
-        Ok(store)
+        let blob_dir = path.with_file_name(BLOB_DIR);
+        Ok(Store {
+            journal: Journal::start(db.clone(), path.clone(), blob_dir)?,
+            db,
+            path,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -134,22 +157,20 @@ impl Store {
         what: &'static str,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
-        let run = || {
-            let tx = self
-                .db
-                .begin_write()
-                .map_err(|e| self.db_err(what)(e.into()))?;
-            f(&tx).map_err(self.db_err(what))?;
-            tx.commit().map_err(|e| self.db_err(what)(e.into()))
-        };
-        // A commit waits for fsync; on a multi-threaded runtime let the worker's other tasks
-        // move to another thread meanwhile.
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(run)
-            }
-            _ => run(),
-        }
+        blocking(|| self.write_now(what, f))
+    }
+
+    fn write_now(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let tx = self
+            .db
+            .begin_write()
+            .map_err(|e| self.db_err(what)(e.into()))?;
+        f(&tx).map_err(self.db_err(what))?;
+        tx.commit().map_err(|e| self.db_err(what)(e.into()))
     }
 
     /// Writes (or replaces) a sandbox and, when given, its idempotency key, in one transaction.
@@ -204,27 +225,50 @@ impl Store {
         })
     }
 
-    /// Removes several sandboxes (without idempotency keys) and their trajectories, in one
-    /// transaction.
+    /// Removes several sandboxes (without idempotency keys) and their trajectories.
     pub fn remove_sandboxes(&self, ids: &[SandboxId]) -> Result<(), StoreError> {
-        self.write("remove sandboxes", |tx| {
-            for id in ids {
-                tx.open_table(SANDBOXES)?.remove(id.as_str())?;
-                journal::clear_in(tx, id)?;
-            }
-            Ok(())
-        })
+        for id in ids {
+            self.remove_sandbox(id, None)?;
+        }
+        Ok(())
     }
 
-    /// Removes a sandbox, its trajectory and its idempotency key (if any), in one
-    /// transaction.
+    /// Removes a sandbox, its trajectory and its idempotency key (if any). A long trajectory
+    /// goes in transactions of [`journal::CLEAR_BATCH`] entries (see there), oldest first;
+    /// the last one also removes the sandbox and its key, so a crash part way leaves the
+    /// sandbox with the newer part of its log, to be removed again.
     pub fn remove_sandbox(&self, id: &SandboxId, key: Option<&str>) -> Result<(), StoreError> {
-        self.write("remove sandbox", |tx| {
-            tx.open_table(SANDBOXES)?.remove(id.as_str())?;
-            journal::clear_in(tx, id)?;
-            if let Some(k) = key {
-                tx.open_table(IDEMPOTENCY)?.remove(k)?;
+        loop {
+            let mut last = false;
+            self.removing("remove sandbox", |tx, gone| {
+                last = journal::clear_some(tx, id, gone)?;
+                if last {
+                    tx.open_table(SANDBOXES)?.remove(id.as_str())?;
+                    if let Some(k) = key {
+                        tx.open_table(IDEMPOTENCY)?.remove(k)?;
+                    }
+                }
+                Ok(())
+            })?;
+            if last {
+                return Ok(());
             }
+        }
+    }
+
+    /// A write that drops trajectory entries: `f` adds the blobs no entry refers to any
+    /// more, unlinked once the transaction committed (see [`crate::trajectory::blobs`]).
+    fn removing(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&redb::WriteTransaction, &mut Vec<String>) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let files = self.journal.blob_dir();
+        blocking(|| {
+            let _lock = files.lock();
+            let mut gone = Vec::new();
+            self.write_now(what, |tx| f(tx, &mut gone))?;
+            files.remove(&gone);
             Ok(())
         })
     }
@@ -321,5 +365,96 @@ mod tests {
         store.remove_sandbox(&id, Some("k")).unwrap();
         let loaded = store.load().unwrap();
         assert!(loaded.sandboxes.is_empty() && loaded.keys.is_empty());
+    }
+
+    /// Logs one exec whose stdout is `out` for `id`.
+    async fn log_output(store: &Store, id: &SandboxId, out: &[u8]) {
+        use crate::trajectory::{Room, SandboxLog, StoredEntry, StoredExec, StoredResult};
+        let log = SandboxLog::empty(id);
+        let mut e = StoredEntry::new(
+            warren_types::TrajectoryCall::Exec(Default::default()),
+            None,
+            0,
+        );
+        let mut blobs = Vec::new();
+        let exec = StoredExec::new(
+            Default::default(),
+            out,
+            b"",
+            &mut Room::unlimited(),
+            &mut blobs,
+        );
+        e.result = Some(StoredResult::Exec(exec));
+        log.append(store.journal(), e, None, blobs).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn output_blobs_are_files_shared_by_content_and_swept_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let node: NodeId = "n1".parse().unwrap();
+        let (a, b) = (SandboxId::generate(&node), SandboxId::generate(&node));
+        let big = vec![b'x'; 1 << 20];
+        let blob_dir = dir.path().join(BLOB_DIR);
+        {
+            let store = Store::open(&path).unwrap();
+            let before = store.journal().state_bytes();
+            log_output(&store, &a, &big).await;
+            log_output(&store, &b, &big).await;
+            let files = store.journal().blob_dir();
+            assert_eq!(files.count(), 1, "equal outputs are one file");
+            assert_eq!(files.bytes(), 1 << 20);
+            // A 1 MiB output costs the node's disk about 1 MiB, not a power-of-two run of
+            // pages of the state file.
+            let grown = store.journal().state_bytes() - before;
+            assert!(grown < (1 << 20) + (1 << 19), "grew {grown} bytes");
+            store.remove_sandbox(&a, None).unwrap();
+            assert_eq!(files.count(), 1, "still referred to by b");
+            let (entries, blobs) = store.journal().read().unwrap().entries(&b, 1, 10).unwrap();
+            assert_eq!(entries.len(), 1);
+            assert_eq!(blobs.values().next().unwrap().len(), 1 << 20);
+        }
+        // A crash between writing a file and committing leaves a file nobody refers to.
+        let orphan = "ab".repeat(32);
+        std::fs::create_dir_all(blob_dir.join("ab")).unwrap();
+        std::fs::write(blob_dir.join("ab").join(&orphan), b"orphan").unwrap();
+        let store = Store::open(&path).unwrap();
+        let files = store.journal().blob_dir();
+        assert_eq!(files.count(), 1, "the orphan is swept at open");
+        assert_eq!(files.bytes(), 1 << 20);
+        store.remove_sandbox(&b, None).unwrap();
+        assert_eq!(files.count(), 0);
+        assert_eq!(files.bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn removing_a_long_trajectory_does_not_grow_the_state_file() {
+        use crate::trajectory::{SandboxLog, StoredEntry};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("state.redb")).unwrap();
+        let node: NodeId = "n1".parse().unwrap();
+        let id = SandboxId::generate(&node);
+        let log = SandboxLog::empty(&id);
+        for i in 0..3000u64 {
+            let call = warren_types::TrajectoryCall::Exec(warren_types::ExecCall {
+                argv: Some(vec!["echo".into(), format!("{i:0>400}")]),
+                ..Default::default()
+            });
+            let e = StoredEntry::new(call, Some(i), 0);
+            log.append(store.journal(), e, Some([1; 32]), Vec::new())
+                .await
+                .unwrap();
+        }
+        let full = store.journal().state_bytes();
+        store.remove_sandbox(&id, None).unwrap();
+        assert_eq!(
+            store.journal().read().unwrap().tail(&id).unwrap(),
+            (0, None)
+        );
+        let after = store.journal().state_bytes();
+        assert!(
+            after <= full + full / 4,
+            "removing {full} bytes of trajectory grew the state to {after}"
+        );
     }
 }

@@ -76,8 +76,8 @@ struct Args {
     #[arg(long, default_value_t = warren_types::sandbox::DEFAULT_TRAJECTORY_MB,
           value_parser = clap::value_parser!(u64).range(1..=32))]
     trajectory_mb: u64,
-    /// Once the state file (state.redb) is this large, in MiB, no output is kept in any
-    /// trajectory (digests and sizes only).
+    /// Once the node's state (state.redb and the output files of trajectory-blobs/) is this
+    /// large, in MiB, no output is kept in any trajectory (digests and sizes only).
     #[arg(long, default_value_t = warren_node::config::DEFAULT_STATE_MAX_BYTES >> 20)]
     state_max_mb: u64,
     /// Lifetime of a sandbox created without a ttl: 30m, 12h, 7d (a plain number is

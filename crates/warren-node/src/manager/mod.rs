@@ -498,7 +498,7 @@ impl Manager {
 
     /// The state file's size and its limit, in bytes.
     pub fn state_usage(&self) -> (u64, u64) {
-        (self.journal().file_bytes(), self.config().state_max_bytes)
+        (self.journal().state_bytes(), self.config().state_max_bytes)
     }
 
     /// The Prometheus text of the sandboxes' part of `/metrics`, with the state file's size

@@ -143,7 +143,7 @@ impl<K: CallKind> Run<K> {
         // file within its limit; beyond, only digests and sizes.
         let budget = self.sandbox.lock().info.limits.trajectory_mb << 20;
         let state_full =
-            self.manager.journal().file_bytes() >= self.manager.config().state_max_bytes;
+            self.manager.journal().state_bytes() >= self.manager.config().state_max_bytes;
         let mut room = Room::new(
             budget.saturating_sub(self.sandbox.log.stored_bytes()),
             state_full,

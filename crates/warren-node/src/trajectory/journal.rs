@@ -3,7 +3,9 @@
 //! - `trajectory`: (sandbox id, seq) → [`StoredEntry`] as JSON;
 //! - `trajectory_steps`: (sandbox id, step) → seq (8 bytes, big-endian) and request digest
 //!   (32 bytes): the index a retried step is looked up in;
-//! - `blobs`: sha256 (hex) → bytes, and `blob_refs`: sha256 → how many entries refer to it.
+//! - `blob_refs`: sha256 (hex) → how many entries refer to that output, whose bytes are a
+//!   file of the [`BlobDir`] beside the state file; `blobs` (sha256 → bytes) is where older
+//!   nodes kept them, still read and emptied, never written.
 //!
 //! Appends go to one writer thread, which commits everything waiting in one transaction (one
 //! fsync for the group) and then answers each append. An append's answer therefore means its
@@ -13,12 +15,14 @@
 #![allow(clippy::result_large_err)]
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use warren_types::SandboxId;
 
+use super::blobs::BlobDir;
 use super::{Blob, Blobs, Digest, StoredEntry};
 use crate::error::StoreError;
 
@@ -52,6 +56,7 @@ struct Job {
 pub struct Journal {
     db: Arc<Database>,
     path: PathBuf,
+    blobs: Arc<BlobDir>,
     /// Taken on drop, which stops the writer.
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -107,60 +112,111 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), redb::Error> {
     Ok(())
 }
 
-/// Deletes a sandbox's trajectory inside `tx`, dropping blobs no other entry refers to.
-pub(crate) fn clear_in(tx: &WriteTransaction, id: &SandboxId) -> Result<(), redb::Error> {
+/// Most entries (and step index rows) one transaction deletes, so removing a long
+/// trajectory holds the writer lock for short commits only. Entries are removed key by key:
+/// redb's range `retain_in` grew the state file by several times what it removed (9 MB of
+/// entries left a 38 MB file; see the store's tests).
+pub(crate) const CLEAR_BATCH: usize = 256;
+
+/// Deletes up to [`CLEAR_BATCH`] of a sandbox's entries and step index rows inside `tx`;
+/// true when nothing of the trajectory is left. Adds to `unreferenced` the blobs no entry
+/// refers to any more: the caller unlinks them ([`BlobDir::remove`]) once `tx` committed,
+/// holding [`BlobDir::lock`] from before `tx` began.
+pub(crate) fn clear_some(
+    tx: &WriteTransaction,
+    id: &SandboxId,
+    unreferenced: &mut Vec<String>,
+) -> Result<bool, redb::Error> {
     let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
     let mut entries = tx.open_table(ENTRIES)?;
+    let mut seqs = Vec::new();
     let mut refs: Vec<String> = Vec::new();
-    for item in entries.range(range.clone())? {
-        let (_, v) = item?;
+    for item in entries.range(range.clone())?.take(CLEAR_BATCH) {
+        let (k, v) = item?;
+        seqs.push(k.value().1);
         if let Ok(e) = serde_json::from_slice::<StoredEntry>(v.value()) {
             refs.extend(e.blob_refs().into_iter().map(String::from));
         }
     }
-    entries.retain_in(range.clone(), |_, _| false)?;
-    tx.open_table(STEPS)?.retain_in(range, |_, _| false)?;
+    for seq in &seqs {
+        entries.remove((id.as_str(), *seq))?;
+    }
+    let mut steps = tx.open_table(STEPS)?;
+    let mut step_keys = Vec::new();
+    for item in steps.range(range)?.take(CLEAR_BATCH) {
+        step_keys.push(item?.0.value().1);
+    }
+    for step in &step_keys {
+        steps.remove((id.as_str(), *step))?;
+    }
     let mut blob_refs = tx.open_table(BLOB_REFS)?;
-    let mut blobs = tx.open_table(BLOBS)?;
+    let mut legacy = tx.open_table(BLOBS)?;
     for d in refs {
         let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
         if n <= 1 {
             blob_refs.remove(d.as_str())?;
-            blobs.remove(d.as_str())?;
+            legacy.remove(d.as_str())?;
+            unreferenced.push(d);
         } else {
             blob_refs.insert(d.as_str(), n - 1)?;
         }
     }
-    Ok(())
+    Ok(seqs.len() < CLEAR_BATCH && step_keys.len() < CLEAR_BATCH)
 }
 
-fn write_group(db: &Database, group: &[Job]) -> Result<(), redb::Error> {
-    let tx = db.begin_write()?;
+/// Every digest referred to, for the sweep of the blob directory at open.
+fn referenced(db: &Database) -> Result<HashSet<String>, redb::Error> {
+    let tx = db.begin_read()?;
+    let t = tx.open_table(BLOB_REFS)?;
+    let mut out = HashSet::new();
+    for item in t.iter()? {
+        out.insert(item?.0.value().to_string());
+    }
+    Ok(out)
+}
+
+fn write_group(db: &Database, files: &BlobDir, group: &[Job]) -> Result<(), String> {
+    // New output is written to its file before the transaction that refers to it commits.
+    let _files = files.lock();
+    let tx = db.begin_write().map_err(|e| e.to_string())?;
+    fill_group(&tx, files, group)?;
+    tx.commit().map_err(|e| e.to_string())
+}
+
+fn fill_group(tx: &WriteTransaction, files: &BlobDir, group: &[Job]) -> Result<(), String> {
+    let table = |e: redb::TableError| e.to_string();
+    let storage = |e: redb::StorageError| e.to_string();
     {
-        let mut entries = tx.open_table(ENTRIES)?;
-        let mut steps = tx.open_table(STEPS)?;
-        let mut blobs = tx.open_table(BLOBS)?;
-        let mut blob_refs = tx.open_table(BLOB_REFS)?;
+        let mut entries = tx.open_table(ENTRIES).map_err(table)?;
+        let mut steps = tx.open_table(STEPS).map_err(table)?;
+        let mut blob_refs = tx.open_table(BLOB_REFS).map_err(table)?;
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
-            entries.insert((id, a.seq), a.entry.as_slice())?;
+            entries
+                .insert((id, a.seq), a.entry.as_slice())
+                .map_err(storage)?;
             if let Some((step, digest)) = &a.step {
-                steps.insert((id, *step), step_value(a.seq, digest).as_slice())?;
+                steps
+                    .insert((id, *step), step_value(a.seq, digest).as_slice())
+                    .map_err(storage)?;
             }
             for (d, bytes) in &a.blobs {
-                let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
+                let n = blob_refs
+                    .get(d.as_str())
+                    .map_err(storage)?
+                    .map(|g| g.value())
+                    .unwrap_or(0);
                 if n == 0 {
-                    blobs.insert(d.as_str(), bytes.as_ref())?;
+                    files.write(d, bytes).map_err(|e| e.to_string())?;
                 }
-                blob_refs.insert(d.as_str(), n + 1)?;
+                blob_refs.insert(d.as_str(), n + 1).map_err(storage)?;
             }
         }
     }
-    tx.commit()?;
     Ok(())
 }
 
-fn writer(db: Arc<Database>, path: PathBuf, jobs: mpsc::Receiver<Job>) {
+fn writer(db: Arc<Database>, files: Arc<BlobDir>, path: PathBuf, jobs: mpsc::Receiver<Job>) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -169,8 +225,8 @@ fn writer(db: Arc<Database>, path: PathBuf, jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let result =
-            write_group(&db, &group).map_err(|e| format!("append ({}): {e}", path.display()));
+        let result = write_group(&db, &files, &group)
+            .map_err(|e| format!("append ({}): {e}", path.display()));
         if let Err(e) = &result {
             tracing::warn!(error = %e, entries = group.len(), "trajectory append failed");
         }
@@ -181,20 +237,33 @@ fn writer(db: Arc<Database>, path: PathBuf, jobs: mpsc::Receiver<Job>) {
 }
 
 impl Journal {
-    /// Starts the writer over `db`; the tables must exist.
-    pub(crate) fn start(db: Arc<Database>, path: PathBuf) -> Journal {
+    /// Starts the writer over `db` (the tables must exist), with the output blobs in
+    /// `blob_dir`, from which files no entry refers to are removed first.
+    pub(crate) fn start(
+        db: Arc<Database>,
+        path: PathBuf,
+        blob_dir: PathBuf,
+    ) -> Result<Journal, StoreError> {
+        let keep = referenced(&db).map_err(|e| db_err(&path, "read blob references", e))?;
+        let blobs = Arc::new(BlobDir::open(blob_dir, |d| keep.contains(d))?);
         let (tx, rx) = mpsc::channel();
-        let (wdb, wpath) = (db.clone(), path.clone());
+        let (wdb, wfiles, wpath) = (db.clone(), blobs.clone(), path.clone());
         let writer = std::thread::Builder::new()
             .name("trajectory-writer".into())
-            .spawn(move || writer(wdb, wpath, rx))
+            .spawn(move || writer(wdb, wfiles, wpath, rx))
             .expect("spawn the trajectory writer thread");
-        Journal {
+        Ok(Journal {
             db,
             path,
+            blobs,
             jobs: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
-        }
+        })
+    }
+
+    /// The output blob files.
+    pub(crate) fn blob_dir(&self) -> &BlobDir {
+        &self.blobs
     }
 
     fn gone(&self) -> StoreError {
@@ -250,9 +319,9 @@ impl Journal {
         }
     }
 
-    /// Size of the state file on disk.
-    pub fn file_bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    /// Bytes of the node's state on disk: the state file and the output blob files.
+    pub fn state_bytes(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len()) + self.blobs.bytes()
     }
 
     /// A consistent view for reads.
@@ -264,6 +333,7 @@ impl Journal {
         Ok(Reader {
             tx,
             path: &self.path,
+            files: &self.blobs,
         })
     }
 }
@@ -272,6 +342,7 @@ impl Journal {
 pub struct Reader<'a> {
     tx: redb::ReadTransaction,
     path: &'a Path,
+    files: &'a BlobDir,
 }
 
 impl Reader<'_> {
@@ -386,18 +457,20 @@ impl Reader<'_> {
         if wanted.is_empty() {
             return Ok(out);
         }
-        let t = self.tx.open_table(BLOBS).map_err(|e| self.err(e))?;
+        let legacy = self.tx.open_table(BLOBS).map_err(|e| self.err(e))?;
         for d in wanted {
-            if let Some(b) = t.get(d).map_err(|e| self.err(e))? {
+            if let Some(b) = self.files.read(d)? {
+                out.insert(d.to_string(), b);
+            } else if let Some(b) = legacy.get(d).map_err(|e| self.err(e))? {
                 out.insert(d.to_string(), bytes::Bytes::copy_from_slice(b.value()));
             }
         }
         Ok(out)
     }
 
-    /// How many blobs are stored (for tests and metrics).
+    /// How many distinct outputs are stored as blobs (for tests and metrics).
     pub fn blob_count(&self) -> Result<u64, StoreError> {
-        let t = self.tx.open_table(BLOBS).map_err(|e| self.err(e))?;
+        let t = self.tx.open_table(BLOB_REFS).map_err(|e| self.err(e))?;
         t.len().map_err(|e| self.err(e))
     }
 }

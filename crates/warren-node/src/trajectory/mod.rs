@@ -2,16 +2,17 @@
 //! mkdir, remove, chmod, fork), in the order the calls finished, durable before the call
 //! answers.
 //!
-//! - [`journal`] owns the redb tables (entries, the step index, output blobs) and the one
-//!   writer thread that commits appends in groups (one fsync for every append waiting);
+//! - [`journal`] owns the redb tables (entries, the step index, output blob references) and
+//!   the one writer thread that commits appends in groups (one fsync for every append waiting);
+//! - [`blobs`] owns the output blob files beside the state file;
 //! - [`steps`] owns a sandbox's in-memory side: the next sequence number and which steps are
 //!   running now, so a step is run at most once however many times it is asked for;
 //! - [`kinds`] owns what each kind of call (exec, spawn, calls that only change files or
 //!   processes) stores in its entry and answers from it;
 //! - this file owns the stored entry format and the request digest.
 //!
-//! Output larger than [`INLINE_MAX`] is stored once by sha256 in the blob table and counted
-//! by reference; smaller output is inline in the entry. Once a sandbox's log holds its budget
+//! Output larger than [`INLINE_MAX`] is stored once by sha256 as a blob file and counted by
+//! reference; smaller output is inline in the entry. Once a sandbox's log holds its budget
 //! (`Limits::trajectory_mb`), or the node's state file its limit, output is kept as sha256 and
 //! size only and the entry says so (`omitted`): what a sandbox prints cannot grow the node's
 //! disk beyond the budget. A sandbox's trajectory is deleted with the sandbox (in the same
@@ -20,6 +21,7 @@
 //! This module never runs anything in a sandbox and never decides whether a call may run;
 //! the manager's step runner does, with [`steps::Claim`].
 
+pub mod blobs;
 pub mod journal;
 pub mod kinds;
 pub mod steps;
