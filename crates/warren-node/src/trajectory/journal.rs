@@ -1,6 +1,6 @@
 //! Trajectory tables in the node's redb file, and the writer that appends to them.
 //!
-//! - `trajectory`: (sandbox id, seq) → [`StoredEntry`] as JSON;
+//! - `trajectory`: (sandbox id, seq) → [`StoredEntry`] (deflated JSON, [`StoredEntry::encode`]);
 //! - `trajectory_steps`: (sandbox id, step) → seq (8 bytes, big-endian) and request digest
 //!   (32 bytes): the index a retried step is looked up in;
 //! - `blob_refs`: sha256 (hex) → how many entries refer to that output, whose bytes are a
@@ -134,7 +134,7 @@ pub(crate) fn clear_some(
     for item in entries.range(range.clone())?.take(CLEAR_BATCH) {
         let (k, v) = item?;
         seqs.push(k.value().1);
-        if let Ok(e) = serde_json::from_slice::<StoredEntry>(v.value()) {
+        if let Ok(e) = StoredEntry::decode(v.value()) {
             refs.extend(e.blob_refs().into_iter().map(String::from));
         }
     }
@@ -378,7 +378,7 @@ impl Reader<'_> {
         for item in t.range(range).map_err(|e| self.err(e))? {
             let (_, v) = item.map_err(|e| self.err(e))?;
             let v = v.value();
-            total += match serde_json::from_slice::<StoredEntry>(v) {
+            total += match StoredEntry::decode(v) {
                 Ok(e) => e.budget_bytes(v.len()),
                 Err(_) => v.len() as u64,
             };
@@ -423,7 +423,7 @@ impl Reader<'_> {
                 break;
             }
             let (k, v) = item.map_err(|e| self.err(e))?;
-            match serde_json::from_slice::<StoredEntry>(v.value()) {
+            match StoredEntry::decode(v.value()) {
                 Ok(e) => {
                     bytes += e.budget_bytes(v.value().len());
                     out.push(e)

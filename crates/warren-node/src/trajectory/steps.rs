@@ -235,7 +235,7 @@ impl SandboxLog {
             }
             let seq = st.next_seq;
             entry.seq = seq;
-            let bytes = serde_json::to_vec(&entry).map_err(|source| StoreError::Encode {
+            let bytes = entry.encode().map_err(|source| StoreError::Encode {
                 what: "trajectory entry",
                 source,
             })?;
