@@ -84,6 +84,8 @@ enum Command {
     Image(commands::image::Args),
     /// Print sandboxes as JSON.
     Inspect(commands::inspect::Args),
+    /// Show what sandboxes use (CPU of their limit, memory, disk, processes), live on a terminal.
+    Stats(commands::stats::Args),
     /// Give sandboxes a new lifetime from now (`--ttl 30m`).
     Extend(commands::extend::Args),
     /// Print a shell completion script: `warren completion bash > /etc/bash_completion.d/warren`.
@@ -113,6 +115,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Bench(a) => commands::bench::run(&ctx, a).await,
         Command::Image(a) => commands::image::run(&ctx, a).await,
         Command::Inspect(a) => commands::inspect::run(&ctx, a).await,
+        Command::Stats(a) => commands::stats::run(&ctx, a).await,
         Command::Extend(a) => commands::extend::run(&ctx, a).await,
         Command::Completion(a) => {
             commands::completion::run(a, &mut <Cli as clap::CommandFactory>::command())

@@ -77,6 +77,25 @@ pub fn age(ms: u64) -> String {
     }
 }
 
+/// Bytes in binary units, as docker prints them: `512B`, `4.0KiB`, `12.3MiB`, `1.50GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if v < 10.0 && unit >= 2 {
+        format!("{v:.2}{}", UNITS[unit])
+    } else {
+        format!("{v:.1}{}", UNITS[unit])
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -98,6 +117,14 @@ pub fn ms(v: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bytes_in_binary_units() {
+        assert_eq!(super::bytes(512), "512B");
+        assert_eq!(super::bytes(4096), "4.0KiB");
+        assert_eq!(super::bytes(12_900_000), "12.3MiB");
+        assert_eq!(super::bytes(3 << 29), "1.50GiB");
+    }
+
     use super::*;
 
     #[test]

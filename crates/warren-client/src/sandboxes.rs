@@ -142,6 +142,13 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/sandboxes/{id}/stats`: its resource use now, against its limits.
+    pub async fn stats(&self, id: &str) -> Result<warren_types::SandboxStats, ClientError> {
+        let path = format!("/v1/sandboxes/{}/stats", seg(id));
+        self.call_json(Method::GET, &path, None::<&()>, "the sandbox's stats")
+            .await
+    }
+
     /// `GET /metrics`: the Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let reply = self

@@ -396,6 +396,9 @@ impl CgroupSet {
             match ctl {
                 Ctl::Memory => {
                     u.memory_bytes = read_u64(d.join("memory.usage_in_bytes"));
+                    u.memory_peak_bytes = read_u64(d.join("memory.max_usage_in_bytes"));
+                    // With its children (function cells have groups of their own).
+                    u.shmem_bytes = read_field(d.join("memory.stat"), "total_shmem");
                     u.oom_kills = read_field(d.join("memory.oom_control"), "oom_kill");
                 }
                 Ctl::Pids => u.pids = read_u64(d.join("pids.current")),
@@ -405,19 +408,23 @@ impl CgroupSet {
                 }
                 Ctl::Unified if self.v2_only => {
                     u.memory_bytes = read_u64(d.join("memory.current"));
+                    u.memory_peak_bytes = read_u64(d.join("memory.peak"));
+                    u.shmem_bytes = read_field(d.join("memory.stat"), "shmem");
                     u.oom_kills = read_field(d.join("memory.events"), "oom_kill");
                     u.pids = read_u64(d.join("pids.current"));
-                    u.cpu_usec = std::fs::read_to_string(d.join("cpu.stat"))
-                        .ok()
-                        .and_then(|s| {
-                            s.lines().find_map(|l| {
-                                l.strip_prefix("usage_usec ")
-                                    .and_then(|v| v.trim().parse().ok())
-                            })
-                        });
+                    u.cpu_usec = read_field(d.join("cpu.stat"), "usage_usec");
                 }
                 _ => {}
             }
+        }
+        if u.cpu_usec.is_none() {
+            // A hybrid host whose v1 `cpu` hierarchy has no `cpuacct`: every cgroup2 group
+            // counts its CPU time in `cpu.stat` whatever controllers it has.
+            u.cpu_usec = self
+                .dirs
+                .iter()
+                .filter(|(ctl, _)| matches!(ctl, Ctl::Unified))
+                .find_map(|(_, d)| read_field(d.join("cpu.stat"), "usage_usec"));
         }
         u
     }

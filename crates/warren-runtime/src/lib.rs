@@ -174,4 +174,9 @@ pub struct Usage {
     pub pids: Option<u64>,
     /// Processes the OOM killer has killed in the sandbox so far.
     pub oom_kills: Option<u64>,
+    /// Highest memory use the kernel saw (v1 `max_usage_in_bytes`, v2 `memory.peak`).
+    pub memory_peak_bytes: Option<u64>,
+    /// Memory held by tmpfs and shared memory (`shmem` of `memory.stat`): where the writable
+    /// layer lives in memory, what its files take.
+    pub shmem_bytes: Option<u64>,
 }

@@ -173,6 +173,9 @@ impl ExecRequest {
         if let Some(c) = &self.cwd {
             validate::sandbox_path(c)?;
         }
+        if let Some(s) = self.step {
+            validate::index("step", s)?;
+        }
         for (k, v) in &self.env {
             validate::env_pair(k, v)?;
         }

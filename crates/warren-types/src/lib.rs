@@ -17,6 +17,7 @@ pub mod image;
 pub mod network;
 pub mod routes;
 pub mod sandbox;
+pub mod stats;
 pub mod trajectory;
 pub mod units;
 pub mod validate;
@@ -39,4 +40,5 @@ pub use sandbox::{
     CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
     SandboxInfo, SandboxState, Substrate,
 };
+pub use stats::SandboxStats;
 pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};

@@ -224,6 +224,11 @@ impl<'de> Deserialize<'de> for NetworkPolicy {
             serde_json::Value::String(s) => Err(serde::de::Error::custom(format!(
                 "network must be \"none\" or a policy object, got {s:?}"
             ))),
+            serde_json::Value::Object(ref fields) if fields.get("mode").is_some_and(|m| m.is_null()) => {
+                Err(serde::de::Error::custom(
+                    "network: mode must be \"none\" or \"allow\" (leave it out to mean allow when rules are listed), not null",
+                ))
+            }
             serde_json::Value::Object(_) => {
                 let o: PolicyObject = serde_json::from_value(v)
                     .map_err(|e| serde::de::Error::custom(format!("network: {e}")))?;
@@ -379,6 +384,8 @@ mod tests {
     fn none_in_both_spellings() {
         assert!(p(r#""none""#).unwrap().is_none());
         assert!(p(r#"{"mode":"none"}"#).unwrap().is_none());
+        // A mode given as null is no mode at all: refused, not read as "allow".
+        assert!(p(r#"{"mode":null,"services":{"pypi":true}}"#).is_err());
         assert!(p(r#"{}"#).unwrap().is_none());
         let s = serde_json::to_string(&NetworkPolicy::none()).unwrap();
         assert_eq!(

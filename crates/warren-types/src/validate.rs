@@ -86,6 +86,20 @@ pub fn env_pair(k: &str, v: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Largest step index or sequence number the API takes: the spec's `int64`, so clients in
+/// any language can hold it.
+pub const MAX_INDEX: u64 = i64::MAX as u64;
+
+/// Refuses a step index or sequence number beyond [`MAX_INDEX`].
+pub fn index(what: &str, v: u64) -> Result<u64, ApiError> {
+    if v > MAX_INDEX {
+        return Err(ApiError::invalid(format!(
+            "{what} must be at most {MAX_INDEX}, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
 /// Longest single argument or `NAME=value` string the kernel passes to a program
 /// (`MAX_ARG_STRLEN`, with its NUL).
 pub const MAX_ARG_BYTES: usize = 128 * 1024;
@@ -275,6 +289,16 @@ mod tests {
         for bad in ["", "A", "../x", "a:", ":b", "a b", "sha256:xyz", ".hidden"] {
             assert!(image_ref(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn indexes_fit_int64() {
+        assert_eq!(index("step", MAX_INDEX).unwrap(), MAX_INDEX);
+        assert!(index("step", MAX_INDEX + 1).is_err());
+        assert!(index("from_seq", u64::MAX)
+            .unwrap_err()
+            .message
+            .contains("from_seq"));
     }
 
     #[test]

@@ -117,6 +117,18 @@ async def test_exec(asb: warren.AsyncSandbox) -> None:
     assert r.stdout.strip() == "nobody"
 
 
+async def test_stats(asb: warren.AsyncSandbox) -> None:
+    first = await asb.stats()
+    assert first["id"] == asb.id and first["state"] == "running"
+    assert first["memory_limit_bytes"] == SMALL << 20 and first["pids_limit"] > 0
+    # 8 MiB written to the writable layer shows as disk in use; a busy second shows as CPU.
+    await asb.exec("head -c 8388608 /dev/zero > /tmp/f && timeout 1 sh -c 'while :; do :; done'; true")
+    s = await asb.stats()
+    assert s["disk_bytes"] >= 8 << 20, s
+    assert s["cpu_share"] > 0.05 and s["window_secs"] > 0.5, s
+    assert s["pids"] >= 1 and s["memory_bytes"] > 0 and s["trajectory_bytes"] > 0
+
+
 async def test_exec_timeout_and_truncation(asb: warren.AsyncSandbox) -> None:
     r = await asb.exec("sleep 30", timeout=0.5)
     assert r.timed_out and r.duration < 10

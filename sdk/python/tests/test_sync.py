@@ -58,6 +58,7 @@ def test_sync_every_method(client: warren.Client, tmp_path: Path) -> None:
         assert isinstance(sb, warren.Sandbox) and sb.info.state == "running"
         assert sb.refresh().id == sb.id
         assert client.get(sb.id).id == sb.id
+        assert sb.stats()["id"] == sb.id
         assert sb.id in [x.id for x in client.list(labels={"suite": "py"})]
         r = sb.exec("echo hi")
         assert r.stdout == "hi\n" and isinstance(r, warren.ExecResult)

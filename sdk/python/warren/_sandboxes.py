@@ -397,6 +397,17 @@ class AsyncSandbox:
         data = await self._feature("snapshot")
         return data if isinstance(data, dict) else {"result": data}
 
+    async def stats(self) -> Dict[str, Any]:
+        """What the sandbox uses now, against its limits (``GET .../stats``): ``cpu_share``
+        (of its CPU limit, over ``window_secs`` since the previous ``stats()``, or since it was
+        created), ``memory_bytes``/``memory_peak_bytes``/``memory_limit_bytes``,
+        ``disk_bytes``/``disk_limit_bytes`` (the writable layer), ``pids``/``pids_limit``,
+        ``oom_kills``, ``trajectory_bytes``/``trajectory_budget_bytes`` and ``idle_secs``.
+        Figures the substrate cannot read are ``None``. A paused sandbox stays paused."""
+        resp = await self._client._http.request("GET", self._path + "/stats", retry=True)
+        data: Dict[str, Any] = resp.json()
+        return data
+
     async def network(self) -> Dict[str, Any]:
         """The sandbox's network policy and link: ``{"policy", "address", "gateway"}``
         (address and gateway are ``None`` with policy ``"none"``)."""

@@ -343,6 +343,7 @@ class Sandbox:
     pause = _sync(AsyncSandbox.pause)
     resume = _sync(AsyncSandbox.resume)
     extend = _sync(AsyncSandbox.extend)
+    stats = _sync(AsyncSandbox.stats)
     network = _sync(AsyncSandbox.network)
     set_network = _sync(AsyncSandbox.set_network)
     fork = _sync_sandboxes(AsyncSandbox.fork)

@@ -22,6 +22,7 @@ pub mod ps;
 pub mod resume;
 pub mod rm;
 pub mod shell;
+pub mod stats;
 pub mod trajectory;
 pub mod up;
 

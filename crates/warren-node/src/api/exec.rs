@@ -187,7 +187,7 @@ pub async fn kill_proc(
     OptionalJsonBody(req): OptionalJsonBody<KillRequest>,
 ) -> HttpResult<Response> {
     q.only(&["step"], &[])?;
-    let step = q.parsed::<u64>("step", "a step number")?;
+    let step = q.index("step", "a step number")?;
     let replayed = m.kill_proc(&id, pid, req.signal, step).await?;
     Ok(mark_replayed(
         StatusCode::NO_CONTENT.into_response(),

@@ -267,6 +267,14 @@ impl QueryPairs {
             .transpose()
     }
 
+    /// A step index or sequence number (at most [`warren_types::validate::MAX_INDEX`]).
+    pub fn index(&self, key: &str, what: &str) -> Result<Option<u64>, HttpError> {
+        match self.parsed::<u64>(key, what)? {
+            Some(v) => Ok(Some(warren_types::validate::index(key, v)?)),
+            None => Ok(None),
+        }
+    }
+
     /// `true`/`false` (also `1`/`0`), `false` when absent.
     pub fn flag(&self, key: &str) -> Result<bool, HttpError> {
         match self.get(key) {

@@ -16,7 +16,7 @@ use super::extract::{JsonBody, QueryPairs, RawBody, SandboxParam};
 use crate::manager::Manager;
 
 fn step(q: &QueryPairs) -> HttpResult<Option<u64>> {
-    q.parsed::<u64>("step", "a step number")
+    q.index("step", "a step number")
 }
 
 fn done(replayed: bool) -> Response {

@@ -53,6 +53,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
         .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
         .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
+        .add("GET", "/v1/sandboxes/{id}/stats", sandboxes::stats)
         .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)
         .add("GET", "/v1/sandboxes/{id}/network", network::get)
         .add("PUT", "/v1/sandboxes/{id}/network", network::put)

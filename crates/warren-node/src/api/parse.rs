@@ -85,7 +85,7 @@ pub fn parse_any(
     q.only(&["path", "mode", "step", "recursive", "parents"], &[])
         .map_err(code)?;
     let _ = q.flag("recursive").map_err(code)?;
-    let _ = q.parsed::<u64>("step", "a step").map_err(code)?;
+    let _ = q.index("step", "a step").map_err(code)?;
     sandbox_id(id).map_err(code)?;
     parse_pid(pid).map_err(code)?;
     kind.parse(body)

@@ -124,6 +124,17 @@ pub async fn extend(
     Ok(Json(m.extend(&id, req.ttl_secs).await?))
 }
 
+/// `GET /v1/sandboxes/{id}/stats`: resource use now (read from outside; a paused sandbox
+/// stays paused).
+pub async fn stats(
+    State(m): State<Manager>,
+    SandboxParam(id): SandboxParam,
+    q: QueryPairs,
+) -> HttpResult<Json<warren_types::SandboxStats>> {
+    q.only(&[], &[])?;
+    Ok(Json(m.stats(&id)?))
+}
+
 #[derive(Debug, Serialize)]
 pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,

@@ -16,9 +16,7 @@ pub async fn export(
     q: QueryPairs,
 ) -> HttpResult<Response> {
     q.only(&["from_seq"], &[])?;
-    let from = q
-        .parsed::<u64>("from_seq", "a sequence number")?
-        .unwrap_or(1);
+    let from = q.index("from_seq", "a sequence number")?.unwrap_or(1);
     let pages = m.trajectory(&id, from)?;
     let lines = futures::stream::unfold(pages, |mut pages| async move {
         match pages.next_page().await? {

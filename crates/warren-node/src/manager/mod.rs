@@ -24,6 +24,7 @@ mod pause;
 mod reaper;
 mod recover;
 mod runner;
+mod stats;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -102,6 +103,9 @@ pub(crate) struct Sandbox {
     /// How its creation ended: `None` while it is `creating`. Repeated creates with its
     /// idempotency key and calls that reach it early wait on this.
     started: tokio::sync::watch::Sender<Option<Result<(), ApiError>>>,
+    /// The CPU time read by the last stats call, `(ms since the epoch, µs of CPU)`: the start
+    /// of the next one's window.
+    cpu_sample: Mutex<Option<(u64, u64)>>,
 }
 
 /// The mutable part of a sandbox.
@@ -140,6 +144,7 @@ impl Sandbox {
             lifecycle: tokio::sync::Mutex::new(()),
             log,
             started: tokio::sync::watch::Sender::new(started),
+            cpu_sample: Mutex::new(None),
         })
     }
 

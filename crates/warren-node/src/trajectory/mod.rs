@@ -415,7 +415,11 @@ mod tests {
     #[test]
     fn entries_are_stored_deflated_and_older_plain_json_still_reads() {
         let call = TrajectoryCall::Exec(ExecCall {
-            argv: Some(vec!["sh".into(), "-c".into(), "yes | head -c 2000000".into()]),
+            argv: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "yes | head -c 2000000".into(),
+            ]),
             max_output_bytes: Some(1 << 20),
             ..Default::default()
         });
@@ -438,7 +442,11 @@ mod tests {
             json.len()
         );
         assert_eq!(StoredEntry::decode(&stored).unwrap(), e);
-        assert_eq!(StoredEntry::decode(&json).unwrap(), e, "plain JSON of older nodes");
+        assert_eq!(
+            StoredEntry::decode(&json).unwrap(),
+            e,
+            "plain JSON of older nodes"
+        );
         assert!(StoredEntry::decode(&[DEFLATED, 0xff, 0x00]).is_err());
         assert!(StoredEntry::decode(b"").is_err());
     }

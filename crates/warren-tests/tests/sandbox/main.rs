@@ -9,3 +9,4 @@ mod exec;
 mod files;
 mod isolation;
 mod limits;
+mod stats;
