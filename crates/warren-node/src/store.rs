@@ -79,6 +79,23 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// One write transaction on `db`: `f`, then the commit (which waits for fsync).
+fn commit(
+    db: &Database,
+    path: &Path,
+    what: &'static str,
+    f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+) -> Result<(), StoreError> {
+    let err = |e: redb::Error| StoreError::Db {
+        what,
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    };
+    let tx = db.begin_write().map_err(|e| err(e.into()))?;
+    f(&tx).map_err(err)?;
+    tx.commit().map_err(|e| err(e.into()))
+}
+
 /// The state file.
 pub struct Store {
     db: Arc<Database>,
@@ -113,19 +130,12 @@ impl Store {
                 source: Box::new(e.into()),
             })?;
         let db = Arc::new(db);
-        // Create every table so readers never meet a missing one.
-        let create = || -> Result<(), redb::Error> {
-            let tx = db.begin_write()?;
+        // Create every table so readers never meet a missing one (the journal's sweep of
+        // its blob files reads one).
+        commit(&db, &path, "create tables", |tx| {
             tx.open_table(SANDBOXES)?;
             tx.open_table(IDEMPOTENCY)?;
-            journal::create_tables(&tx)?;
-            tx.commit()?;
-            Ok(())
-        };
-        create().map_err(|e| StoreError::Db {
-            what: "create tables",
-            path: path.clone(),
-            source: Box::new(e),
+            journal::create_tables(tx)
         })?;
         let blob_dir = path.with_file_name(BLOB_DIR);
         Ok(Store {
@@ -165,12 +175,7 @@ impl Store {
         what: &'static str,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
-        let tx = self
-            .db
-            .begin_write()
-            .map_err(|e| self.db_err(what)(e.into()))?;
-        f(&tx).map_err(self.db_err(what))?;
-        tx.commit().map_err(|e| self.db_err(what)(e.into()))
+        commit(&self.db, &self.path, what, f)
     }
 
     /// Writes (or replaces) a sandbox and, when given, its idempotency key, in one transaction.

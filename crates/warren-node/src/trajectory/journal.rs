@@ -175,44 +175,33 @@ fn referenced(db: &Database) -> Result<HashSet<String>, redb::Error> {
     Ok(out)
 }
 
-fn write_group(db: &Database, files: &BlobDir, group: &[Job]) -> Result<(), String> {
+fn write_group(db: &Database, files: &BlobDir, group: &[Job]) -> Result<(), redb::Error> {
     // New output is written to its file before the transaction that refers to it commits.
     let _files = files.lock();
-    let tx = db.begin_write().map_err(|e| e.to_string())?;
-    fill_group(&tx, files, group)?;
-    tx.commit().map_err(|e| e.to_string())
-}
-
-fn fill_group(tx: &WriteTransaction, files: &BlobDir, group: &[Job]) -> Result<(), String> {
-    let table = |e: redb::TableError| e.to_string();
-    let storage = |e: redb::StorageError| e.to_string();
+    let tx = db.begin_write()?;
     {
-        let mut entries = tx.open_table(ENTRIES).map_err(table)?;
-        let mut steps = tx.open_table(STEPS).map_err(table)?;
-        let mut blob_refs = tx.open_table(BLOB_REFS).map_err(table)?;
+        let mut entries = tx.open_table(ENTRIES)?;
+        let mut steps = tx.open_table(STEPS)?;
+        let mut blob_refs = tx.open_table(BLOB_REFS)?;
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
-            entries
-                .insert((id, a.seq), a.entry.as_slice())
-                .map_err(storage)?;
+            entries.insert((id, a.seq), a.entry.as_slice())?;
             if let Some((step, digest)) = &a.step {
-                steps
-                    .insert((id, *step), step_value(a.seq, digest).as_slice())
-                    .map_err(storage)?;
+                steps.insert((id, *step), step_value(a.seq, digest).as_slice())?;
             }
             for (d, bytes) in &a.blobs {
-                let n = blob_refs
-                    .get(d.as_str())
-                    .map_err(storage)?
-                    .map(|g| g.value())
-                    .unwrap_or(0);
+                let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
                 if n == 0 {
-                    files.write(d, bytes).map_err(|e| e.to_string())?;
+                    // The append fails as a whole, saying which file could not be written.
+                    files
+                        .write(d, bytes)
+                        .map_err(|e| redb::Error::Io(std::io::Error::other(e.to_string())))?;
                 }
-                blob_refs.insert(d.as_str(), n + 1).map_err(storage)?;
+                blob_refs.insert(d.as_str(), n + 1)?;
             }
         }
     }
+    tx.commit()?;
     Ok(())
 }
 
