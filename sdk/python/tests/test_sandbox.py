@@ -124,7 +124,9 @@ async def test_stats(asb: warren.AsyncSandbox) -> None:
     # 8 MiB written to the writable layer shows as disk in use; a busy second shows as CPU.
     await asb.exec("head -c 8388608 /dev/zero > /tmp/f && timeout 1 sh -c 'while :; do :; done'; true")
     s = await asb.stats()
-    assert s["disk_bytes"] >= 8 << 20, s
+    # The memory cgroup flushes its statistics in per-CPU batches of up to 64 pages.
+    pending = 64 * 4096 * (os.cpu_count() or 1)
+    assert s["disk_bytes"] + pending >= 8 << 20, s
     assert s["cpu_share"] > 0.05 and s["window_secs"] > 0.5, s
     assert s["pids"] >= 1 and s["memory_bytes"] > 0 and s["trajectory_bytes"] > 0
 

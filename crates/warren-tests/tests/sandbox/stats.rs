@@ -37,8 +37,11 @@ async fn stats_show_cpu_memory_disk_and_pids_against_the_limits() {
     .await;
     let busy = c.stats(&id).await.unwrap();
     let disk = busy.disk_bytes.unwrap();
+    // The memory cgroup's statistics are flushed in per-CPU batches (up to 64 pages per CPU
+    // may be pending), so the figure can trail what was written by a little.
+    let pending = 64 * 4096 * std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     assert!(
-        disk >= before_disk + (16 << 20),
+        disk + pending >= before_disk + (16 << 20),
         "16 MiB written, disk in use {before_disk} -> {disk}"
     );
     let (share, window) = (busy.cpu_share.unwrap(), busy.window_secs.unwrap());
