@@ -68,6 +68,9 @@ pub struct Loaded {
 /// The directory of output blob files, beside the state file.
 pub const BLOB_DIR: &str = "trajectory-blobs";
 
+/// The directory of trajectory log files (one per sandbox), beside the state file.
+pub const LOG_DIR: &str = "trajectory-logs";
+
 /// Runs `f`, which waits for fsync: on a multi-threaded runtime the worker's other tasks
 /// move to another thread meanwhile.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -139,7 +142,12 @@ impl Store {
         })?;
         let blob_dir = path.with_file_name(BLOB_DIR);
         Ok(Store {
-            journal: Journal::start(db.clone(), path.clone(), blob_dir)?,
+            journal: Journal::start(
+                db.clone(),
+                path.clone(),
+                blob_dir,
+                path.with_file_name(LOG_DIR),
+            )?,
             db,
             path,
         })
@@ -246,7 +254,7 @@ impl Store {
         loop {
             let mut last = false;
             self.removing("remove sandbox", |tx, gone| {
-                last = journal::clear_some(tx, id, gone)?;
+                last = journal::clear_some(tx, self.journal.log_dir(), id, gone)?;
                 if last {
                     tx.open_table(SANDBOXES)?.remove(id.as_str())?;
                     if let Some(k) = key {
@@ -261,19 +269,20 @@ impl Store {
         }
     }
 
-    /// A write that drops trajectory entries: `f` adds the blobs no entry refers to any
-    /// more, unlinked once the transaction committed (see [`crate::trajectory::blobs`]).
+    /// A write that drops trajectory entries: `f` adds the log files and the blobs no entry
+    /// refers to any more, unlinked once the transaction committed (see
+    /// [`crate::trajectory::blobs`] and [`crate::trajectory::logs`]).
     fn removing(
         &self,
         what: &'static str,
-        f: impl FnOnce(&redb::WriteTransaction, &mut Vec<String>) -> Result<(), redb::Error>,
+        f: impl FnOnce(&redb::WriteTransaction, &mut journal::Gone) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
         let files = self.journal.blob_dir();
         blocking(|| {
             let _lock = files.lock();
-            let mut gone = Vec::new();
+            let mut gone = journal::Gone::default();
             self.write_now(what, |tx| f(tx, &mut gone))?;
-            files.remove(&gone);
+            self.journal.unlink(&gone);
             Ok(())
         })
     }

@@ -1,14 +1,18 @@
 //! Trajectory tables in the node's redb file, and the writer that appends to them.
 //!
-//! - `trajectory`: (sandbox id, seq) → [`StoredEntry`] (deflated JSON, [`StoredEntry::encode`]);
+//! - `trajectory_logs`: sandbox id → (committed length, last seq) of its log file, where its
+//!   entries are ([`super::logs`]); the length is what makes an entry committed;
+//! - `trajectory`: (sandbox id, seq) → [`StoredEntry`], where older nodes kept entries: still
+//!   read (before the log file's entries) and emptied with the sandbox, never written;
 //! - `trajectory_steps`: (sandbox id, step) → seq (8 bytes, big-endian) and request digest
 //!   (32 bytes): the index a retried step is looked up in;
 //! - `blob_refs`: sha256 (hex) → how many entries refer to that output, whose bytes are a
 //!   file of the [`BlobDir`] beside the state file; `blobs` (sha256 → bytes) is where older
 //!   nodes kept them, still read and emptied, never written.
 //!
-//! Appends go to one writer thread, which commits everything waiting in one transaction (one
-//! fsync for the group) and then answers each append. An append's answer therefore means its
+//! Appends go to one writer thread, which writes everything waiting to the log files, syncs
+//! them (in parallel when the group spans several sandboxes), commits their new lengths in
+//! one transaction, and then answers each append. An append's answer therefore means its
 //! entry is on disk. Reads open their own read transaction and never wait for the writer.
 
 // redb's own error type is large; it is boxed before it leaves this module.
@@ -23,6 +27,7 @@ use tokio::sync::oneshot;
 use warren_types::SandboxId;
 
 use super::blobs::BlobDir;
+use super::logs::{self, LogDir};
 use super::{Blob, Blobs, Digest, StoredEntry};
 use crate::error::StoreError;
 
@@ -30,6 +35,7 @@ const ENTRIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("traje
 const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory_steps");
 const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 const BLOB_REFS: TableDefinition<&str, u64> = TableDefinition::new("blob_refs");
+const LOGS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("trajectory_logs");
 
 /// Most appends committed in one transaction.
 const MAX_GROUP: usize = 512;
@@ -57,6 +63,7 @@ pub struct Journal {
     db: Arc<Database>,
     path: PathBuf,
     blobs: Arc<BlobDir>,
+    logs: Arc<LogDir>,
     /// Taken on drop, which stops the writer.
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -109,7 +116,20 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), redb::Error> {
     tx.open_table(STEPS)?;
     tx.open_table(BLOBS)?;
     tx.open_table(BLOB_REFS)?;
+    tx.open_table(LOGS)?;
     Ok(())
+}
+
+/// What a removal dropped, to unlink once its transaction committed: output blobs no entry
+/// refers to any more, and log files (sandbox id, committed length).
+#[derive(Debug, Default)]
+pub(crate) struct Gone {
+    pub blobs: Vec<String>,
+    pub logs: Vec<(String, u64)>,
+}
+
+fn io(e: impl std::fmt::Display) -> redb::Error {
+    redb::Error::Io(std::io::Error::other(e.to_string()))
 }
 
 /// Most entries (and step index rows) one transaction deletes, so removing a long
@@ -118,19 +138,34 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), redb::Error> {
 /// entries left a 38 MB file; see the store's tests).
 pub(crate) const CLEAR_BATCH: usize = 256;
 
-/// Deletes up to [`CLEAR_BATCH`] of a sandbox's entries and step index rows inside `tx`;
-/// true when nothing of the trajectory is left. Adds to `unreferenced` the blobs no entry
-/// refers to any more: the caller unlinks them ([`BlobDir::remove`]) once `tx` committed,
-/// holding [`BlobDir::lock`] from before `tx` began.
+/// Deletes a sandbox's log (its committed length: the file goes once `tx` committed) and up
+/// to [`CLEAR_BATCH`] of its older entries and step index rows inside `tx`; true when nothing
+/// of the trajectory is left. Adds to `gone` what the caller unlinks ([`Journal::unlink`])
+/// once `tx` committed, holding [`BlobDir::lock`] from before `tx` began.
 pub(crate) fn clear_some(
     tx: &WriteTransaction,
+    logs: &LogDir,
     id: &SandboxId,
-    unreferenced: &mut Vec<String>,
+    gone: &mut Gone,
 ) -> Result<bool, redb::Error> {
     let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
+    let mut refs: Vec<String> = Vec::new();
+    let mut lens = tx.open_table(LOGS)?;
+    let committed = lens.get(id.as_str())?.map(|g| g.value());
+    if let Some((len, _)) = committed {
+        // Every entry's blob references go in this one transaction (a sandbox's blobs are
+        // bounded by its budget), with the length that makes its entries exist.
+        let mut records = logs.reader(id.as_str(), len).map_err(io)?;
+        while let Some(r) = records.next_from(0).map_err(io)? {
+            if let Ok(e) = StoredEntry::decode(&r.payload) {
+                refs.extend(e.blob_refs().into_iter().map(String::from));
+            }
+        }
+        lens.remove(id.as_str())?;
+        gone.logs.push((id.to_string(), len));
+    }
     let mut entries = tx.open_table(ENTRIES)?;
     let mut seqs = Vec::new();
-    let mut refs: Vec<String> = Vec::new();
     for item in entries.range(range.clone())?.take(CLEAR_BATCH) {
         let (k, v) = item?;
         seqs.push(k.value().1);
@@ -156,12 +191,24 @@ pub(crate) fn clear_some(
         if n <= 1 {
             blob_refs.remove(d.as_str())?;
             legacy.remove(d.as_str())?;
-            unreferenced.push(d);
+            gone.blobs.push(d);
         } else {
             blob_refs.insert(d.as_str(), n - 1)?;
         }
     }
     Ok(seqs.len() < CLEAR_BATCH && step_keys.len() < CLEAR_BATCH)
+}
+
+/// Every log's committed length, for the cut at open.
+fn committed_logs(db: &Database) -> Result<std::collections::HashMap<String, u64>, redb::Error> {
+    let tx = db.begin_read()?;
+    let t = tx.open_table(LOGS)?;
+    let mut out = std::collections::HashMap::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        out.insert(k.value().to_string(), v.value().0);
+    }
+    Ok(out)
 }
 
 /// Every digest referred to, for the sweep of the blob directory at open.
@@ -175,17 +222,70 @@ fn referenced(db: &Database) -> Result<HashSet<String>, redb::Error> {
     Ok(out)
 }
 
-fn write_group(db: &Database, files: &BlobDir, group: &[Job]) -> Result<(), redb::Error> {
-    // New output is written to its file before the transaction that refers to it commits.
+/// Syncs the data of `files`, side by side when there are several (each sandbox's log is a
+/// file of its own; one waits for the slowest, not for the sum).
+fn sync_files(files: &[std::fs::File]) -> std::io::Result<()> {
+    const MAX_THREADS: usize = 8;
+    if files.len() <= 1 {
+        return files.iter().try_for_each(|f| f.sync_data());
+    }
+    let per = files.len().div_ceil(MAX_THREADS);
+    std::thread::scope(|s| {
+        let running: Vec<_> = files
+            .chunks(per)
+            .map(|c| s.spawn(move || c.iter().try_for_each(|f| f.sync_data())))
+            .collect();
+        running.into_iter().try_for_each(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("sync thread panicked")))
+        })
+    })
+}
+
+/// Writes a group: each sandbox's records at its log's committed length, the new output
+/// files, then one transaction with the new lengths, step rows and blob references. Returns
+/// the log bytes it committed.
+fn write_group(
+    db: &Database,
+    files: &BlobDir,
+    logs: &LogDir,
+    group: &[Job],
+) -> Result<u64, redb::Error> {
+    // New output and records are on disk before the transaction that refers to them commits.
     let _files = files.lock();
     let tx = db.begin_write()?;
+    let mut added = 0u64;
     {
-        let mut entries = tx.open_table(ENTRIES)?;
+        let mut lens = tx.open_table(LOGS)?;
+        // Each sandbox's records in queue (= seq) order, and its last seq.
+        let mut per: Vec<(&str, Vec<u8>, u64)> = Vec::new();
+        let mut index: std::collections::HashMap<&str, usize> = Default::default();
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
+            let id = a.sandbox.as_str();
+            let i = *index.entry(id).or_insert_with(|| {
+                per.push((id, Vec::new(), 0));
+                per.len() - 1
+            });
+            logs::frame(a.seq, &a.entry, &mut per[i].1);
+            per[i].2 = a.seq;
+        }
+        let mut written = Vec::with_capacity(per.len());
+        let mut created = false;
+        for (id, records, last) in &per {
+            let (len, _) = lens.get(*id)?.map(|g| g.value()).unwrap_or((0, 0));
+            created |= len == 0;
+            written.push(logs.write_at(id, len, records)?);
+            lens.insert(*id, (len + records.len() as u64, *last))?;
+            added += records.len() as u64;
+        }
+        sync_files(&written)?;
+        if created {
+            logs.sync_dir()?;
+        }
         let mut steps = tx.open_table(STEPS)?;
         let mut blob_refs = tx.open_table(BLOB_REFS)?;
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
-            entries.insert((id, a.seq), a.entry.as_slice())?;
             if let Some((step, digest)) = &a.step {
                 steps.insert((id, *step), step_value(a.seq, digest).as_slice())?;
             }
@@ -202,10 +302,16 @@ fn write_group(db: &Database, files: &BlobDir, group: &[Job]) -> Result<(), redb
         }
     }
     tx.commit()?;
-    Ok(())
+    Ok(added)
 }
 
-fn writer(db: Arc<Database>, files: Arc<BlobDir>, path: PathBuf, jobs: mpsc::Receiver<Job>) {
+fn writer(
+    db: Arc<Database>,
+    files: Arc<BlobDir>,
+    logs: Arc<LogDir>,
+    path: PathBuf,
+    jobs: mpsc::Receiver<Job>,
+) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -214,7 +320,8 @@ fn writer(db: Arc<Database>, files: Arc<BlobDir>, path: PathBuf, jobs: mpsc::Rec
                 Err(_) => break,
             }
         }
-        let result = write_group(&db, &files, &group)
+        let result = write_group(&db, &files, &logs, &group)
+            .map(|added| logs.committed(added))
             .map_err(|e| format!("append ({}): {e}", path.display()));
         if let Err(e) = &result {
             tracing::warn!(error = %e, entries = group.len(), "trajectory append failed");
@@ -227,24 +334,29 @@ fn writer(db: Arc<Database>, files: Arc<BlobDir>, path: PathBuf, jobs: mpsc::Rec
 
 impl Journal {
     /// Starts the writer over `db` (the tables must exist), with the output blobs in
-    /// `blob_dir`, from which files no entry refers to are removed first.
+    /// `blob_dir`, from which files no entry refers to are removed first, and the log files
+    /// in `log_dir`, each cut back to its committed length.
     pub(crate) fn start(
         db: Arc<Database>,
         path: PathBuf,
         blob_dir: PathBuf,
+        log_dir: PathBuf,
     ) -> Result<Journal, StoreError> {
         let keep = referenced(&db).map_err(|e| db_err(&path, "read blob references", e))?;
         let blobs = Arc::new(BlobDir::open(blob_dir, |d| keep.contains(d))?);
+        let lens = committed_logs(&db).map_err(|e| db_err(&path, "read log lengths", e))?;
+        let logs = Arc::new(LogDir::open(log_dir, &lens)?);
         let (tx, rx) = mpsc::channel();
-        let (wdb, wfiles, wpath) = (db.clone(), blobs.clone(), path.clone());
+        let (wdb, wfiles, wlogs, wpath) = (db.clone(), blobs.clone(), logs.clone(), path.clone());
         let writer = std::thread::Builder::new()
             .name("trajectory-writer".into())
-            .spawn(move || writer(wdb, wfiles, wpath, rx))
+            .spawn(move || writer(wdb, wfiles, wlogs, wpath, rx))
             .expect("spawn the trajectory writer thread");
         Ok(Journal {
             db,
             path,
             blobs,
+            logs,
             jobs: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         })
@@ -253,6 +365,19 @@ impl Journal {
     /// The output blob files.
     pub(crate) fn blob_dir(&self) -> &BlobDir {
         &self.blobs
+    }
+
+    /// The log files.
+    pub(crate) fn log_dir(&self) -> &LogDir {
+        &self.logs
+    }
+
+    /// Unlinks what a committed removal dropped (see [`clear_some`]).
+    pub(crate) fn unlink(&self, gone: &Gone) {
+        self.blobs.remove(&gone.blobs);
+        for (id, len) in &gone.logs {
+            self.logs.remove(id, *len);
+        }
     }
 
     fn gone(&self) -> StoreError {
@@ -308,9 +433,12 @@ impl Journal {
         }
     }
 
-    /// Bytes of the node's state on disk: the state file and the output blob files.
+    /// Bytes of the node's state on disk: the state file, the log files and the output blob
+    /// files.
     pub fn state_bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map_or(0, |m| m.len()) + self.blobs.bytes()
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+            + self.logs.bytes()
+            + self.blobs.bytes()
     }
 
     /// A consistent view for reads.
@@ -323,6 +451,7 @@ impl Journal {
             tx,
             path: &self.path,
             files: &self.blobs,
+            logs: &self.logs,
         })
     }
 }
@@ -332,6 +461,7 @@ pub struct Reader<'a> {
     tx: redb::ReadTransaction,
     path: &'a Path,
     files: &'a BlobDir,
+    logs: &'a LogDir,
 }
 
 impl Reader<'_> {
@@ -343,7 +473,7 @@ impl Reader<'_> {
     pub fn tail(&self, id: &SandboxId) -> Result<(u64, Option<u64>), StoreError> {
         let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
         let entries = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
-        let seq = match entries
+        let older = match entries
             .range(range.clone())
             .map_err(|e| self.err(e))?
             .next_back()
@@ -351,6 +481,7 @@ impl Reader<'_> {
             Some(item) => item.map_err(|e| self.err(e))?.0.value().1,
             None => 0,
         };
+        let seq = older.max(self.log(id)?.map_or(0, |(_, last)| last));
         let steps = self.tx.open_table(STEPS).map_err(|e| self.err(e))?;
         let step = match steps.range(range).map_err(|e| self.err(e))?.next_back() {
             Some(item) => Some(item.map_err(|e| self.err(e))?.0.value().1),
@@ -359,19 +490,50 @@ impl Reader<'_> {
         Ok((seq, step))
     }
 
+    /// The committed length and last seq of `id`'s log file, if it has one.
+    fn log(&self, id: &SandboxId) -> Result<Option<(u64, u64)>, StoreError> {
+        let t = self.tx.open_table(LOGS).map_err(|e| self.err(e))?;
+        let v = t.get(id.as_str()).map_err(|e| self.err(e))?;
+        Ok(v.map(|g| g.value()))
+    }
+
+    /// Calls `f` with the seq and stored bytes of `id`'s entries from `from_seq` on, older
+    /// rows first, then the log file, until it returns false.
+    fn each(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        mut f: impl FnMut(u64, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let t = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
+        let range = (id.as_str(), from_seq)..=(id.as_str(), u64::MAX);
+        for item in t.range(range).map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if !f(k.value().1, v.value()) {
+                return Ok(());
+            }
+        }
+        if let Some((len, _)) = self.log(id)? {
+            let mut records = self.logs.reader(id.as_str(), len)?;
+            while let Some(r) = records.next_from(from_seq)? {
+                if !f(r.seq, &r.payload) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes `id`'s log holds against its budget (see [`StoredEntry::budget_bytes`]).
     pub fn stored_bytes(&self, id: &SandboxId) -> Result<u64, StoreError> {
-        let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
-        let t = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
         let mut total = 0;
-        for item in t.range(range).map_err(|e| self.err(e))? {
-            let (_, v) = item.map_err(|e| self.err(e))?;
-            let v = v.value();
+        self.each(id, 0, |_, v| {
             total += match StoredEntry::decode(v) {
                 Ok(e) => e.budget_bytes(v.len()),
                 Err(_) => v.len() as u64,
             };
-        }
+            true
+        })?;
         Ok(total)
     }
 
@@ -403,25 +565,23 @@ impl Reader<'_> {
         limit: usize,
         max_bytes: u64,
     ) -> Result<(Vec<StoredEntry>, Blobs, bool), StoreError> {
-        let t = self.tx.open_table(ENTRIES).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         let mut bytes = 0u64;
-        let range = (id.as_str(), from_seq)..=(id.as_str(), u64::MAX);
-        for item in t.range(range).map_err(|e| self.err(e))?.take(limit) {
-            if bytes >= max_bytes {
-                break;
+        self.each(id, from_seq, |seq, v| {
+            if out.len() >= limit || bytes >= max_bytes {
+                return false;
             }
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            match StoredEntry::decode(v.value()) {
+            match StoredEntry::decode(v) {
                 Ok(e) => {
-                    bytes += e.budget_bytes(v.value().len());
+                    bytes += e.budget_bytes(v.len());
                     out.push(e)
                 }
                 Err(e) => {
-                    tracing::warn!(sandbox = %id, seq = k.value().1, error = %e, "unreadable trajectory entry skipped")
+                    tracing::warn!(sandbox = %id, seq, error = %e, "unreadable trajectory entry skipped")
                 }
             }
-        }
+            true
+        })?;
         let blobs = self.blobs(&out)?;
         let more = out.len() == limit || bytes >= max_bytes;
         Ok((out, blobs, more))
@@ -496,4 +656,155 @@ mod bench {
             ts[1000], ts[1800], ts[1980]
         );
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trajectory::{Room, SandboxLog, StoredExec, StoredResult};
+    use warren_types::{ExecCall, ExitInfo, NodeId, TrajectoryCall};
+
+    /// An exec past the budget: its output kept as digest and size only.
+    fn flood_entry(i: u64) -> StoredEntry {
+        let call = TrajectoryCall::Exec(ExecCall {
+            shell: Some(format!("echo {i}; yes | head -c 4194304")),
+            max_output_bytes: Some(1 << 20),
+            ..Default::default()
+        });
+        let mut e = StoredEntry::new(call, None, crate::clock::now_ms());
+        let out = format!("{i}\n").repeat(100);
+        e.result = Some(StoredResult::Exec(StoredExec::new(
+            ExitInfo::default(),
+            out.as_bytes(),
+            b"",
+            &mut Room::new(0, false),
+            &mut Vec::new(),
+        )));
+        e
+    }
+
+    fn sandbox() -> SandboxId {
+        SandboxId::generate(&"n1".parse::<NodeId>().unwrap())
+    }
+
+    fn seqs(j: &Journal, id: &SandboxId, from: u64) -> Vec<u64> {
+        let (entries, _) = j.read().unwrap().entries(id, from, 1000).unwrap();
+        entries.iter().map(|e| e.seq).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_past_the_budget_cost_about_their_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::Store::open(dir.path().join("state.redb")).unwrap());
+        let id = sandbox();
+        let log = Arc::new(SandboxLog::empty(&id));
+        let before = store.journal().state_bytes();
+        let n = 2000u64;
+        // Four callers at once, as the groups of a busy sandbox.
+        let tasks: Vec<_> = (0..4u64)
+            .map(|w| {
+                let (store, log) = (store.clone(), log.clone());
+                tokio::spawn(async move {
+                    for i in (w..n).step_by(4) {
+                        log.append(store.journal(), flood_entry(i), None, Vec::new())
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let per_entry = (store.journal().state_bytes() - before) / n;
+        // As redb rows these took about 1,600 bytes each.
+        assert!(per_entry <= 250, "{per_entry} bytes of state per entry");
+        assert_eq!(seqs(store.journal(), &id, 1).len(), 1000, "a page");
+        assert_eq!(store.journal().read().unwrap().tail(&id).unwrap().0, n);
+    }
+
+    #[tokio::test]
+    async fn older_rows_read_before_the_log_and_go_with_the_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let store = crate::Store::open(&path).unwrap();
+        let id = sandbox();
+        // Two entries as an older node kept them: rows of the `trajectory` table.
+        let tx = store.journal().db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(ENTRIES).unwrap();
+            for seq in 1..=2u64 {
+                let mut e = flood_entry(seq);
+                e.seq = seq;
+                t.insert(
+                    (id.as_str(), seq),
+                    serde_json::to_vec(&e).unwrap().as_slice(),
+                )
+                .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let log = SandboxLog::open(store.journal(), &id).unwrap();
+        for i in 3..=4 {
+            log.append(store.journal(), flood_entry(i), None, Vec::new())
+                .await
+                .unwrap();
+        }
+        assert_eq!(seqs(store.journal(), &id, 1), [1, 2, 3, 4]);
+        assert_eq!(seqs(store.journal(), &id, 2), [2, 3, 4]);
+        assert_eq!(seqs(store.journal(), &id, 4), [4]);
+        assert_eq!(store.journal().read().unwrap().tail(&id).unwrap().0, 4);
+        let file = dir
+            .path()
+            .join(crate::store::LOG_DIR)
+            .join(format!("{id}.log"));
+        assert!(file.exists());
+        store.remove_sandbox(&id, None).unwrap();
+        assert!(seqs(store.journal(), &id, 1).is_empty());
+        assert!(!file.exists(), "the log file goes with the sandbox");
+        assert_eq!(store.journal().log_dir().bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_crash_mid_group_loses_only_what_was_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let id = sandbox();
+        let file = dir
+            .path()
+            .join(crate::store::LOG_DIR)
+            .join(format!("{id}.log"));
+        {
+            let store = crate::Store::open(&path).unwrap();
+            let log = SandboxLog::empty(&id);
+            for i in 1..=3 {
+                log.append(store.journal(), flood_entry(i), None, Vec::new())
+                    .await
+                    .unwrap();
+            }
+        }
+        let committed = std::fs::metadata(&file).unwrap().len();
+        // Records written but not committed, and a log whose first commit never came.
+        let mut torn = Vec::new();
+        logs::frame(4, b"never committed", &mut torn);
+        torn.truncate(torn.len() - 3);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap()
+            .write_all(&torn)
+            .unwrap();
+        let stray = dir.path().join(crate::store::LOG_DIR).join("n1-stray.log");
+        std::fs::write(&stray, b"x").unwrap();
+        let store = crate::Store::open(&path).unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), committed);
+        assert!(!stray.exists());
+        let log = SandboxLog::open(store.journal(), &id).unwrap();
+        log.append(store.journal(), flood_entry(4), None, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(seqs(store.journal(), &id, 1), [1, 2, 3, 4]);
+    }
+
+    use std::io::Write as _;
 }

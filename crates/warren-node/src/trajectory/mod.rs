@@ -22,8 +22,10 @@
 //! the manager's step runner does, with [`steps::Claim`].
 
 pub mod blobs;
+mod codec;
 pub mod journal;
 pub mod kinds;
+pub mod logs;
 pub mod steps;
 
 use base64::Engine;
@@ -38,6 +40,7 @@ use warren_types::{
 
 use crate::clock::now_ms;
 
+pub use codec::DecodeError;
 pub use journal::Journal;
 pub use kinds::{CallKind, Effect, Exec, Spawn};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
@@ -243,6 +246,8 @@ pub struct StoredEntry {
     pub step: Option<u64>,
     #[serde(flatten)]
     pub call: TrajectoryCall,
+    /// Left out of the stored bytes when it is the digest of `call` (recomputed on read).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub request_sha256: String,
     pub started_at_ms: u64,
     pub ended_at_ms: u64,
@@ -253,58 +258,7 @@ pub struct StoredEntry {
     pub cancelled: bool,
 }
 
-/// First byte of an entry stored as deflated JSON ([`StoredEntry::encode`]); entries older
-/// nodes wrote are plain JSON and start with `{`.
-const DEFLATED: u8 = 1;
-
-/// Largest entry [`StoredEntry::decode`] inflates (a stored entry is a few hundred bytes; this
-/// bounds what a damaged file can cost).
-const MAX_ENTRY: u64 = 16 << 20;
-
-/// Why a stored entry could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    #[error("inflate: {0}")]
-    Inflate(#[from] std::io::Error),
-    #[error("entry larger than {MAX_ENTRY} bytes once inflated")]
-    TooLarge,
-    #[error("{0}")]
-    Json(#[from] serde_json::Error),
-}
-
 impl StoredEntry {
-    /// The entry as stored: its JSON, deflated (an exec's entry is mostly field names and
-    /// hex digests, and halves). Every call that changes a sandbox writes one, also past the
-    /// sandbox's budget, so its size is what a long episode costs the node's disk per call.
-    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        use std::io::Write;
-        let json = serde_json::to_vec(self)?;
-        let mut out = Vec::with_capacity(json.len() / 2 + 16);
-        out.push(DEFLATED);
-        let mut z = flate2::write::DeflateEncoder::new(out, flate2::Compression::fast());
-        // Writing into a Vec cannot fail.
-        let _ = z.write_all(&json);
-        Ok(z.finish().unwrap_or_default())
-    }
-
-    /// Reads an entry as [`StoredEntry::encode`] (or an older node, as plain JSON) wrote it.
-    pub fn decode(bytes: &[u8]) -> Result<StoredEntry, DecodeError> {
-        use std::io::Read;
-        match bytes.split_first() {
-            Some((&DEFLATED, z)) => {
-                let mut json = Vec::with_capacity(z.len() * 3);
-                flate2::read::DeflateDecoder::new(z)
-                    .take(MAX_ENTRY + 1)
-                    .read_to_end(&mut json)?;
-                if json.len() as u64 > MAX_ENTRY {
-                    return Err(DecodeError::TooLarge);
-                }
-                Ok(serde_json::from_slice(&json)?)
-            }
-            _ => Ok(serde_json::from_slice(bytes)?),
-        }
-    }
-
     /// A new entry (its `seq` is set when it is appended).
     pub fn new(call: TrajectoryCall, step: Option<u64>, started_at_ms: u64) -> StoredEntry {
         let ended = now_ms();
@@ -410,45 +364,6 @@ mod tests {
             request_digest(&TrajectoryCall::Spawn(a.clone())),
             "the kind is part of the request"
         );
-    }
-
-    #[test]
-    fn entries_are_stored_deflated_and_older_plain_json_still_reads() {
-        let call = TrajectoryCall::Exec(ExecCall {
-            argv: Some(vec![
-                "sh".into(),
-                "-c".into(),
-                "yes | head -c 2000000".into(),
-            ]),
-            max_output_bytes: Some(1 << 20),
-            ..Default::default()
-        });
-        let mut e = StoredEntry::new(call, Some(7), 1);
-        let mut blobs = Vec::new();
-        let out = vec![b'y'; 1 << 20];
-        e.result = Some(StoredResult::Exec(StoredExec::new(
-            ExitInfo::default(),
-            &out,
-            b"",
-            &mut Room::new(0, false),
-            &mut blobs,
-        )));
-        let json = serde_json::to_vec(&e).unwrap();
-        let stored = e.encode().unwrap();
-        assert!(
-            stored.len() * 10 < json.len() * 7,
-            "{} bytes stored for {} of JSON",
-            stored.len(),
-            json.len()
-        );
-        assert_eq!(StoredEntry::decode(&stored).unwrap(), e);
-        assert_eq!(
-            StoredEntry::decode(&json).unwrap(),
-            e,
-            "plain JSON of older nodes"
-        );
-        assert!(StoredEntry::decode(&[DEFLATED, 0xff, 0x00]).is_err());
-        assert!(StoredEntry::decode(b"").is_err());
     }
 
     #[test]
