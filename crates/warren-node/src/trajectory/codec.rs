@@ -124,29 +124,11 @@ impl StoredEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trajectory::{sha256, Room, StoredExec, StoredResult};
-    use warren_types::{ExecCall, ExitInfo, TrajectoryCall};
+    use crate::trajectory::sha256;
 
     fn exec_entry(i: u64) -> StoredEntry {
-        let call = TrajectoryCall::Exec(ExecCall {
-            shell: Some(format!("echo {i}; yes | head -c 4194304")),
-            max_output_bytes: Some(1 << 20),
-            ..Default::default()
-        });
-        let mut e = StoredEntry::new(call, Some(7), 1_764_650_000_000 + i);
-        let out = format!("{i}\n").repeat(1000);
-        e.result = Some(StoredResult::Exec(StoredExec::new(
-            ExitInfo {
-                exit_code: Some(0),
-                stdout_bytes: 4 << 20,
-                stdout_truncated: true,
-                ..Default::default()
-            },
-            out.as_bytes(),
-            b"",
-            &mut Room::new(0, false),
-            &mut Vec::new(),
-        )));
+        let mut e = crate::trajectory::flood_entry(i);
+        e.step = Some(7);
         e
     }
 

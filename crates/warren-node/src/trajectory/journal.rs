@@ -661,27 +661,8 @@ mod bench {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trajectory::{Room, SandboxLog, StoredExec, StoredResult};
-    use warren_types::{ExecCall, ExitInfo, NodeId, TrajectoryCall};
-
-    /// An exec past the budget: its output kept as digest and size only.
-    fn flood_entry(i: u64) -> StoredEntry {
-        let call = TrajectoryCall::Exec(ExecCall {
-            shell: Some(format!("echo {i}; yes | head -c 4194304")),
-            max_output_bytes: Some(1 << 20),
-            ..Default::default()
-        });
-        let mut e = StoredEntry::new(call, None, crate::clock::now_ms());
-        let out = format!("{i}\n").repeat(100);
-        e.result = Some(StoredResult::Exec(StoredExec::new(
-            ExitInfo::default(),
-            out.as_bytes(),
-            b"",
-            &mut Room::new(0, false),
-            &mut Vec::new(),
-        )));
-        e
-    }
+    use crate::trajectory::{flood_entry, SandboxLog};
+    use warren_types::NodeId;
 
     fn sandbox() -> SandboxId {
         SandboxId::generate(&"n1".parse::<NodeId>().unwrap())

@@ -337,6 +337,32 @@ impl StoredEntry {
     }
 }
 
+/// An exec of a capped `yes` flood past its budget (output kept as digest and size only), as
+/// a hostile sandbox logs them: what tests of the stored size measure.
+#[cfg(test)]
+pub(crate) fn flood_entry(i: u64) -> StoredEntry {
+    let call = TrajectoryCall::Exec(warren_types::ExecCall {
+        shell: Some(format!("echo {i}; yes | head -c 4194304")),
+        max_output_bytes: Some(1 << 20),
+        ..Default::default()
+    });
+    let mut e = StoredEntry::new(call, None, now_ms());
+    let out = format!("{i}\n").repeat(1000);
+    e.result = Some(StoredResult::Exec(StoredExec::new(
+        ExitInfo {
+            exit_code: Some(0),
+            stdout_bytes: 4 << 20,
+            stdout_truncated: true,
+            ..Default::default()
+        },
+        out.as_bytes(),
+        b"",
+        &mut Room::new(0, false),
+        &mut Vec::new(),
+    )));
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
