@@ -121,11 +121,11 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), redb::Error> {
 }
 
 /// What a removal dropped, to unlink once its transaction committed: output blobs no entry
-/// refers to any more, and log files (sandbox id, committed length).
+/// refers to any more, and log files (by sandbox id).
 #[derive(Debug, Default)]
 pub(crate) struct Gone {
     pub blobs: Vec<String>,
-    pub logs: Vec<(String, u64)>,
+    pub logs: Vec<String>,
 }
 
 fn io(e: impl std::fmt::Display) -> redb::Error {
@@ -162,7 +162,7 @@ pub(crate) fn clear_some(
             }
         }
         lens.remove(id.as_str())?;
-        gone.logs.push((id.to_string(), len));
+        gone.logs.push(id.to_string());
     }
     let mut entries = tx.open_table(ENTRIES)?;
     let mut seqs = Vec::new();
@@ -243,18 +243,16 @@ fn sync_files(files: &[std::fs::File]) -> std::io::Result<()> {
 }
 
 /// Writes a group: each sandbox's records at its log's committed length, the new output
-/// files, then one transaction with the new lengths, step rows and blob references. Returns
-/// the log bytes it committed.
+/// files, then one transaction with the new lengths, step rows and blob references.
 fn write_group(
     db: &Database,
     files: &BlobDir,
     logs: &LogDir,
     group: &[Job],
-) -> Result<u64, redb::Error> {
+) -> Result<(), redb::Error> {
     // New output and records are on disk before the transaction that refers to them commits.
     let _files = files.lock();
     let tx = db.begin_write()?;
-    let mut added = 0u64;
     {
         let mut lens = tx.open_table(LOGS)?;
         // Each sandbox's records in queue (= seq) order, and its last seq.
@@ -276,7 +274,6 @@ fn write_group(
             created |= len == 0;
             written.push(logs.write_at(id, len, records)?);
             lens.insert(*id, (len + records.len() as u64, *last))?;
-            added += records.len() as u64;
         }
         sync_files(&written)?;
         if created {
@@ -302,7 +299,7 @@ fn write_group(
         }
     }
     tx.commit()?;
-    Ok(added)
+    Ok(())
 }
 
 fn writer(
@@ -321,7 +318,6 @@ fn writer(
             }
         }
         let result = write_group(&db, &files, &logs, &group)
-            .map(|added| logs.committed(added))
             .map_err(|e| format!("append ({}): {e}", path.display()));
         if let Err(e) = &result {
             tracing::warn!(error = %e, entries = group.len(), "trajectory append failed");
@@ -375,8 +371,8 @@ impl Journal {
     /// Unlinks what a committed removal dropped (see [`clear_some`]).
     pub(crate) fn unlink(&self, gone: &Gone) {
         self.blobs.remove(&gone.blobs);
-        for (id, len) in &gone.logs {
-            self.logs.remove(id, *len);
+        for id in &gone.logs {
+            self.logs.remove(id);
         }
     }
 
@@ -764,7 +760,6 @@ mod tests {
                     .unwrap();
             }
         }
-        let committed = std::fs::metadata(&file).unwrap().len();
         // Records written but not committed, and a log whose first commit never came.
         let mut torn = Vec::new();
         logs::frame(4, b"never committed", &mut torn);
@@ -778,7 +773,12 @@ mod tests {
         let stray = dir.path().join(crate::store::LOG_DIR).join("n1-stray.log");
         std::fs::write(&stray, b"x").unwrap();
         let store = crate::Store::open(&path).unwrap();
-        assert_eq!(std::fs::metadata(&file).unwrap().len(), committed);
+        let committed = committed_logs(&store.journal().db).unwrap()[id.as_str()];
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().len(),
+            committed,
+            "cut back to the committed length"
+        );
         assert!(!stray.exists());
         let log = SandboxLog::open(store.journal(), &id).unwrap();
         log.append(store.journal(), flood_entry(4), None, Vec::new())

@@ -6,6 +6,11 @@
 //! file, and a 470-byte one about 1,600 (measured). A log file costs its entries plus a
 //! 16-byte header each; a whole trajectory is one file to ship elsewhere or unlink.
 //!
+//! A file grows ahead of its records, by writing zeros (to a quarter past its end, rounded up
+//! to 4 KiB): a sync of data written inside a file's size flushes only the data,
+//! while a sync that also has to make a new size durable commits the filesystem's journal
+//! (about 4 ms against 0.3 ms here). The zeros past the committed length are never read.
+//!
 //! A record is `len: u32 LE | crc32(seq ‖ payload): u32 LE | seq: u64 LE | payload` (the
 //! payload is a [`super::StoredEntry`] as [`super::StoredEntry::encode`] wrote it).
 //!
@@ -48,7 +53,7 @@ pub fn frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
 #[derive(Debug)]
 pub struct LogDir {
     root: PathBuf,
-    /// Committed bytes of all log files.
+    /// Bytes of all log files (their sizes, the room grown ahead included).
     bytes: AtomicU64,
 }
 
@@ -82,7 +87,7 @@ impl LogDir {
                             .and_then(|_| file.sync_all())
                             .map_err(|e| io_err(&f.path(), "truncate", e))?;
                     }
-                    bytes += len;
+                    bytes += len.min(on_disk);
                 }
                 None => {
                     let _ = std::fs::remove_file(f.path());
@@ -99,16 +104,29 @@ impl LogDir {
         self.root.join(format!("{id}.log"))
     }
 
-    /// Writes `records` at `offset` (the committed length) of `id`'s log, creating it, and
-    /// returns the file to sync before the length is committed.
+    /// Writes `records` at `offset` (the committed length) of `id`'s log, creating it and
+    /// growing it ahead when they reach past its size, and returns the file to sync before
+    /// the length is committed.
     pub fn write_at(&self, id: &str, offset: u64, records: &[u8]) -> std::io::Result<File> {
+        const STEP: u64 = 4096;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
             .open(self.path(id))?;
-        file.write_all_at(records, offset)?;
+        let size = file.metadata()?.len();
+        let end = offset + records.len() as u64;
+        if end <= size {
+            file.write_all_at(records, offset)?;
+            return Ok(file);
+        }
+        let ahead = (end + end / 4).div_ceil(STEP) * STEP;
+        let mut buf = Vec::with_capacity((ahead - offset) as usize);
+        buf.extend_from_slice(records);
+        buf.resize((ahead - offset) as usize, 0);
+        file.write_all_at(&buf, offset)?;
+        self.bytes.fetch_add(ahead - size, Ordering::Relaxed);
         Ok(file)
     }
 
@@ -117,26 +135,24 @@ impl LogDir {
         File::open(&self.root)?.sync_all()
     }
 
-    /// Counts `n` more committed bytes.
-    pub fn committed(&self, n: u64) {
-        self.bytes.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Unlinks `id`'s log (its removal committed), which held `len` committed bytes.
-    pub fn remove(&self, id: &str, len: u64) {
-        match std::fs::remove_file(self.path(id)) {
-            Ok(()) => {}
+    /// Unlinks `id`'s log (its removal committed).
+    pub fn remove(&self, id: &str) {
+        let path = self.path(id);
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                let _ = self
+                    .bytes
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                        Some(b.saturating_sub(size))
+                    });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(sandbox = id, error = %e, "trajectory log not removed"),
         }
-        let _ = self
-            .bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(len))
-            });
     }
 
-    /// Committed bytes of all logs.
+    /// Bytes of all log files.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -269,7 +285,16 @@ mod tests {
             committed
         );
         assert!(!root.join("b.log").exists());
-        d.remove("a", committed);
+        // Appends grow the file ahead of them, in steps of 4 KiB, and read back the same.
+        let mut c = Vec::new();
+        frame(3, b"three", &mut c);
+        d.write_at("a", committed, &c).unwrap();
+        let size = std::fs::metadata(root.join("a.log")).unwrap().len();
+        assert_eq!(size, 4096);
+        assert_eq!(d.bytes(), size);
+        let end = committed + c.len() as u64;
+        assert_eq!(records(&d, "a", end, 3), vec![(3, b"three".to_vec())]);
+        d.remove("a");
         assert_eq!(d.bytes(), 0);
         assert!(!root.join("a.log").exists());
     }
