@@ -421,7 +421,7 @@ mod tests {
         assert!(fits(10 << 20, 1000, 2048).is_ok());
         let why = fits(3 << 20, 1000, 2048).unwrap_err();
         assert!(why.contains("MemAvailable is 3072 MiB"), "{why}");
-        assert!(fits(u64::MAX, usize::MAX, u64::MAX).is_err());
+        assert!(fits(1 << 40, usize::MAX, u64::MAX).is_err());
     }
 
     #[test]
