@@ -99,8 +99,22 @@ pub fn private_stage() -> R<PathBuf> {
     Ok(t)
 }
 
+/// Where, in the staging directory, the sandbox's `/dev` lives (a directory of the writable
+/// layer's tmpfs, bind-mounted; `/dev/shm` is a directory in it).
+const DEV_DIR: &str = "dev";
+/// An empty directory of the staging tmpfs that every masked directory (and a missing sysfs)
+/// shows through a read-only bind mount. Nothing the sandbox can write reaches it: it is outside
+/// `upper`, `root` and `dev`, and after `pivot_root` only its read-only binds are in the tree.
+const EMPTY_DIR: &str = "empty";
+
 /// Builds a sandbox root in `t`: a tmpfs writable layer (the disk limit) over `lowerdirs`,
 /// with /proc, /dev, /sys, masks and /etc basics. Returns the merged root.
+///
+/// Every superblock mounted here costs the kernel a shrinker, and each memory cgroup's shrinker
+/// table grows with the number of shrinkers on the host (see docs/density.md): so /dev,
+/// /dev/shm and every mask are directories of the one writable tmpfs, bind-mounted, and the
+/// sandbox owns only the tmpfs, the overlay, proc, devpts and sysfs (mqueue is the superblock
+/// its IPC namespace has anyway).
 pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<PathBuf> {
     mount(
         Some("tmpfs"),
@@ -109,9 +123,10 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Flags::MS_NOSUID | Flags::MS_NODEV,
         Some(&format!("size={}m,mode=755", cfg.disk_mb)),
     )?;
-    for d in ["upper", "work", "root"] {
+    for d in ["upper", "work", "root", DEV_DIR, EMPTY_DIR] {
         std::fs::create_dir(t.join(d)).map_err(AgentError::io("mkdir in writable layer"))?;
     }
+    set_mode(&t.join(EMPTY_DIR), 0o555)?;
     let root = t.join("root");
     // The overlay's options are shown in the sandbox's /proc/mounts as given: name every
     // layer by a relative link in the staging directory, so no host path appears there.
@@ -145,14 +160,10 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
             .map_err(AgentError::io(format!("mkdir {p}")))
     };
     mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None)?;
+    // /dev: nodev too (the device nodes are bind mounts of their own, which keep working),
+    // and it counts against the disk limit like every file of the writable layer.
     let dev = mk("/dev")?;
-    mount(
-        Some("tmpfs"),
-        &dev,
-        Some("tmpfs"),
-        Flags::MS_NOSUID | Flags::MS_NOEXEC,
-        Some("size=64k,mode=755"),
-    )?;
+    bind(&t.join(DEV_DIR), &dev, nosuid)?;
     bind_devices(&dev)?;
     let pts = mk("/dev/pts")?;
     mount(
@@ -163,13 +174,9 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         Some("newinstance,ptmxmode=0666,mode=0620"),
     )?;
     std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(AgentError::io("ptmx"))?;
-    mount(
-        Some("shm"),
-        &mk("/dev/shm")?,
-        Some("tmpfs"),
-        nosuid,
-        Some("size=64m,mode=1777"),
-    )?;
+    set_mode(&mk("/dev/shm")?, 0o1777)?;
+    // The IPC namespace made its mqueue superblock when it was created: mounting it shows
+    // that one (fs/mqueue.c keys the superblock by namespace) and adds none.
     let _ = mount(
         Some("mqueue"),
         &mk("/dev/mqueue")?,
@@ -185,9 +192,10 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
     ] {
         let _ = std::os::unix::fs::symlink(l, dev.join(t));
     }
-    mount_sys(&mk("/sys")?)?;
+    let empty = t.join(EMPTY_DIR);
+    mount_sys(&mk("/sys")?, &empty)?;
     for p in &cfg.masked_paths {
-        mask(&root, p);
+        mask(&root, p, &empty)?;
     }
     for p in &cfg.readonly_paths {
         let d = root.join(p.trim_start_matches('/'));
@@ -212,6 +220,36 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
     Ok(root)
 }
 
+fn set_mode(p: &Path, mode: u32) -> R<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(AgentError::io(format!("chmod {}", p.display())))
+}
+
+/// Bind-mounts the directory `from` at `to` with exactly the mount flags `flags` (plus
+/// `MS_RDONLY` if given). A bind that cannot be given its flags is taken away again and fails:
+/// a mask must never be left writable.
+fn bind(from: &Path, to: &Path, flags: Flags) -> R<()> {
+    mount(
+        Some(&from.to_string_lossy()),
+        to,
+        None,
+        Flags::MS_BIND,
+        None,
+    )?;
+    if let Err(e) = mount(
+        None,
+        to,
+        None,
+        Flags::MS_BIND | Flags::MS_REMOUNT | flags,
+        None,
+    ) {
+        let _ = warren_sys::mount::umount(to, true);
+        return Err(e.into());
+    }
+    Ok(())
+}
+
 /// Binds the harmless device nodes of the current /dev into `dev`.
 pub fn bind_devices(dev: &Path) -> R<()> {
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
@@ -228,8 +266,8 @@ pub fn bind_devices(dev: &Path) -> R<()> {
     Ok(())
 }
 
-/// A read-only sysfs of this network namespace, or an empty read-only directory.
-pub fn mount_sys(sys: &Path) -> R<()> {
+/// A read-only sysfs of this network namespace, or else `empty` bound read-only.
+pub fn mount_sys(sys: &Path, empty: &Path) -> R<()> {
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
     if mount(
         Some("sysfs"),
@@ -241,13 +279,7 @@ pub fn mount_sys(sys: &Path) -> R<()> {
     .is_err()
     {
         // Without a sysfs of our own, show an empty read-only directory rather than the host's.
-        mount(
-            Some("tmpfs"),
-            sys,
-            Some("tmpfs"),
-            nosuid | Flags::MS_RDONLY,
-            Some("size=4k"),
-        )?;
+        bind(empty, sys, nosuid | Flags::MS_RDONLY)?;
     }
     Ok(())
 }
@@ -281,24 +313,21 @@ fn keep_upper_handle(upper: &Path) -> R<()> {
     Ok(())
 }
 
-/// Hides a kernel interface: a file gets /dev/null bound over it, a directory an empty
-/// read-only tmpfs.
-fn mask(root: &Path, p: &str) {
+/// Hides a kernel interface: a file gets /dev/null bound over it, a directory the empty
+/// directory `empty` bound read-only (no superblock of its own).
+fn mask(root: &Path, p: &str, empty: &Path) -> R<()> {
     let d = root.join(p.trim_start_matches('/'));
     match std::fs::symlink_metadata(&d) {
-        Ok(m) if m.is_dir() => {
-            let _ = mount(
-                Some("tmpfs"),
-                &d,
-                Some("tmpfs"),
-                Flags::MS_RDONLY | Flags::MS_NOSUID | Flags::MS_NODEV,
-                Some("size=0"),
-            );
-        }
+        Ok(m) if m.is_dir() => bind(
+            empty,
+            &d,
+            Flags::MS_RDONLY | Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC,
+        ),
         Ok(_) => {
             let _ = mount(Some("/dev/null"), &d, None, Flags::MS_BIND, None);
+            Ok(())
         }
-        Err(_) => {}
+        Err(_) => Ok(()),
     }
 }
 
@@ -373,6 +402,8 @@ pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
     bind_devices(&dev)?;
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
     mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None)?;
-    mount_sys(&mk("/sys")?)?;
+    let empty = mk(EMPTY_DIR)?;
+    set_mode(&empty, 0o555)?;
+    mount_sys(&mk("/sys")?, &empty)?;
     Ok(t.to_path_buf())
 }

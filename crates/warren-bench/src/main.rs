@@ -49,5 +49,15 @@ mod tests {
         let cli = Cli::try_parse_from(["warren-bench", "--url", "unix:///s", "exec"]).unwrap();
         assert_eq!(cli.url.as_deref(), Some("unix:///s"));
         assert!(Cli::try_parse_from(["warren-bench", "nonsense"]).is_err());
+        let curve = |argv: &[&str]| Cli::try_parse_from(argv).unwrap().args.curve;
+        assert_eq!(curve(&["warren-bench", "density"]), None);
+        assert_eq!(
+            curve(&["warren-bench", "density", "--curve"]),
+            Some(vec![1000, 2000, 5000, 10000])
+        );
+        assert_eq!(
+            curve(&["warren-bench", "density", "--curve", "1000,5000", "--json"]),
+            Some(vec![1000, 5000])
+        );
     }
 }

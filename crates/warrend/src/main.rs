@@ -417,6 +417,7 @@ async fn run(args: Args) -> Result<()> {
         "state recovered"
     );
     let _reaper = manager.spawn_reaper();
+    let trimmer = spawn_heap_trimmer(manager.clone());
 
     let app = edge.protect(warren_node::router(node.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -468,6 +469,7 @@ async fn run(args: Args) -> Result<()> {
     if let Some(m) = membership {
         m.leave(Duration::from_secs(1)).await;
     }
+    trimmer.abort();
     manager.shutdown();
     // Links and rules go with the daemon (sandboxes keep loopback); the next start restores them.
     network.shutdown().await;
@@ -495,4 +497,23 @@ fn pressure_percent(s: &str) -> Result<f64, String> {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
         _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
     }
+}
+
+/// Once the node holds fewer sandboxes than at the last look (deletes, expiry), gives the
+/// allocator's free memory back to the kernel: without it the daemon kept the peak of a large
+/// run (240 MiB of anonymous memory after 9,000 sandboxes came and went, 26 MiB after a trim).
+fn spawn_heap_trimmer(manager: warren_node::Manager) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut held = manager.count();
+        loop {
+            tick.tick().await;
+            let now = manager.count();
+            if now < held {
+                let _ = tokio::task::spawn_blocking(warren_sys::process::trim_heap).await;
+            }
+            held = now;
+        }
+    })
 }

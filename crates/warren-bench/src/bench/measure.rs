@@ -177,7 +177,7 @@ pub struct Throughput {
 }
 
 /// Creates from `concurrency` clients at once, collecting the ids for deletion.
-async fn create_many(
+pub(super) async fn create_many(
     s: &Setup,
     kind: &'static str,
     n: usize,

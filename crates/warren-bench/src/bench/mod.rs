@@ -27,6 +27,7 @@
 mod baselines;
 mod call;
 mod cluster;
+mod curve;
 mod hostile;
 mod images;
 mod images_gen;
@@ -89,6 +90,12 @@ pub struct Args {
     /// microVMs measured for memory [default: 8]
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
+    /// density: memory per idle sandbox at each of these counts in one run (sandboxes stay
+    /// alive from one point to the next) [default list: 1000,2000,5000,10000]; stops early
+    /// when MemAvailable would not cover the next step
+    #[arg(long, value_delimiter = ',', num_args = 0..=1,
+          default_missing_value = "1000,2000,5000,10000")]
+    pub curve: Option<Vec<usize>>,
     /// Image of the benchmark sandboxes
     #[arg(long, default_value = "default")]
     pub image: String,
@@ -154,6 +161,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub density: Option<Density>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub density_curve: Option<curve::Curve>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
@@ -191,6 +200,22 @@ impl Report {
             checks.push(Check::at_most(
                 "left after delete",
                 d.left_after_delete as f64,
+                "",
+                0.0,
+            ));
+        }
+        if let Some(c) = &self.density_curve {
+            if let Some(f) = c.flatness() {
+                checks.push(Check::at_most(
+                    "curve: per sandbox at largest / smallest",
+                    f,
+                    "x",
+                    1.15,
+                ));
+            }
+            checks.push(Check::at_most(
+                "curve: left after delete",
+                c.left_after_delete as f64,
                 "",
                 0.0,
             ));
@@ -329,6 +354,12 @@ impl Report {
                 ));
             }
         }
+        if let Some(c) = &self.density_curve {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&c.render());
+        }
         if let Some(r) = &self.replay {
             if !out.is_empty() {
                 out.push('\n');
@@ -450,7 +481,12 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if all || args.which == Which::Density {
         stop.check()?;
-        report.density = Some(measure::density(setup, n(5000), c(16)).await?);
+        match &args.curve {
+            Some(points) if args.which == Which::Density => {
+                report.density_curve = Some(curve::curve(setup, points, c(16)).await?);
+            }
+            _ => report.density = Some(measure::density(setup, n(5000), c(16)).await?),
+        }
     }
     if all || args.which == Which::Replay {
         stop.check()?;

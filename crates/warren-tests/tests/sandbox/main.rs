@@ -9,4 +9,5 @@ mod exec;
 mod files;
 mod isolation;
 mod limits;
+mod mounts;
 mod stats;
