@@ -7,7 +7,7 @@
 # Baselines for the benchmarks (bwrap, crun, runc, podman), an OCI registry and an S3 emulator
 # the image and blob store tests start on loopback, etcd for the cluster tests (they start their
 # own members), a static busybox for minimal test images, the Python venv tooling of the SDK
-# tests, and cargo-nextest.
+# tests, headless Chromium for the dashboard tests, and cargo-nextest.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +24,7 @@ TEST_PACKAGES=(
     etcd-server etcd-client             # cluster tests start their own 3-member etcd
     busybox-static                      # minimal test rootfs and images without /etc/passwd
     python3-venv python3-pip            # Python SDK tests
+    chromium                            # headless browser of the dashboard tests (tests/ui)
 )
 install_packages "${TEST_PACKAGES[@]}"
 

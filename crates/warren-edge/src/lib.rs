@@ -11,6 +11,9 @@
 //! - The **middleware** ([`authn::authenticate`]) that turns a request's token into a
 //!   [`warren_types::Caller`] in its extensions. What a caller may see and do is decided by
 //!   the router's owner (the node), never here.
+//! - **Request ids** ([`request_id`]): `x-request-id` kept or made, in a tracing span around
+//!   the request, in the response and in JSON error bodies; and the daemons' log format
+//!   ([`logging`], `--log-format text|json`).
 //!
 //! Plugging it into a server is a few lines:
 //!
@@ -26,6 +29,8 @@
 pub mod auth_file;
 pub mod authn;
 mod error;
+pub mod logging;
+pub mod request_id;
 pub mod serve;
 pub mod throttle;
 pub mod tls;
@@ -109,12 +114,14 @@ impl Edge {
     }
 
     /// `app` behind the authentication middleware: every request gets a
-    /// [`warren_types::Caller`] or a `401`.
+    /// [`warren_types::Caller`] or a `401`, and a request id ([`request_id`]).
     pub fn protect(&self, app: Router) -> Router {
         app.layer(axum::middleware::from_fn_with_state(
             self.auth.clone(),
             authn::authenticate,
         ))
+        // Outermost, so a refused token's answer and its log lines carry the id too.
+        .layer(axum::middleware::from_fn(request_id::tag))
     }
 
     /// Binds a TCP listener. Without TLS only loopback addresses are accepted (with a

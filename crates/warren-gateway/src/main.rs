@@ -57,6 +57,8 @@ struct Args {
     node_key: Option<PathBuf>,
     #[command(flatten)]
     edge: warren_edge::EdgeArgs,
+    #[command(flatten)]
+    log: warren_edge::logging::LogArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -90,12 +92,7 @@ enum Bench {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    warren_edge::logging::init(&args.log);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         rt.worker_threads(usize::from(n));
@@ -142,8 +139,8 @@ async fn serve(args: Args) -> Result<()> {
     let listener = edge.bind_tcp(args.listen).await?;
     let _reloader = edge.reload_on_sighup();
     info!(listen = %args.listen, etcd = ?endpoints, tokens = edge.authenticator().enabled(), "gateway serving");
-    edge.serve_tcp(listener, edge.protect(gw.router()), shutdown())
-        .await;
+    let app = edge.protect(gw.router()).merge(warren_ui::router());
+    edge.serve_tcp(listener, app, shutdown()).await;
     info!("gateway stopped");
     Ok(())
 }

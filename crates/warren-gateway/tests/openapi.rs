@@ -16,7 +16,9 @@ fn gateway_routes_match_the_whole_spec() {
             }
         }
     }
+    // The gateway serves the dashboard beside the API.
     let in_code: BTreeSet<(String, String)> = warren_gateway::routes()
+        .chain(warren_ui::ROUTES.iter().copied())
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
     assert_eq!(
@@ -85,7 +87,13 @@ fn cluster_schemas_name_the_serialized_fields() {
     for (name, fields) in [
         ("NodeSummary", fields_of(&summary)),
         ("NodeCapacity", fields_of(&NodeCapacity::default())),
-        ("NodeLoad", fields_of(&NodeLoad::default())),
+        (
+            "NodeLoad",
+            fields_of(&NodeLoad {
+                by_substrate: [("container".to_string(), 1)].into(),
+                ..Default::default()
+            }),
+        ),
         ("WarmPool", fields_of(&WarmPool::default())),
         ("ClusterInfo", fields_of(&info)),
     ] {

@@ -231,6 +231,7 @@ impl SimNode {
             memory_reserved_mb: t.reserved_mb,
             memory_available_mb: self.model.memory_mb.saturating_sub(t.reserved_mb),
             cpu_pressure: 0.0,
+            by_substrate: [("container".to_string(), held)].into(),
         }
     }
 

@@ -63,6 +63,9 @@ pub struct NodeLoad {
     pub memory_available_mb: u64,
     /// CPU pressure: PSI `some avg10`, percent (0 where the kernel has no PSI).
     pub cpu_pressure: f64,
+    /// Sandboxes held, any state, by substrate name (absent in records of older nodes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_substrate: BTreeMap<String, u64>,
 }
 
 impl NodeLoad {

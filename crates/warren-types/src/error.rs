@@ -140,6 +140,9 @@ pub struct ApiError {
     /// `capacity_unavailable` and `quota_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
+    /// The id of the request that failed (its `x-request-id`), set by the server's edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl ApiError {
@@ -148,6 +151,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            request_id: None,
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {

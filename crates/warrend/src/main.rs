@@ -51,6 +51,8 @@ struct Args {
     socket_group: Option<String>,
     #[command(flatten)]
     edge: warren_edge::EdgeArgs,
+    #[command(flatten)]
+    log: warren_edge::logging::LogArgs,
     /// Directory of the durable state (state.redb).
     #[arg(long, default_value = "/var/lib/warren")]
     state_dir: PathBuf,
@@ -165,12 +167,7 @@ fn main() -> Result<()> {
         );
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    warren_edge::logging::init(&args.log);
 
     // Orphans of sandboxes are re-parented to us; the reaper thread collects every child's
     // status so none stays a zombie. Code that needs a status spawns through
@@ -419,7 +416,10 @@ async fn run(args: Args) -> Result<()> {
     let _reaper = manager.spawn_reaper();
     let trimmer = spawn_heap_trimmer(manager.clone());
 
-    let app = edge.protect(warren_node::router(node.clone()));
+    // The dashboard's static files take no token; the API calls the page makes do.
+    let app = edge
+        .protect(warren_node::router(node.clone()))
+        .merge(warren_ui::router());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

@@ -7,7 +7,7 @@ use axum::Json;
 use serde::Serialize;
 use warren_types::{
     ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxId, SandboxInfo,
-    SandboxState,
+    SandboxState, Substrate,
 };
 
 use super::error::{HttpError, HttpResult};
@@ -29,6 +29,60 @@ pub struct Health {
     pub state: StateUsage,
     /// What the node applies when a request leaves it out.
     pub defaults: NodeDefaults,
+    /// Sandboxes by state and substrate, memory and CPU pressure (what a gateway places by).
+    pub load: warren_types::NodeLoad,
+    /// The host: memory and CPU time so far (a client takes two readings for a CPU share).
+    pub host: HostUsage,
+}
+
+/// `host` of `/v1/health`.
+#[derive(Debug, Serialize)]
+pub struct HostUsage {
+    pub memory_total_mb: u64,
+    pub cpus: usize,
+    /// CPU time of the whole host since boot, busy and in all, in milliseconds
+    /// (`/proc/stat`); `null` where it cannot be read.
+    pub cpu_busy_ms: Option<u64>,
+    pub cpu_total_ms: Option<u64>,
+}
+
+impl HostUsage {
+    fn read(memory_total_mb: u64) -> HostUsage {
+        let (busy, total) = match host_cpu_ms() {
+            Some((b, t)) => (Some(b), Some(t)),
+            None => (None, None),
+        };
+        HostUsage {
+            memory_total_mb,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_busy_ms: busy,
+            cpu_total_ms: total,
+        }
+    }
+}
+
+/// `(busy, total)` CPU time of the host from the first line of `/proc/stat`, in ms.
+fn host_cpu_ms() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_proc_stat(&text)
+}
+
+/// The `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal ... in
+/// USER_HZ (100 on every Linux ABI Warren runs on). Idle and iowait are not busy.
+fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    if ticks.len() < 5 {
+        return None;
+    }
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks[3] + ticks[4];
+    Some(((total - idle) * 10, total * 10))
 }
 
 /// `state` of `/v1/health`.
@@ -72,6 +126,8 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
             max_ttl_secs: m.config().ttl_cap(),
             exec_timeout_secs: m.config().default_exec_timeout_secs,
         },
+        load: m.load(),
+        host: HostUsage::read(m.capacity().memory_total_mb),
     })
 }
 
@@ -196,7 +252,10 @@ fn paginate(mut all: Vec<SandboxInfo>, page: &Page) -> SandboxList {
 
 /// Parses `?label=k=v&label=k2=v2&state=running`.
 pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
-    q.only(&["label", "state", "limit", "after"], &["label"])?;
+    q.only(
+        &["label", "state", "substrate", "limit", "after"],
+        &["label"],
+    )?;
     let mut filter = ListFilter::default();
     for l in q.all("label") {
         let (k, v) = l.split_once('=').ok_or_else(|| {
@@ -210,6 +269,23 @@ pub(crate) fn list_filter(q: &QueryPairs) -> Result<ListFilter, HttpError> {
                 "state must be one of creating, running, paused, stopped, failed; got {s:?}"
             ))
         })?);
+    }
+    if let Some(s) = q.get("substrate") {
+        filter.substrate = Some(
+            [
+                Substrate::Function,
+                Substrate::Container,
+                Substrate::Microvm,
+                Substrate::Vm,
+            ]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| {
+                HttpError::invalid(format!(
+                    "substrate must be one of function, container, microvm, vm; got {s:?}"
+                ))
+            })?,
+        );
     }
     Ok(filter)
 }
@@ -280,4 +356,18 @@ pub async fn fork(
 ) -> HttpResult<Response> {
     let sandboxes = detached("fork", async move { m.fork_as(&caller, &id, req).await }).await?;
     Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
+}
+
+#[cfg(test)]
+mod proc_stat_tests {
+    use super::parse_proc_stat;
+
+    #[test]
+    fn busy_and_total_from_the_cpu_line() {
+        let text = "cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 50 2 25 400 10 1 1 0 0 0\n";
+        // busy = user + nice + system + irq + softirq + steal = 160 ticks; total 980.
+        assert_eq!(parse_proc_stat(text), Some((1600, 9800)));
+        assert_eq!(parse_proc_stat("cpu0 1 2 3 4 5\n"), None);
+        assert_eq!(parse_proc_stat("cpu  1 x 3 4 5\n"), None);
+    }
 }

@@ -71,6 +71,7 @@ pub struct ListFilter {
     /// Every pair must be present on the sandbox.
     pub labels: BTreeMap<String, String>,
     pub state: Option<SandboxState>,
+    pub substrate: Option<Substrate>,
     /// Only sandboxes of this tenant (a non-admin caller's own).
     pub tenant: Option<String>,
 }
@@ -78,6 +79,7 @@ pub struct ListFilter {
 impl ListFilter {
     fn matches(&self, info: &SandboxInfo) -> bool {
         self.state.is_none_or(|s| s == info.state)
+            && self.substrate.is_none_or(|s| s == info.substrate)
             && self
                 .tenant
                 .as_deref()
@@ -471,6 +473,10 @@ impl Manager {
         };
         for sb in all {
             let st = sb.lock();
+            *load
+                .by_substrate
+                .entry(st.info.substrate.as_str().to_string())
+                .or_default() += 1;
             match st.info.state {
                 SandboxState::Creating => load.creating += 1,
                 SandboxState::Running => load.running += 1,

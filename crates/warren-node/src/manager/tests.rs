@@ -177,6 +177,7 @@ async fn list_filters_by_every_label_and_state() {
     let f = |l: &[(&str, &str)], state| ListFilter {
         labels: labels(l),
         state,
+        substrate: None,
         tenant: None,
     };
     assert_eq!(m.list(&f(&[], None)).len(), 3);
@@ -190,6 +191,12 @@ async fn list_filters_by_every_label_and_state() {
     assert_eq!(m.list(&f(&[], Some(SandboxState::Failed))).len(), 0);
     let all = m.list(&f(&[], None));
     assert!(all.windows(2).all(|w| w[0].id < w[1].id), "oldest first");
+    let by_substrate = |s| ListFilter {
+        substrate: Some(s),
+        ..Default::default()
+    };
+    assert_eq!(m.list(&by_substrate(Substrate::Container)).len(), 3);
+    assert_eq!(m.list(&by_substrate(Substrate::Microvm)).len(), 0);
 }
 
 #[tokio::test]

@@ -52,7 +52,8 @@ impl GatewayProc {
             .args(["--etcd", &self.etcd])
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--name", &format!("gw{}", self.port)])
-            .env("RUST_LOG", "info,warren_cluster=debug")
+            // Requests are logged at debug level (with their request ids).
+            .env("RUST_LOG", "info,warren_cluster=debug,warren_gateway=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
             .stderr(log)

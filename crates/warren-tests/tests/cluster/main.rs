@@ -6,6 +6,8 @@
 //! lost (routing goes on). Membership itself: duplicate ids refused, a revoked lease
 //! re-registered.
 
+#[path = "../common/browser.rs"]
+mod browser;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../common/etcd.rs"]
@@ -18,4 +20,5 @@ mod harness;
 mod hung;
 mod loss;
 mod membership;
+mod observe;
 mod routing;

@@ -641,6 +641,25 @@ pub async fn raw_request(
     content_type: Option<&str>,
     body: impl Into<bytes::Bytes>,
 ) -> (u16, String, bytes::Bytes) {
+    let (status, headers, body) =
+        raw_request_with(socket, method, path_and_query, content_type, &[], body).await;
+    let ct = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (status, ct, body)
+}
+
+/// Like [`raw_request`], with extra request headers; answers the response's headers.
+pub async fn raw_request_with(
+    socket: &Path,
+    method: &str,
+    path_and_query: &str,
+    content_type: Option<&str>,
+    headers: &[(&str, &str)],
+    body: impl Into<bytes::Bytes>,
+) -> (u16, hyper::HeaderMap, bytes::Bytes) {
     use http_body_util::{BodyExt, Full};
     let stream = tokio::net::UnixStream::connect(socket)
         .await
@@ -657,6 +676,9 @@ pub async fn raw_request(
     if let Some(ct) = content_type {
         req = req.header(hyper::header::CONTENT_TYPE, ct);
     }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
     let req = req
         .body(Full::new(body.into()))
         .expect("building a raw request");
@@ -665,12 +687,7 @@ pub async fn raw_request(
         .await
         .unwrap_or_else(|e| panic!("{method} {path_and_query}: {e}"));
     let status = resp.status().as_u16();
-    let ct = resp
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let headers = resp.headers().clone();
     let body = resp
         .into_body()
         .collect()
@@ -679,5 +696,5 @@ pub async fn raw_request(
         .to_bytes();
     drop(sender);
     conn.abort();
-    (status, ct, body)
+    (status, headers, body)
 }

@@ -8,6 +8,7 @@ mod common;
 mod concurrency;
 mod crash;
 mod lifecycle;
+mod logs;
 mod malformed;
 mod pools;
 mod restart;

@@ -1,0 +1,155 @@
+//! Watching a cluster: a request id given to the gateway reaches the node (its answer, its
+//! error body, both logs), and the gateway's dashboard shows the nodes and their sandboxes in
+//! a real browser.
+
+use std::time::Duration;
+
+use warren_client::CreateSandboxRequest;
+
+use crate::browser::{assert_clean, chromium, count, load, text_of};
+use crate::common::{repo_root, test_root, unknown_id, wait_for};
+use crate::harness::Cluster;
+
+/// One exchange with the gateway at `port` with extra headers: `(status, headers, body)`.
+async fn get_with(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, hyper::HeaderMap, String) {
+    use http_body_util::{BodyExt, Empty};
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let mut req = hyper::Request::get(path).header(hyper::header::HOST, "localhost");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (status, h) = (resp.status().as_u16(), resp.headers().clone());
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    conn.abort();
+    (status, h, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn log_with(path: &std::path::Path, needle: &str) -> bool {
+    wait_for(Duration::from_secs(10), || async {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .contains(needle)
+            .then_some(())
+    })
+    .await
+    .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_goes_from_the_gateway_to_the_node_and_the_dashboard_shows_the_cluster() {
+    let Some(c) = Cluster::start(1, 1, |_| vec!["--log-format".into(), "json".into()]).await else {
+        return;
+    };
+    let (gw, node) = (&c.gateways[0], &c.nodes[0]);
+    let path = format!("/v1/sandboxes/{}", unknown_id(&node.node));
+
+    // The caller's id: the node answers with it, through the gateway.
+    let (status, h, body) = get_with(gw.port, &path, &[("x-request-id", "via-gateway-1")]).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(h["x-request-id"], "via-gateway-1");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["request_id"], "via-gateway-1", "{body}");
+    assert!(
+        log_with(&node.log, "\"request_id\":\"via-gateway-1\"").await,
+        "the node logs the gateway's id:\n{}",
+        node.log_tail(20)
+    );
+    assert!(
+        log_with(&gw.log, "request_id=via-gateway-1").await,
+        "the gateway logs it:\n{}",
+        gw.log_tail()
+    );
+    // None given: the gateway makes one and the node keeps it.
+    let (_, h, body) = get_with(gw.port, &path, &[]).await;
+    let made = h["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(made.len(), 26, "{made}");
+    assert!(
+        body.contains(&format!("\"request_id\":\"{made}\"")),
+        "{body}"
+    );
+    assert!(log_with(&node.log, &made).await, "{}", node.log_tail(20));
+
+    // The dashboard, served by the gateway over the cluster.
+    let browser = match chromium() {
+        Ok(b) => b,
+        Err(why) => return crate::common::skip(why),
+    };
+    let client = c.gw(0);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let req = CreateSandboxRequest {
+            memory_mb: Some(64),
+            ..Default::default()
+        };
+        ids.push(client.create(&req).await.unwrap().id);
+    }
+    // The gateway's view follows the nodes' published load.
+    wait_for(Duration::from_secs(20), || async {
+        let info = gw.cluster().await;
+        (info
+            .nodes
+            .iter()
+            .map(|n| n.record.load.sandboxes())
+            .sum::<u64>()
+            == 2)
+            .then_some(())
+    })
+    .await
+    .expect("the gateway sees both sandboxes");
+    let shots = repo_root().join("target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let profile = test_root().join(format!("gw{}-chromium", gw.port));
+    let base = format!("http://127.0.0.1:{}/ui", gw.port);
+    let l = load(
+        &browser,
+        &profile,
+        &format!("{base}#/"),
+        &shots.join("gateway-overview.png"),
+    );
+    assert_clean("overview", &l);
+    assert_eq!(
+        text_of(&l.dom, "id=\"count-sandboxes\""),
+        Some("2"),
+        "{}",
+        l.dom
+    );
+    assert!(l.dom.contains(&format!("data-node=\"{}\"", node.node)));
+    assert!(l.dom.contains("Cluster "), "the page knows it is a gateway");
+    let l = load(
+        &browser,
+        &profile,
+        &format!("{base}#/sandboxes"),
+        &shots.join("gateway-sandboxes.png"),
+    );
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 2);
+    let l = load(
+        &browser,
+        &profile,
+        &format!("{base}#/sandbox/{}", ids[0]),
+        &shots.join("gateway-sandbox.png"),
+    );
+    assert_clean("sandbox", &l);
+    assert!(text_of(&l.dom, "id=\"stat-memory\"")
+        .unwrap()
+        .contains("/ 64.0 MiB"));
+    for id in ids {
+        client.delete(&id).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&profile);
+}

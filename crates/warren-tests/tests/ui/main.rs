@@ -1,0 +1,190 @@
+//! The web dashboard (`/ui`) in a real browser: Debian's headless `chromium` loads every page
+//! from a live `warrend` holding a few sandboxes, the test reads the DOM the page drew (the
+//! page marks itself drawn in `body[data-ready]` and shows script errors in `#errors`) and keeps
+//! a screenshot of each page in `target/ui-screenshots/`.
+
+#[path = "../common/browser.rs"]
+mod browser;
+#[path = "../common/mod.rs"]
+mod common;
+
+use warren_client::{CreateSandboxRequest, ExecRequest};
+
+use browser::{assert_clean, chromium, count, free_port, load, text_of};
+use common::{repo_root, skip, test_root, Daemon};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
+    let browser = match chromium() {
+        Ok(b) => b,
+        Err(why) => return skip(why),
+    };
+    let port = free_port();
+    let Some(d) =
+        Daemon::start_with(|_| vec!["--listen".into(), format!("127.0.0.1:{port}")]).await
+    else {
+        return;
+    };
+    let c = d.client();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let req = CreateSandboxRequest {
+            memory_mb: Some(128),
+            labels: [
+                ("suite".to_string(), "ui".to_string()),
+                ("n".to_string(), i.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        ids.push(d.create(&req).await.id);
+    }
+    let busy = &ids[0];
+    d.sh_ok(busy, "echo hello-from-the-timeline; echo to-stderr >&2")
+        .await;
+    c.write_file_bytes(
+        busy,
+        "/root/ui-file.txt",
+        None,
+        &b"shown in the browser"[..],
+    )
+    .await
+    .unwrap();
+    let proc = c
+        .spawn(
+            busy,
+            &ExecRequest {
+                argv: Some(vec!["sleep".into(), "300".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    c.pause(&ids[2]).await.unwrap();
+    let images = c.images().await.unwrap();
+    assert!(!images.is_empty(), "the default image is registered");
+
+    let shots = repo_root().join("target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let profile = test_root().join(format!("{}-chromium", d.node));
+    let base = format!("http://127.0.0.1:{port}/ui");
+    let page = |hash: &str, name: &str| {
+        let l = load(
+            &browser,
+            &profile,
+            &format!("{base}#{hash}"),
+            &shots.join(format!("{name}.png")),
+        );
+        let shot = shots.join(format!("{name}.png"));
+        let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 1000, "no screenshot of {name} at {}", shot.display());
+        l
+    };
+
+    // Overview: counts by state and substrate, the node with its memory, both charts.
+    let l = page("/", "overview");
+    assert_clean("overview", &l);
+    assert_eq!(text_of(&l.dom, "id=\"count-sandboxes\""), Some("3"));
+    assert_eq!(text_of(&l.dom, "id=\"count-running\""), Some("2"));
+    assert_eq!(text_of(&l.dom, "id=\"count-paused\""), Some("1"));
+    assert!(
+        l.dom.contains(&format!("data-node=\"{}\"", d.node)),
+        "{}",
+        l.dom
+    );
+    let by_substrate = l
+        .dom
+        .find("data-substrate=\"container\"")
+        .expect("container row");
+    assert!(l.dom[by_substrate..].contains("<td class=\"num\">3</td>"));
+    assert!(count(&l.dom, "<canvas") >= 2);
+    assert!(!text_of(&l.dom, "id=\"memory\"").unwrap().is_empty());
+
+    // The table: all three, then filtered by label, by state, and paged.
+    let l = page("/sandboxes", "sandboxes");
+    assert_clean("sandboxes", &l);
+    for id in &ids {
+        assert!(l.dom.contains(&format!("data-id=\"{id}\"")), "{id} listed");
+    }
+    let l = page("/sandboxes?label=suite%3Dui%2Cn%3D1", "sandboxes-label");
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 1, "{}", l.dom);
+    assert!(l.dom.contains(&format!("data-id=\"{}\"", ids[1])));
+    let l = page("/sandboxes?state=paused", "sandboxes-paused");
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 1);
+    assert!(l.dom.contains(&format!("data-id=\"{}\"", ids[2])));
+    let l = page("/sandboxes?substrate=microvm", "sandboxes-microvm");
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 0);
+    let l = page("/sandboxes?limit=2", "sandboxes-paged");
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 2);
+    assert!(l.dom.contains(&format!("data-id=\"{}\"", ids[0])));
+    assert!(!l.dom.contains(&format!("data-id=\"{}\"", ids[2])));
+    assert!(!l.dom.contains("id=\"next\" disabled"), "a next page");
+    let l = page(
+        &format!("/sandboxes?limit=2&after={}", ids[1]),
+        "sandboxes-page2",
+    );
+    assert_clean("sandboxes", &l);
+    assert_eq!(count(&l.dom, "<tr data-id="), 1);
+    assert!(l.dom.contains(&format!("data-id=\"{}\"", ids[2])));
+    assert!(l.dom.contains("id=\"next\" disabled"), "the last page");
+
+    // One sandbox: its stats, processes, the timeline with outputs, the file browser.
+    let l = page(&format!("/sandbox/{busy}?path=%2Froot"), "sandbox");
+    assert_clean("sandbox", &l);
+    assert!(text_of(&l.dom, "id=\"stat-memory\"")
+        .unwrap()
+        .contains("/ 128.0 MiB"));
+    assert!(l.dom.contains(&format!("data-pid=\"{}\"", proc.pid)));
+    assert!(l.dom.contains("sleep 300"));
+    assert!(
+        l.dom.contains("data-seq=\"1\" data-kind=\"exec\""),
+        "{}",
+        l.dom
+    );
+    assert!(l.dom.contains("hello-from-the-timeline"));
+    assert!(l.dom.contains("<pre class=\"stderr\">to-stderr"));
+    assert!(l.dom.contains("data-kind=\"write_file\""));
+    assert!(l.dom.contains("data-kind=\"spawn\""));
+    assert!(l.dom.contains("data-name=\"ui-file.txt\""), "{}", l.dom);
+    assert_eq!(text_of(&l.dom, "id=\"cwd\""), Some("/root"));
+    assert!(count(&l.dom, "<canvas") >= 2);
+    // A paused one: its page draws too, and offers resume.
+    let l = page(&format!("/sandbox/{}", ids[2]), "sandbox-paused");
+    assert_clean("sandbox", &l);
+    assert!(l.dom.contains(">Resume</button>"));
+    assert_eq!(
+        c.get(&ids[2]).await.unwrap().state,
+        warren_client::SandboxState::Paused,
+        "looking at a paused sandbox leaves it paused"
+    );
+
+    // Images and pools, as the API lists them.
+    let l = page("/images", "images");
+    assert_clean("images", &l);
+    for im in &images {
+        assert!(
+            l.dom.contains(&format!("data-ref=\"{}\"", im.reference)),
+            "{} listed",
+            im.reference
+        );
+    }
+    let l = page("/pools", "pools");
+    assert_clean("pools", &l);
+    let pools = c.function_pools().await.unwrap();
+    assert!(text_of(&l.dom, "id=\"pools-summary\"")
+        .unwrap()
+        .starts_with(&format!("{} pools", pools.pools.len())));
+
+    // An unknown sandbox is an error the page shows (and the test sees).
+    let l = page(
+        &format!("/sandbox/{}", common::unknown_id(&d.node)),
+        "missing",
+    );
+    assert!(l.dom.contains("class=\"api-error\""), "{}", l.dom);
+    assert!(l.dom.contains("not_found"));
+    let _ = std::fs::remove_dir_all(&profile);
+}
