@@ -57,10 +57,11 @@ fn asset(name: &str) -> Response {
         return (
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "application/json")],
-            format!(
-                "{{\"error\":{{\"code\":\"not_found\",\"message\":\"no dashboard asset {:?}\"}}}}",
-                name.escape_default().to_string()
-            ),
+            serde_json::json!({"error": {
+                "code": "not_found",
+                "message": format!("no dashboard asset {name:?}"),
+            }})
+            .to_string(),
         )
             .into_response();
     };
@@ -126,6 +127,13 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(ctype, "application/json");
         assert!(body.contains("not_found"), "{body}");
+        // Whatever the name holds, the error is JSON (a quote in it once broke the body).
+        for name in ["%22AAA%22", "a%5Cb", "%7B%7D%0A"] {
+            let (status, _, body) = get(&format!("/ui/{name}")).await;
+            assert_eq!(status, StatusCode::NOT_FOUND);
+            let v: serde_json::Value = serde_json::from_str(&body).expect(&body);
+            assert_eq!(v["error"]["code"], "not_found");
+        }
     }
 
     #[test]
