@@ -98,7 +98,11 @@ fn every_error_code_is_in_the_spec() {
             path: "/".into(),
             mode: 0,
         },
-        TrajectoryCall::Fork { children: vec![] },
+        TrajectoryCall::Fork {
+            children: vec![],
+            n: None,
+            labels: Default::default(),
+        },
         TrajectoryCall::ForkedFrom {
             parent: String::new(),
             parent_seq: 0,

@@ -72,9 +72,15 @@ pub enum TrajectoryCall {
         path: String,
         mode: u32,
     },
-    /// Logged by a parent: these sandboxes were forked from it here.
+    /// Logged by a parent: these sandboxes were forked from it here. `n` and `labels` are the
+    /// request (absent in entries of older nodes); the request digest leaves `children` out,
+    /// so a retried step compares only what was asked.
     Fork {
         children: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<u32>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        labels: BTreeMap<String, String>,
     },
     /// The first entry of a forked sandbox: its files are the parent's as of the parent's
     /// entry `parent_seq` (0 when the parent had logged nothing).

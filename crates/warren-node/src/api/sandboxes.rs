@@ -352,10 +352,24 @@ pub async fn fork(
     State(m): State<Manager>,
     Auth(caller): Auth,
     SandboxParam(id): SandboxParam,
+    q: QueryPairs,
     JsonBody(req): JsonBody<ForkRequest>,
 ) -> HttpResult<Response> {
-    let sandboxes = detached("fork", async move { m.fork_as(&caller, &id, req).await }).await?;
-    Ok((StatusCode::CREATED, Json(ForkResult { sandboxes })).into_response())
+    q.only(&["step"], &[])?;
+    let step = q.index("step", "a step number")?;
+    let done = detached(
+        "fork",
+        async move { m.fork_step(&caller, &id, req, step).await },
+    )
+    .await?;
+    let resp = (
+        StatusCode::CREATED,
+        Json(ForkResult {
+            sandboxes: done.answer,
+        }),
+    )
+        .into_response();
+    Ok(super::exec::mark_replayed(resp, done.replayed))
 }
 
 #[cfg(test)]

@@ -4,17 +4,23 @@
 //! request's), the rest of the parent's lifetime, and their own trajectory, which starts with
 //! a `forked_from` entry naming the parent and its last entry at the time of the fork. The
 //! parent logs a `fork` entry naming the children. A failed fork leaves no child behind.
+//!
+//! A fork naming a step (`?step=`) is claimed through the step runner like an exec: the same
+//! step again answers the children the first run made (those not deleted since), a step below
+//! the last one is a `step_conflict`, and the parent's entry carries the step. A fork that
+//! fails logs nothing and frees its step, so it can be asked again.
 
 use futures::future::join_all;
 use std::sync::Arc;
 use tracing::{info, warn};
 use warren_types::{Caller, ForkRequest, SandboxId, SandboxInfo, SandboxState, TrajectoryCall};
 
+use super::runner::{Answered, Begun};
 use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
 use crate::store::{StoredSandbox, FORMAT};
-use crate::trajectory::{SandboxLog, StoredEntry};
+use crate::trajectory::{request_digest, Forked, SandboxLog, StoredEntry};
 
 /// A child's record, from the parent's.
 fn child_info(id: &SandboxId, parent: &SandboxInfo, req: &ForkRequest, now: u64) -> SandboxInfo {
@@ -64,8 +70,43 @@ impl Manager {
         id: &SandboxId,
         req: ForkRequest,
     ) -> Result<Vec<SandboxInfo>, NodeError> {
+        Ok(self.fork_step(caller, id, req, None).await?.answer)
+    }
+
+    /// The children a step's first fork made, as they are now (deleted ones left out).
+    fn children_now(&self, ids: &[String]) -> Vec<SandboxInfo> {
+        ids.iter()
+            .filter_map(|c| c.parse::<SandboxId>().ok())
+            .filter_map(|c| self.get(&c).ok())
+            .collect()
+    }
+
+    /// A fork by `caller` as `step` (at most once for it) when one is named.
+    pub(crate) async fn fork_step(
+        &self,
+        caller: &Caller,
+        id: &SandboxId,
+        req: ForkRequest,
+        step: Option<u64>,
+    ) -> Result<Answered<Vec<SandboxInfo>>, NodeError> {
         req.validate()?;
         self.authorize(caller, id)?;
+        let call = |children: Vec<String>| TrajectoryCall::Fork {
+            children,
+            n: Some(req.n),
+            labels: req.labels.clone(),
+        };
+        let digest = request_digest(&call(Vec::new()));
+        let run = match self.begin::<Forked>(id, step, Some(digest)).await? {
+            Begun::Replay(known) => {
+                let ids = known.answer(&digest)?;
+                return Ok(Answered {
+                    answer: self.children_now(&ids),
+                    replayed: true,
+                });
+            }
+            Begun::Run(r) => r,
+        };
         let parent = self.lookup(id)?;
         let _busy = ActivityGuard::new(parent.clone());
         // No pause, resume or delete of the parent meanwhile.
@@ -208,31 +249,29 @@ impl Manager {
             parent: id.to_string(),
             parent_seq,
         };
-        let fork = TrajectoryCall::Fork {
-            children: ids.iter().map(|c| c.to_string()).collect(),
-        };
+        let names: Vec<String> = ids.iter().map(|c| c.to_string()).collect();
         let journal = self.journal();
-        let appends = children
-            .iter()
-            .map(|c| {
-                c.log.append(
-                    journal,
-                    StoredEntry::new(origin.clone(), None, now),
-                    None,
-                    Vec::new(),
-                )
-            })
-            .chain(std::iter::once(parent.log.append(
+        let appends = children.iter().map(|c| {
+            c.log.append(
                 journal,
-                StoredEntry::new(fork, None, now),
+                StoredEntry::new(origin.clone(), None, now),
                 None,
                 Vec::new(),
-            )));
-        for r in join_all(appends).await {
+            )
+        });
+        let (origins, logged) = futures::join!(
+            join_all(appends),
+            run.finish(call(names.clone()), Ok(names))
+        );
+        for r in origins {
             r?;
         }
+        logged?;
         Metrics::inc_by(&self.inner.metrics.forks, ids.len() as u64);
         info!(parent = %id, n = ids.len(), ms = started.elapsed().as_millis() as u64, "sandbox forked");
-        Ok(children.iter().map(|c| c.lock().info.clone()).collect())
+        Ok(Answered {
+            answer: children.iter().map(|c| c.lock().info.clone()).collect(),
+            replayed: false,
+        })
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use warren_types::{
-    CreateSandboxRequest, ErrorCode, ExecRequest, ForkRequest, SandboxId, TrajectoryCall,
+    Caller, CreateSandboxRequest, ErrorCode, ExecRequest, ForkRequest, SandboxId, TrajectoryCall,
 };
 
 use super::*;
@@ -203,7 +203,7 @@ async fn fork_makes_children_that_start_from_the_parent() {
         assert_eq!(stored_state(&m, &kid), SandboxState::Running);
     }
     let plog = m.trajectory_entries(&pid, 4).await.unwrap();
-    assert!(matches!(&plog[0].call, TrajectoryCall::Fork { children } if children.len() == 3));
+    assert!(matches!(&plog[0].call, TrajectoryCall::Fork { children, .. } if children.len() == 3));
     assert_eq!(m.count(), 4);
 
     // Refused and failed forks leave nothing behind.
@@ -229,4 +229,64 @@ async fn fork_makes_children_that_start_from_the_parent() {
     assert_eq!(e.code(), ErrorCode::StartFailed);
     assert_eq!(m.count(), 4);
     assert_eq!(m.inner.store.load().unwrap().sandboxes.len(), 4);
+}
+
+#[tokio::test]
+async fn a_fork_naming_a_step_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _rt) = manager_in(dir.path(), |_| {});
+    let parent = m
+        .create(CreateSandboxRequest::default())
+        .await
+        .unwrap()
+        .info;
+    let pid = id_of(&parent);
+    let admin = Caller::admin();
+    let req = || ForkRequest {
+        n: 2,
+        labels: BTreeMap::from([("k".into(), "c".into())]),
+    };
+    let first = m.fork_step(&admin, &pid, req(), Some(5)).await.unwrap();
+    assert!(!first.replayed);
+    assert_eq!(first.answer.len(), 2);
+    assert_eq!(m.count(), 3);
+
+    // The same step again answers the same children and makes none.
+    let again = m.fork_step(&admin, &pid, req(), Some(5)).await.unwrap();
+    assert!(again.replayed);
+    let ids = |v: &[warren_types::SandboxInfo]| v.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&again.answer), ids(&first.answer));
+    assert_eq!(m.count(), 3);
+
+    // Another request under the same step, and a step below the last, are conflicts.
+    let other = ForkRequest { n: 3, ..req() };
+    let e = m.fork_step(&admin, &pid, other, Some(5)).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::StepConflict);
+    let e = m.fork_step(&admin, &pid, req(), Some(4)).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::StepConflict);
+    assert_eq!(m.count(), 3);
+
+    // The parent's entry carries the step and the request.
+    let log = m.trajectory_entries(&pid, 1).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].step, Some(5));
+    match &log[0].call {
+        TrajectoryCall::Fork {
+            children,
+            n,
+            labels,
+        } => {
+            assert_eq!(children, &ids(&first.answer));
+            assert_eq!(*n, Some(2));
+            assert_eq!(labels["k"], "c");
+        }
+        other => panic!("not a fork entry: {other:?}"),
+    }
+
+    // A child deleted since is left out of the replayed answer.
+    let gone: SandboxId = first.answer[0].id.parse().unwrap();
+    m.delete(&gone).await.unwrap();
+    let replay = m.fork_step(&admin, &pid, req(), Some(5)).await.unwrap();
+    assert_eq!(ids(&replay.answer), ids(&first.answer[1..]));
+    assert_eq!(m.count(), 2);
 }

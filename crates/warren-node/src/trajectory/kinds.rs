@@ -4,13 +4,14 @@
 //! - [`Exec`]: a command run to its end (one-shot or streamed) → [`ExecResult`];
 //! - [`Spawn`]: a background process started → [`ProcessInfo`];
 //! - [`Effect`]: a call that only changes the sandbox (kill, file writes, mkdir, remove,
-//!   chmod) → `()`.
+//!   chmod) → `()`;
+//! - [`Forked`]: a fork → the children's ids (kept in the entry's request).
 //!
 //! A call's kind is part of its request digest, so a step's record is only ever read back
 //! by the kind that wrote it; a record that does not fit its kind is a damaged log.
 
 use warren_runtime::ExecOutput;
-use warren_types::{ApiError, ExecResult, ProcessInfo};
+use warren_types::{ApiError, ExecResult, ProcessInfo, TrajectoryCall};
 
 use super::{Blob, Blobs, Room, StoredEntry, StoredExec, StoredResult};
 
@@ -117,10 +118,35 @@ impl CallKind for Effect {
     }
 }
 
+/// A fork: its answer is the children's ids, which its entry's request names.
+#[derive(Debug)]
+pub enum Forked {}
+
+impl CallKind for Forked {
+    type Done = Vec<String>;
+    type Answer = Vec<String>;
+
+    fn record(
+        children: Vec<String>,
+        _: &mut StoredEntry,
+        _: &mut Room,
+        _: &mut Vec<Blob>,
+    ) -> Vec<String> {
+        children
+    }
+
+    fn replay(entry: &StoredEntry, _: &Blobs) -> Result<Vec<String>, ApiError> {
+        match &entry.call {
+            TrajectoryCall::Fork { children, .. } => Ok(children.clone()),
+            _ => Err(damaged(entry, "fork")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warren_types::{ExecCall, ExitInfo, OutputEncoding, TrajectoryCall};
+    use warren_types::{ExecCall, ExitInfo, OutputEncoding};
 
     fn exec_entry(encoding: OutputEncoding) -> StoredEntry {
         let call = TrajectoryCall::Exec(ExecCall {

@@ -42,7 +42,7 @@ use crate::clock::now_ms;
 
 pub use codec::DecodeError;
 pub use journal::Journal;
-pub use kinds::{CallKind, Effect, Exec, Spawn};
+pub use kinds::{CallKind, Effect, Exec, Forked, Spawn};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
 
 /// Format version of stored entries.
@@ -64,7 +64,8 @@ pub fn hex(d: &Digest) -> String {
 }
 
 /// The digest a retried step is compared by: the canonical JSON of the call. For execs the
-/// `streamed` flag is left out (a streamed and a one-shot run of a command are one step).
+/// `streamed` flag is left out (a streamed and a one-shot run of a command are one step), for
+/// forks the children (known only once the fork ran).
 pub fn request_digest(call: &TrajectoryCall) -> Digest {
     let canonical = match call {
         TrajectoryCall::Exec(e) if e.streamed => {
@@ -72,6 +73,11 @@ pub fn request_digest(call: &TrajectoryCall) -> Digest {
             e.streamed = false;
             serde_json::to_vec(&TrajectoryCall::Exec(e))
         }
+        TrajectoryCall::Fork { n, labels, .. } => serde_json::to_vec(&TrajectoryCall::Fork {
+            children: Vec::new(),
+            n: *n,
+            labels: labels.clone(),
+        }),
         other => serde_json::to_vec(other),
     };
     // Serializing these types cannot fail (string keys, no maps with other keys).
