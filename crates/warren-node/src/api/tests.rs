@@ -745,6 +745,29 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         let e = call(&app, Method::POST, &format!("{sb}/fork"), JSON, bad).await;
         assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
     }
+    // A fork naming a step runs once: the retry answers the same children.
+    let stepped = format!("{sb}/fork?step=7");
+    let one = call(&app, Method::POST, &stepped, JSON, r#"{"n":1}"#).await;
+    let two = call(&app, Method::POST, &stepped, JSON, r#"{"n":1}"#).await;
+    assert_eq!(
+        (one.status, two.status),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
+    assert!(!one.replayed && two.replayed);
+    let ids = |r: &Answer| -> Vec<String> {
+        let f: warren_types::ForkResult = r.json();
+        f.sandboxes.into_iter().map(|s| s.id).collect()
+    };
+    assert_eq!(ids(&one), ids(&two));
+    let low = call(
+        &app,
+        Method::POST,
+        &format!("{sb}/fork?step=1"),
+        JSON,
+        r#"{"n":1}"#,
+    )
+    .await;
+    assert_eq!(low.status, StatusCode::CONFLICT);
 
     let t = call(&app, Method::GET, &format!("{sb}/trajectory"), None, "").await;
     assert_eq!(t.status, StatusCode::OK);
@@ -755,7 +778,7 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let kinds: Vec<&str> = lines.iter().map(|e| e.call.kind()).collect();
-    assert_eq!(kinds, ["exec", "write_file", "mkdir", "fork"]);
+    assert_eq!(kinds, ["exec", "write_file", "mkdir", "fork", "fork"]);
     let t = call(
         &app,
         Method::GET,
@@ -764,7 +787,7 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         "",
     )
     .await;
-    assert_eq!(String::from_utf8(t.body).unwrap().lines().count(), 2);
+    assert_eq!(String::from_utf8(t.body).unwrap().lines().count(), 3);
     let t = call(
         &app,
         Method::GET,
