@@ -186,8 +186,7 @@ pub async fn kill_proc(
     q: QueryPairs,
     OptionalJsonBody(req): OptionalJsonBody<KillRequest>,
 ) -> HttpResult<Response> {
-    q.only(&["step"], &[])?;
-    let step = q.index("step", "a step number")?;
+    let step = q.only_step()?;
     let replayed = m.kill_proc(&id, pid, req.signal, step).await?;
     Ok(mark_replayed(
         StatusCode::NO_CONTENT.into_response(),

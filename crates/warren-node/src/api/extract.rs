@@ -275,6 +275,12 @@ impl QueryPairs {
         }
     }
 
+    /// The `step` of a call whose route takes no other query parameter.
+    pub fn only_step(&self) -> Result<Option<u64>, HttpError> {
+        self.only(&["step"], &[])?;
+        self.index("step", "a step number")
+    }
+
     /// `true`/`false` (also `1`/`0`), `false` when absent.
     pub fn flag(&self, key: &str) -> Result<bool, HttpError> {
         match self.get(key) {

@@ -355,8 +355,7 @@ pub async fn fork(
     q: QueryPairs,
     JsonBody(req): JsonBody<ForkRequest>,
 ) -> HttpResult<Response> {
-    q.only(&["step"], &[])?;
-    let step = q.index("step", "a step number")?;
+    let step = q.only_step()?;
     let done = detached(
         "fork",
         async move { m.fork_step(&caller, &id, req, step).await },
