@@ -62,6 +62,10 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Bytes of layer data held locally now.
     pub local_bytes: u64,
+    /// Chunk reads served from local data.
+    pub hits: u64,
+    /// Chunk reads that had to wait for a fetch (their own or another reader's).
+    pub misses: u64,
 }
 
 #[derive(Debug)]
@@ -108,6 +112,8 @@ pub struct LayerCache {
     fetched_bytes: AtomicU64,
     corrupt_chunks: AtomicU64,
     evictions: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl std::fmt::Debug for LayerCache {
@@ -152,6 +158,8 @@ impl LayerCache {
             fetched_bytes: AtomicU64::new(0),
             corrupt_chunks: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }))
     }
 
@@ -438,13 +446,21 @@ impl LayerCache {
     /// Makes chunk `i` local (one fetch however many readers wait for it).
     fn ensure_chunk(&self, hex: &str, i: usize) -> Result<Arc<std::fs::File>, BlobError> {
         let mut g = self.lock();
+        let mut first = true;
         let (table, data) = loop {
             let l = g
                 .layers
                 .get_mut(hex)
                 .ok_or_else(|| BlobError::NotCached(hex.to_string()))?;
             if l.complete || l.have.get(i).copied().unwrap_or(false) {
+                if first {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                }
                 return Ok(l.data.clone());
+            }
+            if first {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                first = false;
             }
             if !l.inflight.contains(&i) {
                 l.inflight.insert(i);
@@ -633,6 +649,8 @@ impl LayerCache {
             corrupt_chunks: self.corrupt_chunks.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             local_bytes,
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
         }
     }
 }

@@ -98,6 +98,19 @@ impl LayerSource for CacheSource {
     fn unpin(&self, digests: &[String]) {
         digests.iter().for_each(|d| self.cache.unpin(d));
     }
+
+    fn stats(&self) -> Option<warren_image::SourceStats> {
+        let s = self.cache.stats();
+        Some(warren_image::SourceStats {
+            fetches: s.fetches,
+            fetched_bytes: s.fetched_bytes,
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            corrupt: s.corrupt_chunks,
+            local_bytes: s.local_bytes,
+        })
+    }
 }
 
 /// Uploads a layer blob and its chunk table to a store; returns the table.

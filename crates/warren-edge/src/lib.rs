@@ -14,6 +14,8 @@
 //! - **Request ids** ([`request_id`]): `x-request-id` kept or made, in a tracing span around
 //!   the request, in the response and in JSON error bodies; and the daemons' log format
 //!   ([`logging`], `--log-format text|json`).
+//! - **HTTP metrics** ([`http_metrics`]): requests by method, route template and status, and
+//!   their time to the response head, for each server's `/metrics`.
 //!
 //! Plugging it into a server is a few lines:
 //!
@@ -29,6 +31,7 @@
 pub mod auth_file;
 pub mod authn;
 mod error;
+pub mod http_metrics;
 pub mod logging;
 pub mod request_id;
 pub mod serve;
@@ -46,6 +49,7 @@ use tokio::net::{TcpListener, UnixListener};
 pub use auth_file::{token_sha256, AuthFile, Tenant};
 pub use authn::Authenticator;
 pub use error::EdgeError;
+pub use http_metrics::HttpMetrics;
 pub use serve::Peer;
 pub use tls::{Tls, TlsFiles};
 

@@ -96,7 +96,7 @@ pub async fn metrics(
     Ok((
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         )],
         gw.inner.metrics.render(&counts),
     )

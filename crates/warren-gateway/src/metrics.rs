@@ -1,70 +1,176 @@
-//! The gateway's counters, rendered as Prometheus text on `/metrics`.
+//! The gateway's metrics (prometheus-client), served on its `/metrics`: placements, their
+//! retries, requests refused by reason, nodes by state, and requests by route (shared with
+//! warrend, [`warren_edge::HttpMetrics`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
 
-#[derive(Debug, Default)]
+/// Why a request did not get (or keep) the node it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A node answered 429: the placement moved on (or, for a key, the caller waits).
+    NodeBusy,
+    /// Every candidate refused or could not be reached: 503 `capacity_unavailable`.
+    CapacityUnavailable,
+    /// No node could ever take it: `unschedulable`.
+    Unschedulable,
+    /// The node did not answer.
+    NodeUnreachable,
+    /// The sandbox's node left the cluster.
+    SandboxLost,
+}
+
+impl Refusal {
+    fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NodeBusy => "node_busy",
+            Refusal::CapacityUnavailable => "capacity_unavailable",
+            Refusal::Unschedulable => "unschedulable",
+            Refusal::NodeUnreachable => "node_unreachable",
+            Refusal::SandboxLost => "sandbox_lost",
+        }
+    }
+
+    const ALL: [Refusal; 5] = [
+        Refusal::NodeBusy,
+        Refusal::CapacityUnavailable,
+        Refusal::Unschedulable,
+        Refusal::NodeUnreachable,
+        Refusal::SandboxLost,
+    ];
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Debug)]
 pub struct Metrics {
-    pub requests: AtomicU64,
-    pub placed: AtomicU64,
-    pub refusals: AtomicU64,
-    pub capacity_unavailable: AtomicU64,
-    pub unschedulable: AtomicU64,
-    pub node_unreachable: AtomicU64,
-    pub sandbox_lost: AtomicU64,
+    pub requests: Counter,
+    pub placed: Counter,
+    /// Placements sent on to another candidate after one refused or was unreachable.
+    pub retries: Counter,
+    refusals: Family<ReasonLabels, Counter>,
+    /// Requests by route and status.
+    pub http: warren_edge::HttpMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let refusals: Family<ReasonLabels, Counter> = Family::default();
+        // Every reason is listed from the start, so rates of a reason that never happened
+        // read as zero rather than as missing.
+        for r in Refusal::ALL {
+            let _ = refusals.get_or_create(&ReasonLabels { reason: r.as_str() });
+        }
+        Metrics {
+            requests: Counter::default(),
+            placed: Counter::default(),
+            retries: Counter::default(),
+            refusals,
+            http: warren_edge::HttpMetrics::default(),
+        }
+    }
 }
 
 impl Metrics {
-    pub fn inc(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+    pub fn inc(c: &Counter) {
+        c.inc();
     }
 
+    /// Counts one refusal.
+    pub fn refused(&self, why: Refusal) {
+        self.refusals
+            .get_or_create(&ReasonLabels {
+                reason: why.as_str(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text of every figure, with `nodes` the cluster's nodes by state.
     pub fn render(&self, nodes: &[(&'static str, u64)]) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, v: &AtomicU64| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-                v.load(Ordering::Relaxed)
-            ));
-        };
-        counter(
-            "warren_gateway_requests_total",
-            "Requests answered by this gateway.",
-            &self.requests,
+        let mut reg = Registry::default();
+        reg.register(
+            "warren_build",
+            "The gateway's build",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
-        counter(
-            "warren_gateway_placements_total",
-            "Creates and calls a node accepted.",
-            &self.placed,
+        reg.register(
+            "warren_gateway_requests",
+            "Requests answered by this gateway",
+            self.requests.clone(),
         );
-        counter(
-            "warren_gateway_refusals_total",
-            "Node refusals (429) that sent a placement to the next candidate.",
-            &self.refusals,
+        reg.register(
+            "warren_gateway_placements",
+            "Creates and calls a node accepted",
+            self.placed.clone(),
         );
-        counter(
-            "warren_gateway_capacity_unavailable_total",
-            "Placements every candidate refused.",
-            &self.capacity_unavailable,
+        reg.register(
+            "warren_gateway_placement_retries",
+            "Placements sent on to the next candidate after a node refused or was unreachable",
+            self.retries.clone(),
         );
-        counter(
-            "warren_gateway_unschedulable_total",
-            "Placements no node could ever take.",
-            &self.unschedulable,
+        reg.register(
+            "warren_gateway_refusals",
+            "Requests refused or cut short, by reason (node_busy, capacity_unavailable, unschedulable, node_unreachable, sandbox_lost)",
+            self.refusals.clone(),
         );
-        counter(
-            "warren_gateway_node_unreachable_total",
-            "Requests whose node did not answer.",
-            &self.node_unreachable,
-        );
-        counter(
-            "warren_gateway_sandbox_lost_total",
-            "Requests for sandboxes of lost nodes.",
-            &self.sandbox_lost,
-        );
-        out.push_str("# HELP warren_gateway_nodes Nodes of the cluster by state.\n# TYPE warren_gateway_nodes gauge\n");
+        let by_state: Family<StateLabels, Gauge> = Family::default();
         for (state, n) in nodes {
-            out.push_str(&format!("warren_gateway_nodes{{state=\"{state}\"}} {n}\n"));
+            by_state
+                .get_or_create(&StateLabels { state })
+                .set(*n as i64);
         }
+        reg.register(
+            "warren_gateway_nodes",
+            "Nodes of the cluster by state",
+            by_state,
+        );
+        self.http.register(&mut reg);
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &reg);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_by_reason_and_every_reason_is_listed() {
+        let m = Metrics::default();
+        m.refused(Refusal::NodeBusy);
+        m.refused(Refusal::NodeBusy);
+        Metrics::inc(&m.retries);
+        let text = m.render(&[("ready", 2), ("lost", 1)]);
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/metrics.md"
+        ))
+        .unwrap();
+        m.http.observe("GET", "/v1/health", 200, 0.001);
+        let missing = warren_edge::http_metrics::undocumented(&m.render(&[]), &doc);
+        assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+        for line in [
+            "warren_gateway_refusals_total{reason=\"node_busy\"} 2\n",
+            "warren_gateway_refusals_total{reason=\"sandbox_lost\"} 0\n",
+            "warren_gateway_placement_retries_total 1\n",
+            "warren_gateway_nodes{state=\"ready\"} 2\n",
+            "warren_gateway_nodes{state=\"lost\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 }

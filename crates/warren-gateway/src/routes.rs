@@ -43,7 +43,7 @@ pub fn router(gw: Gateway) -> Router {
         .add("GET", "/metrics", cluster::metrics)
         .add("POST", "/v1/sandboxes", sandboxes::create)
         .add("GET", "/v1/sandboxes", sandboxes::list);
-    sandbox_routes(r)
+    let r = sandbox_routes(r)
         .add("GET", "/v1/images", fanout::images)
         .add("GET", "/v1/images/{ref}", fanout::first_found)
         .add("DELETE", "/v1/images/{ref}", fanout::everywhere)
@@ -59,8 +59,8 @@ pub fn router(gw: Gateway) -> Router {
         .finish()
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
-        .layer(axum::middleware::from_fn_with_state(gw.clone(), count))
-        .with_state(gw)
+        .layer(axum::middleware::from_fn_with_state(gw.clone(), count));
+    gw.inner.metrics.http.layer(r).with_state(gw)
 }
 
 async fn no_route(req: Request) -> GatewayError {

@@ -13,7 +13,7 @@ use warren_types::{
 };
 
 use crate::error::{GatewayError, GatewayResult};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Refusal};
 use crate::Gateway;
 
 /// `/v1/sandboxes/{id}/...`: the sandbox's node answers.
@@ -44,7 +44,7 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
         }
     };
     let Some(answer) = answer else {
-        Metrics::inc(&gw.inner.metrics.sandbox_lost);
+        gw.inner.metrics.refused(Refusal::SandboxLost);
         return match lost {
             Some(e) => e.into_response(),
             None => crate::error::lost(
@@ -63,7 +63,7 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
         (Ok(resp), _) => resp,
         (Err(e), Some(lost)) if e.not_sent() => lost_answer(&gw, lost),
         (Err(e), _) => {
-            Metrics::inc(&gw.inner.metrics.node_unreachable);
+            gw.inner.metrics.refused(Refusal::NodeUnreachable);
             crate::error::unreachable(e.to_string())
                 .retry_after(1)
                 .into_response()
@@ -72,7 +72,7 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
 }
 
 fn lost_answer(gw: &Gateway, e: GatewayError) -> Response {
-    Metrics::inc(&gw.inner.metrics.sandbox_lost);
+    gw.inner.metrics.refused(Refusal::SandboxLost);
     e.into_response()
 }
 
@@ -182,7 +182,7 @@ async fn placed(
     let order = match candidates(&view, &place, &in_flight, seed, gw.config().k) {
         Ok(o) => o,
         Err(PlaceError::Unschedulable(why, _)) => {
-            Metrics::inc(&gw.inner.metrics.unschedulable);
+            gw.inner.metrics.refused(Refusal::Unschedulable);
             return GatewayError::new(
                 ErrorCode::Unschedulable,
                 format!("no node can ever take this request: {why}"),
@@ -190,7 +190,7 @@ async fn placed(
             .into_response();
         }
         Err(PlaceError::Unavailable(why, _)) => {
-            Metrics::inc(&gw.inner.metrics.capacity_unavailable);
+            gw.inner.metrics.refused(Refusal::CapacityUnavailable);
             return GatewayError::new(
                 ErrorCode::CapacityUnavailable,
                 format!("no node can take this request now: {why}"),
@@ -201,10 +201,15 @@ async fn placed(
     };
     let mut refusals = Vec::new();
     let mut wait: Option<u64> = None;
+    let mut tried = 0;
     for node in order.iter().take(gw.config().max_attempts.max(1)) {
         let Some(m) = view.members.get(node) else {
             continue;
         };
+        if tried > 0 {
+            Metrics::inc(&gw.inner.metrics.retries);
+        }
+        tried += 1;
         let placement = gw.inner.in_flight.begin(node);
         let sent = gw
             .proxy()
@@ -213,7 +218,7 @@ async fn placed(
             Some(r) => r,
             None => {
                 // Its registration expired while the request was out: it may have been done.
-                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                gw.inner.metrics.refused(Refusal::NodeUnreachable);
                 return crate::error::unreachable(format!(
                     "node {node} stopped answering and left the cluster; the request may have \
                      been carried out there"
@@ -226,11 +231,11 @@ async fn placed(
             Ok(resp) if place.key.is_some() && resp.status() == StatusCode::TOO_MANY_REQUESTS => {
                 // A key stays with its node: another node could not know of a sandbox this
                 // one makes for a retry, so the caller waits (Retry-After) and asks again.
-                Metrics::inc(&gw.inner.metrics.refusals);
+                gw.inner.metrics.refused(Refusal::NodeBusy);
                 return resp;
             }
             Err(e) if place.key.is_some() => {
-                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                gw.inner.metrics.refused(Refusal::NodeUnreachable);
                 warn!(%node, error = %e, "the idempotency key's node is unreachable");
                 return crate::error::unreachable(format!(
                     "{e}; a create with an idempotency key goes to its key's node {node} alone \
@@ -241,7 +246,7 @@ async fn placed(
                 .into_response();
             }
             Ok(resp) if resp.status() == StatusCode::TOO_MANY_REQUESTS => {
-                Metrics::inc(&gw.inner.metrics.refusals);
+                gw.inner.metrics.refused(Refusal::NodeBusy);
                 let ra = retry_after(resp.headers()).unwrap_or(1);
                 wait = Some(wait.map_or(ra, |w| w.min(ra)));
                 refusals.push(format!("{node} is busy"));
@@ -256,13 +261,13 @@ async fn placed(
             }
             Err(e) if e.not_sent() => {
                 // Nothing reached the node.
-                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                gw.inner.metrics.refused(Refusal::NodeUnreachable);
                 warn!(%node, error = %e, "node unreachable; trying the next");
                 refusals.push(format!("{node} is unreachable"));
             }
             Err(e) => {
                 // The node may have started it: do not start a second one elsewhere.
-                Metrics::inc(&gw.inner.metrics.node_unreachable);
+                gw.inner.metrics.refused(Refusal::NodeUnreachable);
                 return crate::error::unreachable(format!(
                     "{e}; the request may have been carried out: retry with an idempotency key"
                 ))
@@ -271,7 +276,7 @@ async fn placed(
             }
         }
     }
-    Metrics::inc(&gw.inner.metrics.capacity_unavailable);
+    gw.inner.metrics.refused(Refusal::CapacityUnavailable);
     GatewayError::new(
         ErrorCode::CapacityUnavailable,
         format!(

@@ -18,9 +18,34 @@ pub trait LayerSource: Send + Sync + std::fmt::Debug {
     fn pin(&self, digests: &[String]);
     /// The sandbox is gone.
     fn unpin(&self, digests: &[String]);
+    /// What the source fetched and served so far, for sources that count it.
+    fn stats(&self) -> Option<SourceStats> {
+        None
+    }
+}
+
+/// Counters of a [`LayerSource`] (for `/metrics`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Range requests sent to the remote store.
+    pub fetches: u64,
+    pub fetched_bytes: u64,
+    /// Reads served from local data, and reads that had to wait for a fetch.
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Fetched data that failed verification (never served).
+    pub corrupt: u64,
+    /// Bytes of layer data held locally now.
+    pub local_bytes: u64,
 }
 
 impl ImageStore {
+    /// The counters of the layer source, when it has one that counts.
+    pub fn source_stats(&self) -> Option<SourceStats> {
+        self.source.get()?.stats()
+    }
+
     /// Sets the source of layers missing from the store (once).
     pub fn set_layer_source(&self, source: Arc<dyn LayerSource>) {
         let _ = self.source.set(source);

@@ -34,7 +34,7 @@ mod layer;
 mod lease;
 mod store;
 
-pub use fetch::{LayerPins, LayerSource};
+pub use fetch::{LayerPins, LayerSource, SourceStats};
 pub use gc::is_temp_holder;
 pub use import::{ImportReport, ImportSource};
 pub use lease::Lease;

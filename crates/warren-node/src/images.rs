@@ -37,6 +37,55 @@ fn image_error(e: ImageError) -> NodeError {
 }
 
 impl Images {
+    /// Adds the remote layer cache's counters to a scrape's registry (nothing without a blob
+    /// store).
+    pub fn register_metrics(&self, reg: &mut prometheus_client::registry::Registry) {
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let Some(s) = self.store.as_ref().and_then(|st| st.source_stats()) else {
+            return;
+        };
+        for (name, help, v) in [
+            (
+                "warren_blob_cache_hits",
+                "Layer chunk reads served from the node's cache",
+                s.hits,
+            ),
+            (
+                "warren_blob_cache_misses",
+                "Layer chunk reads that waited for a fetch from the blob store",
+                s.misses,
+            ),
+            (
+                "warren_blob_fetches",
+                "Range requests sent to the blob store",
+                s.fetches,
+            ),
+            (
+                "warren_blob_fetched_bytes",
+                "Bytes of layer data fetched from the blob store",
+                s.fetched_bytes,
+            ),
+            (
+                "warren_blob_cache_evictions",
+                "Layers evicted from the node's cache",
+                s.evictions,
+            ),
+            (
+                "warren_blob_corrupt_chunks",
+                "Fetched chunks that failed verification (never served)",
+                s.corrupt,
+            ),
+        ] {
+            reg.register(name, help, ConstCounter::new(v));
+        }
+        reg.register(
+            "warren_blob_cache_bytes",
+            "Bytes of layer data held in the node's cache",
+            ConstGauge::new(s.local_bytes as i64),
+        );
+    }
+
     /// Serves `store` (the store the runtimes use), or nothing.
     pub fn new(store: Option<Arc<ImageStore>>) -> Images {
         Images { store }

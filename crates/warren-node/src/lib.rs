@@ -28,6 +28,7 @@ pub mod images;
 pub mod manager;
 pub mod metrics;
 pub mod node;
+pub mod pressure;
 mod quota;
 pub mod store;
 #[cfg(test)]

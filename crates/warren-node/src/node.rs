@@ -22,6 +22,8 @@ pub struct Node {
     pub sandboxes: Manager,
     pub images: Images,
     pub functions: Functions,
+    /// Requests answered by the node's API router, by route and status.
+    pub http: warren_edge::HttpMetrics,
 }
 
 impl Node {
@@ -46,14 +48,21 @@ impl Node {
             images: Images::new(images),
             functions,
             sandboxes,
+            http: warren_edge::HttpMetrics::default(),
         }
     }
 
-    /// The Prometheus text of `/metrics`: the sandboxes' counters, then the pools'.
+    /// The Prometheus text of `/metrics`: one registry per scrape, into which each part
+    /// registers its own figures, encoded once.
     pub fn render_metrics(&self) -> String {
-        let mut m = self.sandboxes.render_metrics();
-        m.push_str(&self.functions.render_metrics());
-        m
+        let mut reg = crate::metrics::Registry::default();
+        crate::metrics::register_build_info(&mut reg);
+        self.http.register(&mut reg);
+        self.sandboxes.register_metrics(&mut reg);
+        self.functions.register_metrics(&mut reg);
+        self.images.register_metrics(&mut reg);
+        crate::metrics::host::register(&mut reg);
+        crate::metrics::encode(&reg)
     }
 
     /// Destroys every warm function container (when the daemon stops), then lets the

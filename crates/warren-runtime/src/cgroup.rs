@@ -123,6 +123,15 @@ impl Hierarchy {
         }
     }
 
+    /// Resource use of every sandbox group together (the parents' own figures).
+    pub fn total_usage(&self) -> Usage {
+        CgroupSet {
+            dirs: self.parents.clone(),
+            v2_only: self.v2_only,
+        }
+        .usage()
+    }
+
     /// Names of every sandbox group that exists in any hierarchy.
     pub fn list(&self) -> Vec<String> {
         let mut names = Vec::new();

@@ -95,6 +95,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// needs (sandboxes themselves keep running).
     fn shutdown(&self) {}
 
+    /// Resource use of every sandbox of this runtime together (the node's parent cgroups),
+    /// where the runtime keeps them in cgroups. Runtimes of one node may share the parent:
+    /// the figure is then the same from each of them.
+    fn node_usage(&self) -> Option<Usage> {
+        None
+    }
+
     /// Creates `children.len()` new sandboxes from `parent`: the same image stack and a copy
     /// of its writable layer (process state is not copied). `parent` may be running or
     /// paused; it is left as it was. On error no child is left behind.
@@ -134,6 +141,12 @@ pub trait Instance: Send + Sync + 'static {
     /// Current resource use (best effort).
     fn usage(&self) -> Usage {
         Usage::default()
+    }
+
+    /// How long the phases of this sandbox's start took (`image`, `cgroups`, `agent`), for
+    /// runtimes that measure them; empty otherwise.
+    fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        Vec::new()
     }
 
     /// Freezes every process of the sandbox and pushes its memory out of RAM as far as the

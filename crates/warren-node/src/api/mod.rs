@@ -42,7 +42,7 @@ pub use warren_types::routes::NODE_API as ROUTES;
 
 /// The API router, ready to serve.
 pub fn router(node: Node) -> Router {
-    CheckedRouter::new(ROUTES.iter().copied())
+    let routes = CheckedRouter::new(ROUTES.iter().copied())
         .add("GET", "/v1/health", sandboxes::health)
         .add("GET", "/metrics", sandboxes::metrics)
         .add("POST", "/v1/sandboxes", sandboxes::create)
@@ -95,8 +95,9 @@ pub fn router(node: Node) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn(drain::drain_refused))
-        .layer(axum::middleware::from_fn(log_request))
-        .with_state(node)
+        .layer(axum::middleware::from_fn(log_request));
+    // Outermost, so refused and failed requests are counted with the status they got.
+    node.http.layer(routes).with_state(node)
 }
 
 async fn no_route(req: Request) -> HttpError {

@@ -134,10 +134,7 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
 pub async fn metrics(State(node): State<Node>, Auth(caller): Auth) -> HttpResult<Response> {
     caller.require_admin("GET /metrics")?;
     Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         node.render_metrics(),
     )
         .into_response())

@@ -632,11 +632,29 @@ async fn well_formed_requests_reach_the_manager() {
     let metrics = call(&app, Method::GET, "/metrics", None, "").await;
     assert!(metrics.content_type.unwrap().starts_with("text/plain"));
     let text = String::from_utf8(metrics.body).unwrap();
-    assert!(
-        text.contains("warren_sandboxes{state=\"running\"} 1"),
-        "{text}"
-    );
-    assert!(text.contains("warren_exec_total 2"), "{text}");
+    for line in [
+        "warren_sandboxes{state=\"running\",substrate=\"container\"} 1\n",
+        "warren_sandboxes{state=\"paused\",substrate=\"container\"} 0\n",
+        "warren_exec_total 2\n",
+        "warren_exec_duration_seconds_count{substrate=\"container\"} 2\n",
+        "warren_sandbox_create_seconds_count{substrate=\"container\"} 1\n",
+        "warren_sandbox_create_phase_seconds_count{substrate=\"container\",phase=\"network\"} 1\n",
+        // By route template, never by raw path.
+        "warren_http_requests_total{method=\"POST\",route=\"/v1/sandboxes/{id}/exec\",status=\"200\"} 1\n",
+        "warren_http_requests_total{method=\"POST\",route=\"/v1/sandboxes\",status=\"201\"} 1\n",
+        "warren_sandboxes_cpus_requested 1",
+        "warren_build_info{version=\"",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    assert!(!text.contains(&sb), "a raw path in the metrics:\n{text}");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/metrics.md"
+    ))
+    .unwrap();
+    let missing = warren_edge::http_metrics::undocumented(&text, &doc);
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
 
     assert_eq!(
         call(&app, Method::DELETE, &sb, None, "").await.status,

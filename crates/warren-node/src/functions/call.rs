@@ -115,6 +115,8 @@ impl FunctionPools {
             match r {
                 Ok(out) => {
                     pool.release(lease, true);
+                    self.call_seconds.observe(t0.elapsed().as_secs_f64());
+                    self.wait_seconds.observe(queued.as_secs_f64());
                     tracing::debug!(
                         cell_wait_us = out.cell_wait_us,
                         queued_us = queued.as_micros() as u64,

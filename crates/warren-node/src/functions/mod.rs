@@ -20,10 +20,13 @@ mod backend;
 mod call;
 mod pool;
 pub(crate) use pool::start_failed;
-pub(crate) mod pressure;
 #[cfg(test)]
 mod tests;
 
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -77,6 +80,11 @@ impl Default for FunctionConfig {
         }
     }
 }
+
+/// Upper bounds (seconds) of the call and wait histograms.
+const CALL_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+];
 
 /// What makes two calls share a pool.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,9 +174,9 @@ impl Functions {
         self.pools.info()
     }
 
-    /// The pools' part of `/metrics`.
-    pub fn render_metrics(&self) -> String {
-        self.pools.render_metrics()
+    /// Adds the pools' figures to a scrape's registry.
+    pub fn register_metrics(&self, reg: &mut Registry) {
+        self.pools.register_metrics(reg)
     }
 
     /// Destroys every warm container.
@@ -187,6 +195,8 @@ pub struct FunctionPools {
     shared: Arc<pool::Shared>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
     ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    call_seconds: Histogram,
+    wait_seconds: Histogram,
 }
 
 impl FunctionPools {
@@ -200,6 +210,8 @@ impl FunctionPools {
             }),
             pools: Mutex::new(HashMap::new()),
             ticker: Mutex::new(None),
+            call_seconds: Histogram::new(CALL_BUCKETS),
+            wait_seconds: Histogram::new(CALL_BUCKETS),
         })
     }
 
@@ -329,11 +341,9 @@ impl FunctionPools {
         }
     }
 
-    /// Prometheus lines of the pools.
-    pub fn render_metrics(&self) -> String {
-        use std::fmt::Write;
+    /// Adds the pools' figures to a scrape's registry.
+    pub fn register_metrics(&self, reg: &mut Registry) {
         let info = self.info();
-        let mut out = String::new();
         let (mut idle, mut busy, mut queued, mut calls, mut rejected, mut replaced) =
             (0, 0, 0, 0, 0, 0);
         for p in &info.pools {
@@ -344,62 +354,64 @@ impl FunctionPools {
             rejected += p.rejected;
             replaced += p.replaced;
         }
-        for (name, help, kind, v) in [
+        for (name, help, v) in [
             (
                 "warren_function_pools",
-                "Warm function pools.",
-                "gauge",
+                "Warm function pools",
                 info.pools.len() as u64,
             ),
             (
                 "warren_function_warm_idle",
-                "Warm function containers waiting for a call.",
-                "gauge",
+                "Warm function containers waiting for a call",
                 idle,
             ),
             (
                 "warren_function_warm_busy",
-                "Warm function containers running a call.",
-                "gauge",
+                "Warm function containers running a call",
                 busy,
             ),
             (
                 "warren_function_queued",
-                "Function calls waiting for a container.",
-                "gauge",
+                "Function calls waiting for a container",
                 queued,
             ),
             (
                 "warren_function_warm_memory_mb",
-                "Memory reserved by warm function containers.",
-                "gauge",
+                "Memory reserved by warm function containers",
                 info.warm_memory_mb,
             ),
+        ] {
+            reg.register(name, help, ConstGauge::new(v as i64));
+        }
+        for (name, help, v) in [
             (
-                "warren_function_calls_total",
-                "Function calls given a container.",
-                "counter",
+                "warren_function_calls",
+                "Function calls given a container",
                 calls,
             ),
             (
-                "warren_function_rejected_total",
-                "Function calls refused with busy.",
-                "counter",
+                "warren_function_rejected",
+                "Function calls refused with busy",
                 rejected,
             ),
             (
-                "warren_function_replaced_total",
-                "Warm function containers replaced after a crash or failure.",
-                "counter",
+                "warren_function_replaced",
+                "Warm function containers replaced after a crash or failure",
                 replaced,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
+            reg.register(name, help, ConstCounter::new(v));
         }
-        out
+        reg.register(
+            "warren_function_call_seconds",
+            "Wall time of successful function calls, waiting included",
+            self.call_seconds.clone(),
+        );
+        reg.register(
+            "warren_function_wait_seconds",
+            "Time successful function calls waited for a warm container",
+            self.wait_seconds.clone(),
+        );
     }
 
     /// Destroys every warm container (daemon shutdown; calls still running finish first).

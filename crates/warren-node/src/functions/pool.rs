@@ -326,7 +326,7 @@ impl Pool {
             .shared
             .cfg
             .max_cpu_pressure
-            .is_some_and(|max| super::pressure::cpu_some_avg10().is_some_and(|p| p > max));
+            .is_some_and(|max| crate::pressure::cpu_some_avg10().is_some_and(|p| p > max));
         if !saturated && self.start_one() {
             tracing::debug!(image = ?self.key.image, "calls wait for cells: one more warm container");
         }

@@ -192,6 +192,7 @@ impl Manager {
                 },
             )
         });
+        let recording = std::time::Instant::now();
         if let Err(e) = self
             .inner
             .store
@@ -202,6 +203,7 @@ impl Manager {
             return Err(e.into());
         }
 
+        let recorded = recording.elapsed();
         let started = std::time::Instant::now();
         let instance = match runtime.create(&spec).await {
             Ok(i) => i,
@@ -216,6 +218,7 @@ impl Manager {
             }
         };
 
+        let networking = std::time::Instant::now();
         if let Err(e) = self.apply_network(&sb.id, &instance, &req.network).await {
             warn!(sandbox = %sb.id, error = %e, "cannot give the sandbox its network; destroying it");
             if let Err(de) = instance.destroy().await {
@@ -228,6 +231,9 @@ impl Manager {
             return Err(e);
         }
 
+        let mut phases = instance.startup_phases();
+        phases.push(("network", networking.elapsed()));
+        phases.push(("record", recorded));
         let persisted = {
             let mut st = sb.lock();
             st.info.state = SandboxState::Running;
@@ -240,6 +246,9 @@ impl Manager {
             Ok(info) => {
                 self.watch_lost(sb.clone(), instance);
                 Metrics::inc(&self.inner.metrics.creates);
+                self.inner
+                    .metrics
+                    .observe_create(info.substrate, recording.elapsed(), &phases);
                 info!(sandbox = %sb.id, ms = started.elapsed().as_millis() as u64, image = ?info.image, "sandbox created");
                 Ok(Created {
                     info,

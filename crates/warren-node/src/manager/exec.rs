@@ -118,6 +118,7 @@ struct Drive {
     encoding: OutputEncoding,
     cap: u64,
     instance: Arc<dyn warren_runtime::Instance>,
+    substrate: warren_types::Substrate,
     /// The sandbox's OOM kill count when the command started.
     ooms: Option<u64>,
     _busy: ActivityGuard,
@@ -163,7 +164,7 @@ impl Drive {
                     (ev, (&mut err, b), &mut err_over)
                 }
                 Some(Ok(StreamItem::Exit(mut exit))) => {
-                    m.observe_exec(started.elapsed());
+                    m.observe_exec(self.substrate, started.elapsed());
                     exit.stdout_truncated |= out_over;
                     exit.stderr_truncated |= err_over;
                     mark_oom(&mut exit, self.ooms, self.instance.usage().oom_kills);
@@ -266,7 +267,9 @@ impl Manager {
                     NodeError::runtime(&sid, e)
                 })?;
                 mark_oom(&mut out.exit, ooms, instance.usage().oom_kills);
-                m.inner.metrics.observe_exec(started.elapsed());
+                m.inner
+                    .metrics
+                    .observe_exec(info.substrate, started.elapsed());
                 Ok(out)
             })
             .await?;
@@ -312,6 +315,7 @@ impl Manager {
             encoding: req.encoding,
             cap: req.output_cap(),
             instance,
+            substrate: info.substrate,
             ooms,
             _busy: busy,
         };
@@ -362,6 +366,7 @@ impl Manager {
             encoding: req.encoding,
             cap: req.output_cap(),
             instance,
+            substrate: info.substrate,
             ooms,
             _busy: busy,
         };

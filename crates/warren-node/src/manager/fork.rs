@@ -18,7 +18,7 @@ use warren_types::{Caller, ForkRequest, SandboxId, SandboxInfo, SandboxState, Tr
 use super::runner::{Answered, Begun};
 use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
-use crate::metrics::Metrics;
+use crate::metrics::{Change, Metrics};
 use crate::store::{StoredSandbox, FORMAT};
 use crate::trajectory::{request_digest, Forked, SandboxLog, StoredEntry};
 
@@ -268,6 +268,11 @@ impl Manager {
         }
         logged?;
         Metrics::inc_by(&self.inner.metrics.forks, ids.len() as u64);
+        if let Some(c) = children.first() {
+            self.inner
+                .metrics
+                .observe_change(Change::Fork, c.substrate(), started.elapsed());
+        }
         info!(parent = %id, n = ids.len(), ms = started.elapsed().as_millis() as u64, "sandbox forked");
         Ok(Answered {
             answer: children.iter().map(|c| c.lock().info.clone()).collect(),

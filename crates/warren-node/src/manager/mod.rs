@@ -24,6 +24,7 @@ mod pause;
 mod reaper;
 mod recover;
 mod runner;
+mod scrape;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -122,6 +123,11 @@ struct Entry {
 }
 
 impl Sandbox {
+    /// Its substrate (as the API names it: a function sandbox runs on the container runtime).
+    fn substrate(&self) -> Substrate {
+        self.lock().info.substrate
+    }
+
     fn new(
         id: SandboxId,
         info: SandboxInfo,
@@ -234,6 +240,9 @@ pub(crate) struct Inner {
     /// Quota usage per tenant.
     tenants: Arc<crate::quota::Tenants>,
     metrics: Metrics,
+    /// The sandboxes' CPU time read by the last scrape, `(ms since the epoch, µs of CPU)`:
+    /// the start of the next scrape's idle-share window.
+    scraped_cpu: Mutex<Option<(u64, u64)>>,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
@@ -272,6 +281,7 @@ impl Manager {
                 tombstones: Mutex::new(VecDeque::new()),
                 tenants: Arc::default(),
                 metrics: Metrics::default(),
+                scraped_cpu: Mutex::new(None),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
                 admission,
@@ -468,7 +478,7 @@ impl Manager {
         let mem = self.inner.admission.memory();
         let mut load = warren_types::NodeLoad {
             memory_available_mb: mem.available_mb,
-            cpu_pressure: crate::functions::pressure::cpu_some_avg10().unwrap_or(0.0),
+            cpu_pressure: crate::pressure::cpu_some_avg10().unwrap_or(0.0),
             ..Default::default()
         };
         for sb in all {
@@ -512,26 +522,6 @@ impl Manager {
         (self.journal().state_bytes(), self.config().state_max_bytes)
     }
 
-    /// The Prometheus text of the sandboxes' part of `/metrics`, with the state file's size
-    /// and the daemon's resident memory.
-    pub fn render_metrics(&self) -> String {
-        let mut m = self.inner.metrics.render(&self.count_by_state());
-        let (bytes, max) = self.state_usage();
-        m.push_str(&format!(
-            "# HELP warren_state_bytes Size of the node's state file (sandboxes, trajectories).\n\
-             # TYPE warren_state_bytes gauge\nwarren_state_bytes {bytes}\n\
-             # HELP warren_state_max_bytes State file size beyond which no output is kept.\n\
-             # TYPE warren_state_max_bytes gauge\nwarren_state_max_bytes {max}\n"
-        ));
-        if let Some(rss) = resident_bytes() {
-            m.push_str(&format!(
-                "# HELP process_resident_memory_bytes Resident memory of the daemon.\n\
-                 # TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}\n"
-            ));
-        }
-        m
-    }
-
     fn remember_deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
         let mut t = self.inner.tombstones.lock().expect("tombstones lock");
         if t.len() >= TOMBSTONES {
@@ -552,14 +542,4 @@ impl Manager {
             Some(t) => format!("{t}\0{key}"),
         }
     }
-}
-
-/// The daemon's resident memory (`VmRSS`).
-fn resident_bytes() -> Option<u64> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| kib * 1024)
 }

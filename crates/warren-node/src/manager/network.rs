@@ -120,6 +120,7 @@ impl Manager {
             st.info.network = policy.clone();
             self.persist(&sb, &st)?;
         }
+        crate::metrics::Metrics::inc(&self.inner.metrics.network_changes);
         Ok(self.network_status(id, policy))
     }
 

@@ -16,7 +16,7 @@ use warren_types::{PauseStats, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
-use crate::metrics::Metrics;
+use crate::metrics::{Change, Metrics};
 
 /// Clears `pausing` however the pause ends (error, or the caller going away).
 struct Pausing<'a>(&'a Sandbox);
@@ -85,6 +85,7 @@ impl Manager {
             }
         };
         let pausing = Pausing(sb);
+        let started = std::time::Instant::now();
         let s = instance
             .pause()
             .await
@@ -99,6 +100,9 @@ impl Manager {
         drop(pausing);
         if was == SandboxState::Running {
             Metrics::inc(&self.inner.metrics.pauses);
+            self.inner
+                .metrics
+                .observe_change(Change::Pause, sb.substrate(), started.elapsed());
             info!(sandbox = %sb.id, ?by, before = s.memory_before_bytes, after = s.memory_after_bytes,
                   ms = s.duration_ms, note = s.note.as_deref().unwrap_or(""), "sandbox paused");
         }
@@ -148,6 +152,9 @@ impl Manager {
             }
         }
         Metrics::inc(&self.inner.metrics.resumes);
+        self.inner
+            .metrics
+            .observe_change(Change::Resume, sb.substrate(), started.elapsed());
         info!(sandbox = %sb.id, us = started.elapsed().as_micros() as u64, "sandbox resumed");
         Ok(())
     }

@@ -7,10 +7,10 @@ use super::{now_ms, Manager};
 use crate::error::NodeError;
 
 /// A stats window shorter than this is too noisy: the previous sample stays the start.
-const MIN_WINDOW_MS: u64 = 250;
+pub(super) const MIN_WINDOW_MS: u64 = 250;
 
 /// CPU share over a window: `(share, window in seconds)`, or `None` for an empty window.
-fn share(from: (u64, u64), to: (u64, u64), cpus: f64) -> Option<(f64, f64)> {
+pub(super) fn share(from: (u64, u64), to: (u64, u64), cpus: f64) -> Option<(f64, f64)> {
     let ms = to.0.checked_sub(from.0).filter(|ms| *ms > 0)?;
     let used_us = to.1.saturating_sub(from.1) as f64;
     let cores = cpus.max(0.01);

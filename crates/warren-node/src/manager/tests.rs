@@ -108,7 +108,7 @@ async fn failed_start_leaves_nothing() {
     // The key is free again.
     rt.fail_create.store(false, Ordering::SeqCst);
     assert!(m.create(req).await.unwrap().created);
-    assert_eq!(m.metrics().create_errors.load(Ordering::Relaxed), 1);
+    assert_eq!(m.metrics().create_errors.get(), 1);
 }
 
 #[tokio::test]
@@ -418,7 +418,7 @@ async fn exec_merges_sandbox_defaults_and_encodes_output() {
     assert_eq!(spec.user.as_deref(), Some("root"));
     assert!(spec.stdin);
     assert_eq!(r.stderr, "ZXJy");
-    assert_eq!(m.metrics().execs.load(Ordering::Relaxed), 2);
+    assert_eq!(m.metrics().execs.get(), 2);
 
     let bad = ExecRequest::default();
     assert_eq!(

@@ -57,7 +57,7 @@ async fn idle_sandboxes_pause_and_a_call_resumes_them() {
     m.pause(&id).await.unwrap();
     assert_eq!(m.stat(&id, "/x").await.unwrap().name, "/x");
     assert_eq!(rt.shared.resumes.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().paused_idle.load(Ordering::Relaxed), 1);
+    assert_eq!(m.metrics().paused_idle.get(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

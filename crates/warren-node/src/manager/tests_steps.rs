@@ -74,7 +74,7 @@ async fn a_logged_step_answers_its_record_and_runs_nothing() {
     // Calls without a step always run.
     m.exec(&id, ExecRequest::shell("echo a")).await.unwrap();
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().replays.load(Ordering::Relaxed), 5);
+    assert_eq!(m.metrics().replays.get(), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +104,7 @@ async fn a_different_request_at_a_logged_step_is_a_conflict() {
     let e = m.exec(&id, step("echo d", 3)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().step_conflicts.load(Ordering::Relaxed), 4);
+    assert_eq!(m.metrics().step_conflicts.get(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

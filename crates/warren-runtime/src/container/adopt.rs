@@ -59,6 +59,7 @@ pub async fn adopt(
         record: rec,
         paused: was_frozen.into(),
         images: rt.images.clone(),
+        phases: Vec::new(),
     })
 }
 

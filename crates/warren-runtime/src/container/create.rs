@@ -25,9 +25,11 @@ pub async fn create(
 ) -> Result<Container, RuntimeError> {
     // Resolve the image first: an unknown image fails before anything exists. The layers are
     // leased to the sandbox in the same step, so no collection removes them while it lives.
+    let t_image = std::time::Instant::now();
     let layers = crate::leases::acquire(&rt.images, &spec.id, &spec.image).await?;
     // Pinned from here on: the node's layer cache must not evict them while they are mounted.
     let pins = warren_image::LayerPins::new(&rt.images, &layers);
+    let resolved = t_image.elapsed();
     let t0 = std::time::Instant::now();
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     // The agent's own memory is on top of the sandbox's: the writable layer (at most
@@ -42,8 +44,15 @@ pub async fn create(
     }
     let t_cg = t0.elapsed();
     match start(rt, spec, &cgroups, &layers, t0, pins, function).await {
-        Ok(c) => {
+        Ok(mut c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
+            // `start` measured the layer mounts (image) and the agent's start-up.
+            for (phase, d) in c.phases.iter_mut() {
+                if *phase == "image" {
+                    *d += resolved;
+                }
+            }
+            c.phases.push(("cgroups", t_cg));
             Ok(c)
         }
         Err(e) => {
@@ -102,6 +111,7 @@ async fn start(
 
     // Layers are mounted before the agent exists: its mount namespace is a copy of the
     // host's taken at `unshare`, and must already hold them.
+    let t_mount = std::time::Instant::now();
     for d in layers {
         let images = rt.images.clone();
         let d = d.clone();
@@ -113,6 +123,8 @@ async fn start(
             .await
             .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
     }
+    let mounted = t_mount.elapsed();
+    let t_agent = std::time::Instant::now();
     let (ours, theirs) = warren_sys::fd::socketpair()?;
     let stage1 = super::spawn_agent(&rt.cfg, "container", &theirs)?;
     drop(theirs);
@@ -207,5 +219,6 @@ async fn start(
         record,
         paused: Default::default(),
         images: rt.images.clone(),
+        phases: vec![("image", mounted), ("agent", t_agent.elapsed())],
     })
 }

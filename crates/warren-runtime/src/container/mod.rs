@@ -194,6 +194,8 @@ pub struct Container {
     images: Arc<ImageStore>,
     /// Keeps the layers from eviction from the node's layer cache while the sandbox lives.
     _pins: warren_image::LayerPins,
+    /// How long each phase of its start took (empty for an adopted sandbox).
+    phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 #[async_trait]
@@ -222,6 +224,10 @@ impl Instance for Container {
 
     fn usage(&self) -> Usage {
         self.cgroups.usage()
+    }
+
+    fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.phases.clone()
     }
 
     async fn pause(&self) -> Result<crate::PauseStats, RuntimeError> {
@@ -303,6 +309,10 @@ impl Runtime for ContainerRuntime {
     /// Removes the node's (empty) parent cgroups; groups of live sandboxes stay.
     fn shutdown(&self) {
         self.hierarchy.remove_parents_if_empty();
+    }
+
+    fn node_usage(&self) -> Option<Usage> {
+        Some(self.hierarchy.total_usage())
     }
 
     async fn fork(

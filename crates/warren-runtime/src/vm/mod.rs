@@ -475,4 +475,8 @@ impl Runtime for VmRuntime {
         self.hierarchy.remove_parents_if_empty();
         let _ = std::fs::remove_dir(self.sandboxes_dir());
     }
+
+    fn node_usage(&self) -> Option<Usage> {
+        Some(self.hierarchy.total_usage())
+    }
 }
