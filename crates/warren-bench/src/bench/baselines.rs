@@ -27,6 +27,10 @@ pub struct Baseline {
     pub n: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The samples' quantiles 0 %, 1 %, …, 100 % in ms, for the CDF of `--report` (empty
+    /// from a script that does not print them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quantiles_ms: Vec<f64>,
 }
 
 impl Baseline {
