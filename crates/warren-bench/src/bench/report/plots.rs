@@ -27,6 +27,9 @@ const COLOURS: [RGBColor; 8] = [
 /// The fill of every bar (`#1F77B4` in the SVG).
 pub const BAR: RGBColor = COLOURS[0];
 
+/// Where a CDF's legend goes: curves rise to the right, so the upper left is free.
+const UPPER_LEFT: SeriesLabelPosition = SeriesLabelPosition::UpperLeft;
+
 /// When the largest x over the smallest exceeds this, a CDF's x axis is logarithmic.
 const LOG_RATIO: f64 = 20.0;
 
@@ -64,6 +67,17 @@ fn span(xs: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     })
 }
 
+/// An axis label: `0.5`, `10`, `2500` (no `.0` on whole numbers, at most three decimals).
+fn compact(v: &f64) -> String {
+    let t = format!("{v:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    if t == "-0" {
+        "0".into()
+    } else {
+        t.to_string()
+    }
+}
+
 /// A range around `lo..hi` that is never empty.
 fn padded(lo: f64, hi: f64) -> Range<f64> {
     if hi > lo {
@@ -82,10 +96,18 @@ pub fn cdf(title: &str, series: &[Series]) -> anyhow::Result<String> {
     let lo_pos = lo.max(1e-3);
     if hi / lo_pos > LOG_RATIO {
         let range = (lo_pos * 0.9..hi * 1.1).log_scale();
-        draw_lines(title, "ms (log scale)", "fraction", range, 0.0..1.0, series)
+        draw_lines(
+            title,
+            "ms (log scale)",
+            "fraction",
+            range,
+            0.0..1.0,
+            series,
+            UPPER_LEFT,
+        )
     } else {
         let range = padded(0.0, hi);
-        draw_lines(title, "ms", "fraction", range, 0.0..1.0, series)
+        draw_lines(title, "ms", "fraction", range, 0.0..1.0, series, UPPER_LEFT)
     }
 }
 
@@ -101,6 +123,7 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyh
         padded(0.0, xhi),
         padded(ylo.min(0.0), yhi),
         series,
+        SeriesLabelPosition::LowerRight,
     )
 }
 
@@ -111,6 +134,7 @@ fn draw_lines<X>(
     x: X,
     y: Range<f64>,
     series: &[Series],
+    legend: SeriesLabelPosition,
 ) -> anyhow::Result<String>
 where
     X: AsRangedCoord<Value = f64>,
@@ -132,6 +156,8 @@ where
             .configure_mesh()
             .x_desc(x_desc)
             .y_desc(y_desc)
+            .x_label_formatter(&compact)
+            .y_label_formatter(&compact)
             .light_line_style(WHITE)
             .draw()
             .map_err(err)?;
@@ -149,7 +175,7 @@ where
         if !series.is_empty() {
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
+                .position(legend)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()
@@ -197,12 +223,13 @@ pub fn bars(
             .disable_x_mesh()
             .x_labels(n.min(12))
             .x_label_formatter(&label)
+            .y_label_formatter(&compact)
             .x_desc(x_desc)
             .y_desc(y_desc)
             .light_line_style(WHITE)
             .draw()
             .map_err(err)?;
-        let width = if n > 40 { 0.5 } else { 0.35 };
+        let width = if n > 40 { 0.42 } else { 0.35 };
         chart
             .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
                 let x = i as f64;
@@ -212,4 +239,33 @@ pub fn bars(
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_labels_and_ranges() {
+        let labels: Vec<String> = [0.0, -0.0, 0.5, 10.0, 2500.0, 0.125, 1.0 / 3.0]
+            .iter()
+            .map(compact)
+            .collect();
+        assert_eq!(labels, ["0", "0", "0.5", "10", "2500", "0.125", "0.333"]);
+        assert_eq!(padded(0.0, 0.0), -1.0..1.0);
+        assert_eq!(padded(0.0, 10.0), 0.0..10.5);
+        assert_eq!(span([f64::NAN, 3.0, 1.0].into_iter()), Some((1.0, 3.0)));
+        assert_eq!(span(std::iter::empty()), None);
+        // A single point still draws (the range is widened), as one series.
+        let svg = lines(
+            "one",
+            "x",
+            "y",
+            &[Series {
+                name: "p".into(),
+                points: vec![(1.0, 1.0)],
+            }],
+        );
+        assert!(svg.unwrap().contains("<polyline"));
+    }
 }
