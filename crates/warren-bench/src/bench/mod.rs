@@ -533,10 +533,11 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if args.which == Which::Vm {
         let vms = args.concurrency.unwrap_or(8);
-        return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+        let n = args.n.unwrap_or(8).max(2);
+        return vm::run(&args.image, n, vms, args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Tls {
-        return tls::run(args.n.unwrap_or(1000), args.json).await;
+        return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Images {
         return images::run(&args.images, args.json, args.report.as_deref()).await;

@@ -264,6 +264,24 @@ fn an_empty_report_has_no_plot() {
 }
 
 #[test]
+fn a_page_without_plots_has_its_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = "MODE         N\nplain HTTP   1000\nTLS + token  1000\nPASS tls overhead = 0.1 ms\n";
+    let page = Page::new(
+        "warren bench tls",
+        text.into(),
+        &serde_json::json!({"tls": 1}),
+    )
+    .unwrap();
+    write(tmp.path(), &page).unwrap();
+    let html = check_dir(tmp.path());
+    assert!(svgs(tmp.path()).is_empty());
+    assert!(html.contains("<td>TLS + token</td><td>1000</td>"), "{html}");
+    assert!(html.contains("<p>PASS tls overhead = 0.1 ms</p>"), "{html}");
+    assert!(html.contains("<title>warren bench tls</title>"), "{html}");
+}
+
+#[test]
 fn names_are_escaped_in_the_page_and_the_plots() {
     let tmp = tempfile::tempdir().unwrap();
     let mut r = full_report();
@@ -324,6 +342,13 @@ fn quantiles_and_tables() {
             Block::Line("after: the table".into()),
         ]
     );
+    // Columns are counted in characters, not bytes (`bench vm` names rows with arrows).
+    let mut t = crate::table::Table::new(["BENCH", "N"]);
+    t.row(["cold boot → first exec", "8"]);
+    let Block::Table(rows) = &blocks(&t.render())[0] else {
+        panic!("not a table")
+    };
+    assert_eq!(rows[1], ["cold boot → first exec", "8"]);
     assert_eq!(natural_key("s12"), ("s", 12));
     assert!(natural_key("s3") < natural_key("s12"));
 }
