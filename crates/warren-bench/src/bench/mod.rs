@@ -531,6 +531,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if let Some(dir) = &args.report {
+        report::usable(dir)?;
+    }
     if args.which == Which::Vm {
         let vms = args.concurrency.unwrap_or(8);
         let n = args.n.unwrap_or(8).max(2);

@@ -209,11 +209,18 @@ fn natural_key(s: &str) -> (&str, u64) {
     (head, tail.parse().unwrap_or(0))
 }
 
-/// Writes `page` into `dir` (created if missing): `report.json`, the SVG files, `index.html`.
-pub fn write(dir: &Path, page: &Page) -> anyhow::Result<()> {
+/// Fails when `dir` exists and is not a directory (checked before a run too, so that a long
+/// run does not end in this error).
+pub fn usable(dir: &Path) -> anyhow::Result<()> {
     if dir.exists() && !dir.is_dir() {
         bail!("--report {}: exists and is not a directory", dir.display());
     }
+    Ok(())
+}
+
+/// Writes `page` into `dir` (created if missing): `report.json`, the SVG files, `index.html`.
+pub fn write(dir: &Path, page: &Page) -> anyhow::Result<()> {
+    usable(dir)?;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--report: cannot create the directory {}", dir.display()))?;
     let put = |name: &str, text: &str| {
