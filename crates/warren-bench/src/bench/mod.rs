@@ -23,6 +23,9 @@
 //!
 //! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
 //! `tls.rs`, `cluster/mod.rs`).
+//!
+//! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
+//! `index.html` with the tables and plots (see `report/mod.rs`).
 
 mod baselines;
 mod call;
