@@ -5,7 +5,8 @@
 #   scripts/bench-baselines.sh ROOTFS [N]      (N iterations each, default 100; podman: min(N, 20))
 #
 # Prints one JSON object per line on stdout, progress on stderr:
-#   {"name":"runc_run","runtime":"runc","n":100,"p50_ms":..,"p99_ms":..,"mean_ms":..,"min_ms":..}
+#   {"name":"runc_run","runtime":"runc","n":100,"p50_ms":..,"p99_ms":..,"mean_ms":..,"min_ms":..,
+#    "quantiles_ms":[..]}    (quantiles 0 %, 1 %, ..., 100 %: the CDF of `warren bench --report`)
 # Baselines:
 #   <rt>_run     `crun run` (or `runc run` where crun refuses this host's cgroups) of `true` in an
 #                OCI bundle with ROOTFS as read-only root and new pid/net/ipc/uts/mount namespaces
@@ -76,7 +77,8 @@ def pct(p):
 
 print(json.dumps({"name": name, **extra, "n": n,
                   "p50_ms": round(pct(50), 2), "p99_ms": round(pct(99), 2),
-                  "mean_ms": round(sum(samples) / n, 2), "min_ms": round(samples[0], 2)},
+                  "mean_ms": round(sum(samples) / n, 2), "min_ms": round(samples[0], 2),
+                  "quantiles_ms": [round(pct(i), 3) for i in range(101)]},
                  separators=(",", ":")))
 PY
 }

@@ -59,5 +59,16 @@ mod tests {
             curve(&["warren-bench", "density", "--curve", "1000,5000", "--json"]),
             Some(vec![1000, 5000])
         );
+        let report = |argv: &[&str]| Cli::try_parse_from(argv).unwrap().args.report;
+        assert_eq!(report(&["warren-bench", "exec"]), None);
+        assert_eq!(
+            report(&["warren-bench", "all", "--report", "out/run1", "--json"]),
+            Some(std::path::PathBuf::from("out/run1"))
+        );
+        assert_eq!(
+            report(&["warren-bench", "--report=r", "images"]),
+            Some(std::path::PathBuf::from("r"))
+        );
+        assert!(Cli::try_parse_from(["warren-bench", "exec", "--report"]).is_err());
     }
 }

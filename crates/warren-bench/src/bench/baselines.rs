@@ -27,6 +27,10 @@ pub struct Baseline {
     pub n: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The samples' quantiles 0 %, 1 %, …, 100 % in ms, for the CDF of `--report` (empty
+    /// from a script that does not print them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quantiles_ms: Vec<f64>,
 }
 
 impl Baseline {
@@ -142,5 +146,11 @@ mod tests {
             serde_json::from_str(r#"{"name":"crun_exec","n":5,"p50_ms":7,"p99_ms":8}"#).unwrap();
         with_podman.push(crun);
         assert_eq!(oci_exec(&with_podman).unwrap().name, "crun_exec");
+        assert!(
+            b[0].quantiles_ms.is_empty(),
+            "older scripts print no quantiles"
+        );
+        let q = parse(r#"{"name":"bwrap","n":3,"p50_ms":2,"p99_ms":3,"quantiles_ms":[1,2,3]}"#);
+        assert_eq!(q[0].quantiles_ms, [1.0, 2.0, 3.0]);
     }
 }

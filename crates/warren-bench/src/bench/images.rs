@@ -477,7 +477,7 @@ async fn run_tar_mode(a: &ImagesArgs, url: &str, images: &[GenImage]) -> Result<
     Ok(res)
 }
 
-pub async fn run(a: &ImagesArgs, json: bool) -> Result<i32> {
+pub async fn run(a: &ImagesArgs, json: bool, report_dir: Option<&Path>) -> Result<i32> {
     if let Some(dir) = &a.serve_blobs {
         return serve_blobs(dir.clone(), a.img_rate_mbps).await;
     }
@@ -568,6 +568,9 @@ pub async fn run(a: &ImagesArgs, json: bool) -> Result<i32> {
     } else {
         print!("{}", render(&report));
     }
+    super::report::write_if(report_dir, || {
+        super::report::images_page(&report, render(&report))
+    })?;
     Ok(if failed { 1 } else { 0 })
 }
 

@@ -86,8 +86,16 @@ async fn create_sample(s: &Setup) -> anyhow::Result<f64> {
     Ok(elapsed)
 }
 
+/// A latency summary and the quantiles its CDF is drawn from (see [`super::report::quantiles`]).
+pub type Sampled = (Latency, Vec<f64>);
+
+fn sampled(samples: Vec<f64>) -> Sampled {
+    let q = super::report::quantiles(&samples);
+    (Latency::from_samples(samples), q)
+}
+
 /// Create → first `exec true` finished, `n` times with `concurrency` workers.
-pub async fn create_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Latency> {
+pub async fn create_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Sampled> {
     s.note(format!(
         "create: {n} samples, {concurrency} at a time (after 3 warm-up)"
     ));
@@ -111,11 +119,11 @@ pub async fn create_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::
         w??;
     }
     let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
-    Ok(Latency::from_samples(samples))
+    Ok(sampled(samples))
 }
 
 /// Round trips of `exec true` in one running sandbox.
-pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Latency> {
+pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Sampled> {
     s.note(format!(
         "exec: {n} round trips, {concurrency} at a time (after 50 warm-up)"
     ));
@@ -153,7 +161,7 @@ pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Re
             w??;
         }
         let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
-        Ok::<_, anyhow::Error>(Latency::from_samples(samples))
+        Ok::<_, anyhow::Error>(sampled(samples))
     }
     .await;
     s.client

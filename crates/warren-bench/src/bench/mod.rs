@@ -23,6 +23,9 @@
 //!
 //! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
 //! `tls.rs`, `cluster/mod.rs`).
+//!
+//! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
+//! `index.html` with the tables and plots (see `report/mod.rs`).
 
 mod baselines;
 mod call;
@@ -35,6 +38,7 @@ mod measure;
 mod neighbour;
 mod net;
 mod replay;
+mod report;
 mod tls;
 mod vm;
 
@@ -102,6 +106,12 @@ pub struct Args {
     /// Print one JSON document instead of tables
     #[arg(long)]
     pub json: bool,
+    /// Also write a report directory DIR (created if missing): report.json (what --json
+    /// prints), one SVG per plot (latency CDFs with the baselines of the same run, the density
+    /// curve, lazy vs eager image starts, cluster sandboxes per node) and a self-contained
+    /// index.html with the tables and plots
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
     /// Also run scripts/bench-baselines.sh and compare with crun, podman and bwrap
     #[arg(long)]
     pub baselines: bool,
@@ -156,6 +166,12 @@ pub struct Report {
     pub create: Option<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec: Option<Latency>,
+    /// The create samples' quantiles 0 %, 1 %, …, 100 % in ms (the CDF of `--report`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub create_quantiles_ms: Vec<f64>,
+    /// The exec samples' quantiles, as `create_quantiles_ms`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exec_quantiles_ms: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Throughput>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -469,11 +485,13 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     let c = |default: usize| args.concurrency.unwrap_or(default).max(1);
     let stop = &setup.stop;
     if all || args.which == Which::Create {
-        report.create = Some(measure::create_latency(setup, n(200), c(1)).await?);
+        let (l, q) = measure::create_latency(setup, n(200), c(1)).await?;
+        (report.create, report.create_quantiles_ms) = (Some(l), q);
     }
     if all || args.which == Which::Exec {
         stop.check()?;
-        report.exec = Some(measure::exec_latency(setup, n(1000), c(1)).await?);
+        let (l, q) = measure::exec_latency(setup, n(1000), c(1)).await?;
+        (report.exec, report.exec_quantiles_ms) = (Some(l), q);
     }
     if all || args.which == Which::Throughput {
         stop.check()?;
@@ -516,18 +534,22 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if let Some(dir) = &args.report {
+        report::usable(dir)?;
+    }
     if args.which == Which::Vm {
         let vms = args.concurrency.unwrap_or(8);
-        return vm::run(&args.image, args.n.unwrap_or(8).max(2), vms, args.json).await;
+        let n = args.n.unwrap_or(8).max(2);
+        return vm::run(&args.image, n, vms, args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Tls {
-        return tls::run(args.n.unwrap_or(1000), args.json).await;
+        return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Images {
-        return images::run(&args.images, args.json).await;
+        return images::run(&args.images, args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Cluster {
-        return cluster::run(&args.cluster, args.json).await;
+        return cluster::run(&args.cluster, args.json, args.report.as_deref()).await;
     }
     let concurrency = args.concurrency.unwrap_or(16).max(16);
     let client = ctx.client_with(concurrency + 16)?;
@@ -564,6 +586,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     } else {
         print!("{}", report.render());
     }
+    report::write_if(args.report.as_deref(), || report::node_page(&report))?;
     Ok(0)
 }
 

@@ -288,26 +288,28 @@ pub async fn measure(n: usize) -> Result<TlsBench> {
     result
 }
 
-pub async fn run(n: usize, json: bool) -> Result<i32> {
+pub async fn run(n: usize, json: bool, report_dir: Option<&std::path::Path>) -> Result<i32> {
     let b = measure(n).await?;
     let checks = b.checks();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"tls": b, "checks": checks}))?
-        );
-    } else {
-        print!("{}", b.render());
-        for c in &checks {
-            println!(
-                "{} {} = {:.3} {} (target {})",
-                if c.pass { "PASS" } else { "FAIL" },
-                c.metric,
-                c.value,
-                c.unit,
-                c.target
-            );
-        }
+    let v = serde_json::json!({"tls": b, "checks": checks});
+    let mut text = b.render();
+    for c in &checks {
+        text.push_str(&format!(
+            "{} {} = {:.3} {} (target {})\n",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.metric,
+            c.value,
+            c.unit,
+            c.target
+        ));
     }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{text}");
+    }
+    super::report::write_if(report_dir, || {
+        super::report::Page::new("warren bench tls", text.clone(), &v)
+    })?;
     Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
 }

@@ -223,7 +223,13 @@ fn note(msg: impl std::fmt::Display) {
     eprintln!("bench vm: {msg}");
 }
 
-pub async fn run(image: &str, n: usize, vms: usize, json: bool) -> anyhow::Result<i32> {
+pub async fn run(
+    image: &str,
+    n: usize,
+    vms: usize,
+    json: bool,
+    report_dir: Option<&Path>,
+) -> anyhow::Result<i32> {
     let root = std::env::temp_dir().join(format!("warren-bench-vm-{}", std::process::id()));
     let vm_dir = root.join("vm");
     let result = measure(&root, &vm_dir, image, n, vms).await;
@@ -265,12 +271,24 @@ pub async fn run(image: &str, n: usize, vms: usize, json: bool) -> anyhow::Resul
         ));
     }
     report.checks = checks;
+    let v = serde_json::json!({ "vm": bench, "checks": report.checks });
+    let text = render(&bench, &report);
     if json {
-        let v = serde_json::json!({ "vm": bench, "checks": report.checks });
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
+    } else {
+        print!("{text}");
     }
-    println!("acceleration: {}", bench.accel);
+    super::report::write_if(report_dir, || {
+        super::report::Page::new("warren bench vm", text.clone(), &v)
+    })?;
+    Ok(0)
+}
+
+/// The text report of `bench vm`.
+fn render(bench: &VmBench, report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "acceleration: {}", bench.accel);
     let mut t = Table::new(["BENCH", "N", "P50 ms", "MEAN ms", "MIN ms", "MAX ms"]);
     for (name, l) in [
         ("cold boot → first exec", &bench.cold_boot_first_exec),
@@ -291,8 +309,9 @@ pub async fn run(image: &str, n: usize, vms: usize, json: bool) -> anyhow::Resul
             ]);
         }
     }
-    print!("{}", t.render());
-    println!(
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
         "template build (boot + snapshot + restore, first create of a shape): {:?} ms",
         bench
             .template_build_ms
@@ -301,7 +320,8 @@ pub async fn run(image: &str, n: usize, vms: usize, json: bool) -> anyhow::Resul
             .collect::<Vec<_>>()
     );
     if let Some(d) = &bench.density {
-        println!(
+        let _ = writeln!(
+            out,
             "density: {} idle microVMs of {MEMORY_MB} MiB: RSS {:.1} MiB, PSS {:.1} MiB, cgroup {:.1} MiB, MemAvailable drop {:.1} MiB per VM → {} fit in 20 GiB (by PSS); {} QEMU left after delete",
             d.vms,
             d.rss_mib_per_vm,
@@ -312,9 +332,9 @@ pub async fn run(image: &str, n: usize, vms: usize, json: bool) -> anyhow::Resul
             d.qemu_left_after_delete
         );
     }
-    println!();
-    print!("{}", report.render());
-    Ok(0)
+    out.push('\n');
+    out.push_str(&report.render());
+    out
 }
 
 async fn measure(

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::Check;
 use crate::table::{ms, Table};
 use procs::{Etcd, Gateway, SimNodes};
-use scenarios::{Burst, LeaderLoss, NodeLoss, Overhead, Scale};
+pub(crate) use scenarios::{Burst, LeaderLoss, NodeLoss, Overhead, Scale};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Phase {
@@ -185,7 +185,7 @@ impl ClusterReport {
         self.checks = c;
     }
 
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let mut t = Table::new(["PHASE", "N", "OK", "PER S", "P50 ms", "P99 ms", "MAX ms"]);
         let mut burst_row = |name: &str, b: &Burst| {
@@ -269,7 +269,7 @@ impl ClusterReport {
     }
 }
 
-pub async fn run(a: &ClusterArgs, json: bool) -> Result<i32> {
+pub async fn run(a: &ClusterArgs, json: bool, report_dir: Option<&std::path::Path>) -> Result<i32> {
     let phases: Vec<Phase> = if a.cluster_phases.is_empty() {
         vec![
             Phase::Throughput,
@@ -398,6 +398,9 @@ pub async fn run(a: &ClusterArgs, json: bool) -> Result<i32> {
     } else {
         print!("{}", report.render());
     }
+    super::report::write_if(report_dir, || {
+        super::report::cluster_page(&report, report.render())
+    })?;
     Ok(if report.checks.iter().all(|c| c.pass) {
         0
     } else {

@@ -138,6 +138,8 @@ pub struct Scale {
     /// Listing one label value that 1,000 sandboxes carry, through a gateway.
     pub list_1000: Latency,
     pub list_found: usize,
+    /// Sandboxes on each node once the burst settled.
+    pub per_node: BTreeMap<String, u64>,
 }
 
 pub async fn scale(
@@ -191,6 +193,7 @@ pub async fn scale(
         imbalance: max as f64 / mean.max(1e-9),
         list_1000: Latency::from_samples(samples),
         list_found: found,
+        per_node: counts,
     })
 }
 
