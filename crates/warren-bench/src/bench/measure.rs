@@ -279,6 +279,8 @@ pub struct Density {
     pub mib_per_sandbox: f64,
     /// Sandboxes of this run still listed after deleting them all.
     pub left_after_delete: usize,
+    /// `/metrics` scrapes while the sandboxes were alive.
+    pub scrape: super::scrape::Scrape,
 }
 
 /// `MemTotal - MemAvailable` in KiB, from the text of `/proc/meminfo`.
@@ -310,6 +312,8 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
     // Let page cache and slab settle after the burst before reading.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let after = host_used_kib()?;
+    s.note(format!("density: {created} created; scraping /metrics"));
+    let scrape = super::scrape::measure(&s.client, created).await?;
     s.note(format!("density: {created} created; deleting"));
     delete_all_reporting(&s.client, ids, concurrency.clamp(1, 64)).await?;
     let labels = BTreeMap::from([(BENCH_LABEL.to_string(), s.run_id.clone())]);
@@ -333,6 +337,7 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
         used_after_kib: after,
         mib_per_sandbox,
         left_after_delete: left,
+        scrape,
     })
 }
 

@@ -7,6 +7,7 @@
 //! | exec | `exec true` round trip in one running sandbox | p50 ≤ 2 ms |
 //! | throughput | creations/s from 4 concurrent clients | ≥ 200/s |
 //! | density | host memory per idle sandbox | ≤ 1 MiB |
+//! | density | `/metrics` scrape with the sandboxes alive, p50; daemon CPU at a 5 s interval | ≤ 50 ms; ≤ 1% of a core |
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
@@ -39,6 +40,7 @@ mod neighbour;
 mod net;
 mod replay;
 mod report;
+mod scrape;
 mod tls;
 mod vm;
 
@@ -219,6 +221,20 @@ impl Report {
                 "",
                 0.0,
             ));
+            checks.push(Check::at_most(
+                "/metrics scrape p50",
+                d.scrape.latency.p50_ms,
+                "ms",
+                50.0,
+            ));
+            if let Some(p) = d.scrape.core_percent_at_5s {
+                checks.push(Check::at_most(
+                    "metrics CPU at a 5 s scrape",
+                    p,
+                    "% core",
+                    1.0,
+                ));
+            }
         }
         if let Some(c) = &self.density_curve {
             if let Some(f) = c.flatness() {
@@ -359,6 +375,7 @@ impl Report {
                 d.mib_per_sandbox,
                 d.left_after_delete
             ));
+            out.push_str(&d.scrape.render());
             if d.mib_per_sandbox < 0.0 {
                 out.push_str(
                     "density: host memory fell during the run (other activity); use a larger N\n",
