@@ -122,3 +122,21 @@ def test_fork_children_start_from_the_parent(client: warren.Client) -> None:
         finally:
             for k in kids:
                 k.delete()
+
+
+def test_a_fork_naming_a_step_runs_once(sb: warren.Sandbox) -> None:
+    sb.exec("echo parent", step=10)
+    first = sb.fork(2, step=11)
+    try:
+        assert len(first) == 2
+        again = sb.fork(2, step=11)
+        assert sorted(c.id for c in again) == sorted(c.id for c in first), "the same children"
+        with pytest.raises(warren.StepConflict):
+            sb.fork(1, step=11)
+        with pytest.raises(warren.StepConflict):
+            sb.fork(2, step=9)
+        entry = [e for e in sb.trajectory() if e["kind"] == "fork"][-1]
+        assert entry["step"] == 11
+    finally:
+        for c in first:
+            c.delete()

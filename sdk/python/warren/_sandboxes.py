@@ -304,10 +304,14 @@ class AsyncSandbox:
             raise ConnectionError(f"terminal: {type(e).__name__}: {e}") from e
         return AsyncPty(ws)
 
-    async def _feature(self, name: str, body: Any = None) -> Any:
+    async def _feature(self, name: str, body: Any = None, params: Optional[Dict[str, str]] = None) -> Any:
         try:
             resp = await self._client._http.request(
-                "POST", f"{self._path}/{name}", json=body, timeout=self._client._http.call_timeout(300)
+                "POST",
+                f"{self._path}/{name}",
+                json=body,
+                params=params,
+                timeout=self._client._http.call_timeout(300),
             )
         except NotFound as e:
             if e.message.startswith("no route"):
@@ -357,17 +361,25 @@ class AsyncSandbox:
         """Resumes a paused sandbox. Raises :class:`~warren.Unsupported` where not served yet."""
         self._update(await self._feature("resume"))
 
-    async def fork(self, n: int = 1, labels: Optional[Mapping[str, str]] = None) -> List[AsyncSandbox]:
+    async def fork(
+        self, n: int = 1, labels: Optional[Mapping[str, str]] = None, step: Optional[int] = None
+    ) -> List[AsyncSandbox]:
         """Makes ``n`` (1-64) new sandboxes with a copy of this one's files (running or paused;
         processes are not copied) and returns them. They carry this sandbox's labels merged with
         ``labels``; each one's trajectory starts with a ``forked_from`` entry naming this sandbox.
+
+        With ``step``, the fork runs once per step like ``exec``: asking the same step again
+        (after a lost answer, a trainer restart) returns the children the first call made, and
+        another request under that step, or a step below the last one, raises
+        :class:`~warren.StepConflict`.
 
         Raises :class:`~warren.Unsupported` on nodes that do not serve forking yet.
         """
         body: Dict[str, Any] = {"n": int(n)}
         if labels:
             body["labels"] = dict(labels)
-        data = await self._feature("fork", body)
+        params = None if step is None else {"step": str(int(step))}
+        data = await self._feature("fork", body, params)
         if isinstance(data, dict):
             items = data.get("sandboxes", [data] if "id" in data else [])
         else:
