@@ -98,6 +98,15 @@ impl HttpMetrics {
     }
 }
 
+/// Adds `warren_build_info` (the daemon's version, in its label) to `reg`.
+pub fn register_build_info(reg: &mut Registry) {
+    reg.register(
+        "warren_build",
+        "The daemon's build",
+        prometheus_client::metrics::info::Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+    );
+}
+
 /// The metric families of a scrape (`# TYPE name …` lines) that `doc` (the Markdown of
 /// `docs/metrics.md`) does not name in backticks: what a test of each server holds empty.
 pub fn undocumented(scrape: &str, doc: &str) -> Vec<String> {

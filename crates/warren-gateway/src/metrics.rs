@@ -6,7 +6,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 /// Why a request did not get (or keep) the node it asked for.
@@ -100,11 +99,7 @@ impl Metrics {
     /// The Prometheus text of every figure, with `nodes` the cluster's nodes by state.
     pub fn render(&self, nodes: &[(&'static str, u64)]) -> String {
         let mut reg = Registry::default();
-        reg.register(
-            "warren_build",
-            "The gateway's build",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
-        );
+        warren_edge::http_metrics::register_build_info(&mut reg);
         reg.register(
             "warren_gateway_requests",
             "Requests answered by this gateway",

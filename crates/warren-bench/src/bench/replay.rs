@@ -43,8 +43,8 @@ pub struct Replay {
     pub append_mean_ms: Option<f64>,
 }
 
-/// A counter of the node's `/metrics`.
-fn counter(text: &str, name: &str) -> Option<f64> {
+/// A counter (or gauge) without labels of the node's `/metrics`.
+pub(super) fn counter(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

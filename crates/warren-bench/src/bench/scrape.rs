@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::time::Instant;
 use warren_client::Client;
 
+use super::replay::counter as value;
 use crate::stats::Latency;
 
 /// Scrapes per measurement.
@@ -27,12 +28,6 @@ pub struct Scrape {
     pub cpu_ms_per_scrape: Option<f64>,
     /// That CPU as a share of one core at a 5 s scrape interval, in percent.
     pub core_percent_at_5s: Option<f64>,
-}
-
-/// A counter or gauge without labels of a scrape's text.
-fn value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Scrapes `/metrics` [`SCRAPES`] times, one after the other.
@@ -82,14 +77,6 @@ impl Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_without_labels_are_read() {
-        let text = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.25\nx{a=\"b\"} 3\n";
-        assert_eq!(value(text, "process_cpu_seconds_total"), Some(1.25));
-        assert_eq!(value(text, "x"), None);
-        assert_eq!(value(text, "process_cpu_seconds"), None);
-    }
 
     #[test]
     fn the_line_names_the_cost() {

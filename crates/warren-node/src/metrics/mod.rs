@@ -13,7 +13,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::info::Info;
 pub use prometheus_client::registry::Registry;
 use std::time::Duration;
 use warren_types::Substrate;
@@ -308,14 +307,7 @@ fn by(substrate: Substrate) -> BySubstrate {
     }
 }
 
-/// Adds `warren_build_info` (the daemon's version) to `reg`.
-pub fn register_build_info(reg: &mut Registry) {
-    reg.register(
-        "warren_build",
-        "The daemon's build",
-        Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
-    );
-}
+pub use warren_edge::http_metrics::register_build_info;
 
 /// The Prometheus text of a registry.
 pub fn encode(reg: &Registry) -> String {
