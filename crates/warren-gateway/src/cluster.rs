@@ -26,6 +26,8 @@ pub struct Health {
     /// Sandboxes held by the registered nodes, as last published.
     pub sandboxes: u64,
     pub gateway: GatewayHealth,
+    /// Who the gateway took the caller for.
+    pub caller: warren_types::CallerSummary,
 }
 
 #[derive(Debug, Serialize)]
@@ -36,7 +38,7 @@ pub struct GatewayHealth {
     pub etcd_connected: bool,
 }
 
-pub async fn health(State(gw): State<Gateway>) -> Json<Health> {
+pub async fn health(State(gw): State<Gateway>, who: Option<Extension<Caller>>) -> Json<Health> {
     let v = gw.view().snapshot();
     let mut substrates: Vec<Substrate> = Vec::new();
     let (mut ready, mut draining, mut lost, mut sandboxes) = (0, 0, 0, 0);
@@ -70,6 +72,7 @@ pub async fn health(State(gw): State<Gateway>) -> Json<Health> {
             nodes_lost: lost,
             etcd_connected: v.connected,
         },
+        caller: caller(who).summary(),
     })
 }
 

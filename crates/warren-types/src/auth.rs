@@ -97,7 +97,24 @@ pub struct Caller {
     pub quotas: Quotas,
 }
 
+/// Who the server took the caller for, as `GET /v1/health` tells it (what a dashboard shows
+/// and offers by).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallerSummary {
+    /// `None` for the node's implicit administrator.
+    pub tenant: Option<String>,
+    pub role: Role,
+}
+
 impl Caller {
+    /// Its tenant and role.
+    pub fn summary(&self) -> CallerSummary {
+        CallerSummary {
+            tenant: self.tenant.clone(),
+            role: self.role,
+        }
+    }
+
     /// The implicit administrator: no tenant, no quotas.
     pub fn admin() -> Caller {
         Caller {

@@ -22,7 +22,7 @@ pub mod trajectory;
 pub mod units;
 pub mod validate;
 
-pub use auth::{Caller, Quota, Quotas, Role};
+pub use auth::{Caller, CallerSummary, Quota, Quotas, Role};
 pub use cluster::{
     ClusterInfo, NodeCapacity, NodeLoad, NodeRecord, NodeState, NodeSummary, NodeSummaryRecord,
     WarmPool, NODE_RECORD_FORMAT,

@@ -50,6 +50,44 @@ function token() {
   return sessionStorage.getItem(TOKEN_KEY) || '';
 }
 
+// A token handed over in the fragment (`#/page?token=…`: a fragment is never sent to the
+// server, so it stays out of its logs) is kept for this tab and taken out of the address at
+// once, before anything is fetched.
+function takeTokenFromHash() {
+  const raw = location.hash.replace(/^#/, '');
+  const at = raw.indexOf('?');
+  if (at < 0) return false;
+  const q = new URLSearchParams(raw.slice(at + 1));
+  if (!q.has('token')) return false;
+  const t = q.get('token');
+  q.delete('token');
+  if (t) sessionStorage.setItem(TOKEN_KEY, t);
+  const rest = q.toString();
+  history.replaceState(null, '', location.pathname + location.search + '#'
+    + (raw.slice(0, at) || '/') + (rest ? '?' + rest : ''));
+  caller = null;
+  return true;
+}
+
+// Who the server takes us for ({tenant, role}, from /v1/health), asked once per token. Only
+// an admin is offered pause, resume and delete: the dashboard is read-only for users.
+let caller = null;
+
+async function whoami() {
+  if (caller === null) {
+    const h = await api('/v1/health');
+    caller = h.caller || { tenant: null, role: 'admin' };
+    const who = caller.tenant ? caller.tenant + ' (' + caller.role + ')' : caller.role;
+    document.getElementById('server').textContent = (h.gateway ? 'gateway ' : 'node ') + h.node
+      + ' · ' + h.version + ' · ' + who;
+  }
+  return caller;
+}
+
+function mayChange() {
+  return caller !== null && caller.role === 'admin';
+}
+
 // Calls the API; answers parsed JSON, NDJSON as an array, or null for an empty answer.
 async function api(path, opts) {
   opts = opts || {};
@@ -252,6 +290,7 @@ const PAGES = {
 };
 
 async function route() {
+  takeTokenFromHash();
   generation++;
   timers.forEach(clearTimeout);
   timers = [];
@@ -269,6 +308,7 @@ async function route() {
   const gen = generation;
   try {
     if (!page) throw new Error('no page ' + location.hash);
+    await whoami();
     await page(main, parts.slice(1), params, gen);
     if (gen === generation) {
       document.body.dataset.ready = name || 'overview';
@@ -401,6 +441,7 @@ function sandboxQuery(params) {
 }
 
 function actionButtons(sb, after) {
+  if (!mayChange()) return el('span', { class: 'muted', 'data-readonly': true }, 'read-only');
   const act = async (what) => {
     if (what === 'delete' && !window.confirm('Delete sandbox ' + sb.id + '?')) return;
     try {
@@ -706,6 +747,7 @@ async function pools(main) {
 // ---- start ---------------------------------------------------------------------------------
 
 function start() {
+  takeTokenFromHash();
   const form = document.getElementById('token-form');
   const input = document.getElementById('token');
   input.value = '';
@@ -713,6 +755,7 @@ function start() {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     if (input.value) sessionStorage.setItem(TOKEN_KEY, input.value);
+    caller = null;
     input.value = '';
     input.placeholder = 'token set (this tab)';
     document.getElementById('errors').replaceChildren();
@@ -720,14 +763,11 @@ function start() {
   });
   document.getElementById('token-clear').addEventListener('click', () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    caller = null;
     input.placeholder = 'API token';
     route();
   });
   window.addEventListener('hashchange', route);
-  api('/v1/health').then((h) => {
-    document.getElementById('server').textContent = (h.gateway ? 'gateway ' : 'node ') + h.node
-      + ' · ' + h.version;
-  }).catch(() => { /* the page shows its own error */ });
   route();
 }
 

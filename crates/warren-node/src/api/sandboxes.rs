@@ -33,6 +33,8 @@ pub struct Health {
     pub load: warren_types::NodeLoad,
     /// The host: memory and CPU time so far (a client takes two readings for a CPU share).
     pub host: HostUsage,
+    /// Who the node took the caller for (the dashboard offers changes to admins only).
+    pub caller: warren_types::CallerSummary,
 }
 
 /// `host` of `/v1/health`.
@@ -105,7 +107,7 @@ pub struct NodeDefaults {
     pub exec_timeout_secs: Option<f64>,
 }
 
-pub async fn health(State(m): State<Manager>) -> Json<Health> {
+pub async fn health(State(m): State<Manager>, Auth(caller): Auth) -> Json<Health> {
     Json(Health {
         status: "ok",
         node: m.config().node.to_string(),
@@ -128,6 +130,7 @@ pub async fn health(State(m): State<Manager>) -> Json<Health> {
         },
         load: m.load(),
         host: HostUsage::read(m.capacity().memory_total_mb),
+        caller: caller.summary(),
     })
 }
 

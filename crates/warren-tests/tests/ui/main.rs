@@ -188,3 +188,105 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     assert!(l.dom.contains("not_found"));
     let _ = std::fs::remove_dir_all(&profile);
 }
+
+/// A `user` token sees its tenant's sandboxes read-only (no pause, resume or delete); an
+/// `admin` token is offered them. The token is handed over in the fragment, as a link from
+/// `warren` or a runbook would, and leaves the address before the page fetches anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_token_sees_a_read_only_dashboard_and_an_admin_may_change() {
+    use sha2::Digest;
+    let browser = match chromium() {
+        Ok(b) => b,
+        Err(why) => return skip(why),
+    };
+    const USER: &str = "ui-user-token-0123456789";
+    const ADMIN: &str = "ui-admin-token-0123456789";
+    let sha = |t: &str| hex::encode(sha2::Sha256::digest(t.as_bytes()));
+    let auth = format!(
+        "[[tenant]]\nname = \"team-ui\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
+         [[tenant]]\nname = \"ops\"\nrole = \"admin\"\ntoken_sha256 = [\"{}\"]\n",
+        sha(USER),
+        sha(ADMIN)
+    );
+    let port = free_port();
+    let Some(d) = Daemon::start_with(move |dir: &std::path::Path| {
+        let file = dir.join("auth.toml");
+        std::fs::write(&file, auth).unwrap();
+        vec![
+            "--auth".into(),
+            file.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ]
+    })
+    .await
+    else {
+        return;
+    };
+    let user = warren_client::Client::builder()
+        .url(format!("http://127.0.0.1:{port}"))
+        .token(USER)
+        .request_timeout(Some(common::CALL_TIMEOUT))
+        .build()
+        .unwrap();
+    let health = user.health().await.unwrap();
+    assert_eq!(
+        health.extra["caller"],
+        serde_json::json!({"tenant": "team-ui", "role": "user"})
+    );
+    let sb = user
+        .create(&CreateSandboxRequest {
+            memory_mb: Some(128),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let shots = repo_root().join("target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let base = format!("http://127.0.0.1:{port}/ui");
+    let page = |token: &str, hash: &str, name: &str| {
+        let profile = test_root().join(format!("{}-{name}-chromium", d.node));
+        let l = load(
+            &browser,
+            &profile,
+            &format!("{base}#{hash}?token={token}"),
+            &shots.join(format!("{name}.png")),
+        );
+        let _ = std::fs::remove_dir_all(&profile);
+        l
+    };
+    let l = page(USER, "/sandboxes", "readonly-sandboxes");
+    assert_clean("sandboxes", &l);
+    assert!(
+        l.dom.contains(&format!("data-id=\"{}\"", sb.id)),
+        "{}",
+        l.dom
+    );
+    assert!(l.dom.contains("data-readonly"), "{}", l.dom);
+    assert!(!l.dom.contains(">Delete</button>"), "{}", l.dom);
+    assert!(!l.dom.contains(">Pause</button>"), "{}", l.dom);
+    assert!(
+        text_of(&l.dom, "id=\"server\"")
+            .unwrap()
+            .contains("team-ui (user)"),
+        "{}",
+        l.dom
+    );
+    let l = page(USER, &format!("/sandbox/{}", sb.id), "readonly-sandbox");
+    assert_clean("sandbox", &l);
+    assert!(l.dom.contains("data-readonly"), "{}", l.dom);
+    assert!(!l.dom.contains(">Delete</button>"), "{}", l.dom);
+
+    let l = page(ADMIN, "/sandboxes", "admin-sandboxes");
+    assert_clean("sandboxes", &l);
+    assert!(
+        l.dom.contains(&format!("data-id=\"{}\"", sb.id)),
+        "{}",
+        l.dom
+    );
+    assert!(l.dom.contains(">Delete</button>"), "{}", l.dom);
+    assert!(l.dom.contains(">Pause</button>"), "{}", l.dom);
+    assert!(!l.dom.contains("data-readonly"), "{}", l.dom);
+    user.delete(&sb.id).await.unwrap();
+}
