@@ -23,6 +23,7 @@
 pub mod bench;
 mod cluster;
 pub mod error;
+mod events;
 mod fanout;
 mod inflight;
 mod liveness;

@@ -11,7 +11,7 @@ use warren_types::http::CheckedRouter;
 
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::{cluster, fanout, sandboxes, Gateway};
+use crate::{cluster, events, fanout, sandboxes, Gateway};
 
 /// The gateway's own routes, beside the node API's ([`warren_types::routes::NODE_API`]).
 pub const CLUSTER_ROUTES: &[(&str, &str)] = &[
@@ -40,6 +40,7 @@ fn sandbox_routes(mut r: CheckedRouter<Gateway>) -> CheckedRouter<Gateway> {
 pub fn router(gw: Gateway) -> Router {
     let r = CheckedRouter::new(routes())
         .add("GET", "/v1/health", cluster::health)
+        .add("GET", "/v1/events", events::events)
         .add("GET", "/metrics", cluster::metrics)
         .add("POST", "/v1/sandboxes", sandboxes::create)
         .add("GET", "/v1/sandboxes", sandboxes::list);

@@ -6,6 +6,7 @@
 /// Every route of the node API.
 pub const NODE_API: &[(&str, &str)] = &[
     ("GET", "/v1/health"),
+    ("GET", "/v1/events"),
     ("GET", "/metrics"),
     ("POST", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes"),

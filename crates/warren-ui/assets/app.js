@@ -1,6 +1,7 @@
 // The Warren dashboard: one page, routed by the URL's fragment (#/, #/sandboxes, #/sandbox/ID,
 // #/images, #/pools). It reads the JSON API of the server that served it, node or gateway,
-// and polls for live figures. Text from the API is always set as text, never as HTML.
+// follows its event stream (`/v1/events`) and polls for the rest. Text from the API is always
+// set as text, never as HTML.
 'use strict';
 
 const TOKEN_KEY = 'warren-token';
@@ -252,7 +253,74 @@ class Chart {
 // ---- routing and polling -------------------------------------------------------------------
 
 let timers = [];
+let streams = [];
 let generation = 0;
+
+// Follows `GET /v1/events` (Server-Sent Events, read with fetch: EventSource cannot send the
+// token) and calls `on[name](data)` for each event, until the page changes. It reconnects
+// after an error or the end of the stream, backing off up to 30 s; `body[data-live]` says
+// whether the page is live. Pages poll slowly beside it, so an older server without the
+// route still shows fresh figures.
+function live(path, on) {
+  const gen = generation;
+  let backoff = 1000;
+  const connect = async () => {
+    if (gen !== generation) return;
+    const ctl = new AbortController();
+    streams.push(ctl);
+    const headers = {};
+    if (token()) headers.Authorization = 'Bearer ' + token();
+    try {
+      const resp = await fetch(path, { headers: headers, cache: 'no-store', signal: ctl.signal });
+      if (!resp.ok || !resp.body) throw new Error('events: ' + resp.status);
+      document.body.dataset.live = 'sse';
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || gen !== generation) break;
+        buf += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const raw = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          let name = 'message';
+          let data = '';
+          for (const line of raw.split('\n')) {
+            if (line.startsWith('event:')) name = line.slice(6).trim();
+            else if (line.startsWith('data:')) data += line.slice(5).trim();
+          }
+          backoff = 1000;
+          if (!data || !on[name]) continue;
+          document.body.dataset.liveEvents = String(Number(document.body.dataset.liveEvents || 0) + 1);
+          try { await on[name](JSON.parse(data)); } catch (e) { reportError(e); }
+        }
+      }
+    } catch (_) {
+      // Not live for now: the page's slow polling goes on meanwhile.
+    }
+    if (gen !== generation) return;
+    document.body.dataset.live = 'polling';
+    timers.push(setTimeout(connect, backoff));
+    backoff = Math.min(backoff * 2, 30000);
+  };
+  connect();
+}
+
+// Runs `fn` once, `ms` after the last of a burst of calls.
+function debounce(ms, fn) {
+  let t = null;
+  return () => {
+    if (t !== null) clearTimeout(t);
+    t = setTimeout(() => { t = null; fn().catch(reportError); }, ms);
+    timers.push(t);
+  };
+}
+
+function isLive() {
+  return document.body.dataset.live === 'sse';
+}
 
 function every(ms, fn) {
   const gen = generation;
@@ -294,6 +362,10 @@ async function route() {
   generation++;
   timers.forEach(clearTimeout);
   timers = [];
+  streams.forEach((c) => c.abort());
+  streams = [];
+  delete document.body.dataset.live;
+  delete document.body.dataset.liveEvents;
   delete document.body.dataset.ready;
   delete document.body.dataset.readyMs;
   const { parts, params } = parseHash();
@@ -418,7 +490,17 @@ async function overview(main) {
     }
   };
   await draw(health);
-  every(POLL_MS, async () => draw(await api('/v1/health')));
+  if (health.gateway) {
+    every(POLL_MS, async () => draw(await api('/v1/health')));
+  } else {
+    // A node pushes its load (with the host's CPU) every POLL_MS; polling stands in while
+    // the stream is down.
+    live('/v1/events?interval_ms=' + POLL_MS, {
+      load: (ev) => draw(Object.assign({}, health, { load: ev.load, host: ev.host,
+        sandboxes: ev.sandboxes })),
+    });
+    every(POLL_MS, async () => { if (!isLive()) await draw(await api('/v1/health')); });
+  }
 }
 
 // ---- sandboxes -----------------------------------------------------------------------------
@@ -525,6 +607,9 @@ async function sandboxes(main, _parts, params) {
         } }, 'Next →'));
   };
   await load();
+  // Changes of sandboxes redraw the page (once per burst); the slow poll catches the rest.
+  const soon = debounce(300, load);
+  live('/v1/events?interval_ms=60000', { sandbox: soon, deleted: soon });
   every(5 * POLL_MS, load);
 }
 

@@ -9,6 +9,7 @@
 
 mod drain;
 mod error;
+mod events;
 mod exec;
 mod extract;
 mod files;
@@ -20,6 +21,8 @@ mod pty;
 mod sandboxes;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_events;
 mod trajectory;
 
 use axum::extract::Request;
@@ -44,6 +47,7 @@ pub use warren_types::routes::NODE_API as ROUTES;
 pub fn router(node: Node) -> Router {
     let routes = CheckedRouter::new(ROUTES.iter().copied())
         .add("GET", "/v1/health", sandboxes::health)
+        .add("GET", "/v1/events", events::events)
         .add("GET", "/metrics", sandboxes::metrics)
         .add("POST", "/v1/sandboxes", sandboxes::create)
         .add("GET", "/v1/sandboxes", sandboxes::list)

@@ -49,7 +49,7 @@ pub struct HostUsage {
 }
 
 impl HostUsage {
-    fn read(memory_total_mb: u64) -> HostUsage {
+    pub(super) fn read(memory_total_mb: u64) -> HostUsage {
         let (busy, total) = match host_cpu_ms() {
             Some((b, t)) => (Some(b), Some(t)),
             None => (None, None),

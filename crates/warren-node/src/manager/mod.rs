@@ -15,6 +15,7 @@
 
 mod create;
 mod delete;
+mod events;
 mod exec;
 mod files;
 mod fork;
@@ -40,6 +41,7 @@ mod tests_steps;
 mod tests_tenants;
 mod trajectory;
 
+pub use events::{Event, SandboxChange, Subscription};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -243,6 +245,8 @@ pub(crate) struct Inner {
     /// The sandboxes' CPU time read by the last scrape, `(ms since the epoch, µs of CPU)`:
     /// the start of the next scrape's idle-share window.
     scraped_cpu: Mutex<Option<(u64, u64)>>,
+    /// Sandbox changes for `GET /v1/events`.
+    events: events::Events,
     /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
     stopping: AtomicBool,
     /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
@@ -282,6 +286,7 @@ impl Manager {
                 tenants: Arc::default(),
                 metrics: Metrics::default(),
                 scraped_cpu: Mutex::new(None),
+                events: events::Events::default(),
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
                 admission,
@@ -421,6 +426,11 @@ impl Manager {
             record: st.record.clone(),
         };
         self.inner.store.put_sandbox(&stored, None)?;
+        if self.inner.events.wanted() {
+            self.inner
+                .events
+                .publish(SandboxChange::Changed(Arc::new(st.info.clone())));
+        }
         Ok(())
     }
 
@@ -523,6 +533,13 @@ impl Manager {
     }
 
     fn remember_deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
+        if self.inner.events.wanted() {
+            self.inner.events.publish(SandboxChange::Deleted {
+                id: id.clone(),
+                why: why.to_string(),
+                tenant: tenant.clone(),
+            });
+        }
         let mut t = self.inner.tombstones.lock().expect("tombstones lock");
         if t.len() >= TOMBSTONES {
             t.pop_front();

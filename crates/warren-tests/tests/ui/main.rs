@@ -99,10 +99,14 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     assert!(l.dom[by_substrate..].contains("<td class=\"num\">3</td>"));
     assert!(count(&l.dom, "<canvas") >= 2);
     assert!(!text_of(&l.dom, "id=\"memory\"").unwrap().is_empty());
+    // Live over the node's event stream, not by polling: its first load event was drawn.
+    assert!(l.dom.contains("data-live=\"sse\""), "{}", l.dom);
+    assert!(l.dom.contains("data-live-events=\""), "{}", l.dom);
 
     // The table: all three, then filtered by label, by state, and paged.
     let l = page("/sandboxes", "sandboxes");
     assert_clean("sandboxes", &l);
+    assert!(l.dom.contains("data-live=\"sse\""), "{}", l.dom);
     for id in &ids {
         assert!(l.dom.contains(&format!("data-id=\"{id}\"")), "{id} listed");
     }
