@@ -138,6 +138,11 @@ async fn a_request_id_goes_from_the_gateway_to_the_node_and_the_dashboard_shows_
     );
     assert_clean("sandboxes", &l);
     assert_eq!(count(&l.dom, "<tr data-id="), 2);
+    assert!(
+        l.dom.contains("data-live=\"sse\""),
+        "the merged stream: {}",
+        l.dom
+    );
     let l = load(
         &browser,
         &profile,
@@ -152,4 +157,116 @@ async fn a_request_id_goes_from_the_gateway_to_the_node_and_the_dashboard_shows_
         client.delete(&id).await.unwrap();
     }
     let _ = std::fs::remove_dir_all(&profile);
+}
+
+/// The events of `GET /v1/events` on `port`, read as they come: `(name, data)`.
+struct EventStream {
+    body: hyper::body::Incoming,
+    buf: String,
+    _conn: tokio::task::JoinHandle<()>,
+}
+
+impl EventStream {
+    async fn open(port: u16, path: &str) -> EventStream {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, "localhost")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        EventStream {
+            body: resp.into_body(),
+            buf: String::new(),
+            _conn: conn,
+        }
+    }
+
+    /// The next event for which `want(name, data)` holds, within 20 s.
+    async fn until(
+        &mut self,
+        what: &str,
+        want: impl Fn(&str, &serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            while let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let (mut name, mut data) = ("", String::new());
+                for line in event.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = n;
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data.push_str(d);
+                    }
+                }
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) {
+                    if want(name, &v) {
+                        return v;
+                    }
+                }
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame())
+                .await
+                .unwrap_or_else(|_| panic!("no {what} within 20 s"))
+                .expect("the event stream ended")
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.buf.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_merges_the_event_streams_of_every_node() {
+    let Some(c) = Cluster::start(2, 1, |_| Vec::new()).await else {
+        return;
+    };
+    let gw = &c.gateways[0];
+    let mut events = EventStream::open(gw.port, "/v1/events?interval_ms=250").await;
+    for node in &c.nodes {
+        let n = node.node.clone();
+        events
+            .until(&format!("a load event of {n}"), |name, v| {
+                name == "load" && v["node"] == n.as_str()
+            })
+            .await;
+    }
+    let client = c.gw(0);
+    let id = client
+        .create(&CreateSandboxRequest {
+            memory_mb: Some(64),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let seen = events
+        .until("the new sandbox", |name, v| {
+            name == "sandbox" && v["id"] == id.as_str()
+        })
+        .await;
+    assert_eq!(seen["state"], "running");
+    client.delete(&id).await.unwrap();
+    events
+        .until("its deletion", |name, v| {
+            name == "deleted" && v["id"] == id.as_str()
+        })
+        .await;
+    // A refused parameter is the node's refusal, passed on.
+    let (status, _, body) = get_with(gw.port, "/v1/events?interval_ms=1", &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("interval_ms"), "{body}");
 }
