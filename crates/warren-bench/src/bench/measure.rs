@@ -281,6 +281,9 @@ pub struct Density {
     pub left_after_delete: usize,
     /// `/metrics` scrapes while the sandboxes were alive.
     pub scrape: super::scrape::Scrape,
+    /// The dashboard's draw times while the sandboxes were alive (with `--ui`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dashboard: Option<super::ui::Paint>,
 }
 
 /// `MemTotal - MemAvailable` in KiB, from the text of `/proc/meminfo`.
@@ -301,7 +304,12 @@ fn host_used_kib() -> anyhow::Result<u64> {
 
 /// Creates `n` idle sandboxes (stopping at the first refusal), measures host memory, then
 /// deletes them and checks none is left. Only meaningful when the daemon runs on this host.
-pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Density> {
+pub async fn density(
+    s: &Setup,
+    n: usize,
+    concurrency: usize,
+    ui: Option<&str>,
+) -> anyhow::Result<Density> {
     s.note(format!(
         "density: {n} idle sandboxes, {concurrency} creates at a time"
     ));
@@ -314,6 +322,14 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
     let after = host_used_kib()?;
     s.note(format!("density: {created} created; scraping /metrics"));
     let scrape = super::scrape::measure(&s.client, created).await?;
+    let dashboard = match ui {
+        Some(url) => {
+            s.note(format!("density: {created} created; loading the dashboard"));
+            let url = url.to_string();
+            Some(tokio::task::spawn_blocking(move || super::ui::measure(&url, created)).await??)
+        }
+        None => None,
+    };
     s.note(format!("density: {created} created; deleting"));
     delete_all_reporting(&s.client, ids, concurrency.clamp(1, 64)).await?;
     let labels = BTreeMap::from([(BENCH_LABEL.to_string(), s.run_id.clone())]);
@@ -338,6 +354,7 @@ pub async fn density(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<
         mib_per_sandbox,
         left_after_delete: left,
         scrape,
+        dashboard,
     })
 }
 

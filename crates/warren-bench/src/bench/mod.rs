@@ -8,6 +8,7 @@
 //! | throughput | creations/s from 4 concurrent clients | ≥ 200/s |
 //! | density | host memory per idle sandbox | ≤ 1 MiB |
 //! | density | `/metrics` scrape with the sandboxes alive, p50; daemon CPU at a 5 s interval | ≤ 50 ms; ≤ 1% of a core |
+//! | density | with `--ui URL`: dashboard overview first paint with the sandboxes alive, p50 | ≤ 1 s |
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
@@ -42,6 +43,7 @@ mod replay;
 mod report;
 mod scrape;
 mod tls;
+mod ui;
 mod vm;
 
 use anyhow::Context as _;
@@ -102,6 +104,11 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', num_args = 0..=1,
           default_missing_value = "1000,2000,5000,10000")]
     pub curve: Option<Vec<usize>>,
+    /// density: also time the dashboard's first paint (overview and table, headless Chromium)
+    /// at this URL of the daemon's `/ui` (e.g. http://127.0.0.1:7070/ui) while the sandboxes
+    /// are alive
+    #[arg(long, value_name = "URL")]
+    pub ui: Option<String>,
     /// Image of the benchmark sandboxes
     #[arg(long, default_value = "default")]
     pub image: String,
@@ -227,6 +234,14 @@ impl Report {
                 "ms",
                 50.0,
             ));
+            if let Some(p) = &d.dashboard {
+                checks.push(Check::at_most(
+                    "dashboard overview first paint p50",
+                    p.overview_ms.p50_ms,
+                    "ms",
+                    1000.0,
+                ));
+            }
             if let Some(p) = d.scrape.core_percent_at_5s {
                 checks.push(Check::at_most(
                     "metrics CPU at a 5 s scrape",
@@ -376,6 +391,9 @@ impl Report {
                 d.left_after_delete
             ));
             out.push_str(&d.scrape.render());
+            if let Some(p) = &d.dashboard {
+                out.push_str(&p.render());
+            }
             if d.mib_per_sandbox < 0.0 {
                 out.push_str(
                     "density: host memory fell during the run (other activity); use a larger N\n",
@@ -520,7 +538,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
             Some(points) if args.which == Which::Density => {
                 report.density_curve = Some(curve::curve(setup, points, c(16)).await?);
             }
-            _ => report.density = Some(measure::density(setup, n(5000), c(16)).await?),
+            _ => {
+                report.density =
+                    Some(measure::density(setup, n(5000), c(16), args.ui.as_deref()).await?)
+            }
         }
     }
     if all || args.which == Which::Replay {
