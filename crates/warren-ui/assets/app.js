@@ -633,9 +633,11 @@ function describeRequest(e) {
   }
 }
 
-function outputBlock(name, text, omitted, truncated, bytes) {
+function outputBlock(name, text, omitted, truncated, bytes, encoding) {
   if (omitted) return el('div', { class: 'muted' }, name + ': ' + fmtBytes(bytes) + ' (not kept)');
   if (!text) return null;
+  // The export writes output as base64 only when it is not UTF-8.
+  if (encoding === 'base64') return el('div', { class: 'muted' }, name + ': ' + fmtBytes(bytes) + ' of binary output');
   return el('div', {},
     el('div', { class: 'muted' }, name + (truncated ? ' (truncated, ' + fmtBytes(bytes) + ' written)' : '')),
     el('pre', { class: name }, text.length > 8192 ? text.slice(0, 8192) + '\n…' : text));
@@ -660,8 +662,8 @@ function timelineItem(e) {
       el('span', { class: 'muted' }, fmtTime(e.started_at_ms) + ', ' + Number(e.duration_ms).toFixed(1) + ' ms')),
     e.error ? el('div', { class: 'muted' }, 'error: ' + e.error.code + ' — ' + e.error.message) : null,
     e.kind === 'exec'
-      ? [outputBlock('stdout', res.stdout, res.stdout_omitted, res.stdout_truncated, res.stdout_bytes),
-        outputBlock('stderr', res.stderr, res.stderr_omitted, res.stderr_truncated, res.stderr_bytes)]
+      ? [outputBlock('stdout', res.stdout, res.stdout_omitted, res.stdout_truncated, res.stdout_bytes, res.encoding),
+        outputBlock('stderr', res.stderr, res.stderr_omitted, res.stderr_truncated, res.stderr_bytes, res.encoding)]
       : null);
 }
 

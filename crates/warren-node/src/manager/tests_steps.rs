@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use warren_types::{
-    CreateSandboxRequest, ErrorCode, ExecRequest, ExecResult, SandboxId, TrajectoryCall,
-    TrajectoryResult,
+    CreateSandboxRequest, ErrorCode, ExecRequest, ExecResult, OutputEncoding, SandboxId,
+    TrajectoryCall, TrajectoryResult,
 };
 
 use super::*;
@@ -360,4 +360,50 @@ async fn a_stream_dropped_by_its_caller_stops_at_once_and_is_logged_cancelled() 
     let log = m.trajectory_entries(&id, 1).await.unwrap();
     assert_eq!(log.len(), 1, "{log:?}");
     assert!(log[0].cancelled && log[0].result.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_export_shows_text_as_text_and_only_binary_as_base64() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager_in(dir.path(), |_| {});
+    let id = sandbox(&m).await;
+    // Asked in base64, printed text (the fake echoes stdin after the spec).
+    let text = ExecRequest {
+        stdin: Some("hello".into()),
+        encoding: OutputEncoding::Base64,
+        ..ExecRequest::argv(["cat"])
+    };
+    let answered = m.exec(&id, text).await.unwrap();
+    assert_eq!(
+        answered.encoding,
+        OutputEncoding::Base64,
+        "the answer keeps its encoding"
+    );
+    // Asked as text, printed bytes that are not UTF-8.
+    let binary = ExecRequest {
+        stdin: Some(b64.encode([0xff, 0x00, 0xfe])),
+        stdin_encoding: OutputEncoding::Base64,
+        ..ExecRequest::argv(["cat"])
+    };
+    m.exec(&id, binary).await.unwrap();
+
+    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    let outcome = |i: usize| match &log[i].result {
+        Some(TrajectoryResult::Exec(o)) => o.result.clone(),
+        other => panic!("result {other:?}"),
+    };
+    let first = outcome(0);
+    assert_eq!(first.encoding, OutputEncoding::Utf8);
+    assert!(first.stdout.ends_with("hello"), "{}", first.stdout);
+    assert_eq!(first.stderr, "err");
+    let second = outcome(1);
+    assert_eq!(second.encoding, OutputEncoding::Base64);
+    let raw = b64.decode(&second.stdout).unwrap();
+    assert!(
+        raw.ends_with(&[0xff, 0x00, 0xfe]),
+        "the bytes survive: {raw:?}"
+    );
+    assert_eq!(b64.decode(&second.stderr).unwrap(), b"err");
 }

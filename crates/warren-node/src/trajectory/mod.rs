@@ -222,18 +222,34 @@ impl StoredExec {
         }
     }
 
-    /// The exec result as the API shows it.
+    /// The exec result as the API shows it (a replayed step: in the request's encoding).
     pub fn result(&self, encoding: OutputEncoding, blobs: &Blobs) -> ExecResult {
-        let mut exit = self.exit;
-        if let Some(ms) = self.duration_ms {
-            exit.duration_us = (ms * 1000.0).round() as u64;
-        }
-        ExecResult::new(
-            &exit,
+        self.result_of(
             &self.stdout.bytes(blobs),
             &self.stderr.bytes(blobs),
             encoding,
         )
+    }
+
+    /// The exec result as the export shows it: as text when both outputs are UTF-8, as
+    /// base64 only when one is not (so binary output keeps its bytes), whatever encoding the
+    /// request asked for its answer.
+    pub fn exported(&self, blobs: &Blobs) -> ExecResult {
+        let (out, err) = (self.stdout.bytes(blobs), self.stderr.bytes(blobs));
+        let encoding = if std::str::from_utf8(&out).is_ok() && std::str::from_utf8(&err).is_ok() {
+            OutputEncoding::Utf8
+        } else {
+            OutputEncoding::Base64
+        };
+        self.result_of(&out, &err, encoding)
+    }
+
+    fn result_of(&self, out: &[u8], err: &[u8], encoding: OutputEncoding) -> ExecResult {
+        let mut exit = self.exit;
+        if let Some(ms) = self.duration_ms {
+            exit.duration_us = (ms * 1000.0).round() as u64;
+        }
+        ExecResult::new(&exit, out, err, encoding)
     }
 }
 
@@ -320,7 +336,7 @@ impl StoredEntry {
     pub fn export(&self, blobs: &Blobs) -> TrajectoryEntry {
         let result = self.result.as_ref().map(|r| match r {
             StoredResult::Exec(e) => TrajectoryResult::Exec(ExecOutcome {
-                result: e.result(self.encoding(), blobs),
+                result: e.exported(blobs),
                 stdout_sha256: e.stdout.sha256.clone(),
                 stderr_sha256: e.stderr.sha256.clone(),
                 stdout_omitted: e.stdout.omitted,
