@@ -88,6 +88,17 @@ pub enum TrajectoryCall {
         parent: String,
         parent_seq: u64,
     },
+    /// The sandbox was paused: by a call (`by: "call"`) or by its idle timeout (`"idle"`).
+    /// Lifecycle entries take no step and are never replayed.
+    Pause {
+        by: String,
+    },
+    /// The sandbox was resumed (by a call, or by a call that reached it paused).
+    Resume {},
+    /// Its network policy was replaced (`PUT .../network`).
+    Network {
+        policy: crate::network::NetworkPolicy,
+    },
 }
 
 impl TrajectoryCall {
@@ -104,6 +115,9 @@ impl TrajectoryCall {
             TrajectoryCall::Chmod { .. } => "chmod",
             TrajectoryCall::Fork { .. } => "fork",
             TrajectoryCall::ForkedFrom { .. } => "forked_from",
+            TrajectoryCall::Pause { .. } => "pause",
+            TrajectoryCall::Resume {} => "resume",
+            TrajectoryCall::Network { .. } => "network",
         }
     }
 }

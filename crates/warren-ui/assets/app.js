@@ -628,6 +628,9 @@ function describeRequest(e) {
     case 'remove': return r.path + (r.recursive ? ' (recursive)' : '');
     case 'chmod': return r.path + ' → ' + fmtMode(r.mode || 0);
     case 'fork': return (r.children || '?') + ' children';
+    case 'pause': return r.by === 'idle' ? 'idle timeout' : 'by a call';
+    case 'resume': return '';
+    case 'network': return r.policy ? String(r.policy.mode || '') : '';
     case 'forked_from': return 'from ' + r.parent + ' at seq ' + r.parent_seq;
     default: return JSON.stringify(r);
   }

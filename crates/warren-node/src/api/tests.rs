@@ -796,7 +796,23 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let kinds: Vec<&str> = lines.iter().map(|e| e.call.kind()).collect();
-    assert_eq!(kinds, ["exec", "write_file", "mkdir", "fork", "fork"]);
+    assert_eq!(
+        kinds,
+        [
+            "exec",
+            "write_file",
+            "mkdir",
+            "pause",
+            "resume",
+            "fork",
+            "fork"
+        ]
+    );
+    assert_eq!(
+        lines[3].call,
+        warren_types::TrajectoryCall::Pause { by: "call".into() }
+    );
+    assert_eq!(lines[3].step, None, "lifecycle entries take no step");
     let t = call(
         &app,
         Method::GET,
@@ -805,7 +821,8 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         "",
     )
     .await;
-    assert_eq!(String::from_utf8(t.body).unwrap().lines().count(), 3);
+    // From entry 3 on: the mkdir, the pause, the resume and both forks.
+    assert_eq!(String::from_utf8(t.body).unwrap().lines().count(), 5);
     let t = call(
         &app,
         Method::GET,
@@ -828,7 +845,8 @@ async fn steps_pause_fork_and_the_trajectory_over_http() {
         serde_json::from_str(String::from_utf8(t.body).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(first["kind"], "forked_from");
     assert_eq!(first["request"]["parent"], info.id.as_str());
-    assert_eq!(first["request"]["parent_seq"], 3);
+    // The parent's exec, write, mkdir, pause and resume.
+    assert_eq!(first["request"]["parent_seq"], 5);
 }
 
 #[test]

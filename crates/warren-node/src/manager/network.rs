@@ -114,6 +114,7 @@ impl Manager {
         let sb = self.lookup(id)?;
         let (instance, _info, _guard) = self.ready_sb(&sb).await?;
         let _lifecycle = sb.lifecycle.lock().await;
+        let started_ms = super::now_ms();
         self.apply_network(id, &instance, &policy).await?;
         {
             let mut st = sb.lock();
@@ -121,6 +122,14 @@ impl Manager {
             self.persist(&sb, &st)?;
         }
         crate::metrics::Metrics::inc(&self.inner.metrics.network_changes);
+        self.log_lifecycle(
+            &sb,
+            warren_types::TrajectoryCall::Network {
+                policy: policy.clone(),
+            },
+            started_ms,
+        )
+        .await;
         Ok(self.network_status(id, policy))
     }
 

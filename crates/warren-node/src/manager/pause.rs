@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 use warren_runtime::Instance;
-use warren_types::{PauseStats, SandboxId, SandboxInfo, SandboxState};
+use warren_types::{PauseStats, SandboxId, SandboxInfo, SandboxState, TrajectoryCall};
 
 use super::{now_ms, ActivityGuard, Manager, Sandbox};
 use crate::error::NodeError;
@@ -86,6 +86,7 @@ impl Manager {
         };
         let pausing = Pausing(sb);
         let started = std::time::Instant::now();
+        let started_ms = now_ms();
         let s = instance
             .pause()
             .await
@@ -103,6 +104,12 @@ impl Manager {
             self.inner
                 .metrics
                 .observe_change(Change::Pause, sb.substrate(), started.elapsed());
+            let by = match by {
+                PauseBy::Call => "call",
+                PauseBy::Idle => "idle",
+            };
+            self.log_lifecycle(sb, TrajectoryCall::Pause { by: by.into() }, started_ms)
+                .await;
             info!(sandbox = %sb.id, ?by, before = s.memory_before_bytes, after = s.memory_after_bytes,
                   ms = s.duration_ms, note = s.note.as_deref().unwrap_or(""), "sandbox paused");
         }
@@ -139,6 +146,7 @@ impl Manager {
             }
         };
         let started = std::time::Instant::now();
+        let started_ms = now_ms();
         instance
             .resume()
             .await
@@ -155,6 +163,8 @@ impl Manager {
         self.inner
             .metrics
             .observe_change(Change::Resume, sb.substrate(), started.elapsed());
+        self.log_lifecycle(sb, TrajectoryCall::Resume {}, started_ms)
+            .await;
         info!(sandbox = %sb.id, us = started.elapsed().as_micros() as u64, "sandbox resumed");
         Ok(())
     }

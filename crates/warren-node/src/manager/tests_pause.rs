@@ -58,6 +58,24 @@ async fn idle_sandboxes_pause_and_a_call_resumes_them() {
     assert_eq!(m.stat(&id, "/x").await.unwrap().name, "/x");
     assert_eq!(rt.shared.resumes.load(Ordering::SeqCst), 2);
     assert_eq!(m.metrics().paused_idle.get(), 1);
+    // Every pause and resume is in the trajectory, with who paused it.
+    let calls: Vec<TrajectoryCall> = m
+        .trajectory_entries(&id, 1)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.call)
+        .filter(|c| !matches!(c, TrajectoryCall::Exec(_)))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            TrajectoryCall::Pause { by: "idle".into() },
+            TrajectoryCall::Resume {},
+            TrajectoryCall::Pause { by: "call".into() },
+            TrajectoryCall::Resume {},
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +203,8 @@ async fn fork_makes_children_that_start_from_the_parent() {
             log[0].call,
             TrajectoryCall::ForkedFrom {
                 parent: parent.id.clone(),
-                parent_seq: 3,
+                // Three execs, then the pause.
+                parent_seq: 4,
             }
         );
         // Children have their own steps.
@@ -202,7 +221,8 @@ async fn fork_makes_children_that_start_from_the_parent() {
         assert!(!r.replayed);
         assert_eq!(stored_state(&m, &kid), SandboxState::Running);
     }
-    let plog = m.trajectory_entries(&pid, 4).await.unwrap();
+    // Three execs and the pause come first.
+    let plog = m.trajectory_entries(&pid, 5).await.unwrap();
     assert!(matches!(&plog[0].call, TrajectoryCall::Fork { children, .. } if children.len() == 3));
     assert_eq!(m.count(), 4);
 

@@ -1,9 +1,9 @@
 //! Trajectory export: a sandbox's log, page by page, in the order it was written. Reading
 //! never waits for the writer and never resumes a paused sandbox.
 
-use warren_types::{SandboxId, TrajectoryEntry};
+use warren_types::{SandboxId, TrajectoryCall, TrajectoryEntry};
 
-use super::Manager;
+use super::{Manager, Sandbox};
 use crate::error::NodeError;
 
 /// Most entries read per page.
@@ -94,5 +94,14 @@ impl Manager {
             out.extend(p?);
         }
         Ok(out)
+    }
+
+    /// Logs a lifecycle change (pause, resume, network) that has happened: no step, nothing
+    /// to replay. The change stands whatever the log says: a failed append is a warning.
+    pub(crate) async fn log_lifecycle(&self, sb: &Sandbox, call: TrajectoryCall, started_ms: u64) {
+        let entry = crate::trajectory::StoredEntry::new(call, None, started_ms);
+        if let Err(e) = sb.log.append(self.journal(), entry, None, Vec::new()).await {
+            tracing::warn!(sandbox = %sb.id, error = %e, "cannot log a lifecycle change");
+        }
     }
 }
