@@ -61,6 +61,7 @@ pub async fn adopt(
         key,
         paused: paused.into(),
         exited,
+        phases: Vec::new(),
     })
 }
 

@@ -244,11 +244,14 @@ async fn boot_with(
 ) -> Result<Vm, RuntimeError> {
     let t0 = Instant::now();
     let cgroups = prepare(rt, spec, dir).await?;
+    let t_cgroups = t0.elapsed();
+    let mut t_image = Duration::ZERO;
     let result = async {
         let base = fresh_base(rt, spec, layers).await?;
         let writable = dir.join("disk.qcow2");
         disk::overlay(&rt.cfg.qemu_img, &base, "raw", &writable).await?;
         let disks = disks(rt, layers, &writable)?;
+        t_image = t0.elapsed() - t_cgroups;
         let initramfs = rt.initramfs().await?;
         let launch = Launch {
             substrate: rt.substrate,
@@ -282,7 +285,13 @@ async fn boot_with(
             return Err(e);
         }
     };
-    Ok(finish(rt, spec, layers, dir, cgroups, s, key, None))
+    let mut vm = finish(rt, spec, layers, dir, cgroups, s, key, None);
+    vm.phases = vec![
+        ("cgroups", t_cgroups),
+        ("image", t_image),
+        ("agent", t0.elapsed().saturating_sub(t_cgroups + t_image)),
+    ];
+    Ok(vm)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -314,6 +323,7 @@ fn finish(
         key,
         paused: Default::default(),
         exited: s.exited,
+        phases: Vec::new(),
     }
 }
 
@@ -337,6 +347,7 @@ pub async fn restore(
     let t0 = Instant::now();
     let dir = rt.sandbox_dir(spec.id.as_str());
     let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
+    let mut marks = (Duration::ZERO, Duration::ZERO);
     let result = async {
         let t_prepared = t0.elapsed();
         let writable = dir.join("disk.qcow2");
@@ -357,6 +368,7 @@ pub async fn restore(
             incoming: true,
         };
         let t_disk = t0.elapsed();
+        marks = (t_prepared, t_disk);
         let mut s = start(rt, &launch, &cgroups).await?;
         let t_started = t0.elapsed();
         s.qmp.set_capabilities(&CAPABILITIES).await?;
@@ -400,7 +412,7 @@ pub async fn restore(
         }
     };
     tracing::debug!(sandbox = %spec.id, ms = t0.elapsed().as_millis() as u64, "VM restored");
-    Ok(finish(
+    let mut vm = finish(
         rt,
         spec,
         layers,
@@ -409,7 +421,14 @@ pub async fn restore(
         s,
         key,
         Some(snap.dir.display().to_string()),
-    ))
+    );
+    // The agent's phase of a restore is the memory image's restore until the agent answers.
+    vm.phases = vec![
+        ("cgroups", marks.0),
+        ("image", marks.1.saturating_sub(marks.0)),
+        ("agent", t0.elapsed().saturating_sub(marks.1)),
+    ];
+    Ok(vm)
 }
 
 /// KVM if `/dev/kvm` opens *and* a guest boots with it; otherwise TCG, with a warning. The

@@ -319,6 +319,8 @@ pub struct Vm {
     key: MachineKey,
     paused: AtomicBool,
     exited: tokio::sync::watch::Receiver<bool>,
+    /// How long each phase of its start took (empty for an adopted VM).
+    phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 impl Vm {
@@ -367,6 +369,10 @@ impl Instance for Vm {
             _ = self.agent.closed() => {}
             _ = exited.wait_for(|e| *e) => {}
         }
+    }
+
+    fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.phases.clone()
     }
 
     fn usage(&self) -> Usage {

@@ -10,6 +10,7 @@ mod crash;
 mod lifecycle;
 mod logs;
 mod malformed;
+mod metrics;
 mod pools;
 mod restart;
 mod resume;

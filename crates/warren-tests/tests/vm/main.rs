@@ -44,6 +44,14 @@ async fn microvm_survives_a_restart_fails_when_its_vmm_dies_and_leaves_nothing()
     let a = d.create(&req).await;
     let b = d.create(&req).await;
     assert_eq!(a.substrate, Substrate::Microvm);
+    // Both starts were measured phase by phase.
+    let text = d.client().metrics().await.unwrap();
+    for phase in ["cgroups", "image", "agent", "network", "record"] {
+        let line = format!(
+            "warren_sandbox_create_phase_seconds_count{{substrate=\"microvm\",phase=\"{phase}\"}} 2\n"
+        );
+        assert!(text.contains(&line), "{line} not in\n{text}");
+    }
     assert_eq!(
         d.sh_ok(&a.id, "hostname; echo kept > /root/f").await.trim(),
         "vmbox"
