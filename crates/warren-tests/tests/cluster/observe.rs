@@ -269,4 +269,25 @@ async fn the_gateway_merges_the_event_streams_of_every_node() {
     let (status, _, body) = get_with(gw.port, "/v1/events?interval_ms=1", &[]).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("interval_ms"), "{body}");
+
+    // The gateway's own metrics: the placement, requests by route, nodes by state, refusals
+    // by reason (every reason listed), all of them documented.
+    let (status, _, text) = get_with(gw.port, "/metrics", &[]).await;
+    assert_eq!(status, 200, "{text}");
+    for line in [
+        "warren_gateway_placements_total 1\n",
+        "warren_http_requests_total{method=\"POST\",route=\"/v1/sandboxes\",status=\"201\"} 1\n",
+        "warren_http_requests_total{method=\"DELETE\",route=\"/v1/sandboxes/{id}\",status=\"204\"} 1\n",
+        "warren_gateway_nodes{state=\"ready\"} 2\n",
+        "warren_gateway_refusals_total{reason=\"node_busy\"} 0\n",
+        "warren_build_info{version=\"",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    let doc = std::fs::read_to_string(repo_root().join("docs/metrics.md")).unwrap();
+    let undocumented = warren_edge::http_metrics::undocumented(&text, &doc);
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/metrics.md: {undocumented:?}"
+    );
 }

@@ -71,12 +71,7 @@ async fn metrics_measure_a_real_node() {
     has(&text, "warren_sandboxes_cpu_idle_ratio ");
     has(&text, "process_cpu_seconds_total ");
     let doc = std::fs::read_to_string(repo_root().join("docs/metrics.md")).unwrap();
-    let undocumented: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| !doc.contains(&format!("`{name}`")))
-        .collect();
+    let undocumented = warren_edge::http_metrics::undocumented(&text, &doc);
     assert!(
         undocumented.is_empty(),
         "not in docs/metrics.md: {undocumented:?}"
