@@ -11,12 +11,16 @@ use crate::common::{repo_root, test_root, unknown_id, wait_for};
 use crate::harness::Cluster;
 
 /// One exchange with the gateway at `port` with extra headers: `(status, headers, body)`.
-async fn get_with(
+/// Sends one GET to the gateway at `port` with extra headers; the response's body is read by
+/// the caller while the connection task runs.
+async fn send_get(
     port: u16,
     path: &str,
     headers: &[(&str, &str)],
-) -> (u16, hyper::HeaderMap, String) {
-    use http_body_util::{BodyExt, Empty};
+) -> (
+    hyper::Response<hyper::body::Incoming>,
+    tokio::task::JoinHandle<()>,
+) {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
@@ -24,15 +28,30 @@ async fn get_with(
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .unwrap();
-    let conn = tokio::spawn(conn);
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
     let mut req = hyper::Request::get(path).header(hyper::header::HOST, "localhost");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let resp = sender
-        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+        .send_request(
+            req.body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
         .await
         .unwrap();
+    (resp, conn)
+}
+
+async fn get_with(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, hyper::HeaderMap, String) {
+    use http_body_util::BodyExt;
+    let (resp, conn) = send_get(port, path, headers).await;
     let (status, h) = (resp.status().as_u16(), resp.headers().clone());
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     conn.abort();
@@ -168,21 +187,7 @@ struct EventStream {
 
 impl EventStream {
     async fn open(port: u16, path: &str) -> EventStream {
-        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        let conn = tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = hyper::Request::get(path)
-            .header(hyper::header::HOST, "localhost")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let resp = sender.send_request(req).await.unwrap();
+        let (resp, conn) = send_get(port, path, &[]).await;
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         EventStream {
