@@ -140,10 +140,29 @@ async fn serve(args: Args) -> Result<()> {
     let _reloader = edge.reload_on_sighup();
     info!(listen = %args.listen, etcd = ?endpoints, tokens = edge.authenticator().enabled(), "gateway serving");
     let app = edge.protect(gw.router()).merge(warren_ui::router());
-    edge.serve_tcp(listener, app, shutdown()).await;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = edge.serve_tcp(listener, app, async {
+        let _ = stop_rx.await;
+    });
+    tokio::pin!(serving);
+    tokio::select! {
+        _ = &mut serving => {}
+        _ = shutdown() => {
+            info!("stopping");
+            let _ = stop_tx.send(());
+            // Event streams and long calls never end on their own: they get DRAIN to finish.
+            if tokio::time::timeout(DRAIN, &mut serving).await.is_err() {
+                tracing::warn!(secs = DRAIN.as_secs(), "open connections did not finish; closing them");
+            }
+        }
+    }
     info!("gateway stopped");
     Ok(())
 }
+
+/// How long open requests (event streams, exec streams, terminals) may take to finish after a
+/// shutdown signal.
+const DRAIN: Duration = Duration::from_secs(5);
 
 async fn shutdown() {
     use tokio::signal::unix::{signal, SignalKind};

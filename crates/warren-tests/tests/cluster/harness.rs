@@ -110,6 +110,25 @@ impl GatewayProc {
     }
 }
 
+impl GatewayProc {
+    /// Sends SIGTERM and waits up to `within` for the gateway to exit; true if it did.
+    pub fn stop_within(&mut self, within: Duration) -> bool {
+        let Some(c) = self.child.as_mut() else {
+            return true;
+        };
+        let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(_)) = c.try_wait() {
+                self.child = None;
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
 impl Drop for GatewayProc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {

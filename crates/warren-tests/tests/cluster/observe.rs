@@ -236,7 +236,7 @@ impl EventStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_merges_the_event_streams_of_every_node() {
-    let Some(c) = Cluster::start(2, 1, |_| Vec::new()).await else {
+    let Some(mut c) = Cluster::start(2, 1, |_| Vec::new()).await else {
         return;
     };
     let gw = &c.gateways[0];
@@ -294,5 +294,15 @@ async fn the_gateway_merges_the_event_streams_of_every_node() {
     assert!(
         undocumented.is_empty(),
         "not in docs/metrics.md: {undocumented:?}"
+    );
+
+    // An open event stream never ends on its own: it does not keep the gateway from stopping.
+    let mut open = EventStream::open(gw.port, "/v1/events").await;
+    open.until("a load event", |name, _| name == "load").await;
+    let gw = &mut c.gateways[0];
+    assert!(
+        gw.stop_within(Duration::from_secs(15)),
+        "the gateway did not stop with an event stream open:\n{}",
+        gw.log_tail()
     );
 }
