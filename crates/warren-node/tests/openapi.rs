@@ -107,6 +107,11 @@ fn every_error_code_is_in_the_spec() {
             parent: String::new(),
             parent_seq: 0,
         },
+        TrajectoryCall::Pause { by: "call".into() },
+        TrajectoryCall::Resume {},
+        TrajectoryCall::Network {
+            policy: Default::default(),
+        },
     ];
     let known: BTreeSet<String> = calls.iter().map(|c| c.kind().to_string()).collect();
     assert_eq!(

@@ -568,9 +568,7 @@ pub async fn run(a: &ImagesArgs, json: bool, report_dir: Option<&Path>) -> Resul
     } else {
         print!("{}", render(&report));
     }
-    super::report::write_if(report_dir, || {
-        super::report::images_page(&report, render(&report))
-    })?;
+    super::report::write_if(report_dir, || images_page(&report, render(&report)))?;
     Ok(if failed { 1 } else { 0 })
 }
 
@@ -619,4 +617,39 @@ fn render(r: &ImagesReport) -> String {
         out.push_str(&c.render());
     }
     out
+}
+
+/// The page of `bench images`, with the start times and bytes written per mode as bars.
+pub fn images_page(r: &ImagesReport, text: String) -> anyhow::Result<super::report::Page> {
+    let mut page = super::report::Page::new("warren bench images", text, r)?;
+    if !r.modes.is_empty() {
+        let bars = |f: fn(&ModeResult) -> f64| -> Vec<(String, f64)> {
+            r.modes.iter().map(|m| (m.mode.clone(), f(m))).collect()
+        };
+        page.plots.push(super::report::Plot {
+            file: "images-wall.svg".into(),
+            caption: format!(
+                "Wall time to start {} sandboxes of {} images per mode (lazy, eager, \
+                 tar-unpacked layers)",
+                r.modes[0].sandboxes, r.images
+            ),
+            svg: super::report::plots::bars(
+                "image start: wall time",
+                "mode",
+                "seconds",
+                &bars(|m| m.wall_secs),
+            )?,
+        });
+        page.plots.push(super::report::Plot {
+            file: "images-written.svg".into(),
+            caption: "Bytes the node's processes wrote per mode".into(),
+            svg: super::report::plots::bars(
+                "image start: bytes written",
+                "mode",
+                "MiB",
+                &bars(|m| m.process_write_bytes as f64 / (1u64 << 20) as f64),
+            )?,
+        });
+    }
+    Ok(page)
 }

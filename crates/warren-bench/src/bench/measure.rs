@@ -86,11 +86,11 @@ async fn create_sample(s: &Setup) -> anyhow::Result<f64> {
     Ok(elapsed)
 }
 
-/// A latency summary and the quantiles its CDF is drawn from (see [`super::report::quantiles`]).
+/// A latency summary and the quantiles its CDF is drawn from (see [`quantiles`]).
 pub type Sampled = (Latency, Vec<f64>);
 
 fn sampled(samples: Vec<f64>) -> Sampled {
-    let q = super::report::quantiles(&samples);
+    let q = quantiles(&samples);
     (Latency::from_samples(samples), q)
 }
 
@@ -356,6 +356,25 @@ pub async fn density(
         scrape,
         dashboard,
     })
+}
+
+/// Quantiles kept of a latency's samples for its CDF: 0 %, 1 %, …, 100 % (nearest rank).
+pub const QUANTILES: usize = 101;
+
+/// The [`QUANTILES`] quantiles of millisecond samples (any order), rounded to microseconds;
+/// empty when there is no sample.
+pub fn quantiles(samples: &[f64]) -> Vec<f64> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return Vec::new();
+    }
+    (0..QUANTILES)
+        .map(|i| {
+            let p = i as f64 * 100.0 / (QUANTILES - 1) as f64;
+            (crate::stats::percentile(&sorted, p) * 1000.0).round() / 1000.0
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use serde::Serialize;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest, ImageRef};
 
 use super::measure::{Setup, BENCH_LABEL};
+use super::scrape::value as counter;
 use crate::stats::Latency;
 
 /// File in the sandbox that every recorded step appends one line to.
@@ -41,12 +42,6 @@ pub struct Replay {
     /// Median wait for the trajectory commit per call (upper bound of its histogram bucket).
     pub append_p50_ms: Option<f64>,
     pub append_mean_ms: Option<f64>,
-}
-
-/// A counter (or gauge) without labels of the node's `/metrics`.
-pub(super) fn counter(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The append histogram: (upper bound in seconds, cumulative count) per bucket, sum, count.

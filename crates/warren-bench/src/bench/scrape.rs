@@ -10,7 +10,6 @@ use serde::Serialize;
 use std::time::Instant;
 use warren_client::Client;
 
-use super::replay::counter as value;
 use crate::stats::Latency;
 
 /// Scrapes per measurement.
@@ -28,6 +27,12 @@ pub struct Scrape {
     pub cpu_ms_per_scrape: Option<f64>,
     /// That CPU as a share of one core at a 5 s scrape interval, in percent.
     pub core_percent_at_5s: Option<f64>,
+}
+
+/// A counter (or gauge) without labels of the node's `/metrics`.
+pub(super) fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Scrapes `/metrics` [`SCRAPES`] times, one after the other.

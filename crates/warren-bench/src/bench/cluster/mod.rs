@@ -14,6 +14,7 @@
 //! Everything it starts is killed when it ends, on error or interrupt too; the etcd data
 //! directory is temporary.
 
+pub(super) mod page;
 mod procs;
 mod scenarios;
 
@@ -398,9 +399,7 @@ pub async fn run(a: &ClusterArgs, json: bool, report_dir: Option<&std::path::Pat
     } else {
         print!("{}", report.render());
     }
-    super::report::write_if(report_dir, || {
-        super::report::cluster_page(&report, report.render())
-    })?;
+    super::report::write_if(report_dir, || page::cluster_page(&report, report.render()))?;
     Ok(if report.checks.iter().all(|c| c.pass) {
         0
     } else {

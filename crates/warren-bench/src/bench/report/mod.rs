@@ -10,7 +10,7 @@
 //! baselines of the same run, the density curve, lazy vs eager image starts, and the cluster's
 //! sandboxes per node. Other sections are tables only.
 
-mod plots;
+pub mod plots;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -18,29 +18,8 @@ use std::path::Path;
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use super::cluster::ClusterReport;
-use super::images::ImagesReport;
 use super::Report;
 use plots::Series;
-
-/// Quantiles kept of a latency's samples for its CDF: 0 %, 1 %, …, 100 % (nearest rank).
-pub const QUANTILES: usize = 101;
-
-/// The [`QUANTILES`] quantiles of millisecond samples (any order), rounded to microseconds;
-/// empty when there is no sample.
-pub fn quantiles(samples: &[f64]) -> Vec<f64> {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return Vec::new();
-    }
-    (0..QUANTILES)
-        .map(|i| {
-            let p = i as f64 * 100.0 / (QUANTILES - 1) as f64;
-            (crate::stats::percentile(&sorted, p) * 1000.0).round() / 1000.0
-        })
-        .collect()
-}
 
 /// One plot of a report: its file name in the directory, caption and SVG text.
 #[derive(Debug)]
@@ -142,71 +121,6 @@ pub fn node_page(r: &Report) -> anyhow::Result<Page> {
         });
     }
     Ok(page)
-}
-
-/// The page of `bench images`, with the start times and bytes written per mode as bars.
-pub fn images_page(r: &ImagesReport, text: String) -> anyhow::Result<Page> {
-    let mut page = Page::new("warren bench images", text, r)?;
-    if !r.modes.is_empty() {
-        let bars = |f: fn(&super::images::ModeResult) -> f64| -> Vec<(String, f64)> {
-            r.modes.iter().map(|m| (m.mode.clone(), f(m))).collect()
-        };
-        page.plots.push(Plot {
-            file: "images-wall.svg".into(),
-            caption: format!(
-                "Wall time to start {} sandboxes of {} images per mode (lazy, eager, \
-                 tar-unpacked layers)",
-                r.modes[0].sandboxes, r.images
-            ),
-            svg: plots::bars(
-                "image start: wall time",
-                "mode",
-                "seconds",
-                &bars(|m| m.wall_secs),
-            )?,
-        });
-        page.plots.push(Plot {
-            file: "images-written.svg".into(),
-            caption: "Bytes the node's processes wrote per mode".into(),
-            svg: plots::bars(
-                "image start: bytes written",
-                "mode",
-                "MiB",
-                &bars(|m| m.process_write_bytes as f64 / (1u64 << 20) as f64),
-            )?,
-        });
-    }
-    Ok(page)
-}
-
-/// The page of `bench cluster`, with the scale phase's sandboxes per node as bars.
-pub fn cluster_page(r: &ClusterReport, text: String) -> anyhow::Result<Page> {
-    let mut page = Page::new("warren bench cluster", text, r)?;
-    if let Some(s) = r.scale.as_ref().filter(|s| !s.per_node.is_empty()) {
-        let mut per_node: Vec<(String, f64)> = s
-            .per_node
-            .iter()
-            .map(|(k, &v)| (k.clone(), v as f64))
-            .collect();
-        per_node.sort_by(|a, b| natural_key(&a.0).cmp(&natural_key(&b.0)));
-        page.plots.push(Plot {
-            file: "cluster-balance.svg".into(),
-            caption: format!(
-                "Sandboxes per node after the scale phase ({} sandboxes over {} nodes; \
-                 max/mean {:.3})",
-                s.create.created, s.nodes, s.imbalance
-            ),
-            svg: plots::bars("cluster placement balance", "node", "sandboxes", &per_node)?,
-        });
-    }
-    Ok(page)
-}
-
-/// Sorts `s3` before `s12`: the text before the trailing number, then the number.
-fn natural_key(s: &str) -> (&str, u64) {
-    let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    let (head, tail) = s.split_at(s.len() - digits);
-    (head, tail.parse().unwrap_or(0))
 }
 
 /// Fails when `dir` exists and is not a directory (checked before a run too, so that a long

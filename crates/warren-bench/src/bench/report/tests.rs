@@ -3,9 +3,12 @@ use std::path::Path;
 
 use super::*;
 use crate::bench::baselines;
-use crate::bench::cluster::{Burst, Scale};
+use crate::bench::cluster::page::{cluster_page, natural_key};
+use crate::bench::cluster::{Burst, ClusterReport, Scale};
 use crate::bench::curve::{Curve, MemInfo, Point};
 use crate::bench::images::ModeResult;
+use crate::bench::images::{images_page, ImagesReport};
+use crate::bench::measure::{quantiles, QUANTILES};
 use crate::stats::Latency;
 
 /// Samples spread over two decades (so the CDF's x axis is logarithmic).
