@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use warren_types::SandboxState;
 
-use super::stats::{share, MIN_WINDOW_MS};
+use super::stats::{share, window_start};
 use super::{now_ms, Manager};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,22 +107,12 @@ impl Manager {
     }
 
     /// `1 - used / requested` over the window since the previous scrape (at least
-    /// [`MIN_WINDOW_MS`] long: a quicker scrape reuses that start), clamped to `[0, 1]`; `None`
+    /// [`super::stats::MIN_WINDOW_MS`] long: a quicker scrape reuses that start), clamped to `[0, 1]`; `None`
     /// on the first scrape and while nothing runs.
     fn idle_share(&self, cpu_us: u64, requested_cpus: f64) -> Option<f64> {
         let now = now_ms();
         let mut last = self.inner.scraped_cpu.lock().expect("scraped cpu lock");
-        let from = match *last {
-            Some(prev) if now.saturating_sub(prev.0) >= MIN_WINDOW_MS => {
-                *last = Some((now, cpu_us));
-                prev
-            }
-            Some(prev) => prev,
-            None => {
-                *last = Some((now, cpu_us));
-                return None;
-            }
-        };
+        let from = window_start(&mut last, now, cpu_us)?;
         if requested_cpus <= 0.0 {
             return None;
         }

@@ -17,6 +17,28 @@ pub(super) fn share(from: (u64, u64), to: (u64, u64), cpus: f64) -> Option<(f64,
     Some((used_us / (ms as f64 * 1000.0 * cores), ms as f64 / 1000.0))
 }
 
+/// The start of the window ending at `now` (with `cpu` µs used so far) when `last` holds the
+/// previous sample: that sample, which `now` replaces once it is [`MIN_WINDOW_MS`] old (a
+/// quicker reading keeps the older start). `None` on the first reading, which becomes the
+/// sample.
+pub(super) fn window_start(
+    last: &mut Option<(u64, u64)>,
+    now: u64,
+    cpu: u64,
+) -> Option<(u64, u64)> {
+    match *last {
+        Some(prev) if now.saturating_sub(prev.0) >= MIN_WINDOW_MS => {
+            *last = Some((now, cpu));
+            Some(prev)
+        }
+        Some(prev) => Some(prev),
+        None => {
+            *last = Some((now, cpu));
+            None
+        }
+    }
+}
+
 impl Manager {
     /// What `id` uses now, against its limits.
     pub fn stats(&self, id: &SandboxId) -> Result<SandboxStats, NodeError> {
@@ -32,17 +54,7 @@ impl Manager {
             Some(cpu) => {
                 let mut last = sb.cpu_sample.lock().expect("cpu sample lock");
                 let since_start = (info.created_at_ms, 0);
-                let from = match *last {
-                    Some(prev) if now.saturating_sub(prev.0) >= MIN_WINDOW_MS => {
-                        *last = Some((now, cpu));
-                        prev
-                    }
-                    Some(prev) => prev,
-                    None => {
-                        *last = Some((now, cpu));
-                        since_start
-                    }
-                };
+                let from = window_start(&mut last, now, cpu).unwrap_or(since_start);
                 share(from, (now, cpu), limits.cpus)
                     .or_else(|| share(since_start, (now, cpu), limits.cpus))
                     .unzip()
