@@ -66,7 +66,14 @@ print(" ".join(res))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filesystem_and_terminal_ioctls_are_refused() {
-    let Some(s) = Scene::new().await else { return };
+    // The attacker opens PTYs itself: its /dev/pts is mounted at start.
+    let req = warren_client::CreateSandboxRequest {
+        pty: true,
+        ..Default::default()
+    };
+    let Some(s) = Scene::with(req).await else {
+        return;
+    };
     let out = s
         .py(&format!(
             "{SYSCALL}\n{}",

@@ -33,6 +33,10 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c.lowerdirs = (0..cfg.lowerdirs.len())
         .map(|i| format!("{LOWER_DIR}/{i}"))
         .collect();
+    // The agent's own /sys (the node's shared sysfs, or the container's) is shown again: a
+    // call adds no sysfs superblock, and no devpts (calls get no terminal).
+    c.sysfs = Some("/sys".into());
+    c.devpts = false;
     c
 }
 

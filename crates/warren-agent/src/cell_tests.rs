@@ -33,6 +33,8 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         landlock: true,
         best_effort: false,
         apparmor_profile: None,
+        sysfs: Some("/var/lib/warren/images/mnt/sysfs".into()),
+        devpts: true,
     };
     let c = cell_config(&cfg);
     assert_eq!(
@@ -40,8 +42,15 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         [format!("{LOWER_DIR}/0"), format!("{LOWER_DIR}/1")]
     );
     assert_eq!(
+        (c.sysfs.as_deref(), c.devpts),
+        (Some("/sys"), false),
+        "a call shows the agent's /sys and has no devpts"
+    );
+    assert_eq!(
         ContainerInit {
             lowerdirs: cfg.lowerdirs.clone(),
+            sysfs: cfg.sysfs.clone(),
+            devpts: cfg.devpts,
             ..c
         },
         cfg,
@@ -269,6 +278,8 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
         landlock: false,
         best_effort: false,
         apparmor_profile: None,
+        sysfs: None,
+        devpts: false,
     };
     let init = Init::Container {
         version: PROTOCOL_VERSION,

@@ -52,6 +52,29 @@ fn hold_userns(mut ctl: std::os::unix::net::UnixStream) -> ! {
     std::process::exit(code)
 }
 
+/// Mounts the sandbox's own devpts for its first terminal (`warren-agent devpts`): the daemon
+/// starts it with the sandbox's user namespace on fd 4 and mount namespace on fd 5, from
+/// outside the sandbox's pid namespace, so nothing in the sandbox sees or reaches it. Answers
+/// `o` (mounted, or already there) or `!` and the error, then exits.
+fn mount_devpts(mut ctl: std::os::unix::net::UnixStream) -> ! {
+    use std::io::Write;
+    let r = (|| -> error::Result<()> {
+        let user = warren_sys::fd::inherited(DEVPTS_USERNS_FD)?;
+        let mnt = warren_sys::fd::inherited(DEVPTS_MNTNS_FD)?;
+        setup::mount_devpts_in(&user, &mnt)
+    })();
+    let (reply, code) = match r {
+        Ok(()) => ("o".to_string(), 0),
+        Err(e) => (format!("!{e}"), 1),
+    };
+    let _ = ctl.write_all(reply.as_bytes());
+    std::process::exit(code)
+}
+
+/// Where `warren-agent devpts` finds the sandbox's namespaces.
+const DEVPTS_USERNS_FD: i32 = CONTROL_FD + 1;
+const DEVPTS_MNTNS_FD: i32 = CONTROL_FD + 2;
+
 fn main() {
     // PID 1 of a whole machine: the init of a VM guest (a container's PID 1 is forked from
     // an agent that already runs, never exec'd).
@@ -66,9 +89,18 @@ fn main() {
             std::process::exit(2);
         }
     };
-    warren_sys::fd::close_fds_from(CONTROL_FD + 1, &[]);
+    let devpts = std::env::args().nth(1).as_deref() == Some("devpts");
+    let keep: &[i32] = if devpts {
+        &[DEVPTS_USERNS_FD, DEVPTS_MNTNS_FD]
+    } else {
+        &[]
+    };
+    warren_sys::fd::close_fds_from(CONTROL_FD + 1, keep);
     let _ = warren_sys::fd::set_cloexec(&ctl, true);
     let mut ctl = std::os::unix::net::UnixStream::from(ctl);
+    if devpts {
+        mount_devpts(ctl);
+    }
     if std::env::args().nth(1).as_deref() == Some("hold-userns") {
         hold_userns(ctl);
     }

@@ -112,9 +112,10 @@ const EMPTY_DIR: &str = "empty";
 ///
 /// Every superblock mounted here costs the kernel a shrinker, and each memory cgroup's shrinker
 /// table grows with the number of shrinkers on the host (see docs/density.md): so /dev,
-/// /dev/shm and every mask are directories of the one writable tmpfs, bind-mounted, and the
-/// sandbox owns only the tmpfs, the overlay, proc, devpts and sysfs (mqueue is the superblock
-/// its IPC namespace has anyway).
+/// /dev/shm and every mask are directories of the one writable tmpfs, bind-mounted, /sys is
+/// the node's one shared read-only sysfs, devpts is mounted only when asked for (or by the
+/// daemon at the first terminal), and the sandbox owns only the tmpfs, the overlay and proc
+/// (mqueue is the superblock its IPC namespace has anyway).
 pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<PathBuf> {
     mount(
         Some("tmpfs"),
@@ -166,13 +167,16 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
     bind(&t.join(DEV_DIR), &dev, nosuid)?;
     bind_devices(&dev)?;
     let pts = mk("/dev/pts")?;
-    mount(
-        Some("devpts"),
-        &pts,
-        Some("devpts"),
-        Flags::MS_NOSUID | Flags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
-    )?;
+    if cfg.devpts {
+        mount(
+            Some("devpts"),
+            &pts,
+            Some("devpts"),
+            Flags::MS_NOSUID | Flags::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620"),
+        )?;
+    }
+    // Dangling until a devpts is mounted (at start, or by the daemon at the first terminal).
     std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(AgentError::io("ptmx"))?;
     set_mode(&mk("/dev/shm")?, 0o1777)?;
     // The IPC namespace made its mqueue superblock when it was created: mounting it shows
@@ -193,7 +197,7 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
         let _ = std::os::unix::fs::symlink(l, dev.join(t));
     }
     let empty = t.join(EMPTY_DIR);
-    mount_sys(&mk("/sys")?, &empty)?;
+    mount_sys(&mk("/sys")?, cfg.sysfs.as_deref(), &empty)?;
     for p in &cfg.masked_paths {
         mask(&root, p, &empty)?;
     }
@@ -266,9 +270,20 @@ pub fn bind_devices(dev: &Path) -> R<()> {
     Ok(())
 }
 
-/// A read-only sysfs of this network namespace, or else `empty` bound read-only.
-pub fn mount_sys(sys: &Path, empty: &Path) -> R<()> {
+/// The node's shared read-only sysfs (`shared`, see [`ContainerInit::sysfs`]) bound
+/// read-only, else a read-only sysfs of this network namespace, else `empty` bound read-only.
+pub fn mount_sys(sys: &Path, shared: Option<&str>, empty: &Path) -> R<()> {
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;
+    if let Some(s) = shared {
+        // Only a sysfs is shown there: a path that holds anything else is refused, so a
+        // wrong configuration cannot put a host directory into the sandbox.
+        let is_sysfs = warren_sys::mount::open_dir_nofollow(Path::new(s))
+            .and_then(|fd| warren_sys::mount::fs_magic(&fd))
+            .is_ok_and(|m| m == warren_sys::mount::SYSFS_MAGIC);
+        if is_sysfs && bind(Path::new(s), sys, nosuid | Flags::MS_RDONLY).is_ok() {
+            return Ok(());
+        }
+    }
     if mount(
         Some("sysfs"),
         sys,
@@ -281,6 +296,24 @@ pub fn mount_sys(sys: &Path, empty: &Path) -> R<()> {
         // Without a sysfs of our own, show an empty read-only directory rather than the host's.
         bind(empty, sys, nosuid | Flags::MS_RDONLY)?;
     }
+    Ok(())
+}
+
+/// Enters a running sandbox's user and mount namespaces and mounts its own devpts on its
+/// `/dev/pts`, unless one is there already. Only for a single-threaded helper process (see
+/// `warren-agent devpts`): `setns` into a user namespace needs one. `/dev/pts` is opened
+/// without following symbolic links and the mount goes onto that handle, so whatever the
+/// sandbox did to its `/dev` the devpts lands in the sandbox's own tree or nowhere.
+pub fn mount_devpts_in(user: &std::os::fd::OwnedFd, mnt: &std::os::fd::OwnedFd) -> R<()> {
+    use warren_sys::ns::{setns, Namespaces};
+    setns(user, Namespaces::CLONE_NEWUSER)?;
+    // Entering a mount namespace also moves root and working directory to its root.
+    setns(mnt, Namespaces::CLONE_NEWNS)?;
+    let pts = warren_sys::mount::open_dir_nofollow(Path::new("/dev/pts"))?;
+    if warren_sys::mount::fs_magic(&pts)? == warren_sys::mount::DEVPTS_MAGIC {
+        return Ok(());
+    }
+    warren_sys::mount::mount_devpts_on(&pts)?;
     Ok(())
 }
 
@@ -404,6 +437,6 @@ pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
     mount(Some("proc"), &mk("/proc")?, Some("proc"), nosuid, None)?;
     let empty = mk(EMPTY_DIR)?;
     set_mode(&empty, 0o555)?;
-    mount_sys(&mk("/sys")?, &empty)?;
+    mount_sys(&mk("/sys")?, cfg.sysfs.as_deref(), &empty)?;
     Ok(t.to_path_buf())
 }

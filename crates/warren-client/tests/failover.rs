@@ -91,6 +91,7 @@ async fn create(State(st): State<St>, Json(req): Json<CreateSandboxRequest>) -> 
         reason: None,
         idempotency_key: req.idempotency_key.clone(),
         tenant: None,
+        pty: false,
     };
     answer(&st, serde_json::to_value(info).unwrap()).await
 }

@@ -81,6 +81,7 @@ fn info(id: &str, req: &CreateSandboxRequest) -> SandboxInfo {
         reason: None,
         idempotency_key: req.idempotency_key.clone(),
         tenant: None,
+        pty: false,
     }
 }
 

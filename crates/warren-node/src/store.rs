@@ -348,6 +348,7 @@ mod tests {
             reason: None,
             idempotency_key: Some("k".into()),
             tenant: None,
+            pty: false,
         }
     }
 

@@ -241,6 +241,16 @@ pub struct ContainerInit {
     /// AppArmor profile every command is confined under (hosts with AppArmor only).
     #[serde(default)]
     pub apparmor_profile: Option<String>,
+    /// A read-only sysfs shared by every sandbox of the node (mounted once by the daemon, in
+    /// a network namespace of its own), bound at `/sys` instead of a sysfs per sandbox.
+    /// `None`: the sandbox mounts a sysfs of its own network namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sysfs: Option<String>,
+    /// Mount the sandbox's own devpts at start. Otherwise `/dev/pts` stays empty until the
+    /// first terminal call, when the daemon mounts it (each devpts is a superblock, and every
+    /// superblock costs a shrinker in every memory cgroup of the host).
+    #[serde(default)]
+    pub devpts: bool,
 }
 
 /// Daemon → agent on stream 0 during start-up.

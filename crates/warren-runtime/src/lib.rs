@@ -36,6 +36,9 @@ pub struct SandboxSpec {
     pub limits: Limits,
     pub hostname: String,
     pub labels: BTreeMap<String, String>,
+    /// Mount the sandbox's own devpts at start (programs inside open terminals themselves);
+    /// otherwise it comes with the first terminal call ([`Instance::prepare_terminal`]).
+    pub devpts: bool,
 }
 
 /// One substrate.
@@ -171,6 +174,11 @@ pub trait Instance: Send + Sync + 'static {
 
     /// A host pid inside the sandbox's network namespace (where its link goes), for
     /// substrates that have one.
+    /// Makes the sandbox ready for a terminal (a container mounts its devpts the first time).
+    async fn prepare_terminal(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
     fn netns_pid(&self) -> Option<u32> {
         None
     }

@@ -21,6 +21,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         },
         hostname: "sandbox".into(),
         labels: Default::default(),
+        devpts: false,
     }
 }
 

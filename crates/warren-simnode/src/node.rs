@@ -139,6 +139,7 @@ impl SimNode {
                 reason: None,
                 idempotency_key: req.idempotency_key.clone(),
                 tenant: None,
+                pty: false,
             };
             t.sandboxes.insert(ulid.clone(), info);
             self.starting.fetch_add(1, Ordering::SeqCst);

@@ -175,3 +175,143 @@ fn unescape(s: &str) -> String {
         .replace("\\012", "\n")
         .replace("\\134", "\\")
 }
+
+/// `statfs(2)` magic of the file system that holds `fd`.
+pub fn fs_magic(fd: &impl AsRawFd) -> Result<i64> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes a `struct statfs` into the buffer we own; it is only read after
+    // the call succeeded.
+    let r = unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if r < 0 {
+        return Err(SysError::last("fstatfs"));
+    }
+    // SAFETY: fstatfs succeeded, so the kernel filled the whole struct.
+    let st = unsafe { st.assume_init() };
+    // `f_type`'s integer type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(st.f_type as i64)
+}
+
+/// `SYSFS_MAGIC` of statfs(2).
+pub const SYSFS_MAGIC: i64 = 0x6265_6572;
+/// `DEVPTS_SUPER_MAGIC` of statfs(2).
+pub const DEVPTS_MAGIC: i64 = 0x1cd1;
+
+/// Opens the directory `path` as an `O_PATH` handle, refusing any symbolic link on the way
+/// (`openat2` with `RESOLVE_NO_SYMLINKS`): a path inside a sandbox's mount namespace, which
+/// the sandbox may have rearranged, resolves to what it names or not at all.
+pub fn open_dir_nofollow(path: &Path) -> Result<OwnedFd> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let p = cstr(path)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a valid C string and an `open_how` laid out as the kernel's,
+    // whose size is passed; returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(SysError::last(format!("open {}", path.display())));
+    }
+    // SAFETY: a fresh fd from the kernel, owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Mounts a new devpts instance (its own PTY numbering, `ptmxmode=0666,mode=0620`,
+/// `nosuid,noexec`) on the directory `dir` with the new mount API, so the target is the
+/// directory the handle names and no path is resolved again.
+pub fn mount_devpts_on(dir: &OwnedFd) -> Result<()> {
+    const FSOPEN_CLOEXEC: u32 = 1;
+    const FSCONFIG_SET_STRING: u32 = 1;
+    const FSCONFIG_CMD_CREATE: u32 = 6;
+    const FSMOUNT_CLOEXEC: u32 = 1;
+    const MOUNT_ATTR_NOSUID: u32 = 0x02;
+    const MOUNT_ATTR_NOEXEC: u32 = 0x08;
+    const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x04;
+    const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+    let name = c"devpts";
+    // SAFETY: fsopen with a valid C string; returns a new fd or -1.
+    let fs = unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), FSOPEN_CLOEXEC) };
+    if fs < 0 {
+        return Err(SysError::last("fsopen devpts"));
+    }
+    // SAFETY: a fresh fd from the kernel, owned here.
+    let fs = unsafe { OwnedFd::from_raw_fd(fs as i32) };
+    for (k, v) in [(c"ptmxmode", c"0666"), (c"mode", c"0620")] {
+        // SAFETY: fsconfig on our fs context fd with two valid C strings.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                FSCONFIG_SET_STRING,
+                k.as_ptr(),
+                v.as_ptr(),
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(SysError::last("fsconfig devpts"));
+        }
+    }
+    // SAFETY: fsconfig(FSCONFIG_CMD_CREATE) takes no key or value.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(SysError::last("create devpts"));
+    }
+    // SAFETY: fsmount of a created fs context; returns a new detached mount fd or -1.
+    let m = unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            fs.as_raw_fd(),
+            FSMOUNT_CLOEXEC,
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+        )
+    };
+    if m < 0 {
+        return Err(SysError::last("fsmount devpts"));
+    }
+    // SAFETY: a fresh fd from the kernel, owned here.
+    let m = unsafe { OwnedFd::from_raw_fd(m as i32) };
+    let empty = c"";
+    // SAFETY: move_mount from the detached mount fd onto the directory fd, both with empty
+    // paths (the flags say so).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            m.as_raw_fd(),
+            empty.as_ptr(),
+            dir.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(SysError::last("move_mount devpts"));
+    }
+    Ok(())
+}

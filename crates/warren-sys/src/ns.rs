@@ -22,6 +22,11 @@ pub fn unshare(flags: CloneFlags) -> Result<()> {
     nix::sched::unshare(flags).map_err(|e| SysError::errno(format!("unshare({flags:?})"), e))
 }
 
+/// `setns(2)` into the namespace `fd` names (of the kind `kind`).
+pub fn setns(fd: &OwnedFd, kind: CloneFlags) -> Result<()> {
+    nix::sched::setns(fd, kind).map_err(|e| SysError::errno(format!("setns({kind:?})"), e))
+}
+
 /// Sets the hostname of the current UTS namespace.
 pub fn set_hostname(name: &str) -> Result<()> {
     nix::unistd::sethostname(name).map_err(|e| SysError::errno("sethostname", e))

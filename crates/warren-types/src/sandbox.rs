@@ -166,6 +166,12 @@ pub struct CreateSandboxRequest {
     pub idempotency_key: Option<String>,
     #[serde(default)]
     pub hostname: Option<String>,
+    /// Mount the sandbox's own `/dev/pts` at start, for programs inside that open terminals
+    /// themselves (`script`, `expect`, `os.openpty`). Without it `/dev/pts` is mounted by the
+    /// first terminal call: each mount is a kernel superblock, which costs memory in every
+    /// memory cgroup of the host (docs/density.md). Containers only; VMs always have one.
+    #[serde(default)]
+    pub pty: bool,
 }
 
 /// Bounds a node applies to requests; the node's config may lower them.
@@ -371,6 +377,9 @@ pub struct SandboxInfo {
     /// sandboxes of the node's own administrator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The sandbox's own `/dev/pts` was mounted at start (see [`CreateSandboxRequest::pty`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pty: bool,
 }
 
 /// `POST /v1/sandboxes/{id}/pause`: what pausing achieved.

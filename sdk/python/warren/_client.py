@@ -95,6 +95,7 @@ class AsyncClient:
         labels: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         hostname: Optional[str] = None,
+        pty: bool = False,
     ) -> AsyncSandbox:
         """Creates a sandbox and returns it once it runs.
 
@@ -124,6 +125,8 @@ class AsyncClient:
             idempotency_key: A repeated create with the same key returns the first sandbox;
                 with a key, the create is retried on transport failures.
             hostname: The sandbox's host name.
+            pty: Mount /dev/pts at start, for programs inside that open terminals themselves
+                (otherwise the first terminal mounts it).
         """
         body: Dict[str, Any] = {
             "substrate": substrate,
@@ -164,6 +167,8 @@ class AsyncClient:
             body["idempotency_key"] = idempotency_key
         if hostname is not None:
             body["hostname"] = hostname
+        if pty:
+            body["pty"] = True
         resp = await self._http.request("POST", "/v1/sandboxes", json=body, retry=idempotency_key is not None)
         return AsyncSandbox(self, SandboxInfo.from_json(resp.json()))
 

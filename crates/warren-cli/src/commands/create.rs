@@ -56,6 +56,10 @@ pub struct Args {
     /// Hostname inside the sandbox
     #[arg(long)]
     pub hostname: Option<String>,
+    /// Mount /dev/pts at start, for programs inside that open terminals themselves (without
+    /// it, the first `warren shell` mounts it)
+    #[arg(long)]
+    pub pty: bool,
     /// A repeated create with the same key returns the first sandbox
     #[arg(long)]
     pub idempotency_key: Option<String>,
@@ -98,6 +102,7 @@ pub fn request(args: &Args) -> anyhow::Result<CreateSandboxRequest> {
         labels: args.label.into_iter().collect(),
         idempotency_key: args.idempotency_key,
         hostname: args.hostname,
+        pty: args.pty,
         network: match args.network.as_deref() {
             None | Some("none") => Default::default(),
             Some(j) => serde_json::from_str(j).context("--network")?,

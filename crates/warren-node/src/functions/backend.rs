@@ -67,6 +67,7 @@ impl WarmBackend for RuntimeBackend {
             limits: key.limits.clone(),
             hostname: "function".into(),
             labels,
+            devpts: false,
         };
         let init = FunctionInit {
             interpreter: key.interpreter.clone(),

@@ -120,6 +120,7 @@ impl Manager {
                     reason: None,
                     idempotency_key: req.idempotency_key.clone(),
                     tenant: tenant.clone(),
+                    pty: req.pty,
                 };
                 let hostname = req
                     .hostname

@@ -499,6 +499,11 @@ impl Manager {
         if !spec.env.iter().any(|(k, _)| k == "TERM") {
             spec.env.push(("TERM".into(), "xterm-256color".into()));
         }
+        // A container mounts its devpts with its first terminal (docs/density.md).
+        instance
+            .prepare_terminal()
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
         let session = instance
             .agent()
             .pty(spec, req.cols, req.rows)

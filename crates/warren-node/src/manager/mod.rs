@@ -191,6 +191,7 @@ impl Sandbox {
             limits: info.limits.clone(),
             hostname: self.hostname.clone(),
             labels: info.labels.clone(),
+            devpts: info.pty,
         }
     }
 

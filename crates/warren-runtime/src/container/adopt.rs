@@ -60,6 +60,9 @@ pub async fn adopt(
         paused: was_frozen.into(),
         images: rt.images.clone(),
         phases: Vec::new(),
+        // Looked at again (and mounted if missing) by the first terminal.
+        devpts: tokio::sync::Mutex::new(false),
+        agent_bin: rt.cfg.agent_bin.clone(),
     })
 }
 

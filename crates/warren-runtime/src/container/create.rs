@@ -148,6 +148,8 @@ async fn start(
         landlock: rt.cfg.landlock,
         best_effort: spec.limits.cpu_class == warren_types::CpuClass::BestEffort,
         apparmor_profile: rt.cfg.apparmor_profile.clone(),
+        sysfs: rt.sysfs.as_ref().map(|p| p.display().to_string()),
+        devpts: spec.devpts,
     };
     send(
         &mut stream,
@@ -220,5 +222,7 @@ async fn start(
         paused: Default::default(),
         images: rt.images.clone(),
         phases: vec![("image", mounted), ("agent", t_agent.elapsed())],
+        devpts: tokio::sync::Mutex::new(spec.devpts),
+        agent_bin: rt.cfg.agent_bin.clone(),
     })
 }

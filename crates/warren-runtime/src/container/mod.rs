@@ -96,6 +96,9 @@ pub struct ContainerRuntime {
     /// sandbox's agent copies the host's mount table (a layer mounted later would be missing
     /// from that copy).
     idmap: std::os::fd::OwnedFd,
+    /// The node's shared read-only sysfs (see [`shared_sysfs`]); `None` where it could not be
+    /// made, and each sandbox mounts its own.
+    sysfs: Option<PathBuf>,
 }
 
 impl ContainerRuntime {
@@ -108,11 +111,19 @@ impl ContainerRuntime {
         }
         let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
         let idmap = idmap_userns(&cfg)?;
+        let sysfs = match shared_sysfs(&images.root().join("mnt").join("sysfs")) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(error = %e, "no shared sysfs: every sandbox mounts its own (one more superblock each)");
+                None
+            }
+        };
         Ok(ContainerRuntime {
             cfg,
             images,
             hierarchy,
             idmap,
+            sysfs,
         })
     }
 
@@ -184,6 +195,116 @@ fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeEr
     Ok(fd)
 }
 
+/// Mounts (once per image store, kept like the shared layer mounts beside it) a read-only
+/// sysfs of a network namespace of its own (only `lo` in it) at `at`, which every sandbox binds at
+/// `/sys` instead of mounting a sysfs of its own: each superblock costs a shrinker in every
+/// memory cgroup of the host (docs/density.md). sysfs shows the host's devices whatever the
+/// namespace; only `/sys/class/net` differs, and this one lists just that namespace's `lo`.
+///
+/// The namespace work runs on a short-lived thread of its own (namespaces are per thread),
+/// never on an async worker: `unshare(CLONE_NEWNET)` there, the mount, and the thread ends;
+/// the mount keeps the namespace alive.
+fn shared_sysfs(at: &std::path::Path) -> Result<PathBuf, RuntimeError> {
+    use warren_sys::mount::{fs_magic, open_dir_nofollow, SYSFS_MAGIC};
+    let is_sysfs = |p: &std::path::Path| {
+        open_dir_nofollow(p).is_ok_and(|fd| fs_magic(&fd).ok() == Some(SYSFS_MAGIC))
+    };
+    if is_sysfs(at) {
+        return Ok(at.to_path_buf());
+    }
+    std::fs::create_dir_all(at)
+        .map_err(|e| RuntimeError::io("create the shared sysfs directory", e))?;
+    // sysfs holds only a passive reference on its namespace: the namespace is pinned by a
+    // bind mount of its handle beside it (as `ip netns add` does), so its `lo` stays listed.
+    let pin = at.with_extension("netns");
+    std::fs::write(&pin, b"")
+        .map_err(|e| RuntimeError::io("create the shared sysfs netns pin", e))?;
+    let target = at.to_path_buf();
+    std::thread::Builder::new()
+        .name("shared-sysfs".into())
+        .spawn(move || -> Result<(), warren_sys::SysError> {
+            warren_sys::ns::unshare(warren_sys::ns::Namespaces::CLONE_NEWNET)?;
+            warren_sys::mount::mount(
+                Some("/proc/thread-self/ns/net"),
+                &pin,
+                None,
+                warren_sys::mount::Flags::MS_BIND,
+                None,
+            )?;
+            let f = warren_sys::mount::Flags::MS_RDONLY
+                | warren_sys::mount::Flags::MS_NOSUID
+                | warren_sys::mount::Flags::MS_NODEV
+                | warren_sys::mount::Flags::MS_NOEXEC;
+            warren_sys::mount::mount(Some("sysfs"), &target, Some("sysfs"), f, None)
+        })
+        .map_err(|e| RuntimeError::io("start the shared sysfs thread", e))?
+        .join()
+        .map_err(|_| RuntimeError::StartFailed("the shared sysfs thread panicked".into()))??;
+    if !is_sysfs(at) {
+        return Err(RuntimeError::StartFailed(format!(
+            "{} is not a sysfs after mounting one",
+            at.display()
+        )));
+    }
+    Ok(at.to_path_buf())
+}
+
+/// Mounts a running container sandbox's own devpts (its first terminal; see
+/// [`warren_proto::ContainerInit::devpts`]) with the agent's `devpts` mode, a short-lived
+/// single-threaded helper that enters the sandbox's user and mount namespaces from outside
+/// its pid namespace.
+async fn mount_devpts(agent_bin: &std::path::Path, agent_pid: u32) -> Result<(), RuntimeError> {
+    use std::os::fd::AsRawFd;
+    use tokio::io::AsyncReadExt;
+    let user = warren_sys::ns::open_ns(agent_pid, "user")?;
+    let mnt = warren_sys::ns::open_ns(agent_pid, "mnt")?;
+    let (ours, theirs) = warren_sys::fd::socketpair()?;
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let null = devnull.as_raw_fd();
+    let agent = agent_bin.display().to_string();
+    let (_pid, exited) = crate::reaper::spawn_wait(
+        &agent,
+        &["warren-agent".to_string(), "devpts".to_string()],
+        &[],
+        &[
+            (null, 0),
+            (null, 1),
+            (null, 2),
+            (theirs.as_raw_fd(), warren_proto::CONTROL_FD),
+            (user.as_raw_fd(), warren_proto::CONTROL_FD + 1),
+            (mnt.as_raw_fd(), warren_proto::CONTROL_FD + 2),
+        ],
+    )?;
+    drop((theirs, user, mnt));
+    let s = std::os::unix::net::UnixStream::from(ours);
+    s.set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("devpts helper socket", e))?;
+    let mut s = tokio::net::UnixStream::from_std(s)
+        .map_err(|e| RuntimeError::io("devpts helper socket", e))?;
+    let mut reply = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        s.read_to_end(&mut reply),
+    )
+    .await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), exited).await;
+    match read {
+        Ok(Ok(_)) if reply.first() == Some(&b'o') => Ok(()),
+        Ok(Ok(_)) => Err(RuntimeError::StartFailed(format!(
+            "cannot mount the sandbox's devpts: {}",
+            String::from_utf8_lossy(&reply).trim_start_matches('!')
+        ))),
+        Ok(Err(e)) => Err(RuntimeError::io("devpts helper", e)),
+        Err(_) => Err(RuntimeError::StartFailed(
+            "the devpts helper did not answer in time".into(),
+        )),
+    }
+}
+
 /// A live container sandbox.
 pub struct Container {
     id: SandboxId,
@@ -196,6 +317,10 @@ pub struct Container {
     _pins: warren_image::LayerPins,
     /// How long each phase of its start took (empty for an adopted sandbox).
     phases: Vec<(&'static str, std::time::Duration)>,
+    /// Its devpts is mounted (at start, or by the first terminal); the lock keeps two first
+    /// terminals from mounting two.
+    devpts: tokio::sync::Mutex<bool>,
+    agent_bin: PathBuf,
 }
 
 #[async_trait]
@@ -244,6 +369,23 @@ impl Instance for Container {
 
     fn netns_pid(&self) -> Option<u32> {
         Some(self.record.agent_pid)
+    }
+
+    async fn prepare_terminal(&self) -> Result<(), RuntimeError> {
+        let mut ready = self.devpts.lock().await;
+        if !*ready {
+            // A recycled pid is never taken for the agent.
+            if crate::procfs::start_time(self.record.agent_pid)
+                != Some(self.record.agent_start_time)
+            {
+                return Err(RuntimeError::StartFailed(
+                    "the sandbox's agent is gone".into(),
+                ));
+            }
+            mount_devpts(&self.agent_bin, self.record.agent_pid).await?;
+            *ready = true;
+        }
+        Ok(())
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

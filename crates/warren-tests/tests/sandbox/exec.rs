@@ -250,7 +250,7 @@ async fn exec_background_processes() {
 }
 
 /// Reads terminal events until the exit, collecting output. Panics after `limit`.
-async fn read_until_exit(
+pub(crate) async fn read_until_exit(
     session: &mut warren_client::PtySession,
     limit: Duration,
 ) -> (String, Option<i32>, Option<i32>) {

@@ -8,9 +8,10 @@ use warren_client::CreateSandboxRequest;
 
 use crate::common::Daemon;
 
-/// The superblocks a container sandbox owns: the writable layer's tmpfs, the overlay, proc,
-/// devpts, sysfs and the mqueue superblock of its IPC namespace.
-const OWN_SUPERBLOCKS: usize = 6;
+/// The superblocks a container sandbox owns: the writable layer's tmpfs, the overlay, proc and
+/// the mqueue superblock of its IPC namespace. `/sys` is the node's one shared read-only sysfs;
+/// devpts comes with the first terminal (or at start with `pty`).
+const OWN_SUPERBLOCKS: usize = 4;
 
 /// `major:minor` → file system type of every entry of a mountinfo text.
 fn devices(mountinfo: &str) -> BTreeMap<String, String> {
@@ -42,7 +43,20 @@ async fn mounts_few_superblocks_of_its_own() {
     };
     let id = d.sandbox().await;
     let inside = d.sh_ok(&id, "cat /proc/self/mountinfo").await;
-    // Devices also mounted in the host's table are shared (image layers, the host's /dev).
+    // /sys is the shared sysfs: read-only, and the same superblock in every sandbox.
+    let sys: Vec<&str> = inside
+        .lines()
+        .filter(|l| l.split_whitespace().nth(4) == Some("/sys"))
+        .collect();
+    assert_eq!(sys.len(), 1, "one mount at /sys: {inside}");
+    assert!(sys[0].contains(" - sysfs "), "/sys is a sysfs: {}", sys[0]);
+    let opts = sys[0].split_whitespace().nth(5).unwrap_or_default();
+    assert!(
+        opts.split(',').any(|o| o == "ro"),
+        "/sys is read-only: {opts}"
+    );
+    // Devices also mounted in the host's table are shared (image layers, the host's /dev,
+    // the node's sysfs).
     let host = devices(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
     let own: BTreeMap<String, String> = devices(&inside)
         .into_iter()
@@ -164,6 +178,7 @@ async fn mounts_dev_and_dev_shm_work() {
     let id = d
         .create(&CreateSandboxRequest {
             disk_mb: Some(32),
+            pty: true,
             ..Default::default()
         })
         .await
@@ -189,7 +204,7 @@ async fn mounts_dev_and_dev_shm_work() {
         ],
         "{out}"
     );
-    // A PTY can be opened (devpts is the sandbox's own).
+    // A PTY can be opened (devpts is the sandbox's own, mounted at start with `pty`).
     let pty = d
         .sh_ok(
             &id,
@@ -241,4 +256,96 @@ os.waitpid(pid, 0)
         r.stdout.contains("No space left"),
         "64 MiB fit into /dev/shm of a 32 MiB disk: {r:?}"
     );
+}
+
+/// Without `pty`, `/dev/pts` is empty until the first terminal call mounts the sandbox's own
+/// devpts (from outside, into the sandbox's namespaces); then programs inside open PTYs too,
+/// and a second sandbox's terminals are numbered on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_devpts_comes_with_the_first_terminal() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = d.sandbox().await;
+    let openpty =
+        "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))' 2>&1 || echo no-pty";
+    let before = d.sh_ok(&id, openpty).await;
+    assert!(
+        before.contains("no-pty"),
+        "a PTY before any terminal: {before}"
+    );
+    let own = d
+        .sh_ok(&id, "grep -c ' - devpts ' /proc/self/mountinfo || true")
+        .await;
+    assert_eq!(own.trim(), "0", "devpts mounted before the first terminal");
+    open_terminal(&d, &id).await;
+    let after = d.sh_ok(&id, openpty).await;
+    assert!(after.trim().starts_with("/dev/pts/"), "{after}");
+    // A second terminal does not mount another devpts.
+    open_terminal(&d, &id).await;
+    let n = d
+        .sh_ok(&id, "grep -c ' - devpts ' /proc/self/mountinfo")
+        .await;
+    assert_eq!(n.trim(), "1", "devpts mounts after two terminals");
+    let opts = d
+        .sh_ok(
+            &id,
+            "grep ' /dev/pts ' /proc/self/mountinfo | tr ' ' '\\n' | sed -n 6p",
+        )
+        .await;
+    for o in ["nosuid", "noexec"] {
+        assert!(
+            opts.trim().split(',').any(|x| x == o),
+            "/dev/pts lacks {o}: {opts}"
+        );
+    }
+    // The devpts is the sandbox's own: another sandbox's first terminal mounts another.
+    let other = d.sandbox().await;
+    open_terminal(&d, &other).await;
+    let pts = "grep ' /dev/pts ' /proc/self/mountinfo | cut -d' ' -f3";
+    let (a, b) = (d.sh_ok(&id, pts).await, d.sh_ok(&other, pts).await);
+    assert!(
+        !a.trim().is_empty() && a != b,
+        "two sandboxes share a devpts: {a} {b}"
+    );
+    let host = devices(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    assert!(
+        !host.contains_key(a.trim()),
+        "the host mounts the sandbox's devpts"
+    );
+}
+
+/// A sandbox that turned its `/dev/pts` into a symbolic link before its first terminal gets
+/// no devpts anywhere: the terminal call fails with an error, the sandbox keeps serving, and
+/// nothing is mounted on the link's target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_devpts_never_follows_a_link() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = d.sandbox().await;
+    d.sh_ok(
+        &id,
+        "rmdir /dev/pts && mkdir -p /tmp/t && ln -s /tmp/t /dev/pts",
+    )
+    .await;
+    let r = d.client().pty(&id, "/bin/sh", 80, 24).await;
+    assert!(r.is_err(), "a terminal over a linked /dev/pts");
+    let n = d
+        .sh_ok(&id, "grep -c ' - devpts ' /proc/self/mountinfo || true")
+        .await;
+    assert_eq!(n.trim(), "0", "a devpts was mounted somewhere");
+    assert_eq!(d.sh_ok(&id, "echo alive").await.trim(), "alive");
+}
+
+async fn open_terminal(d: &Daemon, id: &str) {
+    let mut pty = d
+        .client()
+        .pty(id, "/bin/sh", 80, 24)
+        .await
+        .expect("opening a terminal");
+    pty.send(&b"exit 0\n"[..]).await.unwrap();
+    let (out, code, _) =
+        crate::exec::read_until_exit(&mut pty, std::time::Duration::from_secs(20)).await;
+    assert_eq!(code, Some(0), "terminal output: {out:?}");
 }
