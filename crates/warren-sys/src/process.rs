@@ -120,6 +120,27 @@ pub fn trim_heap() -> bool {
     unsafe { libc::malloc_trim(0) != 0 }
 }
 
+/// Caps glibc's malloc arenas at `n` unless `MALLOC_ARENA_MAX` says otherwise. glibc gives each
+/// thread that allocates under contention an arena of its own, up to 8 per CPU, and every arena
+/// keeps the fragments of what it once served: after thousands of sandboxes came and went, a
+/// trimmed daemon still held about 3 MiB in each of 14 arenas on a 2-CPU host. Call before any
+/// other thread starts. Returns whether the cap was set.
+#[cfg(target_env = "gnu")]
+pub fn limit_malloc_arenas(n: usize) -> bool {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return false;
+    }
+    let n = n.clamp(1, i32::MAX as usize) as libc::c_int;
+    // SAFETY: mallopt takes two integers and changes glibc's own settings under its lock.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) == 1 }
+}
+
+/// Caps the allocator's arenas (only glibc has them).
+#[cfg(not(target_env = "gnu"))]
+pub fn limit_malloc_arenas(_n: usize) -> bool {
+    false
+}
+
 /// Gives the allocator's free memory back to the kernel (only glibc needs to be asked).
 #[cfg(not(target_env = "gnu"))]
 pub fn trim_heap() -> bool {

@@ -170,7 +170,8 @@ pub struct CreateSandboxRequest {
     /// themselves (`script`, `expect`, `os.openpty`). Without it `/dev/pts` is mounted by the
     /// first terminal call: each mount is a kernel superblock, which costs memory in every
     /// memory cgroup of the host (docs/density.md). Containers only; VMs always have one.
-    #[serde(default)]
+    /// Not sent when false, so a request reads on nodes that predate it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pty: bool,
 }
 
@@ -439,6 +440,21 @@ mod tests {
         let req: CreateSandboxRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
         req.validate(&Limits::default(), &LimitBounds::default())
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn pty_is_sent_only_when_asked_for() {
+        // Nodes that predate `pty` refuse unknown fields: a plain request must not carry it.
+        let plain = serde_json::to_value(CreateSandboxRequest::default()).unwrap();
+        assert!(plain.get("pty").is_none(), "{plain}");
+        let asked = CreateSandboxRequest {
+            pty: true,
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&asked).unwrap();
+        assert_eq!(v["pty"], serde_json::json!(true));
+        let back: CreateSandboxRequest = serde_json::from_value(v).unwrap();
+        assert!(back.pty);
     }
 
     #[test]

@@ -155,6 +155,11 @@ struct Args {
 }
 
 fn main() -> Result<()> {
+    // One malloc arena per CPU: the daemon's threads mostly wait, and every extra arena kept
+    // megabytes of fragments after a burst of sandboxes (docs/density.md).
+    warren_sys::process::limit_malloc_arenas(
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+    );
     let args = Args::parse();
     if args.apparmor_profile {
         print!(
