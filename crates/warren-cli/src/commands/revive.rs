@@ -1,6 +1,7 @@
 //! `warren revive`: makes a new sandbox like a logged one (same image stack, limits, labels,
 //! network policy), runs the old sandbox's logged calls again in it with the same steps, and
-//! prints the new id and where the replay first diverged, if it did.
+//! prints the new id, and on stderr where the replay first diverged, if it did (then it exits
+//! 1; the new sandbox stays).
 
 use anyhow::Context as _;
 
