@@ -73,6 +73,8 @@ enum Command {
     Net(commands::net::Args),
     /// Make N new sandboxes with a copy of one sandbox's files; print their ids.
     Fork(commands::fork::Args),
+    /// Make a new sandbox like a logged one and run its logged calls again; report divergences.
+    Revive(commands::revive::Args),
     /// Write a sandbox's trajectory (every call that changed it) to stdout as JSONL.
     Trajectory(commands::trajectory::Args),
     /// Run a small reinforcement-learning style rollout in N sandboxes at once.
@@ -110,6 +112,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Resume(a) => commands::resume::run(&ctx, a).await,
         Command::Net(a) => commands::net::run(&ctx, a).await,
         Command::Fork(a) => commands::fork::run(&ctx, a).await,
+        Command::Revive(a) => commands::revive::run(&ctx, a).await,
         Command::Trajectory(a) => commands::trajectory::run(&ctx, a).await,
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
         Command::Bench(a) => commands::bench::run(&ctx, a).await,

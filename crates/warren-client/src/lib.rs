@@ -58,6 +58,6 @@ pub use warren_types::{
     CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
     FileStat, ForkRequest, GcReport, ImageDeleted, ImageImported, ImageInfo, ImageRef, LayerInfo,
     Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo,
-    ProcessState, PullRequest, SandboxInfo, SandboxState, SandboxStats, Substrate, TrajectoryCall,
-    TrajectoryEntry,
+    ProcessState, PullRequest, ReviveReport, SandboxInfo, SandboxState, SandboxStats, Substrate,
+    TrajectoryCall, TrajectoryEntry,
 };

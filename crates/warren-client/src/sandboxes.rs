@@ -134,6 +134,21 @@ impl Client {
         Ok(r.sandboxes)
     }
 
+    /// `POST /v1/sandboxes/{id}/revive`: a new sandbox made like `id`, with its logged calls
+    /// run again in order; the report says where the replay first diverged, if it did.
+    pub async fn revive(
+        &self,
+        id: &str,
+        stop_on_divergence: bool,
+    ) -> Result<warren_types::ReviveReport, ClientError> {
+        let mut path = format!("/v1/sandboxes/{}/revive", seg(id));
+        if stop_on_divergence {
+            path.push_str("?stop_on_divergence=true");
+        }
+        self.call_json(Method::POST, &path, None::<&()>, "the revive report")
+            .await
+    }
+
     /// `POST /v1/sandboxes/{id}/extend`: the sandbox now expires `ttl_secs` from now.
     pub async fn extend(&self, id: &str, ttl_secs: u64) -> Result<SandboxInfo, ClientError> {
         let path = format!("/v1/sandboxes/{}/extend", seg(id));

@@ -112,6 +112,11 @@ fn every_error_code_is_in_the_spec() {
         TrajectoryCall::Network {
             policy: Default::default(),
         },
+        TrajectoryCall::Terminal {
+            session: 1,
+            part: 0,
+            argv: vec![],
+        },
     ];
     let known: BTreeSet<String> = calls.iter().map(|c| c.kind().to_string()).collect();
     assert_eq!(
@@ -248,4 +253,42 @@ fn schemas_name_the_serialized_fields() {
     }))
     .expect("the spec's SandboxInfo example is a SandboxInfo");
     assert_eq!(properties(&spec, "SandboxInfo"), fields_of(&info));
+    let outcome = warren_types::ReplayOutcome {
+        error: Some("x".into()),
+        exit_code: Some(0),
+        signal: Some(9),
+        stdout_sha256: Some("a".into()),
+        stderr_sha256: Some("b".into()),
+        not_replayable: Some("c".into()),
+    };
+    assert_eq!(properties(&spec, "ReplayOutcome"), fields_of(&outcome));
+    let divergence = warren_types::Divergence {
+        step: Some(1),
+        seq: 1,
+        kind: "exec".into(),
+        expected: outcome.clone(),
+        got: outcome,
+    };
+    assert_eq!(properties(&spec, "Divergence"), fields_of(&divergence));
+    let report = warren_types::ReviveReport {
+        sandbox: info,
+        revived_from: String::new(),
+        replayed: 0,
+        steps_replayed: 0,
+        skipped: 0,
+        last_step: None,
+        divergences: 0,
+        first_divergence: Some(divergence),
+        stopped: false,
+        duration_ms: 0.0,
+        recorded_ms: 0.0,
+    };
+    assert_eq!(properties(&spec, "ReviveReport"), fields_of(&report));
+    let terminal = warren_types::TerminalOutcome {
+        chunks: vec![],
+        ended: true,
+        exit_code: Some(0),
+        signal: Some(1),
+    };
+    assert_eq!(properties(&spec, "TerminalOutcome"), fields_of(&terminal));
 }

@@ -41,4 +41,7 @@ pub use sandbox::{
     SandboxInfo, SandboxState, Substrate,
 };
 pub use stats::SandboxStats;
-pub use trajectory::{ExecCall, ExecOutcome, TrajectoryCall, TrajectoryEntry, TrajectoryResult};
+pub use trajectory::{
+    Divergence, ExecCall, ExecOutcome, ReplayOutcome, ReviveOptions, ReviveReport, TerminalChunk,
+    TerminalOutcome, TerminalStream, TrajectoryCall, TrajectoryEntry, TrajectoryResult,
+};

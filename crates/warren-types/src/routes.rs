@@ -15,6 +15,7 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/pause"),
     ("POST", "/v1/sandboxes/{id}/resume"),
     ("POST", "/v1/sandboxes/{id}/fork"),
+    ("POST", "/v1/sandboxes/{id}/revive"),
     ("POST", "/v1/sandboxes/{id}/extend"),
     ("GET", "/v1/sandboxes/{id}/stats"),
     ("GET", "/v1/sandboxes/{id}/trajectory"),

@@ -99,6 +99,15 @@ pub enum TrajectoryCall {
     Network {
         policy: crate::network::NetworkPolicy,
     },
+    /// A terminal (`GET .../pty`, `warren shell`): what was typed into it and what it
+    /// printed, as timestamped chunks. A long session is logged in parts (`part` from 0, the
+    /// last one with `ended`). No step; never replayed.
+    Terminal {
+        /// Which terminal of the sandbox (a number given out by the node, from 1).
+        session: u64,
+        part: u32,
+        argv: Vec<String>,
+    },
 }
 
 impl TrajectoryCall {
@@ -118,6 +127,7 @@ impl TrajectoryCall {
             TrajectoryCall::Pause { .. } => "pause",
             TrajectoryCall::Resume {} => "resume",
             TrajectoryCall::Network { .. } => "network",
+            TrajectoryCall::Terminal { .. } => "terminal",
         }
     }
 }
@@ -138,12 +148,120 @@ pub struct ExecOutcome {
     pub stderr_omitted: bool,
 }
 
+/// Which way a terminal chunk went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalStream {
+    /// Typed into the terminal.
+    Input,
+    /// Printed by it.
+    Output,
+}
+
+/// One chunk of a terminal session as exported: `data` is the text when the bytes are
+/// UTF-8, else base64 (`encoding` says which).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TerminalChunk {
+    /// Unix time in milliseconds.
+    pub at_ms: u64,
+    pub stream: TerminalStream,
+    pub data: String,
+    pub encoding: OutputEncoding,
+    pub len: u64,
+    pub sha256: String,
+    /// True when the bytes were not kept (over the trajectory budget): `data` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
+}
+
+/// The result of a `terminal` entry: its chunks, and how the terminal ended (in the last
+/// part).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TerminalOutcome {
+    pub chunks: Vec<TerminalChunk>,
+    /// True in the session's last part.
+    pub ended: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
 /// The result part of an entry (exec and spawn have one; the other kinds only succeed or fail).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TrajectoryResult {
     Exec(ExecOutcome),
     Process(ProcessInfo),
+    Terminal(TerminalOutcome),
+}
+
+/// `POST /v1/sandboxes/{id}/revive` options (query parameters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReviveOptions {
+    /// Stop at the first divergence (the new sandbox stays, with the steps replayed so far).
+    /// By default every step is replayed and divergences are counted.
+    pub stop_on_divergence: bool,
+}
+
+/// How one replayed call ended, as revive compares it: success or the error code, the exit
+/// code or signal of a command, and the sha256 of its stdout and stderr.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ReplayOutcome {
+    /// `None` when the call succeeded; else the error code it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_sha256: Option<String>,
+    /// Why the call could not be run again (its input was not kept), when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_replayable: Option<String>,
+}
+
+/// A replayed call whose outcome differs from the logged one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The step of the logged call (`None` when it named none).
+    pub step: Option<u64>,
+    /// Its position in the old sandbox's log.
+    pub seq: u64,
+    pub kind: String,
+    pub expected: ReplayOutcome,
+    pub got: ReplayOutcome,
+}
+
+/// The answer of `POST /v1/sandboxes/{id}/revive`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviveReport {
+    /// The new sandbox, running.
+    pub sandbox: crate::sandbox::SandboxInfo,
+    /// The sandbox whose log was replayed.
+    pub revived_from: String,
+    /// Logged calls run again in the new sandbox.
+    pub replayed: u64,
+    /// Of them, calls that named a step.
+    pub steps_replayed: u64,
+    /// Entries not run again: lifecycle records, terminals, cancelled calls (and fork
+    /// records, which are copied, not forked again).
+    pub skipped: u64,
+    /// The highest step of the new sandbox's log: the next step a trainer names must be
+    /// above it.
+    pub last_step: Option<u64>,
+    /// How many replayed calls diverged.
+    pub divergences: u64,
+    pub first_divergence: Option<Divergence>,
+    /// True when the replay stopped at the first divergence (`stop_on_divergence`).
+    pub stopped: bool,
+    /// Wall time of the revive (create and replay), in milliseconds.
+    pub duration_ms: f64,
+    /// The sum of the recorded durations of the replayed calls, in milliseconds.
+    pub recorded_ms: f64,
 }
 
 /// One line of a trajectory export.

@@ -632,6 +632,7 @@ function describeRequest(e) {
     case 'resume': return '';
     case 'network': return r.policy ? String(r.policy.mode || '') : '';
     case 'forked_from': return 'from ' + r.parent + ' at seq ' + r.parent_seq;
+    case 'terminal': return 'terminal ' + r.session + ', part ' + (r.part + 1) + ': ' + (r.argv || []).join(' ');
     default: return JSON.stringify(r);
   }
 }
@@ -644,6 +645,32 @@ function outputBlock(name, text, omitted, truncated, bytes, encoding) {
   return el('div', {},
     el('div', { class: 'muted' }, name + (truncated ? ' (truncated, ' + fmtBytes(bytes) + ' written)' : '')),
     el('pre', { class: name }, text.length > 8192 ? text.slice(0, 8192) + '\n…' : text));
+}
+
+// Escape sequences (colours, cursor moves) and carriage returns make a terminal's bytes hard
+// to read as text; the transcript leaves them out.
+const ANSI = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-_]|\r/g;
+
+// A terminal part as a transcript: printed text as is, typed text marked.
+function terminalBlock(res) {
+  const chunks = res.chunks || [];
+  if (!chunks.length && !res.ended) return null;
+  const pre = el('pre', { class: 'terminal' });
+  let shown = 0;
+  for (const c of chunks) {
+    if (shown > 16384) { pre.append('\n…'); break; }
+    let text;
+    if (c.omitted) text = '[' + fmtBytes(c.len) + ' not kept]';
+    else if (c.encoding === 'base64') text = '[' + fmtBytes(c.len) + ' binary]';
+    else text = c.data.replace(ANSI, '');
+    shown += text.length;
+    pre.append(c.stream === 'input' ? el('span', { class: 'typed', title: fmtTime(c.at_ms) }, text) : text);
+  }
+  const end = res.ended
+    ? el('div', { class: 'muted' }, 'ended' + (res.exit_code !== undefined && res.exit_code !== null
+      ? ', exit ' + res.exit_code : (res.signal ? ', signal ' + res.signal : '')))
+    : null;
+  return [chunks.length ? pre : null, end];
 }
 
 function timelineItem(e) {
@@ -667,7 +694,7 @@ function timelineItem(e) {
     e.kind === 'exec'
       ? [outputBlock('stdout', res.stdout, res.stdout_omitted, res.stdout_truncated, res.stdout_bytes, res.encoding),
         outputBlock('stderr', res.stderr, res.stderr_omitted, res.stderr_truncated, res.stderr_bytes, res.encoding)]
-      : null);
+      : (e.kind === 'terminal' ? terminalBlock(res) : null));
 }
 
 async function sandboxPage(main, parts, params) {

@@ -140,3 +140,38 @@ def test_a_fork_naming_a_step_runs_once(sb: warren.Sandbox) -> None:
     finally:
         for c in first:
             c.delete()
+
+
+def test_revive_replays_the_files_and_continues_the_steps(client: warren.Client) -> None:
+    with client.create(memory=SMALL) as old:
+        old.exec("mkdir -p /work && echo one > /work/a", step=1)
+        old.files.write("/work/b", b"\x00\x01two", mode=0o600, step=2)
+        old.files.chmod("/work/a", 0o640, step=3)
+        old.exec("date +%s%N > /work/now", step=4)
+        want = old.exec("sha256sum /work/a /work/b && stat -c '%a %n' /work/a /work/b").stdout
+        report = client.revive(old.id)
+        new = report.sandbox
+        try:
+            assert isinstance(new, warren.Sandbox) and new.id != old.id
+            assert report.revived_from == old.id
+            # The four steps and the listing (an exec without a step).
+            assert (report.replayed, report.steps_replayed, report.last_step) == (5, 4, 4)
+            assert report.divergences == 1 and not report.stopped
+            first = report.first_divergence
+            assert first is not None and (first.step, first.kind) == (4, "exec")
+            assert first.expected["stdout_sha256"] != first.got["stdout_sha256"]
+            assert new.exec("sha256sum /work/a /work/b && stat -c '%a %n' /work/a /work/b").stdout == want
+            # Steps go on: an old step answers from the log, the next one runs.
+            assert new.exec("mkdir -p /work && echo one > /work/a", step=1).replayed
+            with pytest.raises(warren.StepConflict):
+                new.exec("echo other", step=3)
+            assert not new.exec("echo next", step=5).replayed
+        finally:
+            new.delete()
+        stopped = client.revive(old.id, stop_on_divergence=True)
+        try:
+            assert stopped.stopped and stopped.replayed == 4 and stopped.last_step == 4
+        finally:
+            stopped.sandbox.delete()
+    with pytest.raises(warren.NotFound):
+        client.revive(old.id)

@@ -375,3 +375,32 @@ def test_ca_files_make_tls_contexts(monkeypatch: pytest.MonkeyPatch, tmp_path: A
     # Plain URLs never read the CA.
     assert warren.AsyncClient("http://127.0.0.1:1")._http.verify is True
     assert isinstance(ssl.create_default_context(), ssl.SSLContext)
+
+
+def test_revive_report_parses() -> None:
+    from warren._models import ReviveReport
+
+    d = {
+        "sandbox": {"id": "n1-x", "substrate": "container", "state": "running", "image": ["default"], "limits": {}},
+        "revived_from": "n1-y",
+        "replayed": 3,
+        "steps_replayed": 2,
+        "skipped": 1,
+        "last_step": 7,
+        "divergences": 1,
+        "first_divergence": {
+            "step": 5,
+            "seq": 4,
+            "kind": "exec",
+            "expected": {"exit_code": 0, "stdout_sha256": "a"},
+            "got": {"exit_code": 0, "stdout_sha256": "b"},
+        },
+        "stopped": False,
+        "duration_ms": 12.5,
+        "recorded_ms": 11.0,
+    }
+    r = ReviveReport.from_json(d, SandboxInfo.from_json(d["sandbox"]))
+    assert r.sandbox.id == "n1-x" and r.last_step == 7 and r.divergences == 1
+    assert r.first_divergence is not None and r.first_divergence.step == 5
+    assert r.first_divergence.got["stdout_sha256"] == "b"
+    assert ReviveReport.from_json({**d, "first_divergence": None}, None).first_divergence is None

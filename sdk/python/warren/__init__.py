@@ -38,7 +38,17 @@ from ._errors import (
 from ._exec import AsyncExecStream, AsyncProcess, Command
 from ._files import AsyncFiles
 from ._function import CallResult
-from ._models import ExecResult, FileStat, Health, Limits, OutputChunk, ProcessInfo, SandboxInfo
+from ._models import (
+    Divergence,
+    ExecResult,
+    FileStat,
+    Health,
+    Limits,
+    OutputChunk,
+    ProcessInfo,
+    ReviveReport,
+    SandboxInfo,
+)
 from ._pty import AsyncPty
 from ._sandboxes import AsyncSandbox, network_policy, parse_mib
 from ._sync import Client, ExecStream, Files, Process, Pty, Sandbox, Trajectory
@@ -63,6 +73,7 @@ __all__ = [
     "CommandError",
     "Conflict",
     "ConnectionError",
+    "Divergence",
     "ExecResult",
     "ExecStream",
     "FileError",
@@ -81,6 +92,7 @@ __all__ = [
     "ProcessInfo",
     "Pty",
     "QuotaExceeded",
+    "ReviveReport",
     "Sandbox",
     "SandboxInfo",
     "SandboxLost",

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from ._errors import CommandError
 from ._function import CallResult, call_body
-from ._models import Health, SandboxInfo
+from ._models import Health, ReviveReport, SandboxInfo
 from ._sandboxes import AsyncSandbox, _secs, parse_mib
 from ._transport import _Http
 
@@ -244,6 +244,28 @@ class AsyncClient:
         """Reconnects to the sandbox ``sandbox_id``, made by this or any other process."""
         resp = await self._http.request("GET", f"/v1/sandboxes/{quote(sandbox_id, safe='')}", retry=True)
         return AsyncSandbox(self, SandboxInfo.from_json(resp.json()))
+
+    async def revive(self, sandbox_id: str, stop_on_divergence: bool = False) -> ReviveReport:
+        """Makes a new sandbox like ``sandbox_id`` (image stack, limits, labels, network
+        policy, tenant) and runs its logged calls again in it, in order, with their steps: the
+        new sandbox's trajectory continues the old step numbering, so a trainer goes on with
+        the step indices it has (the next step must be above ``report.last_step``).
+
+        Each replayed call's outcome (exit code, output digests) is compared with the logged
+        one; the report counts the divergences and names the first
+        (``report.first_divergence.step``). With ``stop_on_divergence`` the replay stops
+        there. The sandbox may be running, or deleted when its trajectory is still readable.
+        Raises :class:`~warren.NotFound` for a sandbox (or its log) the caller cannot see.
+        """
+        params = {"stop_on_divergence": "true"} if stop_on_divergence else None
+        resp = await self._http.request(
+            "POST",
+            f"/v1/sandboxes/{quote(sandbox_id, safe='')}/revive",
+            params=params,
+            timeout=self._http.call_timeout(3600),
+        )
+        d = resp.json()
+        return ReviveReport.from_json(d, AsyncSandbox(self, SandboxInfo.from_json(d["sandbox"])))
 
     async def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None) -> List[AsyncSandbox]:
         """The node's sandboxes (oldest first) that carry every label in ``labels`` and, when

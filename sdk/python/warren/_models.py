@@ -350,3 +350,83 @@ def _network(p: Any) -> Union[str, Dict[str, Any]]:
     if isinstance(p, dict) and p.get("mode", "none") != "none":
         return dict(p)
     return "none"
+
+
+@dataclass
+class Divergence:
+    """The first replayed call of a revive whose outcome differs from the logged one.
+
+    Attributes:
+        step: The logged call's step (``None`` when it named none).
+        seq: Its position in the old sandbox's trajectory.
+        kind: Its kind (``"exec"``, ``"write_file"``, ...).
+        expected: The logged outcome: ``error`` (a code, absent on success), ``exit_code``,
+            ``signal``, ``stdout_sha256``, ``stderr_sha256``.
+        got: The outcome of the replayed call, alike (``not_replayable`` says why a call
+            could not run again).
+    """
+
+    step: Optional[int]
+    seq: int
+    kind: str
+    expected: Dict[str, Any]
+    got: Dict[str, Any]
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Divergence":
+        return cls(
+            step=d.get("step"),
+            seq=int(d.get("seq") or 0),
+            kind=d.get("kind", ""),
+            expected=dict(d.get("expected") or {}),
+            got=dict(d.get("got") or {}),
+        )
+
+
+@dataclass
+class ReviveReport:
+    """What :meth:`AsyncClient.revive` did.
+
+    Attributes:
+        sandbox: The new sandbox (an :class:`~warren.AsyncSandbox`, or a
+            :class:`~warren.Sandbox` from the blocking client).
+        revived_from: The id of the sandbox whose trajectory was replayed.
+        replayed: Logged calls run again.
+        steps_replayed: Of them, calls that named a step.
+        skipped: Entries not run again (pause, resume, terminals, cancelled calls, forks).
+        last_step: The highest step of the new sandbox's trajectory: continue above it.
+        divergences: How many replayed calls diverged.
+        first_divergence: The first of them, if any.
+        stopped: True when the replay stopped at the first divergence.
+        duration_ms: Wall time of the revive on the node.
+        recorded_ms: The sum of the logged durations of the replayed calls.
+    """
+
+    sandbox: Any
+    revived_from: str
+    replayed: int
+    steps_replayed: int
+    skipped: int
+    last_step: Optional[int]
+    divergences: int
+    first_divergence: Optional[Divergence]
+    stopped: bool
+    duration_ms: float
+    recorded_ms: float
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any], sandbox: Any) -> "ReviveReport":
+        first = d.get("first_divergence")
+        return cls(
+            sandbox=sandbox,
+            revived_from=d.get("revived_from", ""),
+            replayed=int(d.get("replayed") or 0),
+            steps_replayed=int(d.get("steps_replayed") or 0),
+            skipped=int(d.get("skipped") or 0),
+            last_step=d.get("last_step"),
+            divergences=int(d.get("divergences") or 0),
+            first_divergence=Divergence.from_json(first) if first else None,
+            stopped=bool(d.get("stopped")),
+            duration_ms=float(d.get("duration_ms") or 0.0),
+            recorded_ms=float(d.get("recorded_ms") or 0.0),
+        )

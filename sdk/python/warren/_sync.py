@@ -5,6 +5,7 @@ so there is one implementation, with one signature and one docstring."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import threading
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, List, Opti
 from ._client import AsyncClient
 from ._exec import AsyncExecStream, AsyncProcess, Command
 from ._files import AsyncFiles
-from ._models import ExecResult, OutputChunk, SandboxInfo
+from ._models import ExecResult, OutputChunk, ReviveReport, SandboxInfo
 from ._pty import AsyncPty
 from ._sandboxes import AsyncSandbox
 from ._trajectory import AsyncTrajectory
@@ -79,6 +80,8 @@ def _wrap(value: Any, portal: _Portal) -> Any:
     """Turns async SDK objects in a result into their blocking counterparts."""
     if isinstance(value, AsyncSandbox):
         return Sandbox._of(value, portal)
+    if isinstance(value, ReviveReport) and isinstance(value.sandbox, AsyncSandbox):
+        return dataclasses.replace(value, sandbox=Sandbox._of(value.sandbox, portal))
     if isinstance(value, AsyncProcess):
         return Process(value, portal)
     if isinstance(value, AsyncPty):
@@ -396,6 +399,7 @@ class Client:
     call = _sync(AsyncClient.call)
     create = _sync_sandbox(AsyncClient.create)
     get = _sync_sandbox(AsyncClient.get)
+    revive = _sync(AsyncClient.revive)
     list = _sync_sandboxes(AsyncClient.list)
     delete_all = _sync(AsyncClient.delete_all)
     images = _sync(AsyncClient.images)

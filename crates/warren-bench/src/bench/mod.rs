@@ -12,6 +12,7 @@
 //! | baselines | create p50 / podman p50; crun (or runc) exec p50 / exec p50 | ≤ 0.1; ≥ 3 |
 //! | replay | 1,000 logged steps replayed through the API; nothing runs again | ≤ 0.5 s per 1,000 |
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
+//! | revive | revive of a 100-call SWE-style episode / sum of its recorded call durations | ≤ 1.1× |
 //! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
 //! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
 //! | call | `call true` from 16 clients | ≥ 500/s |
@@ -41,6 +42,7 @@ mod neighbour;
 mod net;
 mod replay;
 mod report;
+mod revive;
 mod scrape;
 mod tls;
 mod ui;
@@ -63,6 +65,8 @@ pub enum Which {
     Throughput,
     Density,
     Replay,
+    /// Revive of a SWE-style episode (file writes, python3, git) vs its recorded durations
+    Revive,
     /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
     /// own daemons; not part of `all`)
     Images,
@@ -90,7 +94,7 @@ pub struct Args {
     #[arg(value_enum)]
     pub which: Which,
     /// Iterations; applies to every benchmark run
-    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000,
+    /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
     /// neighbour 200 per phase, net 100, vm 8, hostile 10000, tls 1000 per mode]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
@@ -189,6 +193,8 @@ pub struct Report {
     pub density_curve: Option<curve::Curve>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::Replay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revive: Option<revive::ReviveBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -290,6 +296,14 @@ impl Report {
             if let Some(p50) = r.append_p50_ms {
                 checks.push(Check::at_most("trajectory commit p50", p50, "ms", 0.3));
             }
+        }
+        if let Some(r) = &self.revive {
+            checks.push(Check::at_most(
+                "revive / recorded durations",
+                r.ratio(),
+                "x",
+                1.1,
+            ));
         }
         if let Some(n) = &self.net {
             checks.push(Check::at_most(
@@ -412,6 +426,12 @@ impl Report {
             out.push_str(&c.render());
         }
         if let Some(r) = &self.replay {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&r.render());
+        }
+        if let Some(r) = &self.revive {
             if !out.is_empty() {
                 out.push('\n');
             }
@@ -547,6 +567,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Replay {
         stop.check()?;
         report.replay = Some(replay::replay(setup, n(1000)).await?);
+    }
+    if all || args.which == Which::Revive {
+        stop.check()?;
+        report.revive = Some(revive::revive(setup, n(100)).await?);
     }
     // Not part of `all`: it needs a node whose network is available.
     if args.which == Which::Net {

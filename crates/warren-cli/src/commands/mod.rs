@@ -20,6 +20,7 @@ pub mod net;
 pub mod pause;
 pub mod ps;
 pub mod resume;
+pub mod revive;
 pub mod rm;
 pub mod shell;
 pub mod stats;

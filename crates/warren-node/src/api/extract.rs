@@ -172,6 +172,20 @@ where
     }
 }
 
+/// `{id}` of `/v1/sandboxes/{id}/...`, parsed only: for calls that reach sandboxes this node
+/// may no longer hold (revive), which check the caller themselves.
+#[derive(Debug)]
+pub struct SandboxIdParam(pub SandboxId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxIdParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+        let params = path_params(parts).await?;
+        Ok(SandboxIdParam(sandbox_id(&param(&params, "id")?)?))
+    }
+}
+
 /// `{id}` and `{pid}` of `/v1/sandboxes/{id}/processes/{pid}/...`, parsed.
 #[derive(Debug)]
 pub struct ProcessParam(pub SandboxId, pub u32);

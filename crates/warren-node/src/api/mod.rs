@@ -56,6 +56,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
         .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
         .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
+        .add("POST", "/v1/sandboxes/{id}/revive", sandboxes::revive)
         .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
         .add("GET", "/v1/sandboxes/{id}/stats", sandboxes::stats)
         .add("GET", "/v1/sandboxes/{id}/trajectory", trajectory::export)

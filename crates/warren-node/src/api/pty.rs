@@ -4,7 +4,8 @@
 //! `{"type":"resize","cols":C,"rows":R}`; the server's last text frame is
 //! `{"type":"exit","exit_code":N,"signal":S}` (or `{"type":"error","error":{..}}`), then it
 //! closes. The terminal is started before the upgrade, so a bad sandbox or command answers a
-//! plain JSON error.
+//! plain JSON error. Everything typed and printed is logged in the sandbox's trajectory as
+//! `terminal` entries.
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -63,12 +64,16 @@ async fn bridge(socket: WebSocket, session: TerminalSession) {
         input,
         mut output,
         guard,
+        log,
     } = session;
     let (mut tx, mut rx) = socket.split();
     let inbound = async {
         while let Some(Ok(msg)) = rx.next().await {
             let sent = match msg {
-                Message::Binary(b) => input.input(b).await,
+                Message::Binary(b) => {
+                    log.input(&b);
+                    input.input(b).await
+                }
                 Message::Text(t) => match serde_json::from_str::<Control>(t.as_str()) {
                     Ok(c) if c.kind == "resize" && c.cols > 0 && c.rows > 0 => {
                         input.resize(c.cols, c.rows).await
@@ -88,12 +93,14 @@ async fn bridge(socket: WebSocket, session: TerminalSession) {
         loop {
             let last = match output.next().await {
                 Some(Ok(StreamItem::Stdout(b) | StreamItem::Stderr(b))) => {
+                    log.output(&b);
                     if tx.send(Message::Binary(b)).await.is_err() {
                         return;
                     }
                     continue;
                 }
                 Some(Ok(StreamItem::Exit(e))) => {
+                    log.exit(e.exit_code, e.signal);
                     json!({"type": "exit", "exit_code": e.exit_code, "signal": e.signal})
                 }
                 Some(Err(e)) => {
@@ -113,5 +120,6 @@ async fn bridge(socket: WebSocket, session: TerminalSession) {
         _ = inbound => {}
         _ = outbound => {}
     }
+    drop(log);
     drop(guard);
 }

@@ -1,4 +1,5 @@
-//! Node and lifecycle routes: health, metrics, create, list, get, delete, pause, resume, fork.
+//! Node and lifecycle routes: health, metrics, create, list, get, delete, pause, resume, fork,
+//! revive.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -6,12 +7,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use warren_types::{
-    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, SandboxId, SandboxInfo,
-    SandboxState, Substrate,
+    ApiError, CreateSandboxRequest, ForkRequest, ForkResult, PauseStats, ReviveOptions, SandboxId,
+    SandboxInfo, SandboxState, Substrate,
 };
 
 use super::error::{HttpError, HttpResult};
-use super::extract::{Auth, JsonBody, QueryPairs, SandboxParam};
+use super::extract::{Auth, JsonBody, QueryPairs, SandboxIdParam, SandboxParam};
 use crate::manager::{ListFilter, Manager};
 use crate::node::Node;
 
@@ -369,6 +370,27 @@ pub async fn fork(
     )
         .into_response();
     Ok(super::exec::mark_replayed(resp, done.replayed))
+}
+
+/// `POST /v1/sandboxes/{id}/revive[?stop_on_divergence=true]`: a new sandbox with the
+/// logged sandbox's calls run again (see `Manager::revive_as`). The id need not name a
+/// sandbox of this node: the manager looks for its log (and checks the tenant) itself.
+pub async fn revive(
+    State(m): State<Manager>,
+    Auth(caller): Auth,
+    SandboxIdParam(id): SandboxIdParam,
+    q: QueryPairs,
+) -> HttpResult<Response> {
+    q.only(&["stop_on_divergence"], &[])?;
+    let opts = ReviveOptions {
+        stop_on_divergence: q.flag("stop_on_divergence")?,
+    };
+    let report = detached(
+        "revive",
+        async move { m.revive_as(&caller, &id, opts).await },
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(report)).into_response())
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! The sandbox's defaults are merged here (env: sandbox then request; cwd: request, else the
 //! sandbox workdir; user: request, else the sandbox user) into the agent's [`ExecSpec`], and
 //! the agent's answers are turned into API results (output as UTF-8 or base64). Exec, streamed
-//! exec, spawn and kill go through the step runner (see [`super::runner`]); terminals,
-//! listings and waits are not logged.
+//! exec, spawn and kill go through the step runner (see [`super::runner`]); terminals are
+//! logged as they pass (see [`super::terminal`]); listings and waits are not logged.
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use warren_types::{
     ProcessState, SandboxId, SandboxInfo, TrajectoryCall,
 };
 
-use super::runner::{exec_call, Begun, Run};
+use super::runner::{exec_call, Begun, Fed, Run};
 use super::{now_ms, ActivityGuard, Manager};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
@@ -222,6 +222,8 @@ pub struct TerminalSession {
     pub output: PtyOutput,
     /// Keeps the sandbox marked busy while the terminal is open.
     pub guard: ActivityGuard,
+    /// Where what passes through the terminal is reported (logged in the trajectory).
+    pub log: super::TerminalLog,
 }
 
 impl std::fmt::Debug for TerminalSession {
@@ -255,8 +257,9 @@ impl Manager {
         let (m, sid) = (self.clone(), id.clone());
         let step = req.step;
         let req = self.with_default_timeout(req);
+        let input = req.stdin_bytes()?.map(|b| Fed::Kept(Bytes::from(b)));
         let ran = self
-            .logged::<Exec, _, _>(id, step, call, move |instance, info| async move {
+            .logged_fed::<Exec, _, _>(id, step, call, input, move |instance, info| async move {
                 let spec = exec_spec(&info, &req)?;
                 let stdin = req.stdin_bytes()?.map(Bytes::from);
                 let started = Instant::now();
@@ -298,6 +301,7 @@ impl Manager {
         let (instance, info, busy) = run.ready_within(limit).await?;
         let spec = exec_spec(&info, &req)?;
         let stdin = req.stdin_bytes()?.map(Bytes::from);
+        run.feed(stdin.clone().map(Fed::Kept));
         Metrics::inc(&self.inner.metrics.execs);
         let ooms = instance.usage().oom_kills;
         let stream = match instance.agent().exec_stream(spec, stdin).await {
@@ -504,16 +508,19 @@ impl Manager {
             .prepare_terminal()
             .await
             .map_err(|e| NodeError::runtime(id, e))?;
+        let argv = spec.argv.clone();
         let session = instance
             .agent()
             .pty(spec, req.cols, req.rows)
             .await
             .map_err(|e| NodeError::runtime(id, e))?;
         let (input, output) = session.split();
+        let log = self.terminal_log(guard.sandbox.clone(), argv);
         Ok(TerminalSession {
             input,
             output,
             guard,
+            log,
         })
     }
 }

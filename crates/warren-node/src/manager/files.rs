@@ -15,15 +15,22 @@ use warren_types::files::{DirPage, MAX_LIST_ENTRIES};
 use warren_types::validate::sandbox_path;
 use warren_types::{ApiError, FileStat, SandboxId, TrajectoryCall};
 
-use super::runner::Begun;
+use super::runner::{Begun, Fed};
 use super::{ActivityGuard, Manager};
 use crate::error::NodeError;
 use crate::trajectory::{hex, request_digest, Effect};
 
-/// Hashes what is left of an upload's body.
+/// Largest upload whose content is logged (held in memory until the upload ends); larger
+/// ones are logged by digest and size, and revive cannot write them again.
+pub const KEEP_MAX: u64 = 16 << 20;
+
+/// Hashes what is left of an upload's body, and keeps its bytes for the log while they fit
+/// the room the sandbox's log has left.
 struct Hashed {
     hasher: Sha256,
     size: u64,
+    kept: Option<Vec<u8>>,
+    room: u64,
 }
 
 impl Hashed {
@@ -31,12 +38,40 @@ impl Hashed {
         Hashed {
             hasher: Sha256::new(),
             size: 0,
+            kept: None,
+            room: 0,
+        }
+    }
+
+    /// Keeps up to `room` bytes of the content (all of it or nothing), at most
+    /// [`KEEP_MAX`].
+    fn keeping(room: u64) -> Hashed {
+        Hashed {
+            kept: Some(Vec::new()),
+            room: room.min(KEEP_MAX),
+            ..Hashed::new()
         }
     }
 
     fn add(&mut self, chunk: &[u8]) {
         self.hasher.update(chunk);
         self.size += chunk.len() as u64;
+        if self.size > self.room {
+            self.kept = None;
+        } else if let Some(k) = &mut self.kept {
+            k.extend_from_slice(chunk);
+        }
+    }
+
+    /// What the call was fed, as logged.
+    fn fed(&mut self) -> Fed {
+        match self.kept.take() {
+            Some(k) => Fed::Kept(Bytes::from(k)),
+            None => Fed::Dropped {
+                sha256: hex(&self.hasher.clone().finalize().into()),
+                len: self.size,
+            },
+        }
     }
 
     async fn drain<S, E>(&mut self, body: &mut S) -> Result<(), NodeError>
@@ -205,13 +240,13 @@ impl Manager {
         E: std::fmt::Display,
     {
         let path = sandbox_path(path)?;
-        let mut hashed = Hashed::new();
         let mut run = match self.begin::<Effect>(id, None, None).await? {
             Begun::Replay(_) => {
                 return Err(ApiError::internal("an upload without a step was replayed").into())
             }
             Begun::Run(run) => run,
         };
+        let mut hashed = Hashed::keeping(run.room_left());
         let (instance, _, _busy) = run.ready().await?;
         let opened = instance.agent().write_tar(&path).await;
         let outcome = match pour(opened, &mut body, &mut hashed).await {
@@ -222,6 +257,7 @@ impl Manager {
             }
         };
         let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
+        run.feed(Some(hashed.fed()));
         run.finish(hashed.tar_call(&path), outcome).await?;
         Ok(())
     }
@@ -257,6 +293,7 @@ impl Manager {
             }
             Begun::Run(run) => run,
         };
+        hashed = Hashed::keeping(run.room_left());
         let (instance, _, _busy) = run.ready().await?;
         let opened = instance.agent().write_file(&path, mode, size).await;
         let outcome = match pour(opened, &mut body, &mut hashed).await {
@@ -267,6 +304,7 @@ impl Manager {
             }
         };
         let outcome = outcome.map_err(|e| NodeError::runtime(id, e));
+        run.feed(Some(hashed.fed()));
         run.finish(hashed.call(&path, mode), outcome).await?;
         Ok(false)
     }

@@ -24,9 +24,11 @@ mod network;
 mod pause;
 mod reaper;
 mod recover;
+mod revive;
 mod runner;
 mod scrape;
 mod stats;
+mod terminal;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -35,6 +37,8 @@ mod tests_create;
 mod tests_lifetime;
 #[cfg(test)]
 mod tests_pause;
+#[cfg(test)]
+mod tests_revive;
 #[cfg(test)]
 mod tests_steps;
 #[cfg(test)]
@@ -61,6 +65,7 @@ pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::FileDownload;
 pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
+pub use terminal::TerminalLog;
 pub use trajectory::TrajectoryPages;
 
 /// How many recently deleted sandboxes keep their reason for a friendlier 404.
@@ -254,6 +259,10 @@ pub(crate) struct Inner {
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
     /// Caps on starting and held sandboxes, memory headroom.
     admission: crate::admission::Admission,
+    /// Where revive reads logs of sandboxes this node no longer holds (none: only its own).
+    log_source: std::sync::OnceLock<Arc<dyn crate::trajectory::LogSource>>,
+    /// The last terminal session number given out.
+    terminals: AtomicU64,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -291,6 +300,9 @@ impl Manager {
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
                 admission,
+                log_source: std::sync::OnceLock::new(),
+                // Numbers stay unique across restarts of the daemon.
+                terminals: AtomicU64::new(now_ms() * 1000),
             }),
         }
     }

@@ -29,8 +29,32 @@ use crate::metrics::Metrics;
 use crate::trajectory::steps::{self, conflict};
 use crate::trajectory::{
     hex, request_digest, sha256, Blob, CallKind, Claim, Digest, Recorded, Room, StepGuard,
-    StoredEntry,
+    StoredEntry, StoredOutput,
 };
+
+/// What a call was fed (an upload's content, an exec's stdin), logged with it under the
+/// sandbox's budget so that revive can feed it again.
+#[derive(Debug, Clone)]
+pub(crate) enum Fed {
+    /// All of it.
+    Kept(bytes::Bytes),
+    /// Too much to keep: its digest and size only.
+    Dropped { sha256: String, len: u64 },
+}
+
+impl Fed {
+    fn stored(self, room: &mut Room, blobs: &mut Vec<Blob>) -> StoredOutput {
+        match self {
+            Fed::Kept(b) => StoredOutput::kept_if(room.keep(b.len()), &b, blobs),
+            Fed::Dropped { sha256, len } => StoredOutput {
+                sha256,
+                len,
+                inline: None,
+                omitted: true,
+            },
+        }
+    }
+}
 
 /// A logged call's answer, and whether it came from the log.
 #[derive(Debug)]
@@ -105,10 +129,28 @@ pub(crate) struct Run<K> {
     sandbox: Arc<Sandbox>,
     guard: Option<StepGuard>,
     started_ms: u64,
+    input: Option<Fed>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K: CallKind> Run<K> {
+    /// Logs `input` as what the call was fed.
+    pub(crate) fn feed(&mut self, input: Option<Fed>) {
+        self.input = input;
+    }
+
+    /// Bytes the sandbox's log may still keep (what an upload may hold on to for it).
+    pub(crate) fn room_left(&self) -> u64 {
+        let budget = self.sandbox.lock().info.limits.trajectory_mb << 20;
+        budget.saturating_sub(self.sandbox.log.stored_bytes())
+    }
+
+    fn room(&self) -> Room {
+        let state_full =
+            self.manager.journal().state_bytes() >= self.manager.config().state_max_bytes;
+        Room::new(self.room_left(), state_full)
+    }
+
     /// True when the call names a step: it then runs to its end even without a caller.
     pub(crate) fn runs_to_end(&self) -> bool {
         self.guard.is_some()
@@ -135,33 +177,34 @@ impl<K: CallKind> Run<K> {
 
     /// Logs the call's outcome durably, then hands it to the step's waiters.
     pub(crate) async fn finish(
-        self,
+        mut self,
         call: TrajectoryCall,
         outcome: Result<K::Done, NodeError>,
     ) -> Result<K::Answer, NodeError> {
-        // Output is kept while the sandbox's log is within its budget and the node's state
-        // file within its limit; beyond, only digests and sizes.
-        let budget = self.sandbox.lock().info.limits.trajectory_mb << 20;
-        let state_full =
-            self.manager.journal().state_bytes() >= self.manager.config().state_max_bytes;
-        let mut room = Room::new(
-            budget.saturating_sub(self.sandbox.log.stored_bytes()),
-            state_full,
-        );
-        self.commit(call, |entry, blobs| match outcome {
-            Ok(done) => Ok(K::record(done, entry, &mut room, blobs)),
-            Err(e) => {
-                entry.error = Some(e.to_api());
-                Err(e)
+        // Input and output are kept while the sandbox's log is within its budget and the
+        // node's state file within its limit; beyond, only digests and sizes.
+        let mut room = self.room();
+        let input = self.input.take();
+        self.commit(call, |entry, blobs| {
+            entry.input = input.map(|i| i.stored(&mut room, blobs));
+            match outcome {
+                Ok(done) => Ok(K::record(done, entry, &mut room, blobs)),
+                Err(e) => {
+                    entry.error = Some(e.to_api());
+                    Err(e)
+                }
             }
         })
         .await?
     }
 
     /// Logs a call that failed with `e`; answers `e` (or why it could not be logged).
-    pub(crate) async fn fail(self, call: TrajectoryCall, e: NodeError) -> NodeError {
+    pub(crate) async fn fail(mut self, call: TrajectoryCall, e: NodeError) -> NodeError {
+        let mut room = self.room();
+        let input = self.input.take();
         let logged = self
-            .commit(call, |entry, _| {
+            .commit(call, |entry, blobs| {
+                entry.input = input.map(|i| i.stored(&mut room, blobs));
                 entry.error = Some(e.to_api());
                 e
             })
@@ -244,6 +287,7 @@ impl Manager {
                 sandbox: sb.clone(),
                 guard,
                 started_ms: now_ms(),
+                input: None,
                 kind: PhantomData,
             })
         };
@@ -304,6 +348,24 @@ impl Manager {
         F: FnOnce(Arc<dyn Instance>, SandboxInfo) -> Fut + Send + 'static,
         Fut: Future<Output = Result<K::Done, NodeError>> + Send + 'static,
     {
+        self.logged_fed::<K, F, Fut>(id, step, call, None, run)
+            .await
+    }
+
+    /// [`Manager::logged`] for a call fed `input` (logged with it).
+    pub(crate) async fn logged_fed<K, F, Fut>(
+        &self,
+        id: &SandboxId,
+        step: Option<u64>,
+        call: TrajectoryCall,
+        input: Option<Fed>,
+        run: F,
+    ) -> Result<Answered<K::Answer>, NodeError>
+    where
+        K: CallKind,
+        F: FnOnce(Arc<dyn Instance>, SandboxInfo) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<K::Done, NodeError>> + Send + 'static,
+    {
         let digest = request_digest(&call);
         let limit = match &call {
             TrajectoryCall::Exec(c) | TrajectoryCall::Spawn(c) => c.timeout_secs,
@@ -319,6 +381,7 @@ impl Manager {
             }
             Begun::Run(r) => r,
         };
+        r.feed(input);
         let go = async move {
             let (instance, info, _busy) = r.ready_within(limit).await?;
             let cancel = CancelLog {

@@ -268,14 +268,15 @@ async fn the_export_says_what_ran_and_stores_big_output_once() {
     assert!(log.iter().all(|e| e.request_sha256.len() == 64));
     // From a position on.
     assert_eq!(m.trajectory_entries(&id, 6).await.unwrap().len(), 2);
-    // The two identical outputs share one blob; deleting the sandbox drops it.
-    assert_eq!(m.journal().read().unwrap().blob_count().unwrap(), 1);
-    // It is one file beside the state file, counted in the node's state size.
-    assert_eq!(m.journal().blob_dir().count(), 1);
+    // The two identical outputs share one blob, the stdin (kept for revive) is another;
+    // deleting the sandbox drops them.
+    assert_eq!(m.journal().read().unwrap().blob_count().unwrap(), 2);
+    // Each is one file beside the state file, counted in the node's state size.
+    assert_eq!(m.journal().blob_dir().count(), 2);
     assert!(m.journal().blob_dir().bytes() >= 5000);
     m.delete(&id).await.unwrap();
     assert_eq!(m.journal().read().unwrap().blob_count().unwrap(), 0);
-    assert_eq!(m.journal().blob_dir().count(), 0, "the file goes too");
+    assert_eq!(m.journal().blob_dir().count(), 0, "the files go too");
     assert_eq!(m.journal().blob_dir().bytes(), 0);
     assert_eq!(
         m.journal().read().unwrap().tail(&id).unwrap(),

@@ -26,7 +26,9 @@ mod codec;
 pub mod journal;
 pub mod kinds;
 pub mod logs;
+pub mod source;
 pub mod steps;
+pub mod terminal;
 
 use base64::Engine;
 use bytes::Bytes;
@@ -43,7 +45,9 @@ use crate::clock::now_ms;
 pub use codec::DecodeError;
 pub use journal::Journal;
 pub use kinds::{CallKind, Effect, Exec, Forked, Spawn};
+pub use source::{LogPage, LogSource};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
+pub use terminal::StoredTerminal;
 
 /// Format version of stored entries.
 pub const FORMAT: u32 = 1;
@@ -258,6 +262,18 @@ impl StoredExec {
 pub enum StoredResult {
     Exec(StoredExec),
     Process(ProcessInfo),
+    Terminal(StoredTerminal),
+}
+
+impl StoredResult {
+    /// The outputs it holds (an exec's stdout and stderr, a terminal's chunks).
+    fn outputs(&self) -> Vec<&StoredOutput> {
+        match self {
+            StoredResult::Exec(e) => vec![&e.stdout, &e.stderr],
+            StoredResult::Process(_) => Vec::new(),
+            StoredResult::Terminal(t) => t.chunks.iter().map(|c| &c.data).collect(),
+        }
+    }
 }
 
 /// One entry as stored under `(sandbox id, seq)`.
@@ -278,6 +294,10 @@ pub struct StoredEntry {
     pub error: Option<ApiError>,
     #[serde(default)]
     pub cancelled: bool,
+    /// What the call was fed (an upload's content, an exec's stdin), kept under the same
+    /// budget as output, so that revive can run it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<StoredOutput>,
 }
 
 impl StoredEntry {
@@ -296,32 +316,41 @@ impl StoredEntry {
             result: None,
             error: None,
             cancelled: false,
+            input: None,
         }
+    }
+
+    /// Every output and input it holds.
+    fn outputs(&self) -> Vec<&StoredOutput> {
+        let mut all = self.result.as_ref().map_or(Vec::new(), |r| r.outputs());
+        all.extend(self.input.as_ref());
+        all
     }
 
     /// Bytes this entry adds to its sandbox's budget: its encoding plus its output in blobs.
     pub fn budget_bytes(&self, encoded_len: usize) -> u64 {
-        let blobs: u64 = match &self.result {
-            Some(StoredResult::Exec(e)) => [&e.stdout, &e.stderr]
-                .into_iter()
-                .filter(|o| o.in_blob())
-                .map(|o| o.len)
-                .sum(),
-            _ => 0,
-        };
+        let blobs: u64 = self
+            .outputs()
+            .into_iter()
+            .filter(|o| o.in_blob())
+            .map(|o| o.len)
+            .sum();
         encoded_len as u64 + blobs
     }
 
     /// Digests of the blobs this entry refers to.
     pub fn blob_refs(&self) -> Vec<&str> {
-        match &self.result {
-            Some(StoredResult::Exec(e)) => [&e.stdout, &e.stderr]
-                .into_iter()
-                .filter(|o| o.in_blob())
-                .map(|o| o.sha256.as_str())
-                .collect(),
-            _ => Vec::new(),
-        }
+        let mut refs: Vec<&str> = self
+            .outputs()
+            .into_iter()
+            .filter(|o| o.in_blob())
+            .map(|o| o.sha256.as_str())
+            .collect();
+        // One reference per distinct blob of the entry (a file written twice with the same
+        // content is one blob).
+        refs.sort_unstable();
+        refs.dedup();
+        refs
     }
 
     /// How the call asked for its output.
@@ -343,6 +372,7 @@ impl StoredEntry {
                 stderr_omitted: e.stderr.omitted,
             }),
             StoredResult::Process(p) => TrajectoryResult::Process(p.clone()),
+            StoredResult::Terminal(t) => TrajectoryResult::Terminal(t.exported(blobs)),
         });
         TrajectoryEntry {
             seq: self.seq,

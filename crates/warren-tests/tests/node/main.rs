@@ -14,3 +14,4 @@ mod metrics;
 mod pools;
 mod restart;
 mod resume;
+mod revive;

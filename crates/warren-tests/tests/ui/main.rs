@@ -50,6 +50,29 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     )
     .await
     .unwrap();
+    // A terminal session: the timeline shows it as a transcript, typed input marked.
+    let mut pty = c.pty(busy, "/bin/sh", 80, 24).await.unwrap();
+    pty.send(&b"echo from-a-$((2*3))-terminal; exit\n"[..])
+        .await
+        .unwrap();
+    while let Some(ev) = tokio::time::timeout(std::time::Duration::from_secs(20), pty.next_event())
+        .await
+        .expect("the terminal ends")
+        .unwrap()
+    {
+        if matches!(ev, warren_client::PtyEvent::Exit { .. }) {
+            break;
+        }
+    }
+    drop(pty);
+    common::wait_for(std::time::Duration::from_secs(10), || async {
+        let log = c.trajectory(busy, None).await.unwrap();
+        log.iter()
+            .any(|e| e.call.kind() == "terminal")
+            .then_some(())
+    })
+    .await
+    .expect("the terminal is in the trajectory");
     let proc = c
         .spawn(
             busy,
@@ -153,6 +176,10 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     assert!(l.dom.contains("<pre class=\"stderr\">to-stderr"));
     assert!(l.dom.contains("data-kind=\"write_file\""));
     assert!(l.dom.contains("data-kind=\"spawn\""));
+    assert!(l.dom.contains("data-kind=\"terminal\""));
+    assert!(l.dom.contains("<pre class=\"terminal\">"), "{}", l.dom);
+    assert!(l.dom.contains("<span class=\"typed\""));
+    assert!(l.dom.contains("from-a-6-terminal"));
     assert!(l.dom.contains("data-name=\"ui-file.txt\""), "{}", l.dom);
     assert_eq!(text_of(&l.dom, "id=\"cwd\""), Some("/root"));
     assert!(count(&l.dom, "<canvas") >= 2);

@@ -1,0 +1,187 @@
+//! Terminal records: what is typed into a terminal and what it prints, logged in the
+//! sandbox's trajectory as `terminal` entries (no step; never replayed).
+//!
+//! The terminal's bridge hands each chunk to a [`TerminalLog`] as it passes (it never
+//! waits for the log); one task per terminal gathers them and appends a part of the session
+//! when it holds [`PART_BYTES`] or [`PART_CHUNKS`], when it has held chunks for
+//! [`PART_SECS`], and when the terminal ends (that part says `ended`, with the exit). Chunks
+//! of one direction that follow each other within [`MERGE_MS`] are one chunk. The bytes are
+//! kept under the sandbox's trajectory budget like exec output; past it, digests and sizes.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use warren_types::{TerminalStream, TrajectoryCall};
+
+use super::{now_ms, Manager, Sandbox};
+use crate::trajectory::{Room, StoredEntry, StoredResult, StoredTerminal};
+
+/// A part is appended once its chunks hold this many bytes...
+const PART_BYTES: usize = 64 << 10;
+/// ...or this many chunks...
+const PART_CHUNKS: usize = 512;
+/// ...or once it has held chunks this long.
+const PART_SECS: u64 = 5;
+/// Chunks of one direction this close together are merged (up to [`MERGE_MAX`] bytes).
+const MERGE_MS: u64 = 20;
+const MERGE_MAX: usize = 4096;
+
+enum Piece {
+    Chunk(u64, TerminalStream, bytes::Bytes),
+    End {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// Where a terminal's bridge reports what passes through it. Dropping it ends the session's
+/// record.
+#[derive(Debug)]
+pub struct TerminalLog {
+    tx: mpsc::UnboundedSender<Piece>,
+}
+
+impl TerminalLog {
+    /// Bytes typed into the terminal.
+    pub fn input(&self, b: &bytes::Bytes) {
+        let _ = self
+            .tx
+            .send(Piece::Chunk(now_ms(), TerminalStream::Input, b.clone()));
+    }
+
+    /// Bytes the terminal printed.
+    pub fn output(&self, b: &bytes::Bytes) {
+        let _ = self
+            .tx
+            .send(Piece::Chunk(now_ms(), TerminalStream::Output, b.clone()));
+    }
+
+    /// How the terminal's command ended.
+    pub fn exit(&self, exit_code: Option<i32>, signal: Option<i32>) {
+        let _ = self.tx.send(Piece::End { exit_code, signal });
+    }
+}
+
+/// A session's record on its way into the log.
+struct Recorder {
+    manager: Manager,
+    sandbox: Arc<Sandbox>,
+    session: u64,
+    argv: Vec<String>,
+    part: u32,
+    chunks: Vec<(u64, TerminalStream, Vec<u8>)>,
+    bytes: usize,
+    started_ms: u64,
+}
+
+impl Recorder {
+    fn add(&mut self, at: u64, stream: TerminalStream, b: &[u8]) {
+        if self.chunks.is_empty() {
+            self.started_ms = at;
+        }
+        self.bytes += b.len();
+        if let Some(last) = self.chunks.last_mut() {
+            if last.1 == stream && at.saturating_sub(last.0) <= MERGE_MS && last.2.len() < MERGE_MAX
+            {
+                last.2.extend_from_slice(b);
+                return;
+            }
+        }
+        self.chunks.push((at, stream, b.to_vec()));
+    }
+
+    fn full(&self) -> bool {
+        self.bytes >= PART_BYTES || self.chunks.len() >= PART_CHUNKS
+    }
+
+    /// Appends the chunks held as one part.
+    async fn flush(&mut self, end: Option<(Option<i32>, Option<i32>)>) {
+        let m = &self.manager;
+        let call = TrajectoryCall::Terminal {
+            session: self.session,
+            part: self.part,
+            argv: self.argv.clone(),
+        };
+        let mut entry = StoredEntry::new(call, None, self.started_ms);
+        let budget = self.sandbox.lock().info.limits.trajectory_mb << 20;
+        let state_full = m.journal().state_bytes() >= m.config().state_max_bytes;
+        let mut room = Room::new(
+            budget.saturating_sub(self.sandbox.log.stored_bytes()),
+            state_full,
+        );
+        let mut blobs = Vec::new();
+        let mut part = StoredTerminal::new(&self.chunks, &mut room, &mut blobs);
+        if let Some((exit_code, signal)) = end {
+            part.ended = true;
+            part.exit_code = exit_code;
+            part.signal = signal;
+        }
+        entry.result = Some(StoredResult::Terminal(part));
+        self.chunks.clear();
+        self.bytes = 0;
+        self.part += 1;
+        self.started_ms = now_ms();
+        match self
+            .sandbox
+            .log
+            .append(m.journal(), entry, None, blobs)
+            .await
+        {
+            Ok(_) => crate::metrics::Metrics::inc(&m.inner.metrics.trajectory_appends),
+            Err(e) => {
+                tracing::warn!(sandbox = %self.sandbox.id, error = %e, "cannot log a terminal")
+            }
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Piece>) {
+        let mut exit = None;
+        loop {
+            let wait = if self.chunks.is_empty() {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_millis((self.started_ms + PART_SECS * 1000).saturating_sub(now_ms()))
+            };
+            match tokio::time::timeout(wait, rx.recv()).await {
+                Ok(Some(Piece::Chunk(at, stream, b))) => {
+                    self.add(at, stream, &b);
+                    if self.full() {
+                        self.flush(None).await;
+                    }
+                }
+                Ok(Some(Piece::End { exit_code, signal })) => exit = Some((exit_code, signal)),
+                Ok(None) => break,
+                Err(_) => {
+                    if !self.chunks.is_empty() {
+                        self.flush(None).await;
+                    }
+                }
+            }
+        }
+        self.flush(Some(exit.unwrap_or((None, None)))).await;
+    }
+}
+
+impl Manager {
+    /// Starts the record of a terminal running `argv` in `sandbox`.
+    pub(crate) fn terminal_log(&self, sandbox: Arc<Sandbox>, argv: Vec<String>) -> TerminalLog {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = self
+            .inner
+            .terminals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let rec = Recorder {
+            manager: self.clone(),
+            sandbox,
+            session,
+            argv,
+            part: 0,
+            chunks: Vec::new(),
+            bytes: 0,
+            started_ms: now_ms(),
+        };
+        tokio::spawn(rec.run(rx));
+        TerminalLog { tx }
+    }
+}

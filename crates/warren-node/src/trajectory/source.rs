@@ -1,0 +1,45 @@
+//! Where a sandbox's log is read from to revive it: [`LogSource`].
+//!
+//! A node reads the logs of its own sandboxes from its [`super::Journal`] (the manager's
+//! local source, while the sandbox exists here). A source that keeps logs elsewhere (a store
+//! the logs are shipped to, read after the sandbox or its node is gone) implements the same
+//! trait and is handed to the manager (`Manager::set_log_source`); revive asks it for
+//! sandboxes the node no longer holds.
+
+use warren_types::{SandboxId, SandboxInfo};
+
+use super::{Blobs, StoredEntry};
+use crate::error::StoreError;
+
+/// One page of a log: entries in `seq` order and the blobs they refer to.
+#[derive(Debug, Default)]
+pub struct LogPage {
+    pub entries: Vec<StoredEntry>,
+    pub blobs: Blobs,
+    /// True when more entries may follow the last one.
+    pub more: bool,
+}
+
+/// A sandbox as its log's source knows it: what a new sandbox is made like.
+#[derive(Debug, Clone)]
+pub struct LoggedSandbox {
+    /// Its record as last known (image stack, limits, labels, env, network policy, tenant).
+    pub info: SandboxInfo,
+    /// Its hostname, when known.
+    pub hostname: Option<String>,
+}
+
+/// Reads the entries of a sandbox's log.
+#[async_trait::async_trait]
+pub trait LogSource: Send + Sync + 'static {
+    /// The sandbox the log belongs to; `None` when this source does not hold it.
+    async fn sandbox(&self, id: &SandboxId) -> Result<Option<LoggedSandbox>, StoreError>;
+
+    /// Up to `limit` entries from `from_seq` on (with their blobs).
+    async fn page(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<LogPage, StoreError>;
+}
