@@ -172,6 +172,20 @@ where
     }
 }
 
+/// `{id}` of `/v1/sandboxes/{id}/...`, parsed only: the handler decides who may see what
+/// (a route that answers for sandboxes that are no longer on the node).
+#[derive(Debug)]
+pub struct RawSandboxParam(pub SandboxId);
+
+impl<S: Send + Sync> FromRequestParts<S> for RawSandboxParam {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+        let params = path_params(parts).await?;
+        Ok(RawSandboxParam(sandbox_id(&param(&params, "id")?)?))
+    }
+}
+
 /// `{id}` and `{pid}` of `/v1/sandboxes/{id}/processes/{pid}/...`, parsed.
 #[derive(Debug)]
 pub struct ProcessParam(pub SandboxId, pub u32);

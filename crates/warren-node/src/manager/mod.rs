@@ -7,7 +7,8 @@
 //! watcher per sandbox that notices when its agent dies. Each verb lives in its own file:
 //! `create`, `delete`, `exec`, `files`, `pause` (pause, resume, and the transparent resume of
 //! every call), `fork`, `runner` (the step runner every call that changes a sandbox goes
-//! through: once per step, logged), `network`, `trajectory` (export), `recover`, `reaper`.
+//! through: once per step, logged), `network`, `trajectory` (export), `shipping` (the
+//! trajectory shipper's thread, and reading back from its store), `recover`, `reaper`.
 //!
 //! It never sees HTTP: callers hand it typed requests and get typed answers or a
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
@@ -26,6 +27,7 @@ mod reaper;
 mod recover;
 mod runner;
 mod scrape;
+mod shipping;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -253,6 +255,8 @@ pub(crate) struct Inner {
     network: std::sync::OnceLock<Arc<warren_net::Network>>,
     /// Caps on starting and held sandboxes, memory headroom.
     admission: crate::admission::Admission,
+    /// Ships trajectories off the node, when a trajectory store is set.
+    shipper: std::sync::OnceLock<Arc<crate::ship::Shipper>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -290,6 +294,7 @@ impl Manager {
                 stopping: AtomicBool::new(false),
                 network: std::sync::OnceLock::new(),
                 admission,
+                shipper: std::sync::OnceLock::new(),
             }),
         }
     }

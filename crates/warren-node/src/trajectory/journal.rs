@@ -486,6 +486,20 @@ impl Reader<'_> {
         Ok((seq, step))
     }
 
+    /// Every log file: sandbox id, committed length and last seq (what the shipper follows).
+    pub fn logs(&self) -> Result<Vec<(SandboxId, u64, u64)>, StoreError> {
+        let t = self.tx.open_table(LOGS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if let Ok(id) = k.value().parse::<SandboxId>() {
+                let (len, last) = v.value();
+                out.push((id, len, last));
+            }
+        }
+        Ok(out)
+    }
+
     /// The committed length and last seq of `id`'s log file, if it has one.
     fn log(&self, id: &SandboxId) -> Result<Option<(u64, u64)>, StoreError> {
         let t = self.tx.open_table(LOGS).map_err(|e| self.err(e))?;
