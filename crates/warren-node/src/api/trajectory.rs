@@ -21,8 +21,11 @@ pub async fn export(
 ) -> HttpResult<Response> {
     q.only(&["from_seq"], &[])?;
     let from = q.index("from_seq", "a sequence number")?.unwrap_or(1);
-    let body = match m.authorize(&caller, &id) {
-        Ok(()) => Body::from_stream(local(m.trajectory(&id, from)?)),
+    let here = m
+        .authorize(&caller, &id)
+        .and_then(|()| m.trajectory(&id, from));
+    let body = match here {
+        Ok(pages) => Body::from_stream(local(pages)),
         Err(NodeError::SandboxNotFound { .. }) if m.ships_trajectories() => {
             let pages = m.shipped_trajectory(&id, from, &caller).await?;
             Body::from_stream(warren_blob::trajectory::ndjson(pages))

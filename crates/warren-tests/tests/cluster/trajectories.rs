@@ -223,6 +223,17 @@ async fn trajectories_outlive_their_node_and_their_sandbox() {
     check(&read, &gone_steps, "a deleted sandbox, through the gateway");
     let read = on_other.trajectory(&gone.id, None).await.unwrap();
     check(&read, &gone_steps, "a deleted sandbox, on its node");
+    // The node's administrator (root on its socket) reads it too.
+    let read = c.nodes[other]
+        .client()
+        .trajectory(&gone.id, None)
+        .await
+        .unwrap();
+    check(
+        &read,
+        &gone_steps,
+        "a deleted sandbox, on its node, as admin",
+    );
     assert!(beta.trajectory(&gone.id, None).await.is_err());
 
     // The killed node comes back: it re-adopts the sandbox and ships on from where the
