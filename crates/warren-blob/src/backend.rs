@@ -17,6 +17,9 @@ pub trait BlobStore: Send + Sync + std::fmt::Debug {
     async fn get(&self, key: &str) -> Result<Bytes, BlobError>;
     /// Stores a blob (not every store is writable: HTTP is read-only).
     async fn put(&self, key: &str, data: Bytes) -> Result<(), BlobError>;
+    /// Keys of the blobs whose key starts with `prefix` (a folder, ending in `/`), in no
+    /// particular order. Not every store can list: HTTP cannot.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError>;
     /// The store's address, for messages.
     fn describe(&self) -> String;
 }

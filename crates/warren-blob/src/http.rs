@@ -130,6 +130,13 @@ impl BlobStore for HttpStore {
         })
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
+        Err(BlobError::Backend {
+            store: self.base.clone(),
+            message: format!("{prefix}: HTTP blob stores cannot be listed"),
+        })
+    }
+
     fn describe(&self) -> String {
         self.base.clone()
     }

@@ -17,6 +17,7 @@ mod local;
 mod s3;
 pub mod serve;
 mod source;
+pub mod trajectory;
 
 pub use backend::{open_store, BlobStore};
 pub use cache::{CacheConfig, CacheStats, LayerCache, Mode};

@@ -74,6 +74,34 @@ impl BlobStore for LocalStore {
         std::fs::rename(&tmp, &p).map_err(|e| BlobError::io("store blob", e))
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
+        let dir = self.path(prefix.trim_end_matches('/'))?;
+        let mut out = Vec::new();
+        let mut stack = vec![(dir, prefix.trim_end_matches('/').to_string())];
+        while let Some((dir, key)) = stack.pop() {
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(BlobError::io(format!("list {}", dir.display()), e)),
+            };
+            for e in rd {
+                let e = e.map_err(|e| BlobError::io(format!("list {}", dir.display()), e))?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                // Files being written (`put` renames them into place) are not blobs yet.
+                if name.contains(".tmp-") {
+                    continue;
+                }
+                let child = format!("{key}/{name}");
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), child));
+                } else {
+                    out.push(child);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn describe(&self) -> String {
         self.root.display().to_string()
     }

@@ -118,6 +118,26 @@ impl BlobStore for S3Store {
             .map_err(|e| self.err(key, e))
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
+        use futures::TryStreamExt;
+        let under = self.path(prefix.trim_end_matches('/'));
+        let metas: Vec<object_store::ObjectMeta> = self
+            .inner
+            .list(Some(&under))
+            .try_collect()
+            .await
+            .map_err(|e| self.err(prefix, e))?;
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| m.location.as_ref().strip_prefix(&strip).map(String::from))
+            .collect())
+    }
+
     fn describe(&self) -> String {
         self.url.clone()
     }

@@ -423,12 +423,69 @@ fn s3_backend_round_trip() {
             cache.read(&hex, 2_000_000, 1000).unwrap(),
             src[2_000_000..2_001_000]
         );
+        shipped_trajectory_in_s3(&rt);
     });
     let _ = child.kill();
     let _ = child.wait();
     if let Err(p) = r {
         std::panic::resume_unwind(p);
     }
+}
+
+/// A trajectory shipped to S3 (segments listed under the store's prefix, one sent twice)
+/// reads back whole, once per seq.
+fn shipped_trajectory_in_s3(rt: &tokio::runtime::Runtime) {
+    use warren_blob::trajectory as shipped;
+    let store = shipped::open_trajectory_store("s3://layers/trajectories-test").unwrap();
+    let id: warren_types::SandboxId = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5".parse().unwrap();
+    let line = |seq: u64| {
+        let entry = warren_types::TrajectoryEntry {
+            seq,
+            step: Some(seq),
+            call: warren_types::TrajectoryCall::Kill { pid: 1, signal: 9 },
+            request_sha256: "ab".into(),
+            started_at_ms: 1,
+            ended_at_ms: 2,
+            duration_ms: 1.0,
+            result: None,
+            error: None,
+            cancelled: false,
+        };
+        shipped::SegmentLine {
+            entry,
+            stdout_blob: None,
+            stderr_blob: None,
+        }
+    };
+    for (a, b) in [(1, 3), (4, 5), (1, 3)] {
+        let header = shipped::SegmentHeader {
+            format: shipped::FORMAT,
+            sandbox: id.to_string(),
+            tenant: Some("t".into()),
+            first_seq: a,
+            last_seq: b,
+        };
+        let lines: Vec<_> = (a..=b).map(line).collect();
+        rt.block_on(store.put(
+            &shipped::segment_key(&id, a, b),
+            shipped::encode_segment(&header, &lines),
+        ))
+        .unwrap();
+    }
+    assert_eq!(
+        rt.block_on(shipped::last_shipped(store.as_ref(), &id))
+            .unwrap(),
+        5
+    );
+    let all = rt
+        .block_on(async {
+            shipped::TrajectoryPages::open(store.clone(), &id, 2, &warren_types::Caller::admin())
+                .await?
+                .all()
+                .await
+        })
+        .unwrap();
+    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
 }
 
 fn reqwest_put(rt: &tokio::runtime::Runtime, url: &str) -> bool {

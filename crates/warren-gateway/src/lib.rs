@@ -6,7 +6,8 @@
 //! - creates and function calls are placed ([`warren_cluster::place`]) on the gateway's etcd
 //!   view; a node's `429` sends the request to the next candidate;
 //! - listings, images and pools fan out to every node and merge;
-//! - `GET /v1/cluster` and drain/undrain are the gateway's own.
+//! - `GET /v1/cluster` and drain/undrain are the gateway's own;
+//! - a trajectory whose node cannot answer for it is read from the trajectory store.
 //!
 //! What a caller sees when things fail: a node that does not answer → `503 node_unreachable`
 //! at once; a node whose registration expired → `410 sandbox_lost`; every candidate refused →
@@ -31,6 +32,7 @@ mod metrics;
 pub mod proxy;
 mod routes;
 mod sandboxes;
+mod shipped;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +56,8 @@ pub struct GatewayConfig {
     pub name: String,
     /// TLS toward `https://` nodes (roots, client certificate); `None`: the system's roots.
     pub node_tls: Option<rustls::ClientConfig>,
+    /// Where nodes ship trajectories: read when a sandbox's node cannot answer for it.
+    pub trajectory_store: Option<std::sync::Arc<dyn warren_blob::BlobStore>>,
 }
 
 impl Default for GatewayConfig {
@@ -64,6 +68,7 @@ impl Default for GatewayConfig {
             fanout_timeout: Duration::from_secs(10),
             name: "gateway".into(),
             node_tls: None,
+            trajectory_store: None,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `warren-gateway`: the stateless cluster gateway. Serves the node API on `--listen` over
 //! the nodes registered in the etcd at `--etcd`, behind the same edge as `warrend`: TLS
 //! (`--tls-cert`, `--tls-key`; plain HTTP on loopback only), tokens (`--auth`, re-read on
-//! SIGHUP). Toward `https://` nodes it trusts `--node-ca` and presents `--node-cert`.
+//! SIGHUP). Toward `https://` nodes it trusts `--node-ca` and presents `--node-cert`. With
+//! `--trajectory-store` it reads trajectories the nodes shipped when a node cannot answer.
 //!
 //! `warren-gateway bench overhead --node URL --gateway URL` measures the gateway's cost on
 //! `exec true` against calling the node directly.
@@ -55,6 +56,11 @@ struct Args {
     /// Private key (PEM) of --node-cert.
     #[arg(long, value_name = "FILE", requires = "node_cert")]
     node_key: Option<PathBuf>,
+    /// The store nodes ship trajectories to (`warrend --trajectory-store`: a directory,
+    /// file://DIR or s3://BUCKET/PREFIX): a trajectory export whose node is lost, does not
+    /// answer or no longer has the sandbox is read from it.
+    #[arg(long, env = "WARREN_TRAJECTORY_STORE", value_name = "URL")]
+    trajectory_store: Option<String>,
     #[command(flatten)]
     edge: warren_edge::EdgeArgs,
     #[command(flatten)]
@@ -121,6 +127,13 @@ async fn serve(args: Args) -> Result<()> {
                 .context("TLS toward the nodes (--node-ca, --node-cert, --node-key)")?,
         ),
     };
+    let trajectory_store = match &args.trajectory_store {
+        Some(url) => Some(
+            warren_blob::trajectory::open_trajectory_store(url)
+                .with_context(|| format!("trajectory store {url}"))?,
+        ),
+        None => None,
+    };
     let view = ClusterView::start(endpoints.clone(), Keys::new(&args.etcd_prefix));
     let gw = Gateway::new(
         GatewayConfig {
@@ -128,6 +141,7 @@ async fn serve(args: Args) -> Result<()> {
             max_attempts: args.max_attempts.max(1),
             name: args.name.clone(),
             node_tls,
+            trajectory_store,
             ..GatewayConfig::default()
         },
         view.clone(),

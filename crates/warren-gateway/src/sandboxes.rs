@@ -21,7 +21,21 @@ use crate::Gateway;
 /// A node whose registration expired is still tried at its last address: a node that is
 /// alive but lost its lease for a moment (etcd trouble) answers for its sandboxes, and only a
 /// node that cannot be reached makes them `410 sandbox_lost`.
+///
+/// A trajectory export the node cannot answer (lost, unreachable, or the sandbox is not
+/// there) is read from the trajectory store when the gateway has one ([`crate::shipped`]).
 pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
+    let Some(read) = crate::shipped::wanted(&gw, &req) else {
+        return forward(gw, req).await;
+    };
+    let resp = forward(gw.clone(), req).await;
+    if crate::shipped::falls_back(resp.status()) {
+        return crate::shipped::answer(&gw, read, resp).await;
+    }
+    resp
+}
+
+async fn forward(gw: Gateway, req: Request) -> Response {
     let (answer, lost) = match route(&gw, &req) {
         Err(e) => return e.into_response(),
         // A live node is waited for while it stays registered (exec may run for long).

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod node;
 pub mod pressure;
 mod quota;
+pub mod ship;
 pub mod store;
 #[cfg(test)]
 mod testing;

@@ -78,6 +78,12 @@ struct Args {
     #[arg(long, default_value_t = warren_types::sandbox::DEFAULT_TRAJECTORY_MB,
           value_parser = clap::value_parser!(u64).range(1..=32))]
     trajectory_mb: u64,
+    /// Where every sandbox's trajectory is shipped, in segments at most about a second
+    /// behind its calls, and sealed when the sandbox is deleted: a directory, file://DIR or
+    /// s3://BUCKET/PREFIX (as --blob-store). A trajectory the node no longer has is read
+    /// from it.
+    #[arg(long, env = "WARREN_TRAJECTORY_STORE", value_name = "URL")]
+    trajectory_store: Option<String>,
     /// Once the node's state (state.redb and the output files of trajectory-blobs/) is this
     /// large, in MiB, no output is kept in any trajectory (digests and sizes only).
     #[arg(long, default_value_t = warren_node::config::DEFAULT_STATE_MAX_BYTES >> 20)]
@@ -418,6 +424,14 @@ async fn run(args: Args) -> Result<()> {
         orphans = report.orphans_removed.len(),
         "state recovered"
     );
+    if let Some(url) = &args.trajectory_store {
+        let store = warren_blob::trajectory::open_trajectory_store(url)
+            .with_context(|| format!("trajectory store {url}"))?;
+        manager
+            .ship_trajectories(store)
+            .context("starting the trajectory shipper")?;
+        info!(store = %url, "shipping trajectories");
+    }
     let _reaper = manager.spawn_reaper();
     let trimmer = spawn_heap_trimmer(manager.clone());
 

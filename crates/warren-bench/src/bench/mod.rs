@@ -44,6 +44,7 @@ mod replay;
 mod report;
 mod revive;
 mod scrape;
+mod ship;
 mod tls;
 mod ui;
 mod vm;
@@ -67,6 +68,9 @@ pub enum Which {
     Replay,
     /// Revive of a SWE-style episode (file writes, python3, git) vs its recorded durations
     Revive,
+    /// The trajectory log: commit wait of `exec true` with one and 4 clients, and shipping
+    /// lag with --trajectory-store (not part of `all`)
+    Ship,
     /// Lazy vs eager vs tar-unpacked layers from a bandwidth-capped blob server (starts its
     /// own daemons; not part of `all`)
     Images,
@@ -95,7 +99,7 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
-    /// neighbour 200 per phase, net 100, vm 8, hostile 10000, tls 1000 per mode]
+    /// neighbour 200 per phase, net 100, vm 8, hostile 10000, tls 1000 per mode, ship 1000]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -138,6 +142,10 @@ pub struct Args {
     pub files: usize,
     #[command(flatten)]
     pub cluster: cluster::ClusterArgs,
+    /// ship: the store the node ships trajectories to (its --trajectory-store), read to
+    /// measure how far the shipped log is behind
+    #[arg(long, value_name = "URL")]
+    pub trajectory_store: Option<String>,
 }
 
 /// One target and whether it was met.
@@ -195,6 +203,7 @@ pub struct Report {
     pub replay: Option<replay::Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revive: Option<revive::ReviveBench>,
+    pub ship: Option<ship::Ship>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -272,6 +281,17 @@ impl Report {
                 "",
                 0.0,
             ));
+        }
+        if let Some(sh) = &self.ship {
+            if let Some(v) = sh.append_quiet_p50_ms {
+                checks.push(Check::at_most("commit wait p50, 1 client", v, "ms", 0.3));
+            }
+            if let Some(v) = sh.append_busy_p50_ms {
+                checks.push(Check::at_most("commit wait p50, 4 clients", v, "ms", 0.6));
+            }
+            if let Some(l) = &sh.ship_lag {
+                checks.push(Check::at_most("shipping lag p99", l.p99_ms, "ms", 1500.0));
+            }
         }
         if let Some(r) = &self.replay {
             checks.push(Check::at_most(
@@ -437,6 +457,12 @@ impl Report {
             }
             out.push_str(&r.render());
         }
+        if let Some(sh) = &self.ship {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&sh.render());
+        }
         if let Some(n) = &self.net {
             if !out.is_empty() {
                 out.push('\n');
@@ -571,6 +597,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Revive {
         stop.check()?;
         report.revive = Some(revive::revive(setup, n(100)).await?);
+    }
+    if args.which == Which::Ship {
+        stop.check()?;
+        report.ship = Some(ship::ship(setup, n(1000), args.trajectory_store.as_deref()).await?);
     }
     // Not part of `all`: it needs a node whose network is available.
     if args.which == Which::Net {

@@ -68,7 +68,7 @@ fn append_histogram(text: &str) -> (Vec<(f64, f64)>, f64, f64) {
 }
 
 /// Median and mean (ms) of the appends between two `/metrics` snapshots.
-fn append_stats(before: &str, after: &str) -> (Option<f64>, Option<f64>) {
+pub(super) fn append_stats(before: &str, after: &str) -> (Option<f64>, Option<f64>) {
     let (b0, s0, c0) = append_histogram(before);
     let (b1, s1, c1) = append_histogram(after);
     let n = c1 - c0;

@@ -172,17 +172,17 @@ where
     }
 }
 
-/// `{id}` of `/v1/sandboxes/{id}/...`, parsed only: for calls that reach sandboxes this node
-/// may no longer hold (revive), which check the caller themselves.
+/// `{id}` of `/v1/sandboxes/{id}/...`, parsed only: the handler decides who may see what
+/// (a route that answers for sandboxes that are no longer on the node).
 #[derive(Debug)]
-pub struct SandboxIdParam(pub SandboxId);
+pub struct RawSandboxParam(pub SandboxId);
 
-impl<S: Send + Sync> FromRequestParts<S> for SandboxIdParam {
+impl<S: Send + Sync> FromRequestParts<S> for RawSandboxParam {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
         let params = path_params(parts).await?;
-        Ok(SandboxIdParam(sandbox_id(&param(&params, "id")?)?))
+        Ok(RawSandboxParam(sandbox_id(&param(&params, "id")?)?))
     }
 }
 

@@ -12,7 +12,7 @@ use warren_types::{
 };
 
 use super::error::{HttpError, HttpResult};
-use super::extract::{Auth, JsonBody, QueryPairs, SandboxIdParam, SandboxParam};
+use super::extract::{Auth, JsonBody, QueryPairs, RawSandboxParam, SandboxParam};
 use crate::manager::{ListFilter, Manager};
 use crate::node::Node;
 
@@ -378,7 +378,7 @@ pub async fn fork(
 pub async fn revive(
     State(m): State<Manager>,
     Auth(caller): Auth,
-    SandboxIdParam(id): SandboxIdParam,
+    RawSandboxParam(id): RawSandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Response> {
     q.only(&["stop_on_divergence"], &[])?;

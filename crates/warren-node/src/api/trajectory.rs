@@ -1,5 +1,7 @@
 //! `GET /v1/sandboxes/{id}/trajectory?from_seq=N`: the sandbox's trajectory as
-//! newline-delimited JSON, one entry per line, streamed page by page.
+//! newline-delimited JSON, one entry per line, streamed page by page. A sandbox that is not
+//! on this node (deleted, or on a node that was lost) is read from the trajectory store
+//! when the node ships there, as the caller's tenant may see it.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -7,18 +9,36 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::error::HttpResult;
-use super::extract::{QueryPairs, SandboxParam};
+use super::extract::{Auth, QueryPairs, RawSandboxParam};
+use crate::error::NodeError;
 use crate::manager::Manager;
 
 pub async fn export(
     State(m): State<Manager>,
-    SandboxParam(id): SandboxParam,
+    Auth(caller): Auth,
+    RawSandboxParam(id): RawSandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Response> {
     q.only(&["from_seq"], &[])?;
     let from = q.index("from_seq", "a sequence number")?.unwrap_or(1);
-    let pages = m.trajectory(&id, from)?;
-    let lines = futures::stream::unfold(pages, |mut pages| async move {
+    let here = m
+        .authorize(&caller, &id)
+        .and_then(|()| m.trajectory(&id, from));
+    let body = match here {
+        Ok(pages) => Body::from_stream(local(pages)),
+        Err(NodeError::SandboxNotFound { .. }) if m.ships_trajectories() => {
+            let pages = m.shipped_trajectory(&id, from, &caller).await?;
+            Body::from_stream(warren_blob::trajectory::ndjson(pages))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+fn local(
+    pages: crate::manager::TrajectoryPages,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    futures::stream::unfold(pages, |mut pages| async move {
         match pages.next_page().await? {
             Ok(entries) => {
                 let mut out = Vec::new();
@@ -33,10 +53,5 @@ pub async fn export(
             // An error after the first line can only abort the transfer.
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), pages)),
         }
-    });
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(lines),
-    )
-        .into_response())
+    })
 }

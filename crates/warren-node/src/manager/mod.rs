@@ -7,7 +7,8 @@
 //! watcher per sandbox that notices when its agent dies. Each verb lives in its own file:
 //! `create`, `delete`, `exec`, `files`, `pause` (pause, resume, and the transparent resume of
 //! every call), `fork`, `runner` (the step runner every call that changes a sandbox goes
-//! through: once per step, logged), `network`, `trajectory` (export), `recover`, `reaper`.
+//! through: once per step, logged), `network`, `trajectory` (export), `shipping` (the
+//! trajectory shipper's thread, and reading back from its store), `recover`, `reaper`.
 //!
 //! It never sees HTTP: callers hand it typed requests and get typed answers or a
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
@@ -27,6 +28,7 @@ mod recover;
 mod revive;
 mod runner;
 mod scrape;
+mod shipping;
 mod stats;
 mod terminal;
 #[cfg(test)]
@@ -263,6 +265,8 @@ pub(crate) struct Inner {
     log_source: std::sync::OnceLock<Arc<dyn crate::trajectory::LogSource>>,
     /// The last terminal session number given out.
     terminals: AtomicU64,
+    /// Ships trajectories off the node, when a trajectory store is set.
+    shipper: std::sync::OnceLock<Arc<crate::ship::Shipper>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -303,6 +307,7 @@ impl Manager {
                 log_source: std::sync::OnceLock::new(),
                 // Numbers stay unique across restarts of the daemon.
                 terminals: AtomicU64::new(now_ms() * 1000),
+                shipper: std::sync::OnceLock::new(),
             }),
         }
     }

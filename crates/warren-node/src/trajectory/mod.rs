@@ -389,6 +389,25 @@ impl StoredEntry {
     }
 }
 
+impl StoredEntry {
+    /// The entry as a shipped segment holds it: as exported, but an output kept as a blob is
+    /// left out and named by its sha256 (it is uploaded beside the segment).
+    pub fn shipped(&self) -> warren_blob::trajectory::SegmentLine {
+        let (out, err) = match &self.result {
+            Some(StoredResult::Exec(e)) => (
+                e.stdout.in_blob().then(|| e.stdout.sha256.clone()),
+                e.stderr.in_blob().then(|| e.stderr.sha256.clone()),
+            ),
+            _ => (None, None),
+        };
+        warren_blob::trajectory::SegmentLine {
+            entry: self.export(&Blobs::new()),
+            stdout_blob: out,
+            stderr_blob: err,
+        }
+    }
+}
+
 /// An exec of a capped `yes` flood past its budget (output kept as digest and size only), as
 /// a hostile sandbox logs them: what tests of the stored size measure.
 #[cfg(test)]

@@ -22,20 +22,33 @@ pub struct GatewayProc {
     pub port: u16,
     pub log: PathBuf,
     pub etcd: String,
+    /// Extra `warren-gateway` arguments, kept across restarts.
+    pub extra_args: Vec<String>,
     child: Option<Child>,
     client: Client,
 }
 
 impl GatewayProc {
     pub async fn start(etcd: &str) -> GatewayProc {
+        Self::start_with(etcd, Vec::new(), None).await
+    }
+
+    /// Like [`GatewayProc::start`], with extra arguments (`--auth FILE`, ...) and the token
+    /// its client (and the start-up health check) uses.
+    pub async fn start_with(
+        etcd: &str,
+        extra_args: Vec<String>,
+        token: Option<&str>,
+    ) -> GatewayProc {
         let port = free_port();
         let log = test_root().join(format!("gateway-{port}.log"));
         let mut g = GatewayProc {
             port,
             log,
             etcd: etcd.to_string(),
+            extra_args,
             child: None,
-            client: client_for(port),
+            client: client_for(port, token),
         };
         g.spawn().await;
         g
@@ -52,6 +65,7 @@ impl GatewayProc {
             .args(["--etcd", &self.etcd])
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--name", &format!("gw{}", self.port)])
+            .args(&self.extra_args)
             // Requests are logged at debug level (with their request ids).
             .env("RUST_LOG", "info,warren_cluster=debug,warren_gateway=debug")
             .stdin(Stdio::null())
@@ -151,10 +165,13 @@ impl Drop for GatewayProc {
     }
 }
 
-fn client_for(port: u16) -> Client {
-    Client::builder()
-        .url(format!("http://127.0.0.1:{port}"))
-        .max_connections(64)
+fn client_for(port: u16, token: Option<&str>) -> Client {
+    let b = Client::builder().url(format!("http://127.0.0.1:{port}"));
+    let b = match token {
+        Some(t) => b.token(t),
+        None => b,
+    };
+    b.max_connections(64)
         .request_timeout(Some(CALL_TIMEOUT))
         .build()
         .expect("building the client")

@@ -3,7 +3,8 @@
 //! an idempotency key through two gateways gives one sandbox; drain; admission refusals; a
 //! node killed with SIGKILL (fast 503, then 410; creates go elsewhere) and restarted (its
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
-//! lost (routing goes on). Membership itself: duplicate ids refused, a revoked lease
+//! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
+//! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
 //! re-registered.
 
 #[path = "../common/browser.rs"]
@@ -22,3 +23,4 @@ mod loss;
 mod membership;
 mod observe;
 mod routing;
+mod trajectories;

@@ -1,10 +1,11 @@
-//! The node as a whole: daemon restarts with live sandboxes, crashed sandboxes, many
-//! concurrent creates, malformed requests, and lifecycle features (idempotency keys, TTL,
-//! labels). Each test starts its own `warrend`; see `common` for the skip rule.
+//! The node as a whole: daemon restarts with live sandboxes, a kill during a burst of steps
+//! (every answered step is in the log after), crashed sandboxes, many concurrent creates,
+//! malformed requests, and lifecycle features (idempotency keys, TTL, labels). Each test starts its own `warrend`; see `common` for the skip rule.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod burst;
 mod concurrency;
 mod crash;
 mod lifecycle;

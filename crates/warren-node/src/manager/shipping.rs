@@ -1,0 +1,100 @@
+//! The manager's side of shipping trajectories ([`crate::ship`]): the shipper's thread,
+//! sealing a deleted sandbox's log, and reading a trajectory back from the store when the
+//! sandbox is not on this node.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tracing::warn;
+use warren_blob::trajectory::{TrajectoryPages as ShippedPages, TrajectoryStoreError};
+use warren_blob::BlobStore;
+use warren_types::{ApiError, Caller, SandboxId};
+
+use super::{Inner, Manager};
+use crate::error::NodeError;
+use crate::ship::Shipper;
+
+/// Longest a delete waits for the sandbox's log to be shipped and sealed; past it the
+/// sandbox goes anyway (and the store may miss the end of its log).
+pub const SEAL_WAIT: Duration = Duration::from_secs(5);
+
+impl Manager {
+    /// Ships every sandbox's trajectory to `store` from now on, on a thread of its own (see
+    /// [`crate::ship`]). Once only; later calls are ignored.
+    pub fn ship_trajectories(&self, store: Arc<dyn BlobStore>) -> std::io::Result<()> {
+        let shipper = Shipper::new(store);
+        if self.inner.shipper.set(shipper.clone()).is_err() {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("trajectory-shipper".into())
+            .spawn(move || rt.block_on(ship_loop(weak, shipper)))?;
+        Ok(())
+    }
+
+    pub(crate) fn shipper(&self) -> Option<&Arc<Shipper>> {
+        self.inner.shipper.get()
+    }
+
+    /// True when trajectories are shipped to a store (and read from it once a sandbox is
+    /// not on the node).
+    pub fn ships_trajectories(&self) -> bool {
+        self.shipper().is_some()
+    }
+
+    /// Ships what is left of a deleted sandbox's log and seals it, waiting at most
+    /// [`SEAL_WAIT`]. Its log is closed: nothing more is appended.
+    pub(crate) async fn seal_trajectory(&self, id: &SandboxId, tenant: Option<String>) {
+        let Some(s) = self.shipper() else { return };
+        match tokio::time::timeout(SEAL_WAIT, s.seal(id, tenant)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(sandbox = %id, error = %e, "trajectory not sealed in the store"),
+            Err(_) => warn!(sandbox = %id, "trajectory not sealed in the store in time"),
+        }
+    }
+
+    /// The trajectory of a sandbox that is not on this node, from the store it was shipped
+    /// to, as `caller` may see it.
+    pub async fn shipped_trajectory(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        caller: &Caller,
+    ) -> Result<ShippedPages, NodeError> {
+        let Some(s) = self.shipper() else {
+            return Err(NodeError::SandboxNotFound {
+                id: id.clone(),
+                why: None,
+            });
+        };
+        ShippedPages::open(s.store().clone(), id, from_seq, caller)
+            .await
+            .map_err(|e| match e {
+                TrajectoryStoreError::NotFound(_) => NodeError::SandboxNotFound {
+                    id: id.clone(),
+                    why: None,
+                },
+                e => NodeError::Api(ApiError::new(e.code(), e.to_string())),
+            })
+    }
+}
+
+/// Passes until the manager is gone.
+async fn ship_loop(manager: Weak<Inner>, shipper: Arc<Shipper>) {
+    loop {
+        shipper.idle().await;
+        let Some(inner) = manager.upgrade() else {
+            return;
+        };
+        let m = Manager { inner };
+        let tenant_of = |id: &SandboxId| {
+            let sb = m.map().get(id).cloned()?;
+            let st = sb.lock();
+            (!st.deleting).then(|| st.info.tenant.clone())
+        };
+        shipper.pass(m.journal(), tenant_of).await;
+    }
+}

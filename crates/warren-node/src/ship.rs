@@ -1,0 +1,378 @@
+//! Shipping trajectories off the node (`warrend --trajectory-store URL`).
+//!
+//! The [`Shipper`] owns what is shipped: for each sandbox, the last seq in the store and
+//! since when newer entries wait. It runs on a thread of its own (the manager starts it, see
+//! `manager/shipping.rs`) and reads committed entries back from the journal, so nothing it
+//! does is on the path of a call: an exec answers once its entry is on the node's disk, and
+//! the shipper follows.
+//!
+//! - A sandbox's new entries go in a **segment** once the oldest of them waited
+//!   [`CUT_AFTER`] or they hold [`SEGMENT_BYTES`], whichever comes first (the format is
+//!   `warren_blob::trajectory`'s). Outputs kept as blobs are uploaded before the segment
+//!   that refers to them.
+//! - Idempotent: a segment is named by its first and last seq, and readers skip seqs
+//!   they gave already, so sending a segment again (after a failure, or a restart that
+//!   forgot what was shipped) never duplicates an entry.
+//! - Restarts: what was shipped is read back from the store's listing the first time a
+//!   sandbox is seen (the largest last seq of its segments).
+//! - Failures: any store error stops the pass and the next waits a backoff that doubles up
+//!   to [`MAX_BACKOFF`]; entries stay in the journal meanwhile, so memory does not grow
+//!   with an outage.
+//! - Deletion: the delete path asks for a [`Shipper::seal`] (everything left, then the
+//!   seal object) before the local log goes, and waits for it a bounded time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, Notify};
+use warren_blob::trajectory::{self as shipped, SegmentHeader};
+use warren_blob::BlobStore;
+use warren_types::SandboxId;
+
+use crate::clock::now_ms;
+use crate::trajectory::{Journal, StoredEntry};
+
+/// New entries wait at most this long for their segment (plus one [`TICK`]).
+pub const CUT_AFTER: Duration = Duration::from_millis(500);
+/// A segment is cut once its entries hold this many bytes (as the journal counts them).
+pub const SEGMENT_BYTES: u64 = 256 << 10;
+/// Most entries in one segment.
+const SEGMENT_ENTRIES: usize = 2048;
+/// How often the shipper looks at the journal.
+pub const TICK: Duration = Duration::from_millis(100);
+/// First wait after a failure; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Output digests remembered as uploaded (forgotten all at once past this: uploading one
+/// again is harmless).
+const SENT_BLOBS: usize = 16_384;
+
+/// What the shipper knows of one sandbox.
+#[derive(Debug, Default)]
+struct Track {
+    /// The last seq in the store; `None` until read from the store's listing.
+    shipped: Option<u64>,
+    /// The log's committed length when the last segment was cut.
+    len_at_ship: u64,
+    /// When entries past `shipped` were first seen.
+    waiting_since: Option<Instant>,
+}
+
+/// A sandbox to seal: ship the rest of its log, then its seal.
+struct SealJob {
+    id: SandboxId,
+    tenant: Option<String>,
+    done: oneshot::Sender<Result<u64, String>>,
+}
+
+#[derive(Default)]
+struct State {
+    tracks: HashMap<SandboxId, Track>,
+    sent_blobs: HashSet<String>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+}
+
+/// The node's trajectory shipper; see the module docs.
+pub struct Shipper {
+    store: Arc<dyn BlobStore>,
+    state: Mutex<State>,
+    seals: Mutex<Vec<SealJob>>,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for Shipper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shipper")
+            .field("store", &self.store.describe())
+            .finish()
+    }
+}
+
+/// A store error as the shipper reports it.
+fn store_err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl Shipper {
+    pub fn new(store: Arc<dyn BlobStore>) -> Arc<Shipper> {
+        Arc::new(Shipper {
+            store,
+            state: Mutex::new(State::default()),
+            seals: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+        })
+    }
+
+    /// The store shipped to (and read from once a sandbox is not on the node).
+    pub fn store(&self) -> &Arc<dyn BlobStore> {
+        &self.store
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("shipper lock")
+    }
+
+    /// Asks for `id` to be sealed (its log is closed: nothing more is appended) and waits
+    /// for it; answers the last seq shipped.
+    pub async fn seal(&self, id: &SandboxId, tenant: Option<String>) -> Result<u64, String> {
+        let (done, rx) = oneshot::channel();
+        self.seals.lock().expect("shipper lock").push(SealJob {
+            id: id.clone(),
+            tenant,
+            done,
+        });
+        self.wake.notify_one();
+        rx.await
+            .unwrap_or_else(|_| Err("the trajectory shipper stopped".into()))
+    }
+
+    /// Waits until a seal is asked for or `TICK` passed.
+    pub async fn idle(&self) {
+        let _ = tokio::time::timeout(TICK, self.wake.notified()).await;
+    }
+
+    /// One pass: seals asked for, then every live sandbox whose new entries are due.
+    /// `tenant_of` says whether a sandbox is live on the node, and its tenant.
+    pub async fn pass(
+        &self,
+        journal: &Journal,
+        tenant_of: impl Fn(&SandboxId) -> Option<Option<String>>,
+    ) {
+        let seals = std::mem::take(&mut *self.seals.lock().expect("shipper lock"));
+        for job in seals {
+            let r = self.seal_now(journal, &job.id, job.tenant).await;
+            if let Err(e) = &r {
+                tracing::warn!(sandbox = %job.id, error = %e, "cannot seal the shipped trajectory");
+            }
+            let _ = job.done.send(r);
+        }
+        if self.lock().retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let logs = match journal.read().and_then(|r| r.logs()) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "trajectory shipper cannot read the journal");
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let mut st = self.lock();
+            let live: HashSet<&SandboxId> = logs.iter().map(|(id, _, _)| id).collect();
+            st.tracks.retain(|id, _| live.contains(id));
+            for (id, len, last) in &logs {
+                let Some(tenant) = tenant_of(id) else {
+                    continue;
+                };
+                let t = st.tracks.entry(id.clone()).or_default();
+                if t.shipped.is_some_and(|s| s >= *last) {
+                    continue;
+                }
+                let since = *t.waiting_since.get_or_insert(now);
+                if now.duration_since(since) >= CUT_AFTER
+                    || len.saturating_sub(t.len_at_ship) >= SEGMENT_BYTES
+                    || t.shipped.is_none()
+                {
+                    due.push((id.clone(), tenant, *len));
+                }
+            }
+        }
+        for (id, tenant, len) in due {
+            match self.ship(journal, &id, &tenant).await {
+                Ok(_) => {
+                    let mut st = self.lock();
+                    st.backoff = Duration::ZERO;
+                    st.retry_at = None;
+                    if let Some(t) = st.tracks.get_mut(&id) {
+                        t.len_at_ship = len;
+                        t.waiting_since = None;
+                    }
+                }
+                Err(e) => {
+                    let mut st = self.lock();
+                    st.backoff = (st.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                    st.retry_at = Some(Instant::now() + st.backoff);
+                    tracing::warn!(sandbox = %id, error = %e, retry_in_ms = st.backoff.as_millis() as u64, "cannot ship a trajectory segment");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The last seq of `id` in the store: known, or read from the store's listing.
+    async fn shipped(&self, id: &SandboxId) -> Result<u64, String> {
+        if let Some(s) = self.lock().tracks.get(id).and_then(|t| t.shipped) {
+            return Ok(s);
+        }
+        let s = shipped::last_shipped(self.store.as_ref(), id)
+            .await
+            .map_err(store_err)?;
+        self.lock().tracks.entry(id.clone()).or_default().shipped = Some(s);
+        Ok(s)
+    }
+
+    /// Ships every committed entry of `id` past what the store holds, in segments; answers
+    /// the last seq shipped.
+    async fn ship(
+        &self,
+        journal: &Journal,
+        id: &SandboxId,
+        tenant: &Option<String>,
+    ) -> Result<u64, String> {
+        let mut last = self.shipped(id).await?;
+        loop {
+            let (entries, blobs, more) = journal
+                .read()
+                .and_then(|r| r.entries_within(id, last + 1, SEGMENT_ENTRIES, SEGMENT_BYTES))
+                .map_err(store_err)?;
+            let (Some(first), Some(end)) = (entries.first(), entries.last()) else {
+                return Ok(last);
+            };
+            let (first, end) = (first.seq, end.seq);
+            for e in &entries {
+                for d in e.blob_refs() {
+                    if self.lock().sent_blobs.contains(d) {
+                        continue;
+                    }
+                    if let Some(bytes) = blobs.get(d) {
+                        self.store
+                            .put(&shipped::output_key(d), bytes.clone())
+                            .await
+                            .map_err(store_err)?;
+                    }
+                    let mut st = self.lock();
+                    if st.sent_blobs.len() >= SENT_BLOBS {
+                        st.sent_blobs.clear();
+                    }
+                    st.sent_blobs.insert(d.to_string());
+                }
+            }
+            let header = SegmentHeader {
+                format: shipped::FORMAT,
+                sandbox: id.to_string(),
+                tenant: tenant.clone(),
+                first_seq: first,
+                last_seq: end,
+            };
+            let lines: Vec<_> = entries.iter().map(StoredEntry::shipped).collect();
+            self.store
+                .put(
+                    &shipped::segment_key(id, first, end),
+                    shipped::encode_segment(&header, &lines),
+                )
+                .await
+                .map_err(store_err)?;
+            last = end;
+            if let Some(t) = self.lock().tracks.get_mut(id) {
+                t.shipped = Some(end);
+            }
+            if !more {
+                return Ok(last);
+            }
+        }
+    }
+
+    async fn seal_now(
+        &self,
+        journal: &Journal,
+        id: &SandboxId,
+        tenant: Option<String>,
+    ) -> Result<u64, String> {
+        let last = self.ship(journal, id, &tenant).await?;
+        let seal = shipped::Seal {
+            format: shipped::FORMAT,
+            sandbox: id.to_string(),
+            tenant,
+            last_seq: last,
+            sealed_at_ms: now_ms(),
+        };
+        let bytes = serde_json::to_vec(&seal).map_err(store_err)?;
+        self.store
+            .put(&shipped::seal_key(id), bytes.into())
+            .await
+            .map_err(store_err)?;
+        self.lock().tracks.remove(id);
+        Ok(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trajectory::{flood_entry, SandboxLog};
+    use warren_blob::trajectory::TrajectoryPages;
+    use warren_types::{Caller, NodeId};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ships_in_segments_resends_harmlessly_and_seals() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = crate::Store::open(dir.path().join("state.redb")).unwrap();
+        let remote: Arc<dyn BlobStore> =
+            Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+        let id = SandboxId::generate(&"n1".parse::<NodeId>().unwrap());
+        let log = SandboxLog::empty(&id);
+        for i in 1..=5 {
+            log.append(node.journal(), flood_entry(i), None, Vec::new())
+                .await
+                .unwrap();
+        }
+        let tenant = |_: &SandboxId| Some(Some("t1".to_string()));
+        let shipper = Shipper::new(remote.clone());
+        // First sight: shipped at once (nothing known of the store yet).
+        shipper.pass(node.journal(), tenant).await;
+        let read = || async {
+            TrajectoryPages::open(remote.clone(), &id, 1, &Caller::admin())
+                .await
+                .unwrap()
+                .all()
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read().await, [1, 2, 3, 4, 5]);
+        for i in 6..=7 {
+            log.append(node.journal(), flood_entry(i), None, Vec::new())
+                .await
+                .unwrap();
+        }
+        // Not due yet: the entries wait for their segment.
+        shipper.pass(node.journal(), tenant).await;
+        assert_eq!(read().await.len(), 5);
+        tokio::time::sleep(CUT_AFTER).await;
+        shipper.pass(node.journal(), tenant).await;
+        assert_eq!(read().await, [1, 2, 3, 4, 5, 6, 7]);
+        // A restarted shipper that forgot everything, and one that sends all again.
+        let again = Shipper::new(remote.clone());
+        again.lock().tracks.entry(id.clone()).or_default().shipped = Some(0);
+        again
+            .ship(node.journal(), &id, &Some("t1".into()))
+            .await
+            .unwrap();
+        let fresh = Shipper::new(remote.clone());
+        assert_eq!(fresh.shipped(&id).await.unwrap(), 7);
+        assert_eq!(read().await, [1, 2, 3, 4, 5, 6, 7], "no entry twice");
+        log.append(node.journal(), flood_entry(8), None, Vec::new())
+            .await
+            .unwrap();
+        let sealing = {
+            let (fresh, id) = (fresh.clone(), id.clone());
+            tokio::spawn(async move { fresh.seal(&id, Some("t1".into())).await })
+        };
+        while !sealing.is_finished() {
+            fresh.pass(node.journal(), |_| None).await;
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sealing.await.unwrap().unwrap(), 8);
+        assert_eq!(read().await, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(remote
+            .list(&shipped::sandbox_prefix(&id))
+            .await
+            .unwrap()
+            .contains(&shipped::seal_key(&id)));
+    }
+}

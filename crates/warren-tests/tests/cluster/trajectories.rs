@@ -1,0 +1,260 @@
+//! Trajectories that outlive their node: nodes ship them to a shared trajectory store
+//! (`--trajectory-store`, a directory here). A node killed with SIGKILL mid-episode leaves
+//! its sandbox's trajectory in the store, complete up to the last answered step, and a
+//! gateway (while the node is unreachable, then lost) and the other node answer it from
+//! there; a deleted sandbox's trajectory is sealed and read the same way. Another tenant
+//! reads none of it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::Digest;
+use warren_client::{Client, CreateSandboxRequest, ExecRequest};
+use warren_types::{NodeState, TrajectoryEntry, TrajectoryResult};
+
+use crate::common::{test_root, CALL_TIMEOUT};
+use crate::harness::{Cluster, GatewayProc};
+
+const ALPHA: &str = "trajectory-alpha-token-0123456789";
+const BETA: &str = "trajectory-beta-token-0123456789";
+
+/// The store directory and the auth file, removed when the test ends.
+struct Files {
+    store: PathBuf,
+    auth: PathBuf,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.store);
+        let _ = std::fs::remove_file(&self.auth);
+    }
+}
+
+fn files() -> Files {
+    let sha = |t: &str| hex::encode(sha2::Sha256::digest(t.as_bytes()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let tag = format!("{}-{nanos}", std::process::id());
+    std::fs::create_dir_all(test_root()).unwrap();
+    let f = Files {
+        store: test_root().join(format!("trajectory-store-{tag}")),
+        auth: test_root().join(format!("trajectory-auth-{tag}.toml")),
+    };
+    std::fs::create_dir_all(&f.store).unwrap();
+    std::fs::write(
+        &f.auth,
+        format!(
+            "[[tenant]]\nname = \"alpha\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
+             [[tenant]]\nname = \"beta\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n",
+            sha(ALPHA),
+            sha(BETA)
+        ),
+    )
+    .unwrap();
+    f
+}
+
+fn client(port: u16, token: &str) -> Client {
+    Client::builder()
+        .url(format!("http://127.0.0.1:{port}"))
+        .token(token)
+        .request_timeout(Some(CALL_TIMEOUT))
+        .build()
+        .unwrap()
+}
+
+fn stdout(e: &TrajectoryEntry) -> String {
+    match &e.result {
+        Some(TrajectoryResult::Exec(o)) => o.result.stdout.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Checks a trajectory read back: seqs 1.. without a gap or a repeat, and every step of
+/// `steps` with its output.
+fn check(entries: &[TrajectoryEntry], steps: &[(u64, String)], what: &str) {
+    let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+    let want: Vec<u64> = (1..=entries.len() as u64).collect();
+    assert_eq!(seqs, want, "{what}: seqs");
+    for (step, out) in steps {
+        let e = entries
+            .iter()
+            .find(|e| e.step == Some(*step))
+            .unwrap_or_else(|| panic!("{what}: step {step} is missing"));
+        assert_eq!(&stdout(e), out, "{what}: output of step {step}");
+    }
+}
+
+/// The shipped log lags its calls by about a second at most.
+const SHIP_WAIT: Duration = Duration::from_millis(1500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trajectories_outlive_their_node_and_their_sandbox() {
+    let f = files();
+    let node_args = {
+        let (store, auth) = (f.store.display().to_string(), f.auth.display().to_string());
+        move |_| {
+            vec![
+                "--trajectory-store".to_string(),
+                store.clone(),
+                "--auth".to_string(),
+                auth.clone(),
+            ]
+        }
+    };
+    let Some(mut c) = Cluster::start(2, 1, node_args).await else {
+        return;
+    };
+    let gw = GatewayProc::start_with(
+        &c.etcd.endpoints(),
+        vec![
+            "--trajectory-store".into(),
+            f.store.display().to_string(),
+            "--auth".into(),
+            f.auth.display().to_string(),
+        ],
+        Some(ALPHA),
+    )
+    .await;
+    let alpha = gw.client();
+    let beta = client(gw.port, BETA);
+    let req = CreateSandboxRequest {
+        memory_mb: Some(64),
+        ..Default::default()
+    };
+
+    // An episode: 20 steps, the last with output too large to be inline in its entry.
+    let sb = alpha.create(&req).await.unwrap();
+    let mut steps = Vec::new();
+    for step in 1..=20u64 {
+        let cmd = if step == 20 {
+            "head -c 10000 /dev/zero | tr '\\0' x".to_string()
+        } else {
+            format!("echo step-{step}")
+        };
+        let r = alpha
+            .exec(
+                &sb.id,
+                &ExecRequest {
+                    step: Some(step),
+                    ..ExecRequest::shell(cmd)
+                },
+            )
+            .await
+            .unwrap();
+        steps.push((step, r.stdout));
+    }
+    assert_eq!(steps[19].1.len(), 10_000);
+    tokio::time::sleep(SHIP_WAIT).await;
+    let owner = c.owner(&sb.id);
+    let other = 1 - owner;
+    c.nodes[owner].kill9();
+
+    // Segments named by their seqs, and the large output beside them by its digest.
+    let segments: Vec<String> = std::fs::read_dir(f.store.join(format!("trajectories/{}", sb.id)))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        segments
+            .iter()
+            .any(|n| n.ends_with("00000000000000000020.jsonl")),
+        "{segments:?}"
+    );
+    let digest = hex::encode(sha2::Sha256::digest(steps[19].1.as_bytes()));
+    assert!(f
+        .store
+        .join(format!("trajectories/blobs/{digest}"))
+        .is_file());
+    println!("segments of {}: {segments:?}", sb.id);
+
+    // The node does not answer: the gateway reads the store.
+    let read = alpha.trajectory(&sb.id, None).await.unwrap();
+    check(&read, &steps, "through the gateway, node unreachable");
+    let tail = alpha.trajectory(&sb.id, Some(18)).await.unwrap();
+    assert_eq!(
+        tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [18, 19, 20],
+        "from_seq pages as on the node"
+    );
+    // The other node shares the store and answers it too.
+    let on_other = client(c.node_ports[other], ALPHA);
+    let read = on_other.trajectory(&sb.id, None).await.unwrap();
+    check(&read, &steps, "from the other node");
+    // Another tenant sees nothing, here or there.
+    assert!(beta.trajectory(&sb.id, None).await.is_err());
+    let err = client(c.node_ports[other], BETA)
+        .trajectory(&sb.id, None)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+
+    // Once the node is lost (410), the same.
+    c.wait_node(owner, NodeState::Lost, Duration::from_secs(60))
+        .await;
+    let read = alpha.trajectory(&sb.id, None).await.unwrap();
+    check(&read, &steps, "through the gateway, node lost");
+
+    // A deleted sandbox: its log is sealed in the store and read from there.
+    let gone = on_other.create(&req).await.unwrap();
+    let mut gone_steps = Vec::new();
+    for step in 1..=3u64 {
+        let r = on_other
+            .exec(
+                &gone.id,
+                &ExecRequest {
+                    step: Some(step),
+                    ..ExecRequest::shell(format!("echo gone-{step}"))
+                },
+            )
+            .await
+            .unwrap();
+        gone_steps.push((step, r.stdout));
+    }
+    on_other.delete(&gone.id).await.unwrap();
+    let sealed = f
+        .store
+        .join(format!("trajectories/{}/sealed.json", gone.id));
+    assert!(sealed.is_file(), "sealed when deleted");
+    let read = alpha.trajectory(&gone.id, None).await.unwrap();
+    check(&read, &gone_steps, "a deleted sandbox, through the gateway");
+    let read = on_other.trajectory(&gone.id, None).await.unwrap();
+    check(&read, &gone_steps, "a deleted sandbox, on its node");
+    // The node's administrator (root on its socket) reads it too.
+    let read = c.nodes[other]
+        .client()
+        .trajectory(&gone.id, None)
+        .await
+        .unwrap();
+    check(
+        &read,
+        &gone_steps,
+        "a deleted sandbox, on its node, as admin",
+    );
+    assert!(beta.trajectory(&gone.id, None).await.is_err());
+
+    // The killed node comes back: it re-adopts the sandbox and ships on from where the
+    // store is, without sending a step twice.
+    c.nodes[owner].spawn().await;
+    c.wait_node(owner, NodeState::Ready, Duration::from_secs(30))
+        .await;
+    let r = alpha
+        .exec(
+            &sb.id,
+            &ExecRequest {
+                step: Some(21),
+                ..ExecRequest::shell("echo after")
+            },
+        )
+        .await
+        .unwrap();
+    steps.push((21, r.stdout));
+    tokio::time::sleep(SHIP_WAIT).await;
+    let read = on_other.trajectory(&sb.id, None).await.unwrap();
+    check(&read, &steps, "shipped on after the restart");
+    drop(gw);
+    drop(c);
+}
