@@ -343,15 +343,12 @@ pub fn ndjson(
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     futures::stream::unfold(pages, |mut pages| async move {
         match pages.next_page().await? {
-            Ok(entries) => {
-                let mut out = Vec::new();
-                for e in &entries {
-                    if serde_json::to_writer(&mut out, e).is_ok() {
-                        out.push(b'\n');
-                    }
-                }
-                Some((Ok(Bytes::from(out)), pages))
-            }
+            Ok(entries) => Some((
+                Ok(Bytes::from(warren_types::trajectory::ndjson_lines(
+                    &entries,
+                ))),
+                pages,
+            )),
             // An error after the first line can only abort the transfer.
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), pages)),
         }

@@ -176,6 +176,7 @@ fn schemas_name_the_serialized_fields() {
             "CreateSandboxRequest",
             fields_of(&CreateSandboxRequest {
                 trajectory_mb: Some(1),
+                pty: true,
                 ..CreateSandboxRequest::default()
             }),
         ),
@@ -249,7 +250,8 @@ fn schemas_name_the_serialized_fields() {
         "image": ["default"], "limits": {"cpus": 1.0, "memory_mb": 1, "disk_mb": 1, "pids": 8},
         "labels": {}, "env": {}, "workdir": null, "user": null, "network": "none",
         "created_at_ms": 0, "expires_at_ms": null, "idle_timeout_secs": null,
-        "last_activity_ms": 0, "reason": null, "idempotency_key": null, "tenant": "team-a"
+        "last_activity_ms": 0, "reason": null, "idempotency_key": null, "tenant": "team-a",
+        "pty": true
     }))
     .expect("the spec's SandboxInfo example is a SandboxInfo");
     assert_eq!(properties(&spec, "SandboxInfo"), fields_of(&info));

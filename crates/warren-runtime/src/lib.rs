@@ -39,6 +39,10 @@ pub struct SandboxSpec {
     /// Mount the sandbox's own devpts at start (programs inside open terminals themselves);
     /// otherwise it comes with the first terminal call ([`Instance::prepare_terminal`]).
     pub devpts: bool,
+    /// The sandbox starts with a network link (a policy other than `none`): it mounts a sysfs
+    /// of its own network namespace, so `/sys/class/net` lists its link; the others share the
+    /// node's one sysfs (docs/density.md).
+    pub network: bool,
 }
 
 /// One substrate.

@@ -22,6 +22,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         hostname: "sandbox".into(),
         labels: Default::default(),
         devpts: false,
+        network: false,
     }
 }
 

@@ -24,6 +24,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         hostname: "sandbox".into(),
         labels: Default::default(),
         devpts: false,
+        network: false,
     }
 }
 

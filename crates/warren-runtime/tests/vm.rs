@@ -55,6 +55,7 @@ fn spec(node: &NodeId, memory_mb: u64) -> SandboxSpec {
         hostname: "vmbox".into(),
         labels: Default::default(),
         devpts: false,
+        network: false,
     }
 }
 

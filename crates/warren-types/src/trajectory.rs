@@ -264,6 +264,19 @@ pub struct ReviveReport {
     pub recorded_ms: f64,
 }
 
+/// Entries as newline-delimited JSON, one a line: the body of a trajectory export, whether a
+/// node reads its own log or a trajectory store.
+pub fn ndjson_lines(entries: &[TrajectoryEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in entries {
+        // Entries are plain data; encoding them cannot fail.
+        if serde_json::to_writer(&mut out, e).is_ok() {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
 /// One line of a trajectory export.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrajectoryEntry {

@@ -147,7 +147,7 @@ def test_revive_replays_the_files_and_continues_the_steps(client: warren.Client)
         old.exec("mkdir -p /work && echo one > /work/a", step=1)
         old.files.write("/work/b", b"\x00\x01two", mode=0o600, step=2)
         old.files.chmod("/work/a", 0o640, step=3)
-        old.exec("date +%s%N > /work/now", step=4)
+        old.exec("date +%s%N | tee /work/now", step=4)
         want = old.exec("sha256sum /work/a /work/b && stat -c '%a %n' /work/a /work/b").stdout
         report = client.revive(old.id)
         new = report.sandbox

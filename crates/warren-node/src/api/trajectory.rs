@@ -40,16 +40,12 @@ fn local(
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     futures::stream::unfold(pages, |mut pages| async move {
         match pages.next_page().await? {
-            Ok(entries) => {
-                let mut out = Vec::new();
-                for e in &entries {
-                    // Entries are plain data; encoding them cannot fail.
-                    if serde_json::to_writer(&mut out, e).is_ok() {
-                        out.push(b'\n');
-                    }
-                }
-                Some((Ok(Bytes::from(out)), pages))
-            }
+            Ok(entries) => Some((
+                Ok(Bytes::from(warren_types::trajectory::ndjson_lines(
+                    &entries,
+                ))),
+                pages,
+            )),
             // An error after the first line can only abort the transfer.
             Err(e) => Some((Err(std::io::Error::other(e.to_string())), pages)),
         }

@@ -68,6 +68,7 @@ impl WarmBackend for RuntimeBackend {
             hostname: "function".into(),
             labels,
             devpts: false,
+            network: false,
         };
         let init = FunctionInit {
             interpreter: key.interpreter.clone(),

@@ -199,6 +199,7 @@ impl Sandbox {
             hostname: self.hostname.clone(),
             labels: info.labels.clone(),
             devpts: info.pty,
+            network: !info.network.is_none(),
         }
     }
 

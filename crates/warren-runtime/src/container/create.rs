@@ -148,7 +148,11 @@ async fn start(
         landlock: rt.cfg.landlock,
         best_effort: spec.limits.cpu_class == warren_types::CpuClass::BestEffort,
         apparmor_profile: rt.cfg.apparmor_profile.clone(),
-        sysfs: rt.sysfs.as_ref().map(|p| p.display().to_string()),
+        sysfs: rt
+            .sysfs
+            .as_ref()
+            .filter(|_| !spec.network)
+            .map(|p| p.display().to_string()),
         devpts: spec.devpts,
     };
     send(

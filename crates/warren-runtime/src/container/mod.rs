@@ -133,6 +133,15 @@ impl ContainerRuntime {
     }
 }
 
+/// `/dev/null`, read and write: what an agent helper gets on 0-2.
+fn dev_null() -> Result<std::fs::File, RuntimeError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))
+}
+
 /// Starts `warren-agent MODE` with `ctl` as its control socket and /dev/null on 0-2: nothing of
 /// the daemon's terminal or logs leaks in; start-up failures come back over the socket.
 fn spawn_agent(
@@ -142,11 +151,7 @@ fn spawn_agent(
 ) -> Result<u32, RuntimeError> {
     use std::os::fd::AsRawFd;
     let agent = cfg.agent_bin.display().to_string();
-    let devnull = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let devnull = dev_null()?;
     let null = devnull.as_raw_fd();
     // argv[0] is the bare name: `/proc/1/cmdline` inside the sandbox shows it, and nothing
     // inside names a host path.
@@ -259,11 +264,7 @@ async fn mount_devpts(agent_bin: &std::path::Path, agent_pid: u32) -> Result<(),
     let user = warren_sys::ns::open_ns(agent_pid, "user")?;
     let mnt = warren_sys::ns::open_ns(agent_pid, "mnt")?;
     let (ours, theirs) = warren_sys::fd::socketpair()?;
-    let devnull = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let devnull = dev_null()?;
     let null = devnull.as_raw_fd();
     let agent = agent_bin.display().to_string();
     let (_pid, exited) = crate::reaper::spawn_wait(

@@ -290,6 +290,37 @@ impl Daemon {
     }
 
     /// The client of this daemon.
+    /// A daemon with an auth file of `tenants` (name, role, token), listening on a free
+    /// loopback port besides its socket; returns it with that port.
+    pub async fn start_with_tenants(tenants: &[(&str, &str, &str)]) -> Option<(Daemon, u16)> {
+        use sha2::Digest;
+        let auth: String = tenants
+            .iter()
+            .map(|(name, role, token)| {
+                format!(
+                    "[[tenant]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = [\"{}\"]\n\n",
+                    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+                )
+            })
+            .collect();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("finding a free port");
+        let d = Daemon::start_with(move |dir: &Path| {
+            let file = dir.join("auth.toml");
+            std::fs::write(&file, auth).unwrap();
+            vec![
+                "--auth".into(),
+                file.display().to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+            ]
+        })
+        .await?;
+        Some((d, port))
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -64,7 +64,7 @@ async fn episode(d: &Daemon, id: &str) {
             sid,
             &ExecRequest {
                 cwd: Some("/work/src".into()),
-                ..step("python3 main.py > out.txt && cat out.txt", 3)
+                ..step("python3 -B main.py > out.txt && cat out.txt", 3)
             },
         )
         .await;
@@ -146,7 +146,7 @@ async fn a_revived_sandbox_has_the_same_files_and_its_steps_go_on() {
 
     // The steps go on: an old step with the same request answers from the new log, a lower
     // step with another request conflicts, the next step runs.
-    let other = step("python3 main.py > out.txt && cat out.txt", 3);
+    let other = step("python3 -B main.py > out.txt && cat out.txt", 3);
     let again = d.client().exec(&new, &other).await;
     // cwd differs from the logged request: another request under step 3.
     assert!(again.is_err(), "{again:?}");
@@ -155,7 +155,7 @@ async fn a_revived_sandbox_has_the_same_files_and_its_steps_go_on() {
             &new,
             &ExecRequest {
                 cwd: Some("/work/src".into()),
-                ..step("python3 main.py > out.txt && cat out.txt", 3)
+                ..step("python3 -B main.py > out.txt && cat out.txt", 3)
             },
         )
         .await;
@@ -219,38 +219,12 @@ async fn a_revive_of_an_episode_that_read_the_clock_names_that_step() {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_token_cannot_revive_another_tenants_sandbox() {
-    use sha2::Digest;
     const A: &str = "revive-tenant-a-token-0123456789";
     const B: &str = "revive-tenant-b-token-0123456789";
-    let sha = |t: &str| hex::encode(sha2::Sha256::digest(t.as_bytes()));
-    let auth = format!(
-        "[[tenant]]\nname = \"team-a\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
-         [[tenant]]\nname = \"team-b\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n",
-        sha(A),
-        sha(B)
-    );
-    let port = free_port();
-    let Some(d) = Daemon::start_with(move |dir: &std::path::Path| {
-        let file = dir.join("auth.toml");
-        std::fs::write(&file, auth).unwrap();
-        vec![
-            "--auth".into(),
-            file.display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ]
-    })
-    .await
+    let Some((d, port)) =
+        Daemon::start_with_tenants(&[("team-a", "user", A), ("team-b", "user", B)]).await
     else {
         return;
     };

@@ -225,32 +225,14 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
 /// `warren` or a runbook would, and leaves the address before the page fetches anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_token_sees_a_read_only_dashboard_and_an_admin_may_change() {
-    use sha2::Digest;
     let browser = match chromium() {
         Ok(b) => b,
         Err(why) => return skip(why),
     };
     const USER: &str = "ui-user-token-0123456789";
     const ADMIN: &str = "ui-admin-token-0123456789";
-    let sha = |t: &str| hex::encode(sha2::Sha256::digest(t.as_bytes()));
-    let auth = format!(
-        "[[tenant]]\nname = \"team-ui\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
-         [[tenant]]\nname = \"ops\"\nrole = \"admin\"\ntoken_sha256 = [\"{}\"]\n",
-        sha(USER),
-        sha(ADMIN)
-    );
-    let port = free_port();
-    let Some(d) = Daemon::start_with(move |dir: &std::path::Path| {
-        let file = dir.join("auth.toml");
-        std::fs::write(&file, auth).unwrap();
-        vec![
-            "--auth".into(),
-            file.display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ]
-    })
-    .await
+    let Some((d, port)) =
+        Daemon::start_with_tenants(&[("team-ui", "user", USER), ("ops", "admin", ADMIN)]).await
     else {
         return;
     };
