@@ -9,14 +9,20 @@
 //!   seq they already gave ([`TrajectoryPages`]).
 //! - `trajectories/<sandbox id>/sealed.json`: the [`Seal`], written once the sandbox was
 //!   deleted and every entry shipped: its last seq, so a reader knows the log is whole.
-//! - `trajectories/blobs/<sha256 hex>`: an output too large to be inline in its entry,
+//! - `trajectories/<sandbox id>/sandbox.json`: the [`SandboxRecord`] (its record and
+//!   hostname), written before its first segment and again at the seal: what a node makes
+//!   a new sandbox like when it revives one that is gone.
+//! - `trajectories/blobs/<sha256 hex>`: an output (or an input: an exec's stdin, an
+//!   upload's content) too large to be inline in its entry,
 //!   content-addressed (uploading it again is harmless), written before the segment that
 //!   refers to it.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use warren_types::{Caller, OutputEncoding, SandboxId, TrajectoryEntry, TrajectoryResult};
+use warren_types::{
+    Caller, OutputEncoding, SandboxId, SandboxInfo, TrajectoryEntry, TrajectoryResult,
+};
 
 use crate::{BlobError, BlobStore};
 
@@ -50,6 +56,11 @@ pub fn segment_key(id: &SandboxId, first: u64, last: u64) -> String {
 /// The key of the seal of `id`.
 pub fn seal_key(id: &SandboxId) -> String {
     format!("trajectories/{id}/sealed.json")
+}
+
+/// The key of the sandbox record of `id`.
+pub fn record_key(id: &SandboxId) -> String {
+    format!("trajectories/{id}/sandbox.json")
 }
 
 /// The key of an output blob.
@@ -86,6 +97,22 @@ pub struct SegmentLine {
     pub stdout_blob: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_blob: Option<String>,
+    /// The entry as the node stored it (with its input, and its blobs named by sha256):
+    /// what revive runs again. Segments shipped before it was written lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<serde_json::Value>,
+}
+
+/// Format version of sandbox records.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// A shipped sandbox's record (`sandbox.json`): what a new sandbox is made like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub format: u32,
+    pub sandbox: SandboxInfo,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
 
 /// Written when a deleted sandbox's log is all shipped.
@@ -181,6 +208,7 @@ async fn rehydrate(
         mut entry,
         stdout_blob,
         stderr_blob,
+        ..
     } = line;
     if stdout_blob.is_none() && stderr_blob.is_none() {
         return Ok(entry);
@@ -209,7 +237,7 @@ async fn rehydrate(
 }
 
 /// Segment keys of `id` by `(first, last)`, in seq order, and whether it is sealed.
-async fn segments(
+pub async fn segments(
     store: &dyn BlobStore,
     id: &SandboxId,
 ) -> Result<(Vec<(u64, u64, String)>, bool), TrajectoryStoreError> {
@@ -387,6 +415,7 @@ mod tests {
             },
             stdout_blob: None,
             stderr_blob: None,
+            stored: None,
         }
     }
 

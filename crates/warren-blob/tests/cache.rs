@@ -455,6 +455,7 @@ fn shipped_trajectory_in_s3(rt: &tokio::runtime::Runtime) {
             entry,
             stdout_blob: None,
             stderr_blob: None,
+            stored: None,
         }
     };
     for (a, b) in [(1, 3), (4, 5), (1, 3)] {

@@ -39,6 +39,23 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The trajectory store answered an error, or holds a log that cannot be read back as
+    /// asked; carries the API code.
+    #[error("trajectory store: {message}")]
+    Shipped {
+        code: warren_types::ErrorCode,
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// The stable API code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StoreError::Shipped { code, .. } => *code,
+            _ => ErrorCode::Internal,
+        }
+    }
 }
 
 /// Why a manager call failed.
@@ -117,7 +134,7 @@ impl NodeError {
             NodeError::IdempotencyConflict { .. } => ErrorCode::Conflict,
             NodeError::StepConflict { .. } => ErrorCode::StepConflict,
             NodeError::Runtime { source, .. } | NodeError::CreateFailed { source } => source.code(),
-            NodeError::Store(_) => ErrorCode::Internal,
+            NodeError::Store(e) => e.code(),
             NodeError::Network(e) => match e {
                 warren_net::NetError::Policy(_) => ErrorCode::InvalidRequest,
                 warren_net::NetError::PoolExhausted { .. } => ErrorCode::LimitExceeded,

@@ -18,6 +18,9 @@
 //! - Failures: any store error stops the pass and the next waits a backoff that doubles up
 //!   to [`MAX_BACKOFF`]; entries stay in the journal meanwhile, so memory does not grow
 //!   with an outage.
+//! - Records: a sandbox's record and hostname (`sandbox.json`, what revive makes a new
+//!   sandbox like) are written before its first segment, and again at the seal (the last
+//!   record; a network policy changed meanwhile is also in the log, replayed in order).
 //! - Deletion: the delete path asks for a [`Shipper::seal`] (everything left, then the
 //!   seal object) before the local log goes, and waits for it a bounded time.
 
@@ -25,9 +28,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use warren_blob::trajectory::{self as shipped, SegmentHeader};
+use warren_blob::trajectory::{self as shipped, SandboxRecord, SegmentHeader};
 use warren_blob::BlobStore;
-use warren_types::SandboxId;
+use warren_types::{SandboxId, SandboxInfo};
 
 use crate::clock::now_ms;
 use crate::trajectory::{Journal, StoredEntry};
@@ -56,12 +59,31 @@ struct Track {
     len_at_ship: u64,
     /// When entries past `shipped` were first seen.
     waiting_since: Option<Instant>,
+    /// True once its record is in the store.
+    recorded: bool,
+}
+
+/// A live sandbox as the shipper needs it: its record and hostname.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub info: SandboxInfo,
+    pub hostname: Option<String>,
+}
+
+impl Live {
+    fn record(&self) -> SandboxRecord {
+        SandboxRecord {
+            format: shipped::RECORD_FORMAT,
+            sandbox: self.info.clone(),
+            hostname: self.hostname.clone(),
+        }
+    }
 }
 
 /// A sandbox to seal: ship the rest of its log, then its seal.
 struct SealJob {
     id: SandboxId,
-    tenant: Option<String>,
+    live: Live,
     done: oneshot::Sender<Result<u64, String>>,
 }
 
@@ -114,12 +136,12 @@ impl Shipper {
     }
 
     /// Asks for `id` to be sealed (its log is closed: nothing more is appended) and waits
-    /// for it; answers the last seq shipped.
-    pub async fn seal(&self, id: &SandboxId, tenant: Option<String>) -> Result<u64, String> {
+    /// for it; answers the last seq shipped. `live` is its last record.
+    pub async fn seal(&self, id: &SandboxId, live: Live) -> Result<u64, String> {
         let (done, rx) = oneshot::channel();
         self.seals.lock().expect("shipper lock").push(SealJob {
             id: id.clone(),
-            tenant,
+            live,
             done,
         });
         self.wake.notify_one();
@@ -133,15 +155,11 @@ impl Shipper {
     }
 
     /// One pass: seals asked for, then every live sandbox whose new entries are due.
-    /// `tenant_of` says whether a sandbox is live on the node, and its tenant.
-    pub async fn pass(
-        &self,
-        journal: &Journal,
-        tenant_of: impl Fn(&SandboxId) -> Option<Option<String>>,
-    ) {
+    /// `live_of` says whether a sandbox is live on the node, and its record.
+    pub async fn pass(&self, journal: &Journal, live_of: impl Fn(&SandboxId) -> Option<Live>) {
         let seals = std::mem::take(&mut *self.seals.lock().expect("shipper lock"));
         for job in seals {
-            let r = self.seal_now(journal, &job.id, job.tenant).await;
+            let r = self.seal_now(journal, &job.id, &job.live).await;
             if let Err(e) = &r {
                 tracing::warn!(sandbox = %job.id, error = %e, "cannot seal the shipped trajectory");
             }
@@ -164,7 +182,7 @@ impl Shipper {
             let live: HashSet<&SandboxId> = logs.iter().map(|(id, _, _)| id).collect();
             st.tracks.retain(|id, _| live.contains(id));
             for (id, len, last) in &logs {
-                let Some(tenant) = tenant_of(id) else {
+                let Some(live) = live_of(id) else {
                     continue;
                 };
                 let t = st.tracks.entry(id.clone()).or_default();
@@ -176,12 +194,12 @@ impl Shipper {
                     || len.saturating_sub(t.len_at_ship) >= SEGMENT_BYTES
                     || t.shipped.is_none()
                 {
-                    due.push((id.clone(), tenant, *len));
+                    due.push((id.clone(), live, *len));
                 }
             }
         }
-        for (id, tenant, len) in due {
-            match self.ship(journal, &id, &tenant).await {
+        for (id, live, len) in due {
+            match self.ship(journal, &id, &live).await {
                 Ok(_) => {
                     let mut st = self.lock();
                     st.backoff = Duration::ZERO;
@@ -214,15 +232,25 @@ impl Shipper {
         Ok(s)
     }
 
-    /// Ships every committed entry of `id` past what the store holds, in segments; answers
-    /// the last seq shipped.
-    async fn ship(
-        &self,
-        journal: &Journal,
-        id: &SandboxId,
-        tenant: &Option<String>,
-    ) -> Result<u64, String> {
+    /// Writes the record of `id` (idempotent: the same object again).
+    async fn record(&self, id: &SandboxId, live: &Live) -> Result<(), String> {
+        let bytes = serde_json::to_vec(&live.record()).map_err(store_err)?;
+        self.store
+            .put(&shipped::record_key(id), bytes.into())
+            .await
+            .map_err(store_err)?;
+        self.lock().tracks.entry(id.clone()).or_default().recorded = true;
+        Ok(())
+    }
+
+    /// Ships every committed entry of `id` past what the store holds, in segments (its
+    /// record first, once); answers the last seq shipped.
+    async fn ship(&self, journal: &Journal, id: &SandboxId, live: &Live) -> Result<u64, String> {
+        let tenant = &live.info.tenant;
         let mut last = self.shipped(id).await?;
+        if !self.lock().tracks.get(id).is_some_and(|t| t.recorded) {
+            self.record(id, live).await?;
+        }
         loop {
             let (entries, blobs, more) = journal
                 .read()
@@ -279,9 +307,12 @@ impl Shipper {
         &self,
         journal: &Journal,
         id: &SandboxId,
-        tenant: Option<String>,
+        live: &Live,
     ) -> Result<u64, String> {
-        let last = self.ship(journal, id, &tenant).await?;
+        let last = self.ship(journal, id, live).await?;
+        // The last record (the first one is in the store since the first segment).
+        self.record(id, live).await?;
+        let tenant = live.info.tenant.clone();
         let seal = shipped::Seal {
             format: shipped::FORMAT,
             sandbox: id.to_string(),
@@ -296,6 +327,35 @@ impl Shipper {
             .map_err(store_err)?;
         self.lock().tracks.remove(id);
         Ok(last)
+    }
+}
+
+/// A live sandbox of `tenant` (tests).
+#[cfg(test)]
+pub(crate) fn test_live(id: &SandboxId, tenant: &str) -> Live {
+    use warren_types::{Limits, NetworkPolicy, SandboxState, Substrate};
+    Live {
+        info: SandboxInfo {
+            id: id.to_string(),
+            substrate: Substrate::Container,
+            state: SandboxState::Running,
+            image: vec!["default".into()],
+            limits: Limits::default(),
+            labels: Default::default(),
+            env: Default::default(),
+            workdir: None,
+            user: None,
+            network: NetworkPolicy::none(),
+            created_at_ms: 1,
+            expires_at_ms: None,
+            idle_timeout_secs: None,
+            last_activity_ms: 1,
+            reason: None,
+            idempotency_key: None,
+            tenant: Some(tenant.into()),
+            pty: false,
+        },
+        hostname: Some("h".into()),
     }
 }
 
@@ -319,7 +379,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let tenant = |_: &SandboxId| Some(Some("t1".to_string()));
+        let live = test_live(&id, "t1");
+        let tenant = |_: &SandboxId| Some(live.clone());
         let shipper = Shipper::new(remote.clone());
         // First sight: shipped at once (nothing known of the store yet).
         shipper.pass(node.journal(), tenant).await;
@@ -349,10 +410,7 @@ mod tests {
         // A restarted shipper that forgot everything, and one that sends all again.
         let again = Shipper::new(remote.clone());
         again.lock().tracks.entry(id.clone()).or_default().shipped = Some(0);
-        again
-            .ship(node.journal(), &id, &Some("t1".into()))
-            .await
-            .unwrap();
+        again.ship(node.journal(), &id, &live).await.unwrap();
         let fresh = Shipper::new(remote.clone());
         assert_eq!(fresh.shipped(&id).await.unwrap(), 7);
         assert_eq!(read().await, [1, 2, 3, 4, 5, 6, 7], "no entry twice");
@@ -361,7 +419,8 @@ mod tests {
             .unwrap();
         let sealing = {
             let (fresh, id) = (fresh.clone(), id.clone());
-            tokio::spawn(async move { fresh.seal(&id, Some("t1".into())).await })
+            let live = live.clone();
+            tokio::spawn(async move { fresh.seal(&id, live).await })
         };
         while !sealing.is_finished() {
             fresh.pass(node.journal(), |_| None).await;

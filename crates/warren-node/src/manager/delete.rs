@@ -71,7 +71,7 @@ impl Manager {
         }
         self.drop_network(&sb.id).await;
         // Its log is closed: what is left of it goes to the trajectory store, then the seal.
-        self.seal_trajectory(&sb.id, tenant.clone()).await;
+        self.seal_trajectory(sb).await;
         self.forget(&sb.id, key.as_deref());
         self.remember_deleted(&sb.id, why, tenant);
         self.inner.store.remove_sandbox(&sb.id, key.as_deref())?;

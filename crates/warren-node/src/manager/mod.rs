@@ -42,6 +42,8 @@ mod tests_pause;
 #[cfg(test)]
 mod tests_revive;
 #[cfg(test)]
+mod tests_revive_store;
+#[cfg(test)]
 mod tests_steps;
 #[cfg(test)]
 mod tests_tenants;

@@ -9,9 +9,10 @@ use warren_blob::trajectory::{TrajectoryPages as ShippedPages, TrajectoryStoreEr
 use warren_blob::BlobStore;
 use warren_types::{ApiError, Caller, SandboxId};
 
-use super::{Inner, Manager};
+use super::{Inner, Manager, Sandbox};
 use crate::error::NodeError;
-use crate::ship::Shipper;
+use crate::ship::{Live, Shipper};
+use crate::trajectory::StoreLogSource;
 
 /// Longest a delete waits for the sandbox's log to be shipped and sealed; past it the
 /// sandbox goes anyway (and the store may miss the end of its log).
@@ -19,12 +20,15 @@ pub const SEAL_WAIT: Duration = Duration::from_secs(5);
 
 impl Manager {
     /// Ships every sandbox's trajectory to `store` from now on, on a thread of its own (see
-    /// [`crate::ship`]). Once only; later calls are ignored.
+    /// [`crate::ship`]), and reads logs back from it to revive sandboxes this node does not
+    /// hold (a [`StoreLogSource`], unless another source was set). Once only; later calls
+    /// are ignored.
     pub fn ship_trajectories(&self, store: Arc<dyn BlobStore>) -> std::io::Result<()> {
-        let shipper = Shipper::new(store);
+        let shipper = Shipper::new(store.clone());
         if self.inner.shipper.set(shipper.clone()).is_err() {
             return Ok(());
         }
+        self.set_log_source(Arc::new(StoreLogSource::new(store)));
         let weak = Arc::downgrade(&self.inner);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -47,9 +51,14 @@ impl Manager {
 
     /// Ships what is left of a deleted sandbox's log and seals it, waiting at most
     /// [`SEAL_WAIT`]. Its log is closed: nothing more is appended.
-    pub(crate) async fn seal_trajectory(&self, id: &SandboxId, tenant: Option<String>) {
+    pub(crate) async fn seal_trajectory(&self, sb: &Sandbox) {
         let Some(s) = self.shipper() else { return };
-        match tokio::time::timeout(SEAL_WAIT, s.seal(id, tenant)).await {
+        let id = &sb.id;
+        let live = Live {
+            info: sb.lock().info.clone(),
+            hostname: Some(sb.hostname.clone()),
+        };
+        match tokio::time::timeout(SEAL_WAIT, s.seal(id, live)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warn!(sandbox = %id, error = %e, "trajectory not sealed in the store"),
             Err(_) => warn!(sandbox = %id, "trajectory not sealed in the store in time"),
@@ -90,11 +99,14 @@ async fn ship_loop(manager: Weak<Inner>, shipper: Arc<Shipper>) {
             return;
         };
         let m = Manager { inner };
-        let tenant_of = |id: &SandboxId| {
+        let live_of = |id: &SandboxId| {
             let sb = m.map().get(id).cloned()?;
             let st = sb.lock();
-            (!st.deleting).then(|| st.info.tenant.clone())
+            (!st.deleting).then(|| Live {
+                info: st.info.clone(),
+                hostname: Some(sb.hostname.clone()),
+            })
         };
-        shipper.pass(m.journal(), tenant_of).await;
+        shipper.pass(m.journal(), live_of).await;
     }
 }

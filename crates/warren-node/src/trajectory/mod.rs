@@ -28,6 +28,7 @@ pub mod kinds;
 pub mod logs;
 pub mod source;
 pub mod steps;
+pub mod store_source;
 pub mod terminal;
 
 use base64::Engine;
@@ -47,6 +48,7 @@ pub use journal::Journal;
 pub use kinds::{CallKind, Effect, Exec, Forked, Spawn};
 pub use source::{LogPage, LogSource};
 pub use steps::{Claim, Finished, SandboxLog, StepGuard};
+pub use store_source::StoreLogSource;
 pub use terminal::StoredTerminal;
 
 /// Format version of stored entries.
@@ -391,7 +393,8 @@ impl StoredEntry {
 
 impl StoredEntry {
     /// The entry as a shipped segment holds it: as exported, but an output kept as a blob is
-    /// left out and named by its sha256 (it is uploaded beside the segment).
+    /// left out and named by its sha256 (it is uploaded beside the segment), and the stored
+    /// entry itself beside (what revive reads back, see [`store_source`]).
     pub fn shipped(&self) -> warren_blob::trajectory::SegmentLine {
         let (out, err) = match &self.result {
             Some(StoredResult::Exec(e)) => (
@@ -404,6 +407,7 @@ impl StoredEntry {
             entry: self.export(&Blobs::new()),
             stdout_blob: out,
             stderr_blob: err,
+            stored: serde_json::to_value(self).ok(),
         }
     }
 }

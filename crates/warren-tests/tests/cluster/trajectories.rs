@@ -258,3 +258,122 @@ async fn trajectories_outlive_their_node_and_their_sandbox() {
     drop(gw);
     drop(c);
 }
+
+/// The files under /work of `id`: mode, kind and path of each, then sha256 of each file.
+async fn tree(c: &Client, id: &str) -> String {
+    let r = c
+        .exec(
+            id,
+            &ExecRequest::shell(
+                "cd /work && find . -exec stat -c '%a %F %n' {} + | sort && \
+                 find . -type f -exec sha256sum {} + | sort",
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    r.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_of_a_killed_node_revives_on_another_from_the_store() {
+    let f = files();
+    let node_args = {
+        let (store, auth) = (f.store.display().to_string(), f.auth.display().to_string());
+        move |_| {
+            vec![
+                "--trajectory-store".to_string(),
+                store.clone(),
+                "--auth".to_string(),
+                auth.clone(),
+            ]
+        }
+    };
+    let Some(mut c) = Cluster::start(2, 1, node_args).await else {
+        return;
+    };
+    let req = CreateSandboxRequest {
+        memory_mb: Some(64),
+        ..Default::default()
+    };
+    let owner = 0;
+    let other = 1;
+    let alpha = client(c.node_ports[owner], ALPHA);
+    let sb = alpha.create(&req).await.unwrap();
+    let id = sb.id.as_str();
+    let step = |cmd: &str, step: u64| ExecRequest {
+        step: Some(step),
+        ..ExecRequest::shell(cmd)
+    };
+    // A deterministic episode: execs with steps, uploads (one too large to be inline),
+    // mkdir, chmod, remove, and an exec fed on stdin.
+    alpha
+        .exec(
+            id,
+            &step(
+                "mkdir -p /work/src && printf 'x = 1\\n' > /work/src/a.py",
+                1,
+            ),
+        )
+        .await
+        .unwrap();
+    alpha
+        .write_file_bytes(id, "/work/src/main.py", Some(0o644), &b"print(45)\n"[..])
+        .await
+        .unwrap();
+    alpha
+        .write_file_bytes(id, "/work/big.bin", None, vec![7u8; 20_000])
+        .await
+        .unwrap();
+    alpha
+        .mkdir(id, "/work/tmp/deep", true, Some(0o700))
+        .await
+        .unwrap();
+    alpha.chmod(id, "/work/src/main.py", 0o600).await.unwrap();
+    alpha
+        .write_file_bytes(id, "/work/tmp/scratch", None, &b"scratch"[..])
+        .await
+        .unwrap();
+    alpha.remove(id, "/work/tmp", true).await.unwrap();
+    let fed = ExecRequest {
+        stdin: Some("line\n".repeat(2000)),
+        ..step("cat > /work/fed.txt && wc -l < /work/fed.txt", 2)
+    };
+    assert_eq!(alpha.exec(id, &fed).await.unwrap().stdout.trim(), "2000");
+    let expected = tree(&alpha, id).await;
+    assert!(
+        expected.contains("fed.txt") && !expected.contains("scratch"),
+        "{expected}"
+    );
+    tokio::time::sleep(SHIP_WAIT).await;
+    c.nodes[owner].kill9();
+
+    // The other node shares the store: it revives the sandbox from there.
+    let on_other = client(c.node_ports[other], ALPHA);
+    let beta = client(c.node_ports[other], BETA);
+    let err = beta.revive(id, false).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let r = on_other
+        .revive(id, false)
+        .await
+        .expect("revive from the store");
+    assert_eq!(r.revived_from, sb.id);
+    // 2 steps, 8 calls without a step (the tree listing included).
+    assert_eq!((r.steps_replayed, r.last_step), (2, Some(2)), "{r:?}");
+    assert_eq!(r.divergences, 0, "{r:?}");
+    let new = r.sandbox.id.clone();
+    assert_eq!(tree(&on_other, &new).await, expected);
+    // The steps go on.
+    let next = on_other.exec(&new, &step("echo on", 3)).await.unwrap();
+    assert_eq!(next.stdout, "on\n");
+    let repeated = on_other.exec(&new, &step("echo other", 2)).await;
+    assert!(repeated.is_err(), "step 2 is logged already");
+    on_other.delete(&new).await.unwrap();
+
+    // The killed node comes back (it re-adopts the old sandbox), and the old one goes.
+    c.nodes[owner].spawn().await;
+    c.wait_node(owner, NodeState::Ready, Duration::from_secs(30))
+        .await;
+    alpha.delete(id).await.unwrap();
+    drop(c);
+}

@@ -1,0 +1,159 @@
+//! Revive from a trajectory store (fake runtime): a sandbox shipped by one node and deleted
+//! is revived by another node sharing the store, its inputs (stdin, uploads, inline or as
+//! blobs) fed again; another tenant cannot; a segment sent again adds no entry; a store
+//! without the sandbox's record answers `invalid_state`.
+
+use std::sync::Arc;
+use warren_blob::trajectory as shipped;
+use warren_blob::BlobStore;
+use warren_types::{Caller, ErrorCode, ExecRequest, Quotas, ReviveOptions, Role, SandboxId};
+
+use super::Manager;
+use crate::testing::manager_in;
+use crate::trajectory::{LogSource, StoreLogSource, INLINE_MAX};
+
+fn bytes_of(
+    s: Vec<u8>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Unpin {
+    futures::stream::iter([Ok(bytes::Bytes::from(s))])
+}
+
+async fn episode(m: &Manager, caller: &Caller) -> SandboxId {
+    let req = warren_types::CreateSandboxRequest {
+        labels: [("task".to_string(), "t1".to_string())].into(),
+        memory_mb: Some(300),
+        ..Default::default()
+    };
+    let id: SandboxId = m
+        .create_as(caller, req)
+        .await
+        .unwrap()
+        .info
+        .id
+        .parse()
+        .unwrap();
+    let exec = |cmd: &str, step: u64, stdin: Option<String>| ExecRequest {
+        step: Some(step),
+        stdin,
+        ..ExecRequest::shell(cmd)
+    };
+    m.exec(&id, exec("echo hi", 1, None)).await.unwrap();
+    let big = vec![b'u'; INLINE_MAX * 3];
+    m.write_file(&id, "/w/a", Some(0o640), None, Some(2), bytes_of(big))
+        .await
+        .unwrap();
+    m.mkdir(&id, "/w/d", true, None, Some(3)).await.unwrap();
+    m.chmod(&id, "/w/a", 0o600, Some(4)).await.unwrap();
+    m.remove(&id, "/w/d", true, Some(5)).await.unwrap();
+    m.exec(&id, exec("cat", 6, Some("small".into())))
+        .await
+        .unwrap();
+    let big_stdin = "s".repeat(INLINE_MAX * 2);
+    m.exec(&id, exec("cat", 7, Some(big_stdin))).await.unwrap();
+    id
+}
+
+/// Every segment of `id` sent again as one (a shipper that forgot what it shipped).
+async fn resend_all(store: &Arc<dyn BlobStore>, id: &SandboxId) {
+    let (segs, _) = shipped::segments(store.as_ref(), id).await.unwrap();
+    let mut lines = Vec::new();
+    let mut header = None;
+    for (_, _, key) in &segs {
+        let (h, l) = shipped::decode_segment(key, &store.get(key).await.unwrap()).unwrap();
+        header.get_or_insert(h);
+        lines.extend(l);
+    }
+    let mut header = header.unwrap();
+    header.first_seq = lines.first().unwrap().entry.seq;
+    header.last_seq = lines.last().unwrap().entry.seq;
+    store
+        .put(
+            &shipped::segment_key(id, header.first_seq, header.last_seq),
+            shipped::encode_segment(&header, &lines),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sandbox_revives_on_another_node_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn BlobStore> =
+        Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+    let a = Caller::tenant("a", Role::User, Quotas::default());
+    let old = {
+        std::fs::create_dir_all(dir.path().join("n1")).unwrap();
+        let (m, _rt) = manager_in(&dir.path().join("n1"), |_| {});
+        m.ship_trajectories(store.clone()).unwrap();
+        let old = episode(&m, &a).await;
+        // The delete ships what is left and seals the log.
+        m.delete(&old).await.unwrap();
+        old
+    };
+    assert!(store
+        .list(&shipped::sandbox_prefix(&old))
+        .await
+        .unwrap()
+        .contains(&shipped::record_key(&old)));
+    resend_all(&store, &old).await;
+
+    // The store as a log source: every entry once, with its inputs.
+    let source = StoreLogSource::new(store.clone());
+    let logged = source.sandbox(&old).await.unwrap().unwrap();
+    assert_eq!(logged.info.tenant.as_deref(), Some("a"));
+    assert_eq!(logged.info.limits.memory_mb, 300);
+    assert!(logged.hostname.is_some());
+    let page = source.page(&old, 1, 100).await.unwrap();
+    let seqs: Vec<u64> = page.entries.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=7).collect::<Vec<_>>(), "each entry once");
+    assert!(!page.more);
+    let inputs: Vec<usize> = page
+        .entries
+        .iter()
+        .filter_map(|e| e.input.as_ref())
+        .map(|i| i.bytes(&page.blobs).len())
+        .collect();
+    assert_eq!(inputs, [INLINE_MAX * 3, 5, INLINE_MAX * 2]);
+    let head = source.page(&old, 3, 2).await.unwrap();
+    assert_eq!(
+        head.entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [3, 4]
+    );
+    assert!(head.more);
+
+    // Another node sharing the store revives it.
+    std::fs::create_dir_all(dir.path().join("n2")).unwrap();
+    let (m, rt) = manager_in(&dir.path().join("n2"), |_| {});
+    m.ship_trajectories(store.clone()).unwrap();
+    let b = Caller::tenant("b", Role::User, Quotas::default());
+    let foreign = m
+        .revive_as(&b, &old, ReviveOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.to_api().code, ErrorCode::NotFound);
+    let r = m
+        .revive_as(&a, &old, ReviveOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.replayed, r.divergences, r.last_step),
+        (7, 0, Some(7)),
+        "{r:?}"
+    );
+    assert_eq!(r.sandbox.tenant.as_deref(), Some("a"));
+    assert_eq!(r.sandbox.labels.get("task").map(String::as_str), Some("t1"));
+    assert_eq!(rt.shared.execs.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    // A store without the record (shipped by an older node): a clear refusal.
+    std::fs::remove_file(dir.path().join("remote").join(shipped::record_key(&old))).unwrap();
+    let m2 = {
+        std::fs::create_dir_all(dir.path().join("n3")).unwrap();
+        manager_in(&dir.path().join("n3"), |_| {}).0
+    };
+    m2.ship_trajectories(store.clone()).unwrap();
+    let e = m2
+        .revive_as(&a, &old, ReviveOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_api().code, ErrorCode::InvalidState, "{e}");
+}
