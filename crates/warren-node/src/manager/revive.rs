@@ -111,7 +111,9 @@ fn exec_request(c: &ExecCall, stdin: Option<&Bytes>, step: Option<u64>) -> ExecR
 }
 
 /// The create request of a sandbox made like `info`.
-fn create_request(old: &LoggedSandbox) -> CreateSandboxRequest {
+/// Lifetimes are held to `max_ttl_secs`: a lifetime extended after the sandbox was made can
+/// have grown past what a create may ask for.
+fn create_request(old: &LoggedSandbox, max_ttl_secs: u64) -> CreateSandboxRequest {
     let info = &old.info;
     CreateSandboxRequest {
         substrate: info.substrate,
@@ -127,10 +129,14 @@ fn create_request(old: &LoggedSandbox) -> CreateSandboxRequest {
         user: info.user.clone(),
         network: info.network.clone(),
         // The lifetime it was given, counted from now.
-        ttl_secs: info
-            .expires_at_ms
-            .map(|e| e.saturating_sub(info.created_at_ms).div_ceil(1000).max(1)),
-        idle_timeout_secs: info.idle_timeout_secs,
+        ttl_secs: info.expires_at_ms.map(|e| {
+            e.saturating_sub(info.created_at_ms)
+                .div_ceil(1000)
+                .clamp(1, max_ttl_secs.max(1))
+        }),
+        idle_timeout_secs: info
+            .idle_timeout_secs
+            .map(|t| t.clamp(1, max_ttl_secs.max(1))),
         labels: info.labels.clone(),
         idempotency_key: None,
         hostname: old.hostname.clone(),
@@ -475,7 +481,10 @@ impl Manager {
         } else {
             caller.clone()
         };
-        let created = self.create_as(&owner, create_request(&old)).await?;
+        let max_ttl = self.inner.cfg.bounds.max_ttl_secs;
+        let created = self
+            .create_as(&owner, create_request(&old, max_ttl))
+            .await?;
         let new: SandboxId = created.info.id.parse().map_err(|e| {
             NodeError::Api(ApiError::internal(format!(
                 "a new sandbox has a bad id: {e}"

@@ -277,3 +277,32 @@ async fn a_deleted_sandbox_revives_from_another_log_source() {
     assert_eq!((r.replayed, r.divergences, r.last_step), (6, 0, Some(6)));
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), execs + 2);
 }
+
+/// A lifetime extended past what a create may ask for (extend counts from now, not from the
+/// sandbox's creation) is held to the node's bound in the revived sandbox, not refused.
+#[tokio::test]
+async fn a_revive_of_a_sandbox_whose_lifetime_grew_keeps_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _rt) = manager_in(dir.path(), |_| {});
+    let max = warren_types::sandbox::LimitBounds::default().max_ttl_secs;
+    let old = m
+        .create_as(
+            &Caller::admin(),
+            CreateSandboxRequest {
+                ttl_secs: Some(max),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let old: SandboxId = old.info.id.parse().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    m.extend(&old, max).await.unwrap();
+    let r = m
+        .revive_as(&Caller::admin(), &old, ReviveOptions::default())
+        .await
+        .expect("a revive of a sandbox whose lifetime was extended");
+    let new = r.sandbox;
+    let ttl = new.expires_at_ms.unwrap() - new.created_at_ms;
+    assert!(ttl <= max * 1000, "{ttl}");
+}
