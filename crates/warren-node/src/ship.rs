@@ -333,27 +333,10 @@ impl Shipper {
 /// A live sandbox of `tenant` (tests).
 #[cfg(test)]
 pub(crate) fn test_live(id: &SandboxId, tenant: &str) -> Live {
-    use warren_types::{Limits, NetworkPolicy, SandboxState, Substrate};
     Live {
         info: SandboxInfo {
-            id: id.to_string(),
-            substrate: Substrate::Container,
-            state: SandboxState::Running,
-            image: vec!["default".into()],
-            limits: Limits::default(),
-            labels: Default::default(),
-            env: Default::default(),
-            workdir: None,
-            user: None,
-            network: NetworkPolicy::none(),
-            created_at_ms: 1,
-            expires_at_ms: None,
-            idle_timeout_secs: None,
-            last_activity_ms: 1,
-            reason: None,
-            idempotency_key: None,
             tenant: Some(tenant.into()),
-            pty: false,
+            ..crate::store::test_info(id)
         },
         hostname: Some("h".into()),
     }

@@ -324,31 +324,41 @@ impl Store {
     }
 }
 
+/// A running container sandbox of the default image, as tests record it.
+#[cfg(test)]
+pub(crate) fn test_info(id: &SandboxId) -> SandboxInfo {
+    use warren_types::{Limits, NetworkPolicy, SandboxState, Substrate};
+    SandboxInfo {
+        id: id.to_string(),
+        substrate: Substrate::Container,
+        state: SandboxState::Running,
+        image: vec!["default".into()],
+        limits: Limits::default(),
+        labels: Default::default(),
+        env: Default::default(),
+        workdir: None,
+        user: None,
+        network: NetworkPolicy::none(),
+        created_at_ms: 1,
+        expires_at_ms: None,
+        idle_timeout_secs: None,
+        last_activity_ms: 1,
+        reason: None,
+        idempotency_key: None,
+        tenant: None,
+        pty: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warren_types::{Limits, NetworkPolicy, NodeId, SandboxState, Substrate};
+    use warren_types::NodeId;
 
     fn info(id: &SandboxId) -> SandboxInfo {
         SandboxInfo {
-            id: id.to_string(),
-            substrate: Substrate::Container,
-            state: SandboxState::Running,
-            image: vec!["default".into()],
-            limits: Limits::default(),
-            labels: Default::default(),
-            env: Default::default(),
-            workdir: None,
-            user: None,
-            network: NetworkPolicy::none(),
-            created_at_ms: 1,
-            expires_at_ms: None,
-            idle_timeout_secs: None,
-            last_activity_ms: 1,
-            reason: None,
             idempotency_key: Some("k".into()),
-            tenant: None,
-            pty: false,
+            ..test_info(id)
         }
     }
 

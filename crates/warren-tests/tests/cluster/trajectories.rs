@@ -24,6 +24,18 @@ struct Files {
     auth: PathBuf,
 }
 
+impl Files {
+    /// What every node of these tests is started with: the shared store and the tenants.
+    fn node_args(&self) -> Vec<String> {
+        vec![
+            "--trajectory-store".to_string(),
+            self.store.display().to_string(),
+            "--auth".to_string(),
+            self.auth.display().to_string(),
+        ]
+    }
+}
+
 impl Drop for Files {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.store);
@@ -94,18 +106,7 @@ const SHIP_WAIT: Duration = Duration::from_millis(1500);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trajectories_outlive_their_node_and_their_sandbox() {
     let f = files();
-    let node_args = {
-        let (store, auth) = (f.store.display().to_string(), f.auth.display().to_string());
-        move |_| {
-            vec![
-                "--trajectory-store".to_string(),
-                store.clone(),
-                "--auth".to_string(),
-                auth.clone(),
-            ]
-        }
-    };
-    let Some(mut c) = Cluster::start(2, 1, node_args).await else {
+    let Some(mut c) = Cluster::start(2, 1, |_| f.node_args()).await else {
         return;
     };
     let gw = GatewayProc::start_with(
@@ -282,18 +283,7 @@ async fn tree(c: &Client, id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_of_a_killed_node_revives_on_another_from_the_store() {
     let f = files();
-    let node_args = {
-        let (store, auth) = (f.store.display().to_string(), f.auth.display().to_string());
-        move |_| {
-            vec![
-                "--trajectory-store".to_string(),
-                store.clone(),
-                "--auth".to_string(),
-                auth.clone(),
-            ]
-        }
-    };
-    let Some(mut c) = Cluster::start(2, 1, node_args).await else {
+    let Some(mut c) = Cluster::start(2, 1, |_| f.node_args()).await else {
         return;
     };
     let req = CreateSandboxRequest {
