@@ -277,9 +277,7 @@ pub fn mount_sys(sys: &Path, shared: Option<&str>, empty: &Path) -> R<()> {
     if let Some(s) = shared {
         // Only a sysfs is shown there: a path that holds anything else is refused, so a
         // wrong configuration cannot put a host directory into the sandbox.
-        let is_sysfs = warren_sys::mount::open_dir_nofollow(Path::new(s))
-            .and_then(|fd| warren_sys::mount::fs_magic(&fd))
-            .is_ok_and(|m| m == warren_sys::mount::SYSFS_MAGIC);
+        let is_sysfs = warren_sys::mount::holds_fs(Path::new(s), warren_sys::mount::SYSFS_MAGIC);
         if is_sysfs && bind(Path::new(s), sys, nosuid | Flags::MS_RDONLY).is_ok() {
             return Ok(());
         }

@@ -192,6 +192,12 @@ pub fn fs_magic(fd: &impl AsRawFd) -> Result<i64> {
     Ok(st.f_type as i64)
 }
 
+/// True when the directory `path` (reached without following links) is on a file system of
+/// type `magic`.
+pub fn holds_fs(path: &Path, magic: i64) -> bool {
+    open_dir_nofollow(path).is_ok_and(|fd| fs_magic(&fd).ok() == Some(magic))
+}
+
 /// `SYSFS_MAGIC` of statfs(2).
 pub const SYSFS_MAGIC: i64 = 0x6265_6572;
 /// `DEVPTS_SUPER_MAGIC` of statfs(2).

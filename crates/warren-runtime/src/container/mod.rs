@@ -210,10 +210,8 @@ fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeEr
 /// never on an async worker: `unshare(CLONE_NEWNET)` there, the mount, and the thread ends;
 /// the mount keeps the namespace alive.
 fn shared_sysfs(at: &std::path::Path) -> Result<PathBuf, RuntimeError> {
-    use warren_sys::mount::{fs_magic, open_dir_nofollow, SYSFS_MAGIC};
-    let is_sysfs = |p: &std::path::Path| {
-        open_dir_nofollow(p).is_ok_and(|fd| fs_magic(&fd).ok() == Some(SYSFS_MAGIC))
-    };
+    use warren_sys::mount::{holds_fs, SYSFS_MAGIC};
+    let is_sysfs = |p: &std::path::Path| holds_fs(p, SYSFS_MAGIC);
     if is_sysfs(at) {
         return Ok(at.to_path_buf());
     }
