@@ -14,6 +14,12 @@
 //! them (in parallel when the group spans several sandboxes), commits their new lengths in
 //! one transaction, and then answers each append. An append's answer therefore means its
 //! entry is on disk. Reads open their own read transaction and never wait for the writer.
+//!
+//! One sync per group: the transaction is committed without a sync of its own (redb's
+//! `Durability::None`), and made durable at least every [`DURABLE_EVERY`], with a group that
+//! starts a log, and when the writer stops. A crash in between loses index rows, never
+//! entries: at open, [`recover`] reads each log past its indexed length and indexes the whole
+//! records it finds there (the log's framing and per-record checksums tell where they end).
 
 // redb's own error type is large; it is boxed before it leaves this module.
 #![allow(clippy::result_large_err)]
@@ -244,33 +250,61 @@ fn sync_files(files: &[std::fs::File]) -> std::io::Result<()> {
     })
 }
 
-/// Writes a group: each sandbox's records at its log's committed length, the new output
-/// files, then one transaction with the new lengths, step rows and blob references.
+/// Longest a group's index commit stays volatile: the writer commits durably once this long
+/// after the first volatile commit, or once it has been idle this long.
+const DURABLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most volatile commits in a row: redb frees the pages a commit replaced only at a durable
+/// commit, so the state file grows with their number (in `entries_past_the_budget_cost_about_
+/// their_size`: 16 KiB per entry with no limit, 716 bytes with 32, under 250 with 8).
+const MAX_VOLATILE: u32 = 8;
+
+/// Writes a group: the new output files, each sandbox's records at its log's indexed length,
+/// one sync of the log files, then one transaction with the new lengths, step rows and blob
+/// references. That transaction is durable only when `durable` or when the group starts a
+/// log (so a log file always has its index row once an append to it answered); else it is
+/// volatile, and [`recover`] rebuilds what a crash took of it from the synced records.
+/// Returns whether the commit was volatile.
 fn write_group(
     db: &Database,
     files: &BlobDir,
     logs: &LogDir,
     group: &[Job],
-) -> Result<(), redb::Error> {
-    // New output and records are on disk before the transaction that refers to them commits.
+    durable: bool,
+) -> Result<bool, redb::Error> {
+    // New output and records are on disk before the transaction that refers to them commits,
+    // output first: a record recovered after a crash finds its output.
     let _files = files.lock();
-    let tx = db.begin_write()?;
+    let mut tx = db.begin_write()?;
+    let mut created = false;
     {
+        let mut blob_refs = tx.open_table(BLOB_REFS)?;
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
+            for (d, bytes) in &a.blobs {
+                let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
+                if n == 0 {
+                    // The append fails as a whole, saying which file could not be written.
+                    files.write(d, bytes).map_err(io)?;
+                }
+                blob_refs.insert(d.as_str(), n + 1)?;
+            }
+        }
         let mut lens = tx.open_table(LOGS)?;
         // Each sandbox's records in queue (= seq) order, and its last seq.
         let mut per: Vec<(&str, Vec<u8>, u64)> = Vec::new();
-        let mut index: std::collections::HashMap<&str, usize> = Default::default();
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
-            let i = *index.entry(id).or_insert_with(|| {
-                per.push((id, Vec::new(), 0));
-                per.len() - 1
-            });
+            let i = match per.iter().position(|p| p.0 == id) {
+                Some(i) => i,
+                None => {
+                    per.push((id, Vec::with_capacity(256), 0));
+                    per.len() - 1
+                }
+            };
             logs::frame(a.seq, &a.entry, &mut per[i].1);
             per[i].2 = a.seq;
         }
         let mut written = Vec::with_capacity(per.len());
-        let mut created = false;
         for (id, records, last) in &per {
             let (len, _) = lens.get(*id)?.map(|g| g.value()).unwrap_or((0, 0));
             created |= len == 0;
@@ -282,25 +316,26 @@ fn write_group(
             logs.sync_dir()?;
         }
         let mut steps = tx.open_table(STEPS)?;
-        let mut blob_refs = tx.open_table(BLOB_REFS)?;
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
-            let id = a.sandbox.as_str();
             if let Some((step, digest)) = &a.step {
-                steps.insert((id, *step), step_value(a.seq, digest).as_slice())?;
-            }
-            for (d, bytes) in &a.blobs {
-                let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
-                if n == 0 {
-                    // The append fails as a whole, saying which file could not be written.
-                    files
-                        .write(d, bytes)
-                        .map_err(|e| redb::Error::Io(std::io::Error::other(e.to_string())))?;
-                }
-                blob_refs.insert(d.as_str(), n + 1)?;
+                steps.insert(
+                    (a.sandbox.as_str(), *step),
+                    step_value(a.seq, digest).as_slice(),
+                )?;
             }
         }
     }
+    let volatile = !(durable || created);
+    if volatile {
+        tx.set_durability(redb::Durability::None);
+    }
     tx.commit()?;
+    Ok(volatile)
+}
+
+/// Makes every volatile commit before it durable (an empty transaction committed durably).
+fn commit_durably(db: &Database) -> Result<(), redb::Error> {
+    db.begin_write()?.commit()?;
     Ok(())
 }
 
@@ -312,7 +347,29 @@ fn writer(
     jobs: mpsc::Receiver<Job>,
     groups: Arc<std::sync::atomic::AtomicU64>,
 ) {
-    while let Ok(first) = jobs.recv() {
+    // Since when the index has volatile commits, and how many.
+    let mut volatile_since: Option<std::time::Instant> = None;
+    let mut volatile = 0u32;
+    let durably = |volatile_since: &mut Option<std::time::Instant>, volatile: &mut u32| {
+        if volatile_since.is_some() {
+            match commit_durably(&db) {
+                Ok(()) => {
+                    *volatile_since = None;
+                    *volatile = 0;
+                }
+                Err(e) => tracing::warn!(error = %e, "trajectory index not committed durably"),
+            }
+        }
+    };
+    loop {
+        let first = match jobs.recv_timeout(DURABLE_EVERY) {
+            Ok(j) => j,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                durably(&mut volatile_since, &mut volatile);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match jobs.try_recv() {
@@ -320,16 +377,83 @@ fn writer(
                 Err(_) => break,
             }
         }
-        let result = write_group(&db, &files, &logs, &group)
+        let result = write_group(&db, &files, &logs, &group, false)
             .map_err(|e| format!("append ({}): {e}", path.display()));
         groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, entries = group.len(), "trajectory append failed");
+        match &result {
+            Ok(true) => {
+                volatile_since.get_or_insert_with(std::time::Instant::now);
+                volatile += 1;
+            }
+            Ok(false) => {
+                volatile_since = None;
+                volatile = 0;
+            }
+            Err(e) => tracing::warn!(error = %e, entries = group.len(), "trajectory append failed"),
         }
         for job in group {
-            let _ = job.done.send(result.clone());
+            let _ = job.done.send(result.clone().map(|_| ()));
+        }
+        // After the answers: the extra sync delays the next group at most.
+        if volatile >= MAX_VOLATILE || volatile_since.is_some_and(|t| t.elapsed() >= DURABLE_EVERY)
+        {
+            durably(&mut volatile_since, &mut volatile);
         }
     }
+    // Stopping: what the index holds becomes durable, so the next start has nothing to scan.
+    durably(&mut volatile_since, &mut volatile);
+}
+
+/// Indexes the records a crash left past each log's indexed length (see [`LogDir::tail`]):
+/// their lengths, step rows and output references, in one durable transaction. Every such
+/// record was synced before its append answered (its group's index commit was volatile); a
+/// record of a group that never answered may be among them, which is harmless: its step is
+/// then answered from the log when retried. Returns how many records were indexed.
+fn recover(db: &Database, logs: &LogDir) -> Result<usize, redb::Error> {
+    let tx = db.begin_write()?;
+    let mut n = 0;
+    {
+        let mut lens = tx.open_table(LOGS)?;
+        let mut steps = tx.open_table(STEPS)?;
+        let mut blob_refs = tx.open_table(BLOB_REFS)?;
+        let indexed: Vec<(String, (u64, u64))> = lens
+            .iter()?
+            .map(|item| item.map(|(k, v)| (k.value().to_string(), v.value())))
+            .collect::<Result<_, _>>()?;
+        for (id, (len, last)) in indexed {
+            let tail = logs.tail(&id, len, last).map_err(io)?;
+            if tail.records.is_empty() {
+                continue;
+            }
+            for r in &tail.records {
+                let Ok(e) = StoredEntry::decode(&r.payload) else {
+                    tracing::warn!(sandbox = %id, seq = r.seq, "unreadable trajectory entry recovered");
+                    continue;
+                };
+                if let Some(step) = e.step {
+                    let digest = hex::decode(&e.request_sha256)
+                        .ok()
+                        .and_then(|d| Digest::try_from(d).ok())
+                        .unwrap_or_else(|| super::request_digest(&e.call));
+                    steps.insert((id.as_str(), step), step_value(r.seq, &digest).as_slice())?;
+                }
+                for d in e.blob_refs() {
+                    let c = blob_refs.get(d)?.map(|g| g.value()).unwrap_or(0);
+                    blob_refs.insert(d, c + 1)?;
+                }
+            }
+            n += tail.records.len();
+            tracing::info!(
+                sandbox = %id,
+                entries = tail.records.len(),
+                last_seq = tail.last_seq,
+                "trajectory entries past the index recovered"
+            );
+            lens.insert(id.as_str(), (tail.end, tail.last_seq))?;
+        }
+    }
+    tx.commit()?;
+    Ok(n)
 }
 
 impl Journal {
@@ -342,10 +466,13 @@ impl Journal {
         blob_dir: PathBuf,
         log_dir: PathBuf,
     ) -> Result<Journal, StoreError> {
+        // The tails first: output files their records refer to are kept by the sweep.
+        let logs = LogDir::open_unchecked(log_dir)?;
+        recover(&db, &logs).map_err(|e| db_err(&path, "recover log tails", e))?;
+        let lens = committed_logs(&db).map_err(|e| db_err(&path, "read log lengths", e))?;
+        let logs = Arc::new(logs.cut(&lens)?);
         let keep = referenced(&db).map_err(|e| db_err(&path, "read blob references", e))?;
         let blobs = Arc::new(BlobDir::open(blob_dir, |d| keep.contains(d))?);
-        let lens = committed_logs(&db).map_err(|e| db_err(&path, "read log lengths", e))?;
-        let logs = Arc::new(LogDir::open(log_dir, &lens)?);
         let (tx, rx) = mpsc::channel();
         let (wdb, wfiles, wlogs, wpath) = (db.clone(), blobs.clone(), logs.clone(), path.clone());
         let groups = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -858,5 +985,105 @@ mod tests {
         assert_eq!(seqs(store.journal(), &id, 1), [1, 2, 3, 4]);
     }
 
+    /// An exec entry with a step and an output too large to be inline (a blob).
+    fn step_entry(step: u64) -> (StoredEntry, Vec<Blob>) {
+        use super::super::{Room, StoredExec, StoredResult};
+        let call = warren_types::TrajectoryCall::Exec(warren_types::ExecCall {
+            shell: Some(format!("step {step}")),
+            ..Default::default()
+        });
+        let mut e = StoredEntry::new(call, Some(step), 0);
+        let mut blobs = Vec::new();
+        let out = format!("{step}\n").repeat(5000);
+        e.result = Some(StoredResult::Exec(StoredExec::new(
+            warren_types::ExitInfo {
+                exit_code: Some(0),
+                stdout_bytes: out.len() as u64,
+                ..Default::default()
+            },
+            out.as_bytes(),
+            b"",
+            &mut Room::unlimited(),
+            &mut blobs,
+        )));
+        (e, blobs)
+    }
+
+    /// What a node killed after a group's sync but before its index commit was durable
+    /// leaves: records past the indexed length (their output files written). The next open
+    /// indexes them (lengths, step rows, output references), so none is lost, a retried step
+    /// is answered from them, and the sweep keeps their output.
+    #[tokio::test]
+    async fn records_past_the_index_are_recovered_with_their_steps_and_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let id = sandbox();
+        let indexed = {
+            let store = crate::Store::open(&path).unwrap();
+            let log = SandboxLog::empty(&id);
+            for i in 1..=2 {
+                log.append(store.journal(), flood_entry(i), None, Vec::new())
+                    .await
+                    .unwrap();
+            }
+            committed_logs(&store.journal().db).unwrap()[id.as_str()]
+        };
+        let file = dir
+            .path()
+            .join(crate::store::LOG_DIR)
+            .join(format!("{id}.log"));
+        assert!(
+            std::fs::metadata(&file).unwrap().len() > indexed,
+            "grown ahead"
+        );
+        let mut past = Vec::new();
+        let mut digests = Vec::new();
+        for (seq, step) in [(3u64, 7u64), (4, 8)] {
+            let (mut e, blobs) = step_entry(step);
+            e.seq = seq;
+            logs::frame(seq, &e.encode().unwrap(), &mut past);
+            let blob_dir =
+                BlobDir::open(dir.path().join(crate::store::BLOB_DIR), |_| true).unwrap();
+            for (d, bytes) in blobs {
+                blob_dir.write(&d, &bytes).unwrap();
+                digests.push(d);
+            }
+        }
+        // And a torn fifth record after them.
+        let mut torn = Vec::new();
+        logs::frame(5, b"cut short", &mut torn);
+        torn.truncate(torn.len() - 2);
+        past.extend_from_slice(&torn);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .write_all_at(&past, indexed)
+            .unwrap();
+
+        let store = crate::Store::open(&path).unwrap();
+        let j = store.journal();
+        assert_eq!(seqs(j, &id, 1), [1, 2, 3, 4]);
+        let r = j.read().unwrap();
+        assert_eq!(r.tail(&id).unwrap(), (4, Some(8)));
+        let (seq, digest) = r.step(&id, 7).unwrap().expect("step 7 indexed");
+        let (e, blobs) = r.entry(&id, 3).unwrap().unwrap();
+        assert_eq!(seq, 3);
+        assert_eq!(hex::encode(digest), e.request_sha256);
+        assert_eq!(blobs.len(), 1, "its output survived the sweep");
+        assert_eq!(r.blob_count().unwrap(), digests.len() as u64);
+        drop(r);
+        // The log goes on after them, at seq 5 (the torn record is gone).
+        let log = SandboxLog::open(j, &id).unwrap();
+        log.append(j, flood_entry(5), None, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(seqs(j, &id, 1), [1, 2, 3, 4, 5]);
+        // Removing the sandbox drops the recovered references with the rest.
+        store.remove_sandbox(&id, None).unwrap();
+        assert_eq!(j.read().unwrap().blob_count().unwrap(), 0);
+    }
+
     use std::io::Write as _;
+    use std::os::unix::fs::FileExt as _;
 }

@@ -14,13 +14,17 @@
 //! A record is `len: u32 LE | crc32(seq ‖ payload): u32 LE | seq: u64 LE | payload` (the
 //! payload is a [`super::StoredEntry`] as [`super::StoredEntry::encode`] wrote it).
 //!
-//! Crash safety, with the state file as the commit record: the journal's writer writes a
-//! group's records at each file's committed length and syncs them *before* the transaction
-//! that records the new length (`trajectory_logs`: sandbox → committed length, last seq)
-//! commits. Readers read up to the length of their own read transaction, so they never see
-//! an entry that is not committed. [`LogDir::open`] cuts every file back to its committed
-//! length (a crash mid-group leaves bytes past it) and unlinks files with no length (a crash
-//! before a sandbox's first commit, or after its removal committed).
+//! Crash safety, with the state file as the index: the journal's writer writes a group's
+//! records at each file's indexed length and syncs them *before* the transaction that records
+//! the new length (`trajectory_logs`: sandbox → length, last seq) commits, and answers the
+//! group's appends only then. Readers read up to the length of their own read transaction,
+//! so they never see an entry that is not committed. That transaction is not synced itself
+//! (the journal makes the index durable from time to time): after a crash, a file may hold
+//! answered records past its indexed length. [`LogDir::tail`] finds them (each record is
+//! framed by its length and checked by its CRC and its seq, the next one), the journal
+//! indexes them, and [`LogDir::cut`] cuts every file back to its (recovered) length — a torn
+//! record of a group that never answered goes — and unlinks files with no length (a crash
+//! after a removal committed; a log's first group is always committed durably).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -69,10 +73,26 @@ impl LogDir {
     /// Opens (creating) the directory; cuts each file back to its committed length in
     /// `committed` (sandbox id → bytes) and removes the files it does not name.
     pub fn open(root: PathBuf, committed: &HashMap<String, u64>) -> Result<LogDir, StoreError> {
+        Self::open_unchecked(root)?.cut(committed)
+    }
+
+    /// Opens (creating) the directory as it is, to read the tails past the index
+    /// ([`LogDir::tail`]) before [`LogDir::cut`].
+    pub fn open_unchecked(root: PathBuf) -> Result<LogDir, StoreError> {
         std::fs::create_dir_all(&root).map_err(|e| io_err(&root, "create", e))?;
+        Ok(LogDir {
+            root,
+            bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Cuts each file back to its committed length in `committed` (sandbox id → bytes) and
+    /// removes the files it does not name.
+    pub fn cut(self, committed: &HashMap<String, u64>) -> Result<LogDir, StoreError> {
+        let root = &self.root;
         let mut bytes = 0;
-        for f in std::fs::read_dir(&root).map_err(|e| io_err(&root, "list", e))? {
-            let f = f.map_err(|e| io_err(&root, "list", e))?;
+        for f in std::fs::read_dir(root).map_err(|e| io_err(root, "list", e))? {
+            let f = f.map_err(|e| io_err(root, "list", e))?;
             let name = f.file_name().to_string_lossy().into_owned();
             let len = name.strip_suffix(".log").and_then(|id| committed.get(id));
             match len {
@@ -94,10 +114,8 @@ impl LogDir {
                 }
             }
         }
-        Ok(LogDir {
-            root,
-            bytes: AtomicU64::new(bytes),
-        })
+        self.bytes.store(bytes, Ordering::Relaxed);
+        Ok(self)
     }
 
     fn path(&self, id: &str) -> PathBuf {
@@ -128,6 +146,63 @@ impl LogDir {
         file.write_all_at(&buf, offset)?;
         self.bytes.fetch_add(ahead - size, Ordering::Relaxed);
         Ok(file)
+    }
+
+    /// The whole records of `id`'s log past `len` (the length its index recorded), each the
+    /// next seq after `last_seq`: what a group synced but whose index commit was not yet
+    /// durable when the node stopped. The scan stops at the first record that is torn (cut
+    /// short by the end of the file), fails its checksum, has a length out of bounds or is not
+    /// the next seq (the zeros a file is grown ahead with are such a record). A log that is
+    /// not there has no tail.
+    pub fn tail(&self, id: &str, len: u64, last_seq: u64) -> Result<Tail, StoreError> {
+        let path = self.path(id);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Tail {
+                    end: len,
+                    last_seq,
+                    records: Vec::new(),
+                })
+            }
+            Err(e) => return Err(io_err(&path, "open", e)),
+        };
+        let size = file.metadata().map_err(|e| io_err(&path, "stat", e))?.len();
+        let mut r = BufReader::with_capacity(64 << 10, file);
+        r.seek(SeekFrom::Start(len))
+            .map_err(|e| io_err(&path, "read", e))?;
+        let mut tail = Tail {
+            end: len,
+            last_seq,
+            records: Vec::new(),
+        };
+        loop {
+            if tail.end + HEADER as u64 > size {
+                break;
+            }
+            let mut h = [0u8; HEADER];
+            r.read_exact(&mut h).map_err(|e| io_err(&path, "read", e))?;
+            let n = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
+            let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
+            let seq = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+            let next = tail.end + HEADER as u64 + u64::from(n);
+            if n > MAX_PAYLOAD || next > size || seq != tail.last_seq + 1 {
+                break;
+            }
+            let mut payload = vec![0u8; n as usize];
+            r.read_exact(&mut payload)
+                .map_err(|e| io_err(&path, "read", e))?;
+            let mut sum = crc32fast::Hasher::new();
+            sum.update(&seq.to_le_bytes());
+            sum.update(&payload);
+            if sum.finalize() != crc {
+                break;
+            }
+            tail.end = next;
+            tail.last_seq = seq;
+            tail.records.push(Record { seq, payload });
+        }
+        Ok(tail)
     }
 
     /// Syncs the directory (after files were created in it).
@@ -181,6 +256,15 @@ pub struct Records {
     path: PathBuf,
     pos: u64,
     end: u64,
+}
+
+/// The whole records found past a log's indexed length ([`LogDir::tail`]).
+pub struct Tail {
+    /// Where the last of them ends (the indexed length when there are none).
+    pub end: u64,
+    /// The seq of the last of them (the indexed last seq when there are none).
+    pub last_seq: u64,
+    pub records: Vec<Record>,
 }
 
 /// One record read back.
@@ -297,6 +381,105 @@ mod tests {
         d.remove("a");
         assert_eq!(d.bytes(), 0);
         assert!(!root.join("a.log").exists());
+    }
+
+    fn tail_seqs(d: &LogDir, id: &str, len: u64, last: u64) -> (u64, u64, Vec<u64>) {
+        let t = d.tail(id, len, last).unwrap();
+        (t.end, t.last_seq, t.records.iter().map(|r| r.seq).collect())
+    }
+
+    /// Three records indexed, then what a group wrote and synced past the index.
+    fn indexed_and_past(d: &LogDir, id: &str, past: &[u8]) -> u64 {
+        let mut buf = Vec::new();
+        for seq in 1..=3 {
+            frame(seq, format!("entry {seq}").as_bytes(), &mut buf);
+        }
+        let indexed = buf.len() as u64;
+        d.write_at(id, 0, &buf).unwrap();
+        d.write_at(id, indexed, past).unwrap();
+        indexed
+    }
+
+    #[test]
+    fn records_past_the_index_are_recovered_up_to_the_zeros_grown_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = LogDir::open(dir.path().join("logs"), &HashMap::new()).unwrap();
+        let mut past = Vec::new();
+        frame(4, b"entry 4", &mut past);
+        frame(5, b"entry 5", &mut past);
+        let indexed = indexed_and_past(&d, "a", &past);
+        let end = indexed + past.len() as u64;
+        assert!(
+            std::fs::metadata(d.path("a")).unwrap().len() > end,
+            "zeros past the end"
+        );
+        assert_eq!(tail_seqs(&d, "a", indexed, 3), (end, 5, vec![4, 5]));
+        assert_eq!(records(&d, "a", end, 4).len(), 2, "they read back");
+        // Nothing past the index, and no file at all.
+        assert_eq!(tail_seqs(&d, "a", end, 5), (end, 5, vec![]));
+        assert_eq!(tail_seqs(&d, "gone", 0, 0), (0, 0, vec![]));
+    }
+
+    #[test]
+    fn a_torn_record_past_the_index_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = LogDir::open(dir.path().join("logs"), &HashMap::new()).unwrap();
+        let mut past = Vec::new();
+        frame(4, b"entry 4", &mut past);
+        let whole = past.len() as u64;
+        frame(5, b"entry 5, cut short by the crash", &mut past);
+        past.truncate(past.len() - 5);
+        let indexed = indexed_and_past(&d, "a", &past);
+        // The file's own end cuts the record (no zeros grown ahead of it).
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.path("a"))
+            .unwrap();
+        file.set_len(indexed + past.len() as u64).unwrap();
+        assert_eq!(
+            tail_seqs(&d, "a", indexed, 3),
+            (indexed + whole, 4, vec![4])
+        );
+        // A header cut short too.
+        file.set_len(indexed + whole + 7).unwrap();
+        assert_eq!(
+            tail_seqs(&d, "a", indexed, 3),
+            (indexed + whole, 4, vec![4])
+        );
+    }
+
+    #[test]
+    fn a_corrupted_record_past_the_index_ends_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = LogDir::open(dir.path().join("logs"), &HashMap::new()).unwrap();
+        let mut past = Vec::new();
+        frame(4, b"entry 4", &mut past);
+        let whole = past.len() as u64;
+        frame(5, b"entry 5", &mut past);
+        frame(6, b"entry 6", &mut past);
+        // A payload byte of seq 5 flipped: 5 and everything after it are dropped.
+        past[whole as usize + HEADER] ^= 0x40;
+        let indexed = indexed_and_past(&d, "a", &past);
+        assert_eq!(
+            tail_seqs(&d, "a", indexed, 3),
+            (indexed + whole, 4, vec![4])
+        );
+
+        // A record that is whole but not the next seq (a gap, or a stale record) ends it too.
+        let mut gap = Vec::new();
+        frame(4, b"entry 4", &mut gap);
+        frame(9, b"entry 9", &mut gap);
+        let indexed = indexed_and_past(&d, "b", &gap);
+        assert_eq!(
+            tail_seqs(&d, "b", indexed, 3),
+            (indexed + whole, 4, vec![4])
+        );
+        // A length out of bounds.
+        let mut huge = Vec::new();
+        frame(4, b"x", &mut huge);
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let indexed = indexed_and_past(&d, "c", &huge);
+        assert_eq!(tail_seqs(&d, "c", indexed, 3), (indexed, 3, vec![]));
     }
 
     #[test]
