@@ -275,14 +275,30 @@ fn lock_node(node: &NodeId) -> Result<nix::fcntl::Flock<std::fs::File>> {
     })
 }
 
-async fn shutdown_signal() -> Result<&'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, caught from the start of [`run`]: a stop asked for while the daemon
+/// starts (its wait for the cluster registration included) goes through the same clean stop
+/// as one asked for later, instead of the signal's default action killing it half-way.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    /// The next stop signal's name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 /// The microvm and vm runtimes, or none (with a warning saying why) on a host without QEMU
@@ -325,6 +341,7 @@ fn vm_runtimes(
 }
 
 async fn run(args: Args) -> Result<()> {
+    let mut signals = StopSignals::install()?;
     check_socket(&args.socket)?;
     // Auth and TLS files are read before anything else starts, so a typo fails fast.
     let edge = Arc::new(warren_edge::Edge::from_args(&args.edge).context("--auth / --tls-*")?);
@@ -465,24 +482,35 @@ async fn run(args: Args) -> Result<()> {
         &images,
         blob_source.is_some(),
     )?;
+    let mut asked = None;
     if let Some(m) = &membership {
-        match m.wait_registered(Duration::from_secs(10)).await {
-            Ok(true) => {}
-            Ok(false) => {
-                warn!("etcd does not answer yet; serving and registering in the background")
-            }
-            Err(why) => bail!("cannot join the cluster: {why}"),
+        tokio::select! {
+            r = m.wait_registered(Duration::from_secs(10)) => match r {
+                Ok(true) => {}
+                Ok(false) => {
+                    warn!("etcd does not answer yet; serving and registering in the background")
+                }
+                Err(why) => bail!("cannot join the cluster: {why}"),
+            },
+            // A stale registration of this node id may hold the join for seconds.
+            sig = signals.recv() => asked = Some(sig),
         }
     }
 
-    tokio::select! {
-        sig = shutdown_signal() => info!(signal = sig?, "stopping; sandboxes keep running"),
-        res = servers.join_next() => {
-            if let Some(r) = res {
-                r.context("server task")?;
+    match asked {
+        Some(sig) => info!(
+            signal = sig,
+            "stopping while joining the cluster; sandboxes keep running"
+        ),
+        None => tokio::select! {
+            sig = signals.recv() => info!(signal = sig, "stopping; sandboxes keep running"),
+            res = servers.join_next() => {
+                if let Some(r) = res {
+                    r.context("server task")?;
+                }
+                warn!("a server stopped on its own; stopping");
             }
-            warn!("a server stopped on its own; stopping");
-        }
+        },
     }
     // Leave the cluster first: gateways stop sending to this node at once.
     if let Some(m) = membership {

@@ -126,3 +126,74 @@ async fn killed_node_fails_fast_then_lost_then_returns() {
         .expect("the sandbox answers again through the gateway");
     assert_eq!(r.stdout, "before", "the same sandbox, not another");
 }
+
+/// A node whose id is still registered (its previous run's lease has not run out: a restart
+/// right after a SIGKILL) serves, and waits for that registration to go before it joins.
+/// Stopped meanwhile (SIGTERM), it stops as it does once joined: it says so, exits with
+/// success and takes its empty parent cgroups with it. (The signal's default action used to
+/// kill it there, leaving them behind.) The stale registration is held here by a member of
+/// the test's own, so the wait lasts until the node gives up (7 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_while_it_waits_to_join_stops_cleanly() {
+    let Some(mut c) = Cluster::start(1, 0, |_| Vec::new()).await else {
+        return;
+    };
+    let req = CreateSandboxRequest {
+        memory_mb: Some(64),
+        ..Default::default()
+    };
+    let node = &mut c.nodes[0];
+    let sb = node.client().create(&req).await.unwrap();
+    node.client().delete(&sb.id).await.unwrap();
+    assert!(node.stop().await.success());
+    let record = stale_record(&node.node);
+    let holder = warren_cluster::Membership::start(
+        warren_cluster::MemberConfig::new(warren_cluster::etcd::parse_endpoints(
+            &c.etcd.endpoints(),
+        )),
+        std::sync::Arc::new(move || record.clone()),
+    );
+    assert_eq!(
+        holder.wait_registered(Duration::from_secs(10)).await,
+        Ok(true)
+    );
+
+    node.spawn().await;
+    let sb = node.client().create(&req).await.unwrap();
+    node.client().delete(&sb.id).await.unwrap();
+    let status = node.stop().await;
+    let log = node.log_tail(40);
+    assert!(
+        status.success(),
+        "warrend exited with {status}; log:\n{log}"
+    );
+    assert!(
+        log.contains("stopping while joining the cluster"),
+        "not stopped while it waited to join; log:\n{log}"
+    );
+    let left: Vec<_> = crate::common::node_cgroup_dirs(&node.node)
+        .into_iter()
+        .filter(|d| d.exists())
+        .collect();
+    assert!(left.is_empty(), "parent cgroups left behind: {left:?}");
+    holder.leave(Duration::from_secs(1)).await;
+}
+
+/// A registration of node `id` by another incarnation.
+fn stale_record(id: &str) -> warren_types::NodeRecord {
+    warren_types::NodeRecord {
+        format: warren_types::NODE_RECORD_FORMAT,
+        id: id.parse().unwrap(),
+        incarnation: "stale".into(),
+        address: "http://127.0.0.1:9".into(),
+        version: "test".into(),
+        started_at_ms: 0,
+        substrates: vec![warren_types::Substrate::Container],
+        capacity: Default::default(),
+        load: Default::default(),
+        pools: vec![],
+        images: Default::default(),
+        layers: vec![],
+        blob_store: false,
+    }
+}
