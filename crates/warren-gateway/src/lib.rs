@@ -7,7 +7,8 @@
 //!   view; a node's `429` sends the request to the next candidate;
 //! - listings, images and pools fan out to every node and merge;
 //! - `GET /v1/cluster` and drain/undrain are the gateway's own;
-//! - a trajectory whose node cannot answer for it is read from the trajectory store.
+//! - a trajectory whose node cannot answer for it is read from the trajectory store, and a
+//!   revive of a sandbox whose node is gone is placed on a live node, which reads the store.
 //!
 //! What a caller sees when things fail: a node that does not answer → `503 node_unreachable`
 //! at once; a node whose registration expired → `410 sandbox_lost`; every candidate refused →
@@ -30,6 +31,7 @@ mod inflight;
 mod liveness;
 mod metrics;
 pub mod proxy;
+mod revive;
 mod routes;
 mod sandboxes;
 mod shipped;

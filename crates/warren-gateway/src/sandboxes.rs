@@ -24,7 +24,11 @@ use crate::Gateway;
 ///
 /// A trajectory export the node cannot answer (lost, unreachable, or the sandbox is not
 /// there) is read from the trajectory store when the gateway has one ([`crate::shipped`]).
+/// A revive of a sandbox whose node is gone is placed on a live node ([`crate::revive`]).
 pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
+    if let Some(id) = crate::revive::wanted(&req) {
+        return crate::revive::revive(gw, id, req).await;
+    }
     let Some(read) = crate::shipped::wanted(&gw, &req) else {
         return forward(gw, req).await;
     };
@@ -35,7 +39,7 @@ pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
     resp
 }
 
-async fn forward(gw: Gateway, req: Request) -> Response {
+pub(crate) async fn forward(gw: Gateway, req: Request) -> Response {
     let (answer, lost) = match route(&gw, &req) {
         Err(e) => return e.into_response(),
         // A live node is waited for while it stays registered (exec may run for long).
@@ -180,7 +184,7 @@ fn retry_after(h: &HeaderMap) -> Option<u64> {
 }
 
 /// Asks the candidates in turn until one takes the request.
-async fn placed(
+pub(crate) async fn placed(
     gw: &Gateway,
     place: PlaceRequest,
     path: &str,
