@@ -353,7 +353,10 @@ async fn a_sandbox_of_a_killed_node_revives_on_another_from_the_store() {
     // A sandbox deleted on the node (its log sealed in the store).
     let gone = alpha.create(&req).await.unwrap();
     alpha
-        .exec(&gone.id, &step("mkdir -p /work && echo gone > /work/gone.txt", 1))
+        .exec(
+            &gone.id,
+            &step("mkdir -p /work && echo gone > /work/gone.txt", 1),
+        )
         .await
         .unwrap();
     alpha.delete(&gone.id).await.unwrap();

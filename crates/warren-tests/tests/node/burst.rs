@@ -64,6 +64,11 @@ async fn answered_steps_survive_a_kill_during_a_burst() {
     println!("{n} of {total} steps answered before the kill");
 
     d.spawn().await;
+    println!(
+        "entries past the index recovered at the start: {}",
+        d.log_tail(200)
+            .contains("trajectory entries past the index recovered")
+    );
     for (id, got) in ids.iter().zip(&got) {
         let log = d.client().trajectory(id, None).await.unwrap();
         let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
@@ -79,6 +84,24 @@ async fn answered_steps_survive_a_kill_during_a_burst() {
         }
         // At most the calls in flight at the kill are logged beyond the answers.
         assert!(logged.len() <= got.len() + 1, "{id}: {logged:?}");
+        // The last answered step, retried, answers from the log (its step index row may have
+        // been rebuilt from the log at the start).
+        if let Some(&last) = got.last() {
+            let again = d
+                .exec(
+                    id,
+                    &ExecRequest {
+                        step: Some(last),
+                        ..ExecRequest::shell(format!("echo {last}"))
+                    },
+                )
+                .await;
+            assert!(
+                again.replayed,
+                "{id}: step {last} ran again after the crash"
+            );
+            assert_eq!(again.stdout, format!("{last}\n"));
+        }
         // The log goes on where it stopped.
         let next = logged.last().copied().unwrap_or(0) + 1;
         let r = d
