@@ -14,7 +14,7 @@
 //! have made a sandbox there.
 
 use axum::body::Bytes;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use warren_cluster::PlaceRequest;
@@ -26,11 +26,11 @@ use crate::Gateway;
 /// Largest revive request body read (the API defines none; a query carries the options).
 const MAX_BODY: usize = 64 << 10;
 
-/// The sandbox id of a revive route, when `req` is one.
-pub fn wanted(req: &Request) -> Option<SandboxId> {
-    if req.method() != axum::http::Method::POST {
-        return None;
-    }
+/// The route a revive comes by.
+pub const ROUTE: (&str, &str) = ("POST", "/v1/sandboxes/{id}/revive");
+
+/// The sandbox id of a revive's path.
+fn sandbox_id(req: &Request) -> Option<SandboxId> {
     req.uri()
         .path()
         .strip_prefix("/v1/sandboxes/")?
@@ -59,7 +59,11 @@ fn way(gw: &Gateway, id: &SandboxId) -> Way {
 }
 
 /// Answers a revive (see the module docs).
-pub async fn revive(gw: Gateway, id: SandboxId, req: Request) -> Response {
+pub async fn revive(State(gw): State<Gateway>, req: Request) -> Response {
+    let Some(id) = sandbox_id(&req) else {
+        // A bad id: the node's answer, as for any per-sandbox call.
+        return crate::sandboxes::forward(gw, req).await;
+    };
     let way = way(&gw, &id);
     if let Way::Owner = way {
         return crate::sandboxes::forward(gw, req).await;
@@ -128,22 +132,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_post_to_a_revive_route_is_one() {
+    fn the_id_is_read_from_the_path() {
         let id = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5";
-        let req = |m: &str, p: &str| {
+        let req = |p: &str| {
             Request::builder()
-                .method(m)
+                .method("POST")
                 .uri(p)
                 .body(axum::body::Body::empty())
                 .unwrap()
         };
-        let r = req(
-            "POST",
-            &format!("/v1/sandboxes/{id}/revive?stop_on_divergence=true"),
+        let r = req(&format!(
+            "/v1/sandboxes/{id}/revive?stop_on_divergence=true"
+        ));
+        assert_eq!(sandbox_id(&r).map(|i| i.to_string()), Some(id.to_string()));
+        assert!(sandbox_id(&req("/v1/sandboxes/not-an-id/revive")).is_none());
+        assert_eq!(
+            ROUTE.1.replace("{id}", id),
+            format!("/v1/sandboxes/{id}/revive")
         );
-        assert_eq!(wanted(&r).map(|i| i.to_string()), Some(id.to_string()));
-        assert!(wanted(&req("GET", &format!("/v1/sandboxes/{id}/revive"))).is_none());
-        assert!(wanted(&req("POST", &format!("/v1/sandboxes/{id}/exec"))).is_none());
-        assert!(wanted(&req("POST", "/v1/sandboxes/not-an-id/revive")).is_none());
     }
 }

@@ -11,7 +11,7 @@ use warren_types::http::CheckedRouter;
 
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::{cluster, events, fanout, sandboxes, Gateway};
+use crate::{cluster, events, fanout, revive, sandboxes, Gateway};
 
 /// The gateway's own routes, beside the node API's ([`warren_types::routes::NODE_API`]).
 pub const CLUSTER_ROUTES: &[(&str, &str)] = &[
@@ -29,10 +29,15 @@ pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
         .copied()
 }
 
-/// Every per-sandbox route of the node API goes to the sandbox's node.
+/// Every per-sandbox route of the node API goes to the sandbox's node, except a revive, which
+/// goes to a live node when the sandbox's is gone ([`revive`]).
 fn sandbox_routes(mut r: CheckedRouter<Gateway>) -> CheckedRouter<Gateway> {
     for (method, path) in routes().filter(|(_, path)| path.starts_with("/v1/sandboxes/{id}")) {
-        r = r.add(method, path, sandboxes::to_node);
+        r = if (method, path) == revive::ROUTE {
+            r.add(method, path, revive::revive)
+        } else {
+            r.add(method, path, sandboxes::to_node)
+        };
     }
     r
 }

@@ -24,11 +24,7 @@ use crate::Gateway;
 ///
 /// A trajectory export the node cannot answer (lost, unreachable, or the sandbox is not
 /// there) is read from the trajectory store when the gateway has one ([`crate::shipped`]).
-/// A revive of a sandbox whose node is gone is placed on a live node ([`crate::revive`]).
 pub async fn to_node(State(gw): State<Gateway>, req: Request) -> Response {
-    if let Some(id) = crate::revive::wanted(&req) {
-        return crate::revive::revive(gw, id, req).await;
-    }
     let Some(read) = crate::shipped::wanted(&gw, &req) else {
         return forward(gw, req).await;
     };

@@ -30,6 +30,8 @@ pub mod source;
 pub mod steps;
 pub mod store_source;
 pub mod terminal;
+#[cfg(test)]
+mod tests_recover;
 
 use base64::Engine;
 use bytes::Bytes;
