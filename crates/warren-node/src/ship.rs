@@ -33,6 +33,7 @@ use warren_blob::BlobStore;
 use warren_types::{SandboxId, SandboxInfo};
 
 use crate::clock::now_ms;
+use crate::metrics::shipping::ShipMetrics;
 use crate::trajectory::{Journal, StoredEntry};
 
 /// New entries wait at most this long for their segment (plus one [`TICK`]).
@@ -101,6 +102,7 @@ pub struct Shipper {
     state: Mutex<State>,
     seals: Mutex<Vec<SealJob>>,
     wake: Notify,
+    metrics: ShipMetrics,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -118,12 +120,23 @@ fn store_err(e: impl std::fmt::Display) -> String {
 
 impl Shipper {
     pub fn new(store: Arc<dyn BlobStore>) -> Arc<Shipper> {
+        Self::with_metrics(store, ShipMetrics::default())
+    }
+
+    /// A shipper that counts what it does in `metrics` (the node's, for `/metrics`).
+    pub fn with_metrics(store: Arc<dyn BlobStore>, metrics: ShipMetrics) -> Arc<Shipper> {
         Arc::new(Shipper {
             store,
             state: Mutex::new(State::default()),
             seals: Mutex::new(Vec::new()),
             wake: Notify::new(),
+            metrics,
         })
+    }
+
+    /// What it counts.
+    pub fn metrics(&self) -> &ShipMetrics {
+        &self.metrics
     }
 
     /// The store shipped to (and read from once a sandbox is not on the node).
@@ -161,6 +174,7 @@ impl Shipper {
         for job in seals {
             let r = self.seal_now(journal, &job.id, &job.live).await;
             if let Err(e) = &r {
+                self.metrics.errors.inc();
                 tracing::warn!(sandbox = %job.id, error = %e, "cannot seal the shipped trajectory");
             }
             let _ = job.done.send(r);
@@ -181,11 +195,14 @@ impl Shipper {
             let mut st = self.lock();
             let live: HashSet<&SandboxId> = logs.iter().map(|(id, _, _)| id).collect();
             st.tracks.retain(|id, _| live.contains(id));
+            let mut backlog = 0;
             for (id, len, last) in &logs {
                 let Some(live) = live_of(id) else {
                     continue;
                 };
                 let t = st.tracks.entry(id.clone()).or_default();
+                // Unknown until the store's listing was read: counted whole meanwhile.
+                backlog += last.saturating_sub(t.shipped.unwrap_or(0));
                 if t.shipped.is_some_and(|s| s >= *last) {
                     continue;
                 }
@@ -197,6 +214,9 @@ impl Shipper {
                     due.push((id.clone(), live, *len));
                 }
             }
+            self.metrics
+                .backlog
+                .set(i64::try_from(backlog).unwrap_or(i64::MAX));
         }
         for (id, live, len) in due {
             match self.ship(journal, &id, &live).await {
@@ -210,6 +230,7 @@ impl Shipper {
                     }
                 }
                 Err(e) => {
+                    self.metrics.errors.inc();
                     let mut st = self.lock();
                     st.backoff = (st.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
                     st.retry_at = Some(Instant::now() + st.backoff);
@@ -286,13 +307,15 @@ impl Shipper {
                 last_seq: end,
             };
             let lines: Vec<_> = entries.iter().map(StoredEntry::shipped).collect();
+            let segment = shipped::encode_segment(&header, &lines);
+            let size = segment.len() as u64;
             self.store
-                .put(
-                    &shipped::segment_key(id, first, end),
-                    shipped::encode_segment(&header, &lines),
-                )
+                .put(&shipped::segment_key(id, first, end), segment)
                 .await
                 .map_err(store_err)?;
+            let oldest = entries.iter().map(|e| e.ended_at_ms).min().unwrap_or(0);
+            self.metrics
+                .shipped(size, Duration::from_millis(now_ms().saturating_sub(oldest)));
             last = end;
             if let Some(t) = self.lock().tracks.get_mut(id) {
                 t.shipped = Some(end);
@@ -416,5 +439,57 @@ mod tests {
             .await
             .unwrap()
             .contains(&shipped::seal_key(&id)));
+    }
+
+    /// Segments, their bytes and lag, the backlog and store errors are counted (what
+    /// `/metrics` shows as `warren_trajectory_ship*`).
+    #[tokio::test]
+    async fn counts_segments_bytes_backlog_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = crate::Store::open(dir.path().join("state.redb")).unwrap();
+        let remote: Arc<dyn BlobStore> =
+            Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+        let id = SandboxId::generate(&"n1".parse::<NodeId>().unwrap());
+        let log = SandboxLog::empty(&id);
+        for i in 1..=3 {
+            log.append(node.journal(), flood_entry(i), None, Vec::new())
+                .await
+                .unwrap();
+        }
+        let live = test_live(&id, "t1");
+        let shipper = Shipper::new(remote.clone());
+        let m = shipper.metrics().clone();
+        shipper.pass(node.journal(), |_| Some(live.clone())).await;
+        assert_eq!(m.segments.get(), 1);
+        let size = remote
+            .get(&shipped::segment_key(&id, 1, 3))
+            .await
+            .unwrap()
+            .len() as u64;
+        assert_eq!(m.bytes.get(), size);
+        assert_eq!(m.errors.get(), 0);
+        let mut reg = crate::metrics::Registry::default();
+        m.register(&mut reg);
+        let text = crate::metrics::encode(&reg);
+        assert!(
+            text.contains("warren_trajectory_ship_lag_seconds_count 1"),
+            "{text}"
+        );
+        for i in 4..=5 {
+            log.append(node.journal(), flood_entry(i), None, Vec::new())
+                .await
+                .unwrap();
+        }
+        // Not due yet: two entries wait.
+        shipper.pass(node.journal(), |_| Some(live.clone())).await;
+        assert_eq!(m.backlog.get(), 2);
+        // The store fails (its directory is a file now): an error, and the backlog stays.
+        std::fs::remove_dir_all(dir.path().join("remote")).unwrap();
+        std::fs::write(dir.path().join("remote"), b"not a directory").unwrap();
+        tokio::time::sleep(CUT_AFTER).await;
+        shipper.pass(node.journal(), |_| Some(live.clone())).await;
+        assert_eq!(m.errors.get(), 1);
+        assert_eq!(m.segments.get(), 1);
+        assert_eq!(m.backlog.get(), 2);
     }
 }

@@ -24,7 +24,7 @@ impl Manager {
     /// hold (a [`StoreLogSource`], unless another source was set). Once only; later calls
     /// are ignored.
     pub fn ship_trajectories(&self, store: Arc<dyn BlobStore>) -> std::io::Result<()> {
-        let shipper = Shipper::new(store.clone());
+        let shipper = Shipper::with_metrics(store.clone(), self.inner.metrics.shipping.clone());
         if self.inner.shipper.set(shipper.clone()).is_err() {
             return Ok(());
         }

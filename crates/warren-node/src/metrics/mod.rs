@@ -8,6 +8,7 @@
 //! holds that list to what a scrape shows.
 
 pub mod host;
+pub mod shipping;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -94,6 +95,8 @@ pub struct Metrics {
     resume_seconds: Histograms<BySubstrate>,
     fork_seconds: Histograms<BySubstrate>,
     append_seconds: Histogram,
+    /// The trajectory shipper's figures.
+    pub shipping: shipping::ShipMetrics,
 }
 
 impl Default for Metrics {
@@ -123,6 +126,7 @@ impl Default for Metrics {
             resume_seconds: lifecycle(),
             fork_seconds: lifecycle(),
             append_seconds: Histogram::new(APPEND_BUCKETS),
+            shipping: Default::default(),
         }
     }
 }
@@ -298,6 +302,7 @@ impl Metrics {
             "Wait of a call for its trajectory entry to be committed (fsync included)",
             self.append_seconds.clone(),
         );
+        self.shipping.register(reg);
     }
 }
 
