@@ -40,6 +40,7 @@ mod images_gen;
 mod measure;
 mod neighbour;
 mod net;
+mod phases;
 mod replay;
 mod report;
 mod revive;
@@ -193,6 +194,9 @@ pub struct Report {
     /// The exec samples' quantiles, as `create_quantiles_ms`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exec_quantiles_ms: Vec<f64>,
+    /// Where the exec round trip's time went (means from the node's histograms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_phases: Option<phases::Phases>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Throughput>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -397,6 +401,10 @@ impl Report {
         if !lat.is_empty() {
             out.push_str(&lat.render());
         }
+        if let Some(p) = &self.exec_phases {
+            out.push('\n');
+            out.push_str(&p.render());
+        }
         if let Some(t) = &self.throughput {
             if !out.is_empty() {
                 out.push('\n');
@@ -571,8 +579,8 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if all || args.which == Which::Exec {
         stop.check()?;
-        let (l, q) = measure::exec_latency(setup, n(1000), c(1)).await?;
-        (report.exec, report.exec_quantiles_ms) = (Some(l), q);
+        let ((l, q), p) = measure::exec_latency(setup, n(1000), c(1)).await?;
+        (report.exec, report.exec_quantiles_ms, report.exec_phases) = (Some(l), q, p);
     }
     if all || args.which == Which::Throughput {
         stop.check()?;
