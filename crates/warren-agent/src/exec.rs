@@ -131,8 +131,20 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         ids: Some((user.uid, user.gid, user.groups)),
         sched_idle: BEST_EFFORT.load(std::sync::atomic::Ordering::Relaxed),
         apparmor_profile: APPARMOR.get().cloned(),
+        affinity: None,
+        default_time_slice: warren_sys::process::TimeSlice::for_current(0),
     };
     Ok(Prepared { cmd, setup })
+}
+
+/// Starts `cmd` on the agent's own CPU (see [`warren_sys::process::PlaceOnThisCpu`]): the
+/// agent sleeps right after, so the command starts at once instead of waiting for a CPU a
+/// neighbour floods.
+fn spawn(cmd: &mut Command, mut setup: ChildSetup) -> std::io::Result<std::process::Child> {
+    let place = warren_sys::process::PlaceOnThisCpu::new();
+    setup.affinity = place.as_ref().map(|p| p.saved());
+    warren_sys::process::configure_child(cmd, setup);
+    cmd.spawn()
 }
 
 fn receiver(fd: impl Into<OwnedFd>) -> Option<pipe::Receiver> {
@@ -161,8 +173,7 @@ pub async fn foreground(
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    warren_sys::process::configure_child(&mut cmd, setup);
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn(&mut cmd, setup) {
         Ok(c) => {
             warren_sys::process::make_oom_victim(c.id());
             c
@@ -376,8 +387,7 @@ pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    warren_sys::process::configure_child(&mut cmd, setup);
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn(&mut cmd, setup) {
         Ok(c) => {
             warren_sys::process::make_oom_victim(c.id());
             c
@@ -539,8 +549,7 @@ pub async fn pty(
         cmd.env("TERM", "xterm-256color");
     }
     setup.controlling_tty = true;
-    warren_sys::process::configure_child(&mut cmd, setup);
-    let child = match cmd.spawn() {
+    let child = match spawn(&mut cmd, setup) {
         Ok(c) => {
             warren_sys::process::make_oom_victim(c.id());
             c

@@ -82,6 +82,9 @@ fn main() {
         vm::main();
     }
     let _ = warren_sys::process::set_non_dumpable();
+    // The agent answers the daemon while the sandbox's own commands may flood its CPU share:
+    // a short time slice lets it run as soon as it wakes (commands get the default back).
+    warren_sys::process::set_time_slice(warren_sys::process::SHORT_TIME_SLICE_NS);
     let ctl: OwnedFd = match warren_sys::fd::inherited(CONTROL_FD) {
         Ok(fd) => fd,
         Err(e) => {

@@ -215,6 +215,114 @@ pub struct ChildSetup {
     pub sched_idle: bool,
     /// Confine the program under this AppArmor profile from its exec on.
     pub apparmor_profile: Option<std::ffi::CString>,
+    /// CPUs the child may run on again once it runs (see [`PlaceOnThisCpu`]).
+    pub affinity: Option<nix::sched::CpuSet>,
+    /// Give the child the kernel's default time slice again (the parent's short one, see
+    /// [`set_time_slice`], is inherited across fork).
+    pub default_time_slice: Option<TimeSlice>,
+}
+
+/// The shortest time slice the kernel grants an ordinary task (0.1 ms).
+pub const SHORT_TIME_SLICE_NS: u64 = 100_000;
+
+/// A scheduling request for an ordinary task: its policy and nice value kept, its time slice
+/// set (EEVDF's custom slice, Linux 6.12 and later; older kernels ignore it).
+#[derive(Clone, Copy)]
+pub struct TimeSlice {
+    attr: libc::sched_attr,
+}
+
+impl std::fmt::Debug for TimeSlice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeSlice")
+            .field("ns", &self.attr.sched_runtime)
+            .finish()
+    }
+}
+
+impl TimeSlice {
+    /// The request for `ns` nanoseconds (0: the kernel's default) for the calling thread as
+    /// it is now; `None` when it is not an ordinary task (`SCHED_IDLE`, realtime) or its
+    /// policy cannot be read.
+    pub fn for_current(ns: u64) -> Option<TimeSlice> {
+        // SAFETY: sched_getscheduler(2) and getpriority(2) take integers and touch no memory.
+        let (policy, nice) = unsafe {
+            *libc::__errno_location() = 0;
+            let policy = libc::sched_getscheduler(0);
+            let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+            (policy, nice)
+        };
+        if policy != libc::SCHED_OTHER && policy != libc::SCHED_BATCH {
+            return None;
+        }
+        // SAFETY: sched_attr is plain integers; all-zero is a valid value.
+        let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+        attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+        attr.sched_policy = policy as u32;
+        attr.sched_nice = nice;
+        attr.sched_runtime = ns;
+        Some(TimeSlice { attr })
+    }
+
+    /// Applies it to the calling thread. Async-signal-safe (one syscall).
+    pub fn apply(&self) -> bool {
+        // SAFETY: sched_setattr(2) reads `attr.size` bytes from a valid, initialized struct.
+        unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &self.attr as *const _, 0) == 0 }
+    }
+}
+
+/// Gives the calling thread a time slice of `ns` (see [`TimeSlice`]); the threads and
+/// processes it starts later inherit it. A short slice lets a waking task preempt a CPU hog
+/// at once instead of at the end of the hog's slice; the share of CPU time stays that of the
+/// task's weight. False when the request was not applied.
+pub fn set_time_slice(ns: u64) -> bool {
+    TimeSlice::for_current(ns).is_some_and(|t| t.apply())
+}
+
+/// Makes the next child start on the CPU the caller runs on: the caller's CPU mask is
+/// narrowed to that CPU for the fork (the child inherits it) and restored when this is
+/// dropped; the child widens its own mask back in its pre-exec hook
+/// ([`ChildSetup::affinity`]).
+///
+/// Why: a new task is placed by the kernel's fork balancing, which picks the idlest CPU and
+/// counts one running only `SCHED_IDLE` or busy neighbours' tasks as a candidate; on hosts
+/// where waking a new task there waits for the next scheduler tick, every command waits up to
+/// a tick (4 ms at 250 Hz) while a neighbour floods the CPU. The parent is about to sleep
+/// (it waits for the command), so its own CPU is the one that frees first, with its caches
+/// warm. The load balancer still moves a long command elsewhere: only the start is placed.
+pub struct PlaceOnThisCpu {
+    saved: nix::sched::CpuSet,
+}
+
+impl PlaceOnThisCpu {
+    /// Narrows the caller's mask to its current CPU; `None` (nothing changed) when the CPU
+    /// or the mask cannot be read or set, e.g. under a seccomp filter that refuses it.
+    pub fn new() -> Option<PlaceOnThisCpu> {
+        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+        use nix::unistd::Pid;
+        let saved = sched_getaffinity(Pid::from_raw(0)).ok()?;
+        // SAFETY: sched_getcpu(3) takes no arguments and touches no memory of ours.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let cpu = usize::try_from(cpu).ok()?;
+        if !saved.is_set(cpu).ok()? {
+            return None;
+        }
+        let mut one = CpuSet::new();
+        one.set(cpu).ok()?;
+        sched_setaffinity(Pid::from_raw(0), &one).ok()?;
+        Some(PlaceOnThisCpu { saved })
+    }
+
+    /// The mask the child restores.
+    pub fn saved(&self) -> nix::sched::CpuSet {
+        self.saved
+    }
+}
+
+impl Drop for PlaceOnThisCpu {
+    fn drop(&mut self) {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &self.saved);
+    }
 }
 
 /// Makes the running process `pid` the OOM killer's first choice (`oom_score_adj` 1000). The
@@ -238,7 +346,7 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         v
     });
     // SAFETY: the closure only makes async-signal-safe syscalls (open, write, close,
-    // setrlimit, sched_setscheduler, setsid, ioctl, setgroups, setresgid, setresuid) and
+    // sched_setattr, sched_setaffinity, setrlimit, sched_setscheduler, setsid, ioctl, setgroups, setresgid, setresuid) and
     // allocates nothing (the group list, the AppArmor request and the paths are prepared
     // before fork).
     unsafe {
@@ -253,6 +361,13 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
             if fd >= 0 {
                 libc::write(fd, b"1000".as_ptr().cast(), 4);
                 libc::close(fd);
+            }
+            if let Some(slice) = &setup.default_time_slice {
+                slice.apply();
+            }
+            if let Some(mask) = &setup.affinity {
+                // Best effort: a child left on one CPU still runs, only less spread.
+                let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), mask);
             }
             if setup.sched_idle {
                 let rl = libc::rlimit {
@@ -405,5 +520,71 @@ mod single_thread_tests {
         assert!(e.to_string().contains("single-threaded"), "{e}");
         let e = crate::clone::clone_checked(nix::sched::CloneFlags::empty()).unwrap_err();
         assert!(e.to_string().contains("single-threaded"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+    use nix::sched::{sched_getaffinity, CpuSet};
+    use nix::unistd::Pid;
+
+    fn count(m: &CpuSet) -> usize {
+        (0..CpuSet::count())
+            .filter(|&c| m.is_set(c).unwrap())
+            .count()
+    }
+
+    fn cpus() -> usize {
+        count(&sched_getaffinity(Pid::from_raw(0)).unwrap())
+    }
+
+    #[test]
+    fn a_placement_narrows_to_one_cpu_and_gives_the_mask_back() {
+        let before = cpus();
+        {
+            let place = PlaceOnThisCpu::new().expect("the mask can be read and set");
+            assert_eq!(cpus(), 1);
+            assert_eq!(count(&place.saved()), before);
+        }
+        assert_eq!(cpus(), before);
+    }
+
+    #[test]
+    fn a_child_gets_the_mask_and_the_default_slice_back() {
+        // On a thread of its own: the slice is per thread, and the harness's other tests
+        // must keep theirs.
+        std::thread::spawn(|| {
+            let has_slice = std::fs::read_to_string("/proc/thread-self/sched")
+                .is_ok_and(|s| s.contains("se.slice"));
+            assert!(set_time_slice(SHORT_TIME_SLICE_NS));
+            let place = PlaceOnThisCpu::new().unwrap();
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", "grep -E '^(Cpus_allowed_list)' /proc/self/status; grep se.slice /proc/self/sched || true"]);
+            configure_child(
+                &mut cmd,
+                ChildSetup {
+                    affinity: Some(place.saved()),
+                    default_time_slice: TimeSlice::for_current(0),
+                    ..Default::default()
+                },
+            );
+            let out = cmd.output().unwrap();
+            drop(place);
+            let out = String::from_utf8(out.stdout).unwrap();
+            let allowed = out.lines().next().unwrap();
+            let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+            assert!(ours.lines().any(|l| l == allowed), "child: {out}");
+            if has_slice {
+                let slice = out
+                    .lines()
+                    .find(|l| l.starts_with("se.slice"))
+                    .and_then(|l| l.split_whitespace().last())
+                    .and_then(|v| v.parse::<u64>().ok());
+                assert!(slice.is_some_and(|s| s != SHORT_TIME_SLICE_NS), "child: {out}");
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -166,6 +166,9 @@ fn main() -> Result<()> {
     warren_sys::process::limit_malloc_arenas(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
+    // Every thread of the daemon (they inherit it) answers at once when it wakes instead of
+    // waiting out a busy sandbox's time slice; CPU shares stay those of the weights.
+    let short_slice = warren_sys::process::set_time_slice(warren_sys::process::SHORT_TIME_SLICE_NS);
     let args = Args::parse();
     if args.apparmor_profile {
         print!(
@@ -179,6 +182,11 @@ fn main() -> Result<()> {
         return Ok(());
     }
     warren_edge::logging::init(&args.log);
+    info!(
+        short = short_slice,
+        slice_us = warren_sys::process::SHORT_TIME_SLICE_NS / 1000,
+        "time slice of the daemon's threads"
+    );
 
     // Orphans of sandboxes are re-parented to us; the reaper thread collects every child's
     // status so none stays a zombie. Code that needs a status spawns through

@@ -11,6 +11,7 @@ use serde::Serialize;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest, ImageRef};
 
 use super::delete_all_reporting;
+use super::phases::Phases;
 use crate::commands::{run_tasks, Stop};
 use crate::stats::Latency;
 
@@ -122,8 +123,13 @@ pub async fn create_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::
     Ok(sampled(samples))
 }
 
-/// Round trips of `exec true` in one running sandbox.
-pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<Sampled> {
+/// Round trips of `exec true` in one running sandbox, and where their time went (see
+/// [`Phases`]: the node's metrics are scraped right around the measured calls).
+pub async fn exec_latency(
+    s: &Setup,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<(Sampled, Option<Phases>)> {
     s.note(format!(
         "exec: {n} round trips, {concurrency} at a time (after 50 warm-up)"
     ));
@@ -138,6 +144,7 @@ pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Re
             s.stop.check()?;
             exec_true(&s.client, &id).await?;
         }
+        let before = s.client.metrics().await.ok();
         let next = Arc::new(AtomicUsize::new(0));
         let samples = Arc::new(Mutex::new(Vec::with_capacity(n)));
         let workers = (0..concurrency.max(1)).map(|_| {
@@ -160,8 +167,15 @@ pub async fn exec_latency(s: &Setup, n: usize, concurrency: usize) -> anyhow::Re
         for w in run_tasks(workers).await {
             w??;
         }
+        let after = s.client.metrics().await.ok();
         let samples = std::mem::take(&mut *samples.lock().expect("samples lock"));
-        Ok::<_, anyhow::Error>(sampled(samples))
+        let (latency, q) = sampled(samples);
+        let phases = match (before, after) {
+            // One at a time: the node's means are those of the client's calls.
+            (Some(b), Some(a)) if concurrency <= 1 => Phases::between(&b, &a, latency.mean_ms),
+            _ => None,
+        };
+        Ok::<_, anyhow::Error>(((latency, q), phases))
     }
     .await;
     s.client

@@ -18,6 +18,7 @@
 //! | call | `call true` from 16 clients | ≥ 500/s |
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
+//! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
@@ -40,6 +41,8 @@ mod images_gen;
 mod measure;
 mod neighbour;
 mod net;
+mod pause;
+mod phases;
 mod replay;
 mod report;
 mod revive;
@@ -78,6 +81,8 @@ pub enum Which {
     Call,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
+    /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
+    Pause,
     Net,
     All,
     /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
@@ -99,7 +104,8 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
-    /// neighbour 200 per phase, net 100, vm 8, hostile 10000, tls 1000 per mode, ship 1000]
+    /// neighbour 200 per phase, pause 5, net 100, vm 8, hostile 10000, tls 1000 per mode,
+    /// ship 1000]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -193,6 +199,9 @@ pub struct Report {
     /// The exec samples' quantiles, as `create_quantiles_ms`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exec_quantiles_ms: Vec<f64>,
+    /// Where the exec round trip's time went (means from the node's histograms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_phases: Option<phases::Phases>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Throughput>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,6 +217,8 @@ pub struct Report {
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<pause::PauseBench>,
     pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostile: Option<hostile::Hostile>,
@@ -339,6 +350,14 @@ impl Report {
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
         }
+        if let Some(p) = &self.pause {
+            checks.push(Check::at_most(
+                "pause of 512 MiB p50",
+                p.pause.p50_ms / 1000.0,
+                "s",
+                0.25,
+            ));
+        }
         if let Some(nb) = &self.neighbour {
             for p in &nb.phases {
                 checks.push(Check::at_most(
@@ -396,6 +415,10 @@ impl Report {
         }
         if !lat.is_empty() {
             out.push_str(&lat.render());
+        }
+        if let Some(p) = &self.exec_phases {
+            out.push('\n');
+            out.push_str(&p.render());
         }
         if let Some(t) = &self.throughput {
             if !out.is_empty() {
@@ -480,6 +503,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&nb.render());
+        }
+        if let Some(p) = &self.pause {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&p.render());
         }
         if let Some(h) = &self.hostile {
             if !out.is_empty() {
@@ -571,8 +600,8 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if all || args.which == Which::Exec {
         stop.check()?;
-        let (l, q) = measure::exec_latency(setup, n(1000), c(1)).await?;
-        (report.exec, report.exec_quantiles_ms) = (Some(l), q);
+        let ((l, q), p) = measure::exec_latency(setup, n(1000), c(1)).await?;
+        (report.exec, report.exec_quantiles_ms, report.exec_phases) = (Some(l), q, p);
     }
     if all || args.which == Which::Throughput {
         stop.check()?;
@@ -613,6 +642,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
+    }
+    if args.which == Which::Pause {
+        stop.check()?;
+        report.pause = Some(pause::pause(setup, n(5)).await?);
     }
     if args.which == Which::Hostile {
         stop.check()?;

@@ -291,3 +291,42 @@ async fn limits_timeout_kills_detached_grandchildren() {
         d.ps(&id).await
     );
 }
+
+/// `se.slice` (ns) of a process from its `/proc/<pid>/sched`; `None` on kernels that do not
+/// show it (before EEVDF's custom slices).
+fn slice_of(sched: &str) -> Option<u64> {
+    sched
+        .lines()
+        .find(|l| l.starts_with("se.slice"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The daemon and the agent answer with a short time slice, so a neighbour's CPU hog does not
+/// delay them by a whole slice; the sandbox's own commands run with the kernel's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_commands_get_the_default_time_slice_and_the_agent_a_short_one() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let ours = std::fs::read_to_string("/proc/self/sched").unwrap();
+    let Some(default) = slice_of(&ours) else {
+        println!("note: this kernel shows no se.slice; custom time slices are not checked");
+        return;
+    };
+    let daemon = std::fs::read_to_string(format!("/proc/{}/sched", d.pid().unwrap())).unwrap();
+    assert_eq!(slice_of(&daemon), Some(100_000), "the daemon's slice");
+    let id = d.create(&CreateSandboxRequest::default()).await.id;
+    let out = d
+        .sh_ok(
+            &id,
+            "grep se.slice /proc/1/sched | tr -dc 0-9; echo; grep se.slice /proc/self/sched | tr -dc 0-9",
+        )
+        .await;
+    let v: Vec<u64> = out.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(v[0], 100_000, "the agent's slice: {out}");
+    assert_eq!(
+        v[1], default,
+        "a command's slice (the kernel's default): {out}"
+    );
+}
