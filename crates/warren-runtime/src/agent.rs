@@ -566,6 +566,14 @@ impl AgentConn {
         .await
         .map(|_| ())
     }
+
+    /// Configures a VM guest's network interface (`None` takes its address away).
+    pub async fn guest_network(
+        &self,
+        config: Option<warren_proto::GuestNet>,
+    ) -> Result<(), RuntimeError> {
+        self.simple(Call::Network { config }).await.map(|_| ())
+    }
 }
 
 /// One open stream. Dropping it before the agent finished cancels the work.
