@@ -413,6 +413,13 @@ impl Instance for Vm {
             _ = self.agent.closed() => {}
             _ = exited.wait_for(|e| *e) => {}
         }
+        // A dying QEMU closes the agent's socket first: give its exit watch a moment to say
+        // how it ended (`lost_reason`).
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(3),
+            exited.wait_for(|e| *e),
+        )
+        .await;
     }
 
     fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
