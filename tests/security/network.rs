@@ -447,7 +447,9 @@ fn mirror_on() -> NetworkPolicy {
 }
 
 async fn policy_none_has_no_link_no_route_no_resolver_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(NetworkPolicy::none()).await;
     let st = w.d.client().get_network(&id).await.unwrap();
     assert!(st.policy.is_none() && st.address.is_none());
@@ -470,7 +472,9 @@ async fn policy_none_has_no_link_no_route_no_resolver_on(substrate: Substrate) {
 }
 
 async fn allowed_service_is_reachable_denied_service_is_not_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(mirror_on()).await;
     let r = w
         .expect_ok(&id, &format!("http http://{}:8080/", w.mirror_ip()))
@@ -493,7 +497,9 @@ async fn allowed_service_is_reachable_denied_service_is_not_on(substrate: Substr
 }
 
 async fn resolver_answers_only_allowed_names_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let pol = World::policy(serde_json::json!({
         "services": {"mirror": true},
         "domains": ["files.mirror.test"]
@@ -527,7 +533,9 @@ async fn resolver_answers_only_allowed_names_on(substrate: Substrate) {
 }
 
 async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let pol = World::policy(serde_json::json!({
         "allow": [{"cidr": format!("{}/32", w.mirror_ip()), "ports": 9090, "protocol": "tcp"},
                   {"cidr": w.mirror_ip(), "ports": "5000-5400", "protocol": "udp"}]
@@ -559,12 +567,18 @@ async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol_on(substrate: Substr
 }
 
 async fn policy_change_at_runtime_applies_to_the_next_connection_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     // A VM gets its network interface at create, from a policy other than none: one created
     // with none has no interface and says so when given a policy.
     let first = if w.is_vm() {
         let bare = w.sandbox(NetworkPolicy::none()).await;
-        let e = w.d.client().set_network(&bare, &mirror_on()).await.unwrap_err();
+        let e =
+            w.d.client()
+                .set_network(&bare, &mirror_on())
+                .await
+                .unwrap_err();
         assert!(e.to_string().contains("no network interface"), "{e}");
         assert!(w.links().is_empty(), "{:?}", w.links());
         World::policy(serde_json::json!({"services": {"other": true}}))
@@ -605,12 +619,27 @@ async fn policy_change_at_runtime_applies_to_the_next_connection_on(substrate: S
     w.finish().await;
 }
 
-async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(
+    substrate: Substrate,
+) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let all = World::policy(serde_json::json!({"allow": [{"cidr": "0.0.0.0/0"}]}));
     let a = w.sandbox(all.clone()).await;
     let b = w.sandbox(mirror_on()).await;
     let b_ip = w.d.client().get_network(&b).await.unwrap().address.unwrap();
+    if w.is_vm() {
+        // Both restored from one template, each guest has a MAC of its own (not the
+        // template's, which every VMM's command line carries).
+        let mac_a = w.d.sh_ok(&a, "cat /sys/class/net/eth0/address").await;
+        let mac_b = w.d.sh_ok(&b, "cat /sys/class/net/eth0/address").await;
+        let (ma, mb) = (mac_a.trim().to_string(), mac_b.trim().to_string());
+        assert_ne!(ma, mb);
+        for m in [&ma, &mb] {
+            assert!(m.len() == 17 && m != "02:57:52:00:00:01", "guest MAC {m}");
+        }
+    }
     // B serves HTTP on its eth0 for a bounded time, A tries to reach it (a guest under
     // software emulation starts Python much more slowly: longer bounds there).
     let (serve_secs, wait_secs) = if w.is_vm() { (90, 60) } else { (20, 10) };
@@ -638,7 +667,9 @@ async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(su
 }
 
 async fn node_api_and_host_ports_are_unreachable_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let all = World::policy(serde_json::json!({"allow": [{"cidr": "0.0.0.0/0"}]}));
     let id = w.sandbox(all).await;
     let gw =
@@ -678,7 +709,9 @@ async fn node_api_and_host_ports_are_unreachable_on(substrate: Substrate) {
 }
 
 async fn root_in_the_sandbox_cannot_rewrite_its_way_out_on(substrate: Substrate) {
-    let Some(w) = World::new(substrate).await else { return };
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(mirror_on()).await;
     let other = w.sandbox(mirror_on()).await;
     let other_ip =

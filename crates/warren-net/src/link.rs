@@ -175,12 +175,7 @@ async fn bridge(s: &Handle, peer: u32, tap: &str) -> Result<(), NetError> {
         .ok_or_else(|| NetError::netlink(format!("VMM tap {tap}"), "missing"))?;
     for (idx, what) in [(peer, "eth0"), (tidx, "tap")] {
         s.link()
-            .set(
-                LinkUnspec::new_with_index(idx)
-                    .controller(br)
-                    .up()
-                    .build(),
-            )
+            .set(LinkUnspec::new_with_index(idx).controller(br).up().build())
             .execute()
             .await
             .map_err(|e| NetError::netlink(format!("bridge port {what}"), e))?;

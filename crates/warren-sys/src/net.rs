@@ -67,7 +67,12 @@ fn sockaddr_in(a: std::net::Ipv4Addr) -> libc::sockaddr {
     unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
 }
 
-fn ioctl(sock: &std::net::UdpSocket, op: libc::Ioctl, req: &mut libc::ifreq, what: &str) -> Result<()> {
+fn ioctl(
+    sock: &std::net::UdpSocket,
+    op: libc::Ioctl,
+    req: &mut libc::ifreq,
+    what: &str,
+) -> Result<()> {
     // SAFETY: every SIOC*IF* request used here reads or fills the `ifreq` that lives across
     // the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), op, req as *mut libc::ifreq) } < 0 {
@@ -134,7 +139,14 @@ pub fn configure(name: &str, cfg: Option<&InterfaceConfig>) -> Result<()> {
     rt.rt_gateway = sockaddr_in(c.gateway);
     rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     // SAFETY: SIOCADDRT reads `rt`, which lives across the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &mut rt as *mut libc::rtentry) } < 0 {
+    if unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCADDRT,
+            &mut rt as *mut libc::rtentry,
+        )
+    } < 0
+    {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EEXIST) {
             return Err(SysError::new("SIOCADDRT default route", e));

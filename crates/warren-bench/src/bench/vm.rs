@@ -356,17 +356,15 @@ fn render(bench: &VmBench, report: &Report) -> String {
 /// and with an allow list (one address, one port: a link, its rules and resolver, the guest's
 /// interface configured), alternating so both see the same host load. Each shape's template
 /// is made first, outside the samples.
-async fn measure_network(
-    c: &Client,
-    image: &str,
-    n: usize,
-) -> anyhow::Result<(Latency, Latency)> {
+async fn measure_network(c: &Client, image: &str, n: usize) -> anyhow::Result<(Latency, Latency)> {
     let none = request(image, 1024);
     let mut allow = request(image, 1024);
     allow.network = serde_json::from_value(serde_json::json!({
         "allow": [{"cidr": "10.255.255.1/32", "ports": 80, "protocol": "tcp"}]
     }))?;
-    note(format!("{n} creates with network none and {n} with an allow list"));
+    note(format!(
+        "{n} creates with network none and {n} with an allow list"
+    ));
     for req in [&none, &allow] {
         let (_, id) = create_exec(c, req).await?;
         c.delete(&id).await?;

@@ -415,11 +415,8 @@ impl Instance for Vm {
         }
         // A dying QEMU closes the agent's socket first: give its exit watch a moment to say
         // how it ended (`lost_reason`).
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(3),
-            exited.wait_for(|e| *e),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(3), exited.wait_for(|e| *e)).await;
     }
 
     fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {

@@ -133,7 +133,12 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let boot = root.path().join("boot");
         std::fs::create_dir_all(&boot).unwrap();
-        for n in ["initramfs-new.cpio", "initramfs-old.cpio", "initramfs-held.cpio", "empty.cpio"] {
+        for n in [
+            "initramfs-new.cpio",
+            "initramfs-old.cpio",
+            "initramfs-held.cpio",
+            "empty.cpio",
+        ] {
             std::fs::write(boot.join(n), b"x").unwrap();
         }
         // Another live daemon keeps its own initramfs open.
@@ -148,8 +153,18 @@ mod tests {
         let hour = 3600;
         let good = template(root.path(), "good", key("initramfs-new.cpio", "q1"), hour);
         let held = template(root.path(), "held", key("initramfs-held.cpio", "q1"), hour);
-        let old_agent = template(root.path(), "oldagent", key("initramfs-old.cpio", "q1"), hour);
-        let old_qemu = template(root.path(), "oldqemu", key("initramfs-new.cpio", "q0"), hour);
+        let old_agent = template(
+            root.path(),
+            "oldagent",
+            key("initramfs-old.cpio", "q1"),
+            hour,
+        );
+        let old_qemu = template(
+            root.path(),
+            "oldqemu",
+            key("initramfs-new.cpio", "q0"),
+            hour,
+        );
         let recent = template(root.path(), "recent", key("initramfs-old.cpio", "q0"), 1);
         let open = template(root.path(), "open", key("initramfs-new.cpio", "q0"), hour);
         std::fs::write(open.join("disk.qcow2"), b"d").unwrap();

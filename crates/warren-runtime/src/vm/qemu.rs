@@ -173,7 +173,13 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
 pub fn spawn(
     qemu: &Path,
     l: &Launch<'_>,
-) -> Result<(u32, tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>), RuntimeError> {
+) -> Result<
+    (
+        u32,
+        tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>,
+    ),
+    RuntimeError,
+> {
     use std::os::fd::AsRawFd;
     let devnull = std::fs::OpenOptions::new()
         .read(true)
