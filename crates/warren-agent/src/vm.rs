@@ -378,9 +378,13 @@ fn serve(port: PathBuf) -> ! {
 /// The guest's network interface (virtio-net; no udev renames it).
 const NIC: &str = "eth0";
 
-/// `Call::Network`: configures (or clears) the guest's interface. Only a VM guest has one to
-/// configure: a container's link is set up from the host.
-pub fn network(config: Option<&warren_proto::GuestNet>) -> warren_proto::Event {
+/// `Call::Network`: configures (or clears) the guest's interface, then writes its
+/// resolv.conf. Only a VM guest has one to configure: a container's link is set up from the
+/// host.
+pub fn network(
+    config: Option<&warren_proto::GuestNet>,
+    resolv_conf: Option<&str>,
+) -> warren_proto::Event {
     use warren_proto::Event;
     use warren_types::ErrorCode;
     if std::process::id() != 1 || !Path::new("/sys/class/net").join(NIC).exists() {
@@ -393,10 +397,19 @@ pub fn network(config: Option<&warren_proto::GuestNet>) -> warren_proto::Event {
         Ok(c) => c,
         Err(m) => return Event::error(ErrorCode::InvalidRequest, m),
     };
-    match warren_sys::net::configure(NIC, cfg.as_ref()) {
-        Ok(()) => Event::Done,
-        Err(e) => Event::error(ErrorCode::Internal, format!("configure {NIC}: {e}")),
+    if let Err(e) = warren_sys::net::configure(NIC, cfg.as_ref()) {
+        return Event::error(ErrorCode::Internal, format!("configure {NIC}: {e}"));
     }
+    if let Some(text) = resolv_conf {
+        // Beside it, then renamed over it: a reader never sees half a file.
+        let tmp = Path::new("/etc/.resolv.conf.warren");
+        let res = std::fs::write(tmp, text).and_then(|()| std::fs::rename(tmp, "/etc/resolv.conf"));
+        if let Err(e) = res {
+            let _ = std::fs::remove_file(tmp);
+            return Event::error(ErrorCode::Internal, format!("write /etc/resolv.conf: {e}"));
+        }
+    }
+    Event::Done
 }
 
 fn parse_net(n: &warren_proto::GuestNet) -> Result<warren_sys::net::InterfaceConfig, String> {

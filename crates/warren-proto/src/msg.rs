@@ -95,8 +95,13 @@ pub enum Call {
     /// → `Done`.
     Chmod { path: String, mode: u32 },
     /// VM guests only: configures the guest's network interface (`eth0`) as given, or takes
-    /// its address and route away (`None`). → `Done`.
-    Network { config: Option<GuestNet> },
+    /// its address and route away (`None`), then writes `resolv_conf` (when given) to
+    /// `/etc/resolv.conf`: one call, so a create pays one round trip to the guest. → `Done`.
+    Network {
+        config: Option<GuestNet>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolv_conf: Option<String>,
+    },
     /// Function containers only: run one stateless call in a fresh call environment (see
     /// [`InvokeSpec`]). STDIN frames carry the files' contents (in order, `size` bytes each)
     /// then the command's stdin, ended by EOF. → `Started`, STDOUT/STDERR frames, one

@@ -567,12 +567,19 @@ impl AgentConn {
         .map(|_| ())
     }
 
-    /// Configures a VM guest's network interface (`None` takes its address away).
+    /// Configures a VM guest's network interface (`None` takes its address away) and writes
+    /// its `/etc/resolv.conf`.
     pub async fn guest_network(
         &self,
         config: Option<warren_proto::GuestNet>,
+        resolv_conf: String,
     ) -> Result<(), RuntimeError> {
-        self.simple(Call::Network { config }).await.map(|_| ())
+        self.simple(Call::Network {
+            config,
+            resolv_conf: Some(resolv_conf),
+        })
+        .await
+        .map(|_| ())
     }
 }
 

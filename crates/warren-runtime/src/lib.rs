@@ -193,10 +193,15 @@ pub trait Instance: Send + Sync + 'static {
         None
     }
 
-    /// Gives the guest's interface the link's address (`None` takes it away). Only sandboxes
-    /// with a [`Instance::guest_tap`] need it: a container's link is configured from the host.
-    async fn configure_guest_link(&self, link: Option<GuestLink>) -> Result<(), RuntimeError> {
-        let _ = link;
+    /// Gives the guest's interface the link's address (`None` takes it away) and writes its
+    /// `/etc/resolv.conf`. Only sandboxes with a [`Instance::guest_tap`] need it: a
+    /// container's link is configured from the host.
+    async fn configure_guest_link(
+        &self,
+        link: Option<GuestLink>,
+        resolv_conf: String,
+    ) -> Result<(), RuntimeError> {
+        let _ = (link, resolv_conf);
         Ok(())
     }
 

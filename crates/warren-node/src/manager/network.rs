@@ -65,10 +65,13 @@ impl Manager {
         let link = net
             .apply(id.as_str(), pid, instance.guest_tap(), policy)
             .await?;
-        if had != link.is_some() {
+        // Only a link that came or went changes the inside (a new policy on a kept link is
+        // rules and resolver names only: the guest's interface is left alone).
+        if had != link.is_some() && instance.guest_tap().is_some() {
             configure_guest(instance, link.as_ref())
                 .await
                 .map_err(|e| NodeError::runtime(id, e))?;
+        } else if had != link.is_some() {
             let text = warren_net::resolv_conf(link.as_ref());
             let agent = instance.agent();
             let write = async {
@@ -175,10 +178,11 @@ impl Manager {
         let link = net
             .apply(sb.id.as_str(), pid, instance.guest_tap(), policy)
             .await?;
-        if !instance.is_paused() {
+        if instance.guest_tap().is_some() && !instance.is_paused() {
             configure_guest(instance, link.as_ref())
                 .await
                 .map_err(|e| NodeError::runtime(&sb.id, e))?;
+        } else if !instance.is_paused() {
             let text = warren_net::resolv_conf(link.as_ref());
             let mut w = instance
                 .agent()
@@ -196,19 +200,19 @@ impl Manager {
     }
 }
 
-/// A VM's guest takes its link's address itself (a no-op for containers).
+/// A VM's guest takes its link's address and resolv.conf itself, in one agent call.
 async fn configure_guest(
     instance: &Arc<dyn Instance>,
     link: Option<&warren_net::LinkInfo>,
 ) -> Result<(), warren_runtime::RuntimeError> {
-    if instance.guest_tap().is_none() {
-        return Ok(());
-    }
     instance
-        .configure_guest_link(link.map(|l| warren_runtime::GuestLink {
-            address: l.address,
-            gateway: l.gateway,
-            prefix_len: warren_net::link::LINK_PREFIX,
-        }))
+        .configure_guest_link(
+            link.map(|l| warren_runtime::GuestLink {
+                address: l.address,
+                gateway: l.gateway,
+                prefix_len: warren_net::link::LINK_PREFIX,
+            }),
+            warren_net::resolv_conf(link),
+        )
         .await
 }

@@ -462,6 +462,7 @@ impl Instance for Vm {
     async fn configure_guest_link(
         &self,
         link: Option<crate::GuestLink>,
+        resolv_conf: String,
     ) -> Result<(), RuntimeError> {
         let config = link.map(|l| warren_proto::GuestNet {
             mac: qemu::sandbox_mac(self.id.as_str()),
@@ -470,7 +471,7 @@ impl Instance for Vm {
             gateway: l.gateway,
             mtu: 1500,
         });
-        self.agent.guest_network(config).await
+        self.agent.guest_network(config, resolv_conf).await
     }
 
     fn lost_reason(&self) -> Option<String> {
