@@ -41,6 +41,9 @@ pub struct VmBench {
     /// interleaved.
     pub create_network_none: Option<Latency>,
     pub create_network_allow: Option<Latency>,
+    /// The same creates until their first `exec true` has answered.
+    pub first_exec_network_none: Option<Latency>,
+    pub first_exec_network_allow: Option<Latency>,
 }
 
 /// Host memory of idle microVMs.
@@ -275,6 +278,17 @@ pub async fn run(
             30.0,
         ));
     }
+    if let (Some(none), Some(allow)) = (
+        &bench.first_exec_network_none,
+        &bench.first_exec_network_allow,
+    ) {
+        checks.push(Check::at_most(
+            "allow-list network adds to create → first exec p50",
+            allow.p50_ms - none.p50_ms,
+            "ms",
+            30.0,
+        ));
+    }
     if let Some(d) = &bench.density {
         checks.push(Check::at_most(
             "QEMU left after delete",
@@ -312,6 +326,11 @@ fn render(bench: &VmBench, report: &Report) -> String {
         ("snapshot (idle 256 MiB guest)", &bench.snapshot),
         ("create, network none", &bench.create_network_none),
         ("create, network allow list", &bench.create_network_allow),
+        ("create → first exec, none", &bench.first_exec_network_none),
+        (
+            "create → first exec, allow list",
+            &bench.first_exec_network_allow,
+        ),
     ] {
         if let Some(l) = l {
             t.row([
@@ -352,11 +371,12 @@ fn render(bench: &VmBench, report: &Report) -> String {
     out
 }
 
-/// Creates (the API call, until the sandbox serves) of template restores with policy `none`
-/// and with an allow list (one address, one port: a link, its rules and resolver, the guest's
-/// interface configured), alternating so both see the same host load. Each shape's template
-/// is made first, outside the samples.
-async fn measure_network(c: &Client, image: &str, n: usize) -> anyhow::Result<(Latency, Latency)> {
+/// Creates (the API call, until the sandbox serves; and until its first `exec true`
+/// answered) of template restores with policy `none` and with an allow list (one address,
+/// one port: a link, its rules and resolver, the guest's interface configured), alternating
+/// so both see the same host load. Each shape's template is made first, outside the samples.
+/// Returns create none, create allow, first exec none, first exec allow.
+async fn measure_network(c: &Client, image: &str, n: usize) -> anyhow::Result<[Latency; 4]> {
     let none = request(image, 1024);
     let mut allow = request(image, 1024);
     allow.network = serde_json::from_value(serde_json::json!({
@@ -369,19 +389,23 @@ async fn measure_network(c: &Client, image: &str, n: usize) -> anyhow::Result<(L
         let (_, id) = create_exec(c, req).await?;
         c.delete(&id).await?;
     }
-    let (mut none_ms, mut allow_ms) = (Vec::new(), Vec::new());
+    let mut ms: [Vec<f64>; 4] = Default::default();
     for _ in 0..n {
-        for (req, out) in [(&none, &mut none_ms), (&allow, &mut allow_ms)] {
+        for (i, req) in [&none, &allow].into_iter().enumerate() {
             let t = Instant::now();
             let sb = c.create(req).await.context("create")?;
-            out.push(t.elapsed().as_secs_f64() * 1e3);
+            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            let r = c.exec(&sb.id, &ExecRequest::argv(["true"])).await;
+            ms[i + 2].push(t.elapsed().as_secs_f64() * 1e3);
+            anyhow::ensure!(
+                r.context("exec true")?.success(),
+                "`true` failed in {}",
+                sb.id
+            );
             c.delete(&sb.id).await?;
         }
     }
-    Ok((
-        Latency::from_samples(none_ms),
-        Latency::from_samples(allow_ms),
-    ))
+    Ok(ms.map(Latency::from_samples))
 }
 
 async fn measure(
@@ -449,9 +473,11 @@ async fn measure(
     }
     bench.template_restore_first_exec = Some(Latency::from_samples(warm_ms));
 
-    let (none, allow) = measure_network(&warm.client, image, n).await?;
+    let [none, allow, none_exec, allow_exec] = measure_network(&warm.client, image, n).await?;
     bench.create_network_none = Some(none);
     bench.create_network_allow = Some(allow);
+    bench.first_exec_network_none = Some(none_exec);
+    bench.first_exec_network_allow = Some(allow_exec);
 
     if vms > 0 {
         note(format!("{vms} idle microVMs for memory"));
