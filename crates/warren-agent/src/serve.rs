@@ -248,7 +248,7 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
         Call::Network {
             config,
             resolv_conf,
-        } => crate::vm::network(config.as_ref(), resolv_conf.as_deref()),
+        } => crate::guest_net::configure(config.as_ref(), resolv_conf.as_deref()),
         Call::Invoke { .. } => Event::error(
             ErrorCode::InvalidRequest,
             "calls run only in function containers",
