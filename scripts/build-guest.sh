@@ -6,12 +6,13 @@
 # Debian's cloud kernel (linux-image-cloud-amd64) is downloaded with `apt-get download` — never
 # installed on the host — and unpacked. Kept: the kernel (bzImage, booted directly with
 # `-kernel`), its config, and the few modules the guest needs (virtio-pci, virtio-blk,
-# virtio-console, erofs, overlay and their dependencies), in load order. The daemon builds the
+# virtio-console, erofs, overlay, virtio-net and their dependencies), in load order. The daemon builds the
 # initramfs itself (modules + warren-agent + its libraries) at start-up, so a rebuilt agent
 # never needs this script again.
 #
 # Output: /var/cache/warren/guest/<kernel version>/{vmlinuz,config,modules/*.ko,modules.order}
-# and the symlink /var/cache/warren/guest/current. Idempotent: a cached kernel is kept.
+# and the symlink /var/cache/warren/guest/current. Idempotent: a cached kernel that has every
+# module of the list is kept (one cached before a module was added is fetched again).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,9 +30,23 @@ die() { echo "build-guest: error: $*" >&2; exit 1; }
 MODULES=(
     virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
     virtio_blk virtio_console libcrc32c erofs overlay
+    failover net_failover virtio_net
 )
 
-if [[ $FORCE -eq 0 && -f "$CACHE/current/vmlinuz" && -f "$CACHE/current/modules.order" ]]; then
+# Complete when every module of the list is in modules.order or built into the kernel.
+cached_complete() {
+    local d="$CACHE/current" m cfg
+    [[ -f "$d/vmlinuz" && -f "$d/modules.order" && -f "$d/config" ]] || return 1
+    for m in "${MODULES[@]}"; do
+        [[ "$m" == virtio_pci_legacy_dev || "$m" == virtio_pci_modern_dev || "$m" == libcrc32c ]] && continue
+        grep -qx "$m.ko" "$d/modules.order" && continue
+        cfg="CONFIG_$(echo "$m" | tr 'a-z' 'A-Z')"
+        grep -qx "${cfg}=y" "$d/config" && continue
+        return 1
+    done
+}
+
+if [[ $FORCE -eq 0 ]] && cached_complete; then
     log "cached: $(readlink -f "$CACHE/current")"
     exit 0
 fi

@@ -11,6 +11,10 @@
 //!
 //! Each case asserts the attack is contained and that the host and the other sandboxes are
 //! unaffected (the mirror still answers allowed clients, the other sandbox still works).
+//!
+//! The cases run on containers and on microVMs (`*_microvm`): a VM's guest holds the
+//! sandbox's address on its own virtio-net interface, bridged to the same link inside its
+//! VMM's network namespace, so the same rules must hold.
 
 #[path = "../../crates/warren-tests/tests/common/mod.rs"]
 mod common;
@@ -21,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::Daemon;
-use warren_client::CreateSandboxRequest;
+use warren_client::{CreateSandboxRequest, Substrate};
 use warren_types::NetworkPolicy;
 
 /// How long a probe waits for an answer that should not come.
@@ -144,6 +148,8 @@ struct World {
     _host_listener: tokio::net::TcpListener,
     /// The daemon's own TCP API port (bound to loopback).
     api_port: u16,
+    /// Substrate of the sandboxes under test.
+    substrate: Substrate,
 }
 
 impl World {
@@ -160,7 +166,7 @@ impl World {
         format!("10.254.{}.1", self.s())
     }
 
-    async fn new() -> Option<World> {
+    async fn new(substrate: Substrate) -> Option<World> {
         if common::should_skip() {
             return None;
         }
@@ -288,9 +294,23 @@ hostnames = ["npm.mirror.test"]
             host_port,
             _host_listener: host_listener,
             api_port,
+            substrate,
         };
         assert!(up.is_some(), "the mirror did not start");
+        let served = w.d.client().health().await.unwrap().substrates;
+        if !served.iter().any(|s| s == substrate.as_str()) {
+            common::skip(format!(
+                "the daemon does not serve {}; its log says:\n{}",
+                substrate.as_str(),
+                w.d.log_tail(20)
+            ));
+            return None;
+        }
         Some(w)
+    }
+
+    fn is_vm(&self) -> bool {
+        self.substrate != Substrate::Container
     }
 
     async fn sandbox(&self, policy: NetworkPolicy) -> String {
@@ -298,6 +318,8 @@ hostnames = ["npm.mirror.test"]
             .d
             .create(&CreateSandboxRequest {
                 network: policy,
+                substrate: self.substrate,
+                memory_mb: self.is_vm().then_some(256),
                 ..Default::default()
             })
             .await
@@ -424,9 +446,10 @@ fn mirror_on() -> NetworkPolicy {
     World::policy(serde_json::json!({"services": {"mirror": true, "other": false}}))
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn policy_none_has_no_link_no_route_no_resolver() {
-    let Some(w) = World::new().await else { return };
+async fn policy_none_has_no_link_no_route_no_resolver_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(NetworkPolicy::none()).await;
     let st = w.d.client().get_network(&id).await.unwrap();
     assert!(st.policy.is_none() && st.address.is_none());
@@ -448,9 +471,10 @@ async fn policy_none_has_no_link_no_route_no_resolver() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn allowed_service_is_reachable_denied_service_is_not() {
-    let Some(w) = World::new().await else { return };
+async fn allowed_service_is_reachable_denied_service_is_not_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(mirror_on()).await;
     let r = w
         .expect_ok(&id, &format!("http http://{}:8080/", w.mirror_ip()))
@@ -472,9 +496,10 @@ async fn allowed_service_is_reachable_denied_service_is_not() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn resolver_answers_only_allowed_names() {
-    let Some(w) = World::new().await else { return };
+async fn resolver_answers_only_allowed_names_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let pol = World::policy(serde_json::json!({
         "services": {"mirror": true},
         "domains": ["files.mirror.test"]
@@ -507,9 +532,10 @@ async fn resolver_answers_only_allowed_names() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol() {
-    let Some(w) = World::new().await else { return };
+async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let pol = World::policy(serde_json::json!({
         "allow": [{"cidr": format!("{}/32", w.mirror_ip()), "ports": 9090, "protocol": "tcp"},
                   {"cidr": w.mirror_ip(), "ports": "5000-5400", "protocol": "udp"}]
@@ -540,10 +566,26 @@ async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn policy_change_at_runtime_applies_to_the_next_connection() {
-    let Some(w) = World::new().await else { return };
-    let id = w.sandbox(NetworkPolicy::none()).await;
+async fn policy_change_at_runtime_applies_to_the_next_connection_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
+    // A VM gets its network interface at create, from a policy other than none: one created
+    // with none has no interface and says so when given a policy.
+    let first = if w.is_vm() {
+        let bare = w.sandbox(NetworkPolicy::none()).await;
+        let e =
+            w.d.client()
+                .set_network(&bare, &mirror_on())
+                .await
+                .unwrap_err();
+        assert!(e.to_string().contains("no network interface"), "{e}");
+        assert!(w.links().is_empty(), "{:?}", w.links());
+        World::policy(serde_json::json!({"services": {"other": true}}))
+    } else {
+        NetworkPolicy::none()
+    };
+    let id = w.sandbox(first).await;
     let url = format!("http http://{}:8080/", w.mirror_ip());
     w.expect_blocked(&id, &url).await;
     // denied → allowed: the very next connection goes through (no retry loop).
@@ -570,22 +612,42 @@ async fn policy_change_at_runtime_applies_to_the_next_connection() {
     assert!(w.links().is_empty(), "{:?}", w.links());
     let info = w.d.client().get(&id).await.unwrap();
     assert!(info.network.is_none());
+    // → allowed again: a new link (for a VM, bridged to the same interface).
+    w.d.client().set_network(&id, &mirror_on()).await.unwrap();
+    w.expect_ok(&id, &url).await;
     w.host_unaffected();
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything() {
-    let Some(w) = World::new().await else { return };
+async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(
+    substrate: Substrate,
+) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let all = World::policy(serde_json::json!({"allow": [{"cidr": "0.0.0.0/0"}]}));
     let a = w.sandbox(all.clone()).await;
     let b = w.sandbox(mirror_on()).await;
     let b_ip = w.d.client().get_network(&b).await.unwrap().address.unwrap();
-    // B serves HTTP on its eth0 for a few seconds (bounded), A tries to reach it.
-    let serve =
-        warren_types::ExecRequest::shell("python3 /tmp/probe.py 1 serve 8000 20 >/dev/null 2>&1");
+    if w.is_vm() {
+        // Both restored from one template, each guest has a MAC of its own (not the
+        // template's, which every VMM's command line carries).
+        let mac_a = w.d.sh_ok(&a, "cat /sys/class/net/eth0/address").await;
+        let mac_b = w.d.sh_ok(&b, "cat /sys/class/net/eth0/address").await;
+        let (ma, mb) = (mac_a.trim().to_string(), mac_b.trim().to_string());
+        assert_ne!(ma, mb);
+        for m in [&ma, &mb] {
+            assert!(m.len() == 17 && m != "02:57:52:00:00:01", "guest MAC {m}");
+        }
+    }
+    // B serves HTTP on its eth0 for a bounded time, A tries to reach it (a guest under
+    // software emulation starts Python much more slowly: longer bounds there).
+    let (serve_secs, wait_secs) = if w.is_vm() { (90, 60) } else { (20, 10) };
+    let serve = warren_types::ExecRequest::shell(format!(
+        "python3 /tmp/probe.py 1 serve 8000 {serve_secs} >/dev/null 2>&1"
+    ));
     w.d.client().spawn(&b, &serve).await.unwrap();
-    let up = common::wait_for(Duration::from_secs(10), || async {
+    let up = common::wait_for(Duration::from_secs(wait_secs), || async {
         let local =
             w.d.sh_ok(&b, "python3 /tmp/probe.py 2 tcp 127.0.0.1 8000")
                 .await;
@@ -604,9 +666,10 @@ async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn node_api_and_host_ports_are_unreachable() {
-    let Some(w) = World::new().await else { return };
+async fn node_api_and_host_ports_are_unreachable_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let all = World::policy(serde_json::json!({"allow": [{"cidr": "0.0.0.0/0"}]}));
     let id = w.sandbox(all).await;
     let gw =
@@ -645,9 +708,10 @@ async fn node_api_and_host_ports_are_unreachable() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
-    let Some(w) = World::new().await else { return };
+async fn root_in_the_sandbox_cannot_rewrite_its_way_out_on(substrate: Substrate) {
+    let Some(w) = World::new(substrate).await else {
+        return;
+    };
     let id = w.sandbox(mirror_on()).await;
     let other = w.sandbox(mirror_on()).await;
     let other_ip =
@@ -657,14 +721,17 @@ async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
             .unwrap()
             .address
             .unwrap();
-    // No CAP_NET_ADMIN: addresses and routes cannot change.
-    let r = w.probe(&id, &format!("setaddr {}", w.other_ip())).await;
-    assert!(
-        r.contains("PermissionError"),
-        "changing eth0's address: {r}"
-    );
-    let r = w.probe(&id, &format!("route 10.201.{}.0", w.s())).await;
-    assert!(r.contains("PermissionError"), "adding a route: {r}");
+    // No CAP_NET_ADMIN in a container: addresses and routes cannot change. (A VM's root owns
+    // its guest kernel: what it sends is checked at the host, as below.)
+    if !w.is_vm() {
+        let r = w.probe(&id, &format!("setaddr {}", w.other_ip())).await;
+        assert!(
+            r.contains("PermissionError"),
+            "changing eth0's address: {r}"
+        );
+        let r = w.probe(&id, &format!("route 10.201.{}.0", w.s())).await;
+        assert!(r.contains("PermissionError"), "adding a route: {r}");
+    }
     // Raw sockets are allowed (ping-like tools), but a forged source address is dropped at
     // the host: a sandbox cannot borrow another sandbox's policy or hide behind its address.
     w.expect_ok(
@@ -710,24 +777,28 @@ async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
     w.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn restart_restores_links_and_teardown_leaves_nothing() {
-    let Some(mut w) = World::new().await else {
+async fn restart_restores_links_and_teardown_leaves_nothing_on(substrate: Substrate) {
+    let Some(mut w) = World::new(substrate).await else {
         return;
     };
     let id = w.sandbox(mirror_on()).await;
-    let forked =
-        w.d.client()
-            .fork(
-                &id,
-                &warren_types::ForkRequest {
-                    n: 1,
-                    labels: Default::default(),
-                },
-            )
-            .await
-            .unwrap();
-    let child = forked[0].id.clone();
+    // VMs do not fork: a second sandbox stands in for the child.
+    let child = if w.is_vm() {
+        w.sandbox(mirror_on()).await
+    } else {
+        let forked =
+            w.d.client()
+                .fork(
+                    &id,
+                    &warren_types::ForkRequest {
+                        n: 1,
+                        labels: Default::default(),
+                    },
+                )
+                .await
+                .unwrap();
+        forked[0].id.clone()
+    };
     assert_eq!(w.links().len(), 2, "{:?}", w.links());
     w.expect_ok(&child, &format!("http http://{}:8080/", w.mirror_ip()))
         .await;
@@ -748,4 +819,96 @@ async fn restart_restores_links_and_teardown_leaves_nothing() {
     assert_eq!(chains.matches("chain sb_").count(), 1, "{chains}");
     w.host_unaffected();
     w.finish().await;
+}
+
+// One test per case and substrate (nextest runs each on its own).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_none_has_no_link_no_route_no_resolver() {
+    policy_none_has_no_link_no_route_no_resolver_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_none_has_no_link_no_route_no_resolver_microvm() {
+    policy_none_has_no_link_no_route_no_resolver_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowed_service_is_reachable_denied_service_is_not() {
+    allowed_service_is_reachable_denied_service_is_not_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowed_service_is_reachable_denied_service_is_not_microvm() {
+    allowed_service_is_reachable_denied_service_is_not_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolver_answers_only_allowed_names() {
+    resolver_answers_only_allowed_names_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolver_answers_only_allowed_names_microvm() {
+    resolver_answers_only_allowed_names_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol() {
+    raw_cidr_rule_opens_exactly_its_ports_and_protocol_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_cidr_rule_opens_exactly_its_ports_and_protocol_microvm() {
+    raw_cidr_rule_opens_exactly_its_ports_and_protocol_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_change_at_runtime_applies_to_the_next_connection() {
+    policy_change_at_runtime_applies_to_the_next_connection_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_change_at_runtime_applies_to_the_next_connection_microvm() {
+    policy_change_at_runtime_applies_to_the_next_connection_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything() {
+    no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_sandbox_reaches_another_even_when_its_policy_allows_everything_microvm() {
+    no_sandbox_reaches_another_even_when_its_policy_allows_everything_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_api_and_host_ports_are_unreachable() {
+    node_api_and_host_ports_are_unreachable_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_api_and_host_ports_are_unreachable_microvm() {
+    node_api_and_host_ports_are_unreachable_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn root_in_the_sandbox_cannot_rewrite_its_way_out() {
+    root_in_the_sandbox_cannot_rewrite_its_way_out_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn root_in_the_sandbox_cannot_rewrite_its_way_out_microvm() {
+    root_in_the_sandbox_cannot_rewrite_its_way_out_on(Substrate::Microvm).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_restores_links_and_teardown_leaves_nothing() {
+    restart_restores_links_and_teardown_leaves_nothing_on(Substrate::Container).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_restores_links_and_teardown_leaves_nothing_microvm() {
+    restart_restores_links_and_teardown_leaves_nothing_on(Substrate::Microvm).await
 }

@@ -17,6 +17,7 @@ mod cells;
 mod error;
 mod exec;
 mod files;
+mod guest_net;
 mod reaper;
 mod run;
 mod serve;

@@ -245,6 +245,10 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
         } => crate::files::mkdir(&path, parents, mode),
         Call::Remove { path, recursive } => crate::files::remove(&path, recursive),
         Call::Chmod { path, mode } => crate::files::chmod(&path, mode),
+        Call::Network {
+            config,
+            resolv_conf,
+        } => crate::guest_net::configure(config.as_ref(), resolv_conf.as_deref()),
         Call::Invoke { .. } => Event::error(
             ErrorCode::InvalidRequest,
             "calls run only in function containers",

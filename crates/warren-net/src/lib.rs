@@ -1,4 +1,4 @@
-//! Per-sandbox network policy for the container substrate.
+//! Per-sandbox network policy (containers, and VMs through their VMM's namespace).
 //!
 //! Every container sandbox has its own network namespace with only `lo`. A sandbox whose
 //! policy is `none` gets nothing else from this crate: no link, no rule, no resolver, no
@@ -339,11 +339,14 @@ impl Network {
     }
 
     /// Applies `policy` to sandbox `id` whose network namespace is that of `pid`: creates,
-    /// updates or removes its link. Returns the link, if the sandbox has one afterwards.
+    /// updates or removes its link. With `tap` (a VM sandbox), the link is bridged to that
+    /// tap of the namespace and the guest takes the address. Returns the link, if the
+    /// sandbox has one afterwards.
     pub async fn apply(
         &self,
         id: &str,
         pid: u32,
+        tap: Option<&str>,
         policy: &NetworkPolicy,
     ) -> Result<Option<LinkInfo>, NetError> {
         self.check(policy)?;
@@ -354,7 +357,7 @@ impl Network {
                 self.detach(id).await?;
                 Ok(None)
             }
-            (false, false) => self.attach(id, pid, policy).await.map(Some),
+            (false, false) => self.attach(id, pid, tap, policy).await.map(Some),
             (true, false) => self.update(id, policy).map(|_| self.link_of(id)),
         }
     }
@@ -363,6 +366,7 @@ impl Network {
         &self,
         id: &str,
         pid: u32,
+        tap: Option<&str>,
         policy: &NetworkPolicy,
     ) -> Result<LinkInfo, NetError> {
         let t0 = std::time::Instant::now();
@@ -404,7 +408,7 @@ impl Network {
             let _ = self.run(&self.table.remove_link(&rules));
             e
         };
-        if let Err(e) = link::create(&rules.ifname, pid, rules.host, rules.peer).await {
+        if let Err(e) = link::create(&rules.ifname, pid, rules.host, rules.peer, tap).await {
             return fail(undo_rules(e)).await;
         }
         let t_link = t0.elapsed();

@@ -6,6 +6,10 @@
 //! end. The inside is configured from a dedicated thread that joins the sandbox's network
 //! namespace (`setns`) and opens its own netlink socket there; the thread ends with the
 //! work, so no runtime thread ever changes namespace.
+//!
+//! A VM sandbox's namespace is its VMM's and holds the VMM's tap device: there `eth0` gets
+//! no address; it and the tap are ports of a bridge ([`BRIDGE_NAME`]), so the guest's own
+//! interface holds the sandbox address and the host end sees the guest as its neighbour.
 
 use futures::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute};
@@ -18,6 +22,8 @@ use crate::NetError;
 pub const PEER_NAME: &str = "eth0";
 /// Prefix length of every link (/30: host end, sandbox end).
 pub const LINK_PREFIX: u8 = 30;
+/// The bridge joining `eth0` and a VMM's tap inside a VM sandbox's namespace.
+pub const BRIDGE_NAME: &str = "br0";
 
 /// Runs `f` on a fresh thread with its own current-thread runtime and waits for it.
 async fn on_thread<T, F, Fut>(f: F) -> Result<T, NetError>
@@ -73,14 +79,17 @@ fn libc_enodev() -> i32 {
     nix::errno::Errno::ENODEV as i32
 }
 
-/// Creates the veth pair of a sandbox and configures both ends.
+/// Creates the veth pair of a sandbox and configures both ends. With `tap` (a VM sandbox),
+/// the sandbox end is bridged to that tap of the namespace instead of taking the address.
 pub async fn create(
     ifname: &str,
     pid: u32,
     host: Ipv4Addr,
     peer: Ipv4Addr,
+    tap: Option<&str>,
 ) -> Result<(), NetError> {
     let ifname = ifname.to_string();
+    let tap = tap.map(str::to_string);
     on_thread(move || async move {
         let h = connect("host netlink socket")?;
         let peer_msg = LinkMessageBuilder::<LinkUnspec>::default()
@@ -121,6 +130,9 @@ pub async fn create(
         let pidx = index_of(&s, PEER_NAME)
             .await?
             .ok_or_else(|| NetError::netlink("sandbox eth0", "missing"))?;
+        if let Some(tap) = tap {
+            return bridge(&s, pidx, &tap).await;
+        }
         s.address()
             .add(pidx, IpAddr::V4(peer), LINK_PREFIX)
             .execute()
@@ -139,6 +151,41 @@ pub async fn create(
         Ok(())
     })
     .await
+}
+
+/// Inside a VM sandbox's namespace: the bridge (made once; a later link joins the same one),
+/// `eth0` and the VMM's tap as its ports, all up.
+async fn bridge(s: &Handle, peer: u32, tap: &str) -> Result<(), NetError> {
+    use rtnetlink::LinkBridge;
+    let br = match index_of(s, BRIDGE_NAME).await? {
+        Some(i) => i,
+        None => {
+            s.link()
+                .add(LinkMessageBuilder::<LinkBridge>::new(BRIDGE_NAME).build())
+                .execute()
+                .await
+                .map_err(|e| NetError::netlink("add the sandbox bridge", e))?;
+            index_of(s, BRIDGE_NAME)
+                .await?
+                .ok_or_else(|| NetError::netlink("sandbox bridge", "vanished"))?
+        }
+    };
+    let tidx = index_of(s, tap)
+        .await?
+        .ok_or_else(|| NetError::netlink(format!("VMM tap {tap}"), "missing"))?;
+    for (idx, what) in [(peer, "eth0"), (tidx, "tap")] {
+        s.link()
+            .set(LinkUnspec::new_with_index(idx).controller(br).up().build())
+            .execute()
+            .await
+            .map_err(|e| NetError::netlink(format!("bridge port {what}"), e))?;
+    }
+    s.link()
+        .set(LinkUnspec::new_with_index(br).up().build())
+        .execute()
+        .await
+        .map_err(|e| NetError::netlink("sandbox bridge up", e))?;
+    Ok(())
 }
 
 /// Deletes a host link (and with it its peer). Absent links are fine.

@@ -129,6 +129,7 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         ev(&mut out, id, Event::Done)
                     }
                     Call::Pty { .. }
+                    | Call::Network { .. }
                     | Call::Invoke { .. }
                     | Call::ReadTar { .. }
                     | Call::WriteTar { .. } => ev(

@@ -94,11 +94,31 @@ pub enum Call {
     Remove { path: String, recursive: bool },
     /// → `Done`.
     Chmod { path: String, mode: u32 },
+    /// VM guests only: configures the guest's network interface (`eth0`) as given, or takes
+    /// its address and route away (`None`), then writes `resolv_conf` (when given) to
+    /// `/etc/resolv.conf`: one call, so a create pays one round trip to the guest. → `Done`.
+    Network {
+        config: Option<GuestNet>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolv_conf: Option<String>,
+    },
     /// Function containers only: run one stateless call in a fresh call environment (see
     /// [`InvokeSpec`]). STDIN frames carry the files' contents (in order, `size` bytes each)
     /// then the command's stdin, ended by EOF. → `Started`, STDOUT/STDERR frames, one
     /// `Collected` per requested path, then `Exited`.
     Invoke { spec: InvokeSpec },
+}
+
+/// The network of a VM guest's one interface: its MAC, address and gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestNet {
+    /// `xx:xx:xx:xx:xx:xx`, a fresh one per sandbox (a template's snapshot carries its own).
+    pub mac: String,
+    pub address: std::net::Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: std::net::Ipv4Addr,
+    pub mtu: u32,
 }
 
 /// One stateless call: files written first, the command, files read back after.

@@ -566,6 +566,21 @@ impl AgentConn {
         .await
         .map(|_| ())
     }
+
+    /// Configures a VM guest's network interface (`None` takes its address away) and writes
+    /// its `/etc/resolv.conf`.
+    pub async fn guest_network(
+        &self,
+        config: Option<warren_proto::GuestNet>,
+        resolv_conf: String,
+    ) -> Result<(), RuntimeError> {
+        self.simple(Call::Network {
+            config,
+            resolv_conf: Some(resolv_conf),
+        })
+        .await
+        .map(|_| ())
+    }
 }
 
 /// One open stream. Dropping it before the agent finished cancels the work.

@@ -176,19 +176,51 @@ pub trait Instance: Send + Sync + 'static {
         false
     }
 
-    /// A host pid inside the sandbox's network namespace (where its link goes), for
-    /// substrates that have one.
     /// Makes the sandbox ready for a terminal (a container mounts its devpts the first time).
     async fn prepare_terminal(&self) -> Result<(), RuntimeError> {
         Ok(())
     }
 
+    /// A host pid inside the sandbox's network namespace (where its link goes), for
+    /// sandboxes that have one (containers; VMs created with a network policy: their VMM's).
     fn netns_pid(&self) -> Option<u32> {
+        None
+    }
+
+    /// A VM sandbox with a network interface: the VMM's tap inside [`Instance::netns_pid`]'s
+    /// namespace, which the link is bridged to (the guest holds the sandbox's address).
+    fn guest_tap(&self) -> Option<&str> {
+        None
+    }
+
+    /// Gives the guest's interface the link's address (`None` takes it away) and writes its
+    /// `/etc/resolv.conf`. Only sandboxes with a [`Instance::guest_tap`] need it: a
+    /// container's link is configured from the host.
+    async fn configure_guest_link(
+        &self,
+        link: Option<GuestLink>,
+        resolv_conf: String,
+    ) -> Result<(), RuntimeError> {
+        let _ = (link, resolv_conf);
+        Ok(())
+    }
+
+    /// Why the sandbox died on its own, when the runtime knows more than "its agent went
+    /// away" (a VM: how its VMM ended and the VMM's last log lines).
+    fn lost_reason(&self) -> Option<String> {
         None
     }
 
     /// For runtimes that need their own type back (fork).
     fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// The addresses of a sandbox's link, as its guest must take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestLink {
+    pub address: std::net::Ipv4Addr,
+    pub gateway: std::net::Ipv4Addr,
+    pub prefix_len: u8,
 }
 
 /// Resource use of one sandbox.

@@ -7,6 +7,7 @@
 //! | template restore → first exec, p50 | ≤ 0.5 s and ≥ 8× faster than cold boot → first exec |
 //! | snapshot of an idle 256 MiB guest (template save) | ≤ 0.3 s |
 //! | host memory per idle microVM (PSS of QEMU; its cgroup) | reported, with how many fit in 20 GiB |
+//! | create p50 with an allow-list policy − with `none` (interleaved, same run) | ≤ 30 ms |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,13 @@ pub struct VmBench {
     /// Snapshot (memory + disk) of an idle 256 MiB guest at "agent ready".
     pub snapshot: Option<Latency>,
     pub density: Option<VmDensity>,
+    /// Template restores (create call only) with policy `none` and with an allow list,
+    /// interleaved.
+    pub create_network_none: Option<Latency>,
+    pub create_network_allow: Option<Latency>,
+    /// The same creates until their first `exec true` has answered.
+    pub first_exec_network_none: Option<Latency>,
+    pub first_exec_network_allow: Option<Latency>,
 }
 
 /// Host memory of idle microVMs.
@@ -262,6 +270,25 @@ pub async fn run(
             0.3,
         ));
     }
+    if let (Some(none), Some(allow)) = (&bench.create_network_none, &bench.create_network_allow) {
+        checks.push(Check::at_most(
+            "allow-list network adds to create p50",
+            allow.p50_ms - none.p50_ms,
+            "ms",
+            30.0,
+        ));
+    }
+    if let (Some(none), Some(allow)) = (
+        &bench.first_exec_network_none,
+        &bench.first_exec_network_allow,
+    ) {
+        checks.push(Check::at_most(
+            "allow-list network adds to create → first exec p50",
+            allow.p50_ms - none.p50_ms,
+            "ms",
+            30.0,
+        ));
+    }
     if let Some(d) = &bench.density {
         checks.push(Check::at_most(
             "QEMU left after delete",
@@ -297,6 +324,13 @@ fn render(bench: &VmBench, report: &Report) -> String {
             &bench.template_restore_first_exec,
         ),
         ("snapshot (idle 256 MiB guest)", &bench.snapshot),
+        ("create, network none", &bench.create_network_none),
+        ("create, network allow list", &bench.create_network_allow),
+        ("create → first exec, none", &bench.first_exec_network_none),
+        (
+            "create → first exec, allow list",
+            &bench.first_exec_network_allow,
+        ),
     ] {
         if let Some(l) = l {
             t.row([
@@ -335,6 +369,43 @@ fn render(bench: &VmBench, report: &Report) -> String {
     out.push('\n');
     out.push_str(&report.render());
     out
+}
+
+/// Creates (the API call, until the sandbox serves; and until its first `exec true`
+/// answered) of template restores with policy `none` and with an allow list (one address,
+/// one port: a link, its rules and resolver, the guest's interface configured), alternating
+/// so both see the same host load. Each shape's template is made first, outside the samples.
+/// Returns create none, create allow, first exec none, first exec allow.
+async fn measure_network(c: &Client, image: &str, n: usize) -> anyhow::Result<[Latency; 4]> {
+    let none = request(image, 1024);
+    let mut allow = request(image, 1024);
+    allow.network = serde_json::from_value(serde_json::json!({
+        "allow": [{"cidr": "10.255.255.1/32", "ports": 80, "protocol": "tcp"}]
+    }))?;
+    note(format!(
+        "{n} creates with network none and {n} with an allow list"
+    ));
+    for req in [&none, &allow] {
+        let (_, id) = create_exec(c, req).await?;
+        c.delete(&id).await?;
+    }
+    let mut ms: [Vec<f64>; 4] = Default::default();
+    for _ in 0..n {
+        for (i, req) in [&none, &allow].into_iter().enumerate() {
+            let t = Instant::now();
+            let sb = c.create(req).await.context("create")?;
+            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            let r = c.exec(&sb.id, &ExecRequest::argv(["true"])).await;
+            ms[i + 2].push(t.elapsed().as_secs_f64() * 1e3);
+            anyhow::ensure!(
+                r.context("exec true")?.success(),
+                "`true` failed in {}",
+                sb.id
+            );
+            c.delete(&sb.id).await?;
+        }
+    }
+    Ok(ms.map(Latency::from_samples))
 }
 
 async fn measure(
@@ -401,6 +472,12 @@ async fn measure(
         warm_ms.push(t);
     }
     bench.template_restore_first_exec = Some(Latency::from_samples(warm_ms));
+
+    let [none, allow, none_exec, allow_exec] = measure_network(&warm.client, image, n).await?;
+    bench.create_network_none = Some(none);
+    bench.create_network_allow = Some(allow);
+    bench.first_exec_network_none = Some(none_exec);
+    bench.first_exec_network_allow = Some(allow_exec);
 
     if vms > 0 {
         note(format!("{vms} idle microVMs for memory"));

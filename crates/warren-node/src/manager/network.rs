@@ -57,11 +57,21 @@ impl Manager {
         }
         let Some(pid) = instance.netns_pid() else {
             return Err(NodeError::Network(warren_net::NetError::Policy(
-                "this substrate has no network policies yet".into(),
+                "this sandbox has no network interface: a VM gets one only when it is created \
+                 with a network policy other than none"
+                    .into(),
             )));
         };
-        let link = net.apply(id.as_str(), pid, policy).await?;
-        if had != link.is_some() {
+        let link = net
+            .apply(id.as_str(), pid, instance.guest_tap(), policy)
+            .await?;
+        // Only a link that came or went changes the inside (a new policy on a kept link is
+        // rules and resolver names only: the guest's interface is left alone).
+        if had != link.is_some() && instance.guest_tap().is_some() {
+            configure_guest(instance, link.as_ref())
+                .await
+                .map_err(|e| NodeError::runtime(id, e))?;
+        } else if had != link.is_some() {
             let text = warren_net::resolv_conf(link.as_ref());
             let agent = instance.agent();
             let write = async {
@@ -165,8 +175,14 @@ impl Manager {
         let pid = instance.netns_pid().ok_or_else(|| {
             NodeError::Network(warren_net::NetError::Policy("no network namespace".into()))
         })?;
-        let link = net.apply(sb.id.as_str(), pid, policy).await?;
-        if !instance.is_paused() {
+        let link = net
+            .apply(sb.id.as_str(), pid, instance.guest_tap(), policy)
+            .await?;
+        if instance.guest_tap().is_some() && !instance.is_paused() {
+            configure_guest(instance, link.as_ref())
+                .await
+                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+        } else if !instance.is_paused() {
             let text = warren_net::resolv_conf(link.as_ref());
             let mut w = instance
                 .agent()
@@ -182,4 +198,21 @@ impl Manager {
         }
         Ok(())
     }
+}
+
+/// A VM's guest takes its link's address and resolv.conf itself, in one agent call.
+async fn configure_guest(
+    instance: &Arc<dyn Instance>,
+    link: Option<&warren_net::LinkInfo>,
+) -> Result<(), warren_runtime::RuntimeError> {
+    instance
+        .configure_guest_link(
+            link.map(|l| warren_runtime::GuestLink {
+                address: l.address,
+                gateway: l.gateway,
+                prefix_len: warren_net::link::LINK_PREFIX,
+            }),
+            warren_net::resolv_conf(link),
+        )
+        .await
 }

@@ -125,13 +125,17 @@ impl Manager {
             }
             st.instance = None;
             st.info.state = SandboxState::Failed;
-            st.info.reason = Some(AGENT_EXITED.into());
+            st.info.reason = Some(
+                instance
+                    .lost_reason()
+                    .unwrap_or_else(|| AGENT_EXITED.into()),
+            );
             if let Err(e) = self.persist(sb, &st) {
                 warn!(sandbox = %sb.id, error = %e, "cannot record the lost sandbox");
             }
         }
         Metrics::inc(&self.inner.metrics.lost);
-        warn!(sandbox = %sb.id, "the sandbox's agent exited; sandbox marked failed");
+        warn!(sandbox = %sb.id, reason = ?instance.lost_reason(), "the sandbox's agent exited; sandbox marked failed");
         self.drop_network(&sb.id).await;
         match instance.destroy().await {
             Ok(()) => info!(sandbox = %sb.id, "lost sandbox cleaned up"),

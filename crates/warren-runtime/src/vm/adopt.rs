@@ -38,7 +38,8 @@ pub async fn adopt(
             "QEMU is not in the sandbox's cgroup".into(),
         ));
     }
-    let exited = create::watch_exit(rec.qemu_pid)?;
+    // QEMU is no child of this daemon: its exit status is not known here.
+    let (exited, death) = create::watch_exit(rec.qemu_pid, None, rec.dir.clone())?;
     let qmp = Qmp::connect(&qemu::qmp_socket(&rec.dir), Duration::from_secs(3)).await?;
     let paused = qmp.status().await? == "paused";
     if paused {
@@ -61,6 +62,7 @@ pub async fn adopt(
         key,
         paused: paused.into(),
         exited,
+        death,
         phases: Vec::new(),
     })
 }

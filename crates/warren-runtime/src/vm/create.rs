@@ -84,7 +84,11 @@ struct Started {
     qmp: Qmp,
     agent: UnixStream,
     exited: tokio::sync::watch::Receiver<bool>,
+    death: Death,
 }
+
+/// How the VMM ended, once it has (see [`qemu::death_reason`]).
+pub(super) type Death = std::sync::Arc<std::sync::OnceLock<String>>;
 
 /// Starts QEMU in the sandbox's cgroups and connects to its QMP and agent sockets.
 async fn start(
@@ -92,10 +96,10 @@ async fn start(
     launch: &Launch<'_>,
     cgroups: &CgroupSet,
 ) -> Result<Started, RuntimeError> {
-    let pid = qemu::spawn(&rt.cfg.qemu, launch)?;
+    let (pid, status) = qemu::spawn(&rt.cfg.qemu, launch)?;
     // From here on QEMU is owned by the sandbox's cgroups: killing them kills it.
     cgroups.add_pid(pid)?;
-    let exited = watch_exit(pid)?;
+    let (exited, death) = watch_exit(pid, Some(status), launch.dir.to_path_buf())?;
     let qmp = Qmp::connect(&qemu::qmp_socket(launch.dir), Duration::from_secs(20))
         .await
         .map_err(|e| RuntimeError::StartFailed(format!("{e}{}", qemu::log_tail(launch.dir))))?;
@@ -105,13 +109,22 @@ async fn start(
         qmp,
         agent,
         exited,
+        death,
     })
 }
 
-/// A watch that turns true when `pid` exits (through a pidfd).
-pub(super) fn watch_exit(pid: u32) -> Result<tokio::sync::watch::Receiver<bool>, RuntimeError> {
+/// A watch that turns true when `pid` exits (through a pidfd), and how it ended: set just
+/// before the watch turns, from `status` (the reaper's word, when QEMU is this daemon's
+/// child) and the logs in `dir`.
+pub(super) fn watch_exit(
+    pid: u32,
+    status: Option<tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>>,
+    dir: PathBuf,
+) -> Result<(tokio::sync::watch::Receiver<bool>, Death), RuntimeError> {
     let pidfd = warren_sys::pidfd::open(pid)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let death = Death::default();
+    let set = death.clone();
     // `AsyncFd::new` is deprecated for I/O-safety reasons that do not apply: the pidfd is
     // owned here and closed only when the AsyncFd drops.
     #[allow(deprecated)]
@@ -119,11 +132,23 @@ pub(super) fn watch_exit(pid: u32) -> Result<tokio::sync::watch::Receiver<bool>,
         .map_err(|e| RuntimeError::io("register pidfd", e))?;
     tokio::spawn(async move {
         tokio::select! {
-            _ = afd.readable() => { let _ = tx.send(true); }
+            _ = afd.readable() => {
+                // The pidfd turns readable at the exit; the reaper's status follows at once
+                // (a daemon without the reaper never sends one).
+                let exit = match status {
+                    Some(rx) => tokio::time::timeout(Duration::from_secs(1), rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok),
+                    None => None,
+                };
+                let _ = set.set(qemu::death_reason(pid, exit, &dir));
+                let _ = tx.send(true);
+            }
             _ = tx.closed() => {}
         }
     });
-    Ok(rx)
+    Ok((rx, death))
 }
 
 async fn connect(path: &Path) -> Result<UnixStream, RuntimeError> {
@@ -150,6 +175,7 @@ async fn wait_ready(
     what: &str,
 ) -> Result<(), RuntimeError> {
     let mut exited = s.exited.clone();
+    let death = s.death.clone();
     let read = async {
         loop {
             let f = Frame::read_async(&mut s.agent).await.map_err(|e| {
@@ -178,8 +204,8 @@ async fn wait_ready(
             ))
         })?,
         _ = exited.wait_for(|e| *e) => Err(RuntimeError::StartFailed(format!(
-            "QEMU exited during {what}{}",
-            qemu::log_tail(dir)
+            "during {what}: {}",
+            death.get().cloned().unwrap_or_else(|| format!("QEMU exited{}", qemu::log_tail(dir)))
         ))),
     }
 }
@@ -264,6 +290,7 @@ async fn boot_with(
             disks: &disks,
             dir,
             incoming: false,
+            nic: spec.network,
         };
         let mut s = start(rt, &launch, &cgroups).await?;
         wait_ready(&mut s, dir, timeout, "boot").await?;
@@ -323,6 +350,7 @@ fn finish(
         key,
         paused: Default::default(),
         exited: s.exited,
+        death: s.death,
         phases: Vec::new(),
     }
 }
@@ -366,6 +394,7 @@ pub async fn restore(
             disks: &disks,
             dir: &dir,
             incoming: true,
+            nic: spec.network,
         };
         let t_disk = t0.elapsed();
         marks = (t_prepared, t_disk);
@@ -505,9 +534,10 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
         disks: &[],
         dir: &dir,
         incoming: false,
+        nic: false,
     };
     let result = async {
-        let pid = qemu::spawn(&rt.cfg.qemu, &launch)?;
+        let (pid, _status) = qemu::spawn(&rt.cfg.qemu, &launch)?;
         cgroups.add_pid(pid)?;
         let start = Instant::now();
         loop {

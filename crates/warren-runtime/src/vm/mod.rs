@@ -15,13 +15,15 @@
 //!
 //! Files: `qemu.rs` (command line, spawn), `qmp.rs` (QMP client), `initramfs.rs`,
 //! `disk.rs` (bases and overlays), `create.rs` (boot and restore), `snapshot.rs` (snapshots
-//! and templates), `destroy.rs`, `adopt.rs`, `record.rs`.
+//! and templates), `destroy.rs`, `adopt.rs`, `record.rs`, `prune.rs` (old initramfs files
+//! and stale templates, at start).
 
 mod adopt;
 mod create;
 mod destroy;
 mod disk;
 pub mod initramfs;
+mod prune;
 pub mod qemu;
 pub mod qmp;
 mod record;
@@ -123,8 +125,9 @@ pub struct VmRuntime {
     substrate: Substrate,
     images: Arc<ImageStore>,
     hierarchy: Hierarchy,
-    /// Built on first use (it reads and strips the agent: not worth delaying start-up).
-    initramfs: tokio::sync::OnceCell<PathBuf>,
+    /// Built on first use or by the start's pruning, and kept open for the daemon's life so
+    /// another daemon's pruning leaves it alone.
+    initramfs: tokio::sync::OnceCell<(PathBuf, std::fs::File)>,
     kernel: String,
     qemu_version: tokio::sync::OnceCell<String>,
     accel: tokio::sync::OnceCell<Accel>,
@@ -228,10 +231,48 @@ impl VmRuntime {
                     self.cfg.kernel_dir.clone(),
                     self.cfg.root.join("boot"),
                 );
-                initramfs::build(&agent, &kernel, &boot).await
+                let p = initramfs::build(&agent, &kernel, &boot).await?;
+                let f = std::fs::File::open(&p)
+                    .map_err(|e| RuntimeError::io(format!("open {}", p.display()), e))?;
+                Ok::<_, RuntimeError>((p, f))
             })
             .await
-            .cloned()
+            .map(|(p, _)| p.clone())
+    }
+
+    /// Removes initramfs files of other builds and templates whose inputs are gone (see
+    /// `prune.rs`). Returns what was removed.
+    async fn prune(&self) -> Vec<String> {
+        let current = match self.initramfs().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot build the guest initramfs; nothing pruned");
+                return Vec::new();
+            }
+        };
+        let (root, kernel, qemu) = (
+            self.cfg.root.clone(),
+            self.kernel.clone(),
+            self.qemu_version().await,
+        );
+        tokio::task::spawn_blocking(move || {
+            let mut out: Vec<String> = prune::initramfs(&root.join("boot"), &current)
+                .into_iter()
+                .map(|p| format!("initramfs {}", p.display()))
+                .collect();
+            let cur = prune::Current {
+                kernel: &kernel,
+                qemu: &qemu,
+            };
+            out.extend(
+                prune::templates(&root, &cur)
+                    .into_iter()
+                    .map(|(p, why)| format!("template {} ({why})", p.display())),
+            );
+            out
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The acceleration in use: KVM if a guest really boots with it, else TCG (probed once).
@@ -258,6 +299,7 @@ impl VmRuntime {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             qemu: self.qemu_version().await,
+            nic: spec.network,
         })
     }
 
@@ -319,6 +361,8 @@ pub struct Vm {
     key: MachineKey,
     paused: AtomicBool,
     exited: tokio::sync::watch::Receiver<bool>,
+    /// How QEMU ended, once it has.
+    death: create::Death,
     /// How long each phase of its start took (empty for an adopted VM).
     phases: Vec<(&'static str, std::time::Duration)>,
 }
@@ -369,6 +413,10 @@ impl Instance for Vm {
             _ = self.agent.closed() => {}
             _ = exited.wait_for(|e| *e) => {}
         }
+        // A dying QEMU closes the agent's socket first: give its exit watch a moment to say
+        // how it ended (`lost_reason`).
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(3), exited.wait_for(|e| *e)).await;
     }
 
     fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
@@ -403,6 +451,33 @@ impl Instance for Vm {
         self.paused.load(Ordering::SeqCst)
     }
 
+    fn netns_pid(&self) -> Option<u32> {
+        self.key.nic.then_some(self.record.qemu_pid)
+    }
+
+    fn guest_tap(&self) -> Option<&str> {
+        self.key.nic.then_some(qemu::TAP_NAME)
+    }
+
+    async fn configure_guest_link(
+        &self,
+        link: Option<crate::GuestLink>,
+        resolv_conf: String,
+    ) -> Result<(), RuntimeError> {
+        let config = link.map(|l| warren_proto::GuestNet {
+            mac: qemu::sandbox_mac(self.id.as_str()),
+            address: l.address,
+            prefix_len: l.prefix_len,
+            gateway: l.gateway,
+            mtu: 1500,
+        });
+        self.agent.guest_network(config, resolv_conf).await
+    }
+
+    fn lost_reason(&self) -> Option<String> {
+        self.death.get().cloned()
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -428,8 +503,10 @@ impl Runtime for VmRuntime {
         Ok(())
     }
 
+    /// A sandbox created with a policy gets a network interface (QEMU in a namespace of its
+    /// own, bridged to the sandbox's link); one created with `none` has none at all.
     fn network_policies(&self) -> bool {
-        false
+        true
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
@@ -473,7 +550,9 @@ impl Runtime for VmRuntime {
     }
 
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
-        destroy::reconcile(self, known).await
+        let mut removed = destroy::reconcile(self, known).await?;
+        removed.extend(self.prune().await);
+        Ok(removed)
     }
 
     /// Removes the node's (empty) parent cgroups and sandbox directory; live VMs keep both.

@@ -37,6 +37,38 @@ pub struct Launch<'a> {
     pub dir: &'a Path,
     /// Wait for `migrate-incoming` instead of booting.
     pub incoming: bool,
+    /// A virtio-net interface on a tap ([`TAP_NAME`]) that QEMU makes in the network
+    /// namespace of its own it is started in.
+    pub nic: bool,
+}
+
+/// The tap of a VM with a network interface, inside QEMU's own network namespace.
+pub const TAP_NAME: &str = "tap0";
+
+/// The MAC on the command line: the same for every VM, since a restored guest keeps its
+/// template's anyway; the guest agent gives each sandbox its own ([`sandbox_mac`]).
+const TEMPLATE_MAC: &str = "02:57:52:00:00:01";
+
+/// The network interface's arguments: a tap QEMU creates by name (in its own namespace: it
+/// never sees the host's interfaces) and a virtio-net device on it, without option ROM (the
+/// guest boots from `-kernel`).
+pub fn nic_args() -> Vec<String> {
+    vec![
+        "-netdev".into(),
+        format!("tap,id=net0,ifname={TAP_NAME},script=no,downscript=no"),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=net0,id=nic0,mac={TEMPLATE_MAC},romfile="),
+    ]
+}
+
+/// A sandbox's own MAC (locally administered, unicast), stable for its id.
+pub fn sandbox_mac(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(id.as_bytes());
+    format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        h[0], h[1], h[2], h[3], h[4]
+    )
 }
 
 pub fn qmp_socket(dir: &Path) -> PathBuf {
@@ -125,15 +157,29 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
         "-qmp",
         &format!("unix:{},server=on,wait=off", qmp_socket(l.dir).display()),
     ]);
+    if l.nic {
+        a.extend(nic_args());
+    }
     if l.incoming {
-        push(&["-incoming", "defer"]);
+        a.extend(["-incoming".to_string(), "defer".to_string()]);
     }
     a
 }
 
 /// Starts QEMU in its own session with /dev/null on stdin/stdout and its stderr in the
-/// sandbox's directory (start-up errors are read from there).
-pub fn spawn(qemu: &Path, l: &Launch<'_>) -> Result<u32, RuntimeError> {
+/// sandbox's directory (start-up errors are read from there). With a network interface it
+/// starts in a new network namespace (`unshare --net`, which execs QEMU: same pid). Returns
+/// its pid and its exit status to come (from the daemon's reaper).
+pub fn spawn(
+    qemu: &Path,
+    l: &Launch<'_>,
+) -> Result<
+    (
+        u32,
+        tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>,
+    ),
+    RuntimeError,
+> {
     use std::os::fd::AsRawFd;
     let devnull = std::fs::OpenOptions::new()
         .read(true)
@@ -142,10 +188,19 @@ pub fn spawn(qemu: &Path, l: &Launch<'_>) -> Result<u32, RuntimeError> {
         .map_err(|e| RuntimeError::io("open /dev/null", e))?;
     let log = std::fs::File::create(qemu_log(l.dir))
         .map_err(|e| RuntimeError::io("create qemu.log", e))?;
-    let prog = qemu.display().to_string();
+    let mut prog = qemu.display().to_string();
     let mut argv = vec![prog.clone()];
+    if l.nic {
+        argv = vec![
+            "unshare".into(),
+            "--net".into(),
+            "--".into(),
+            qemu.display().to_string(),
+        ];
+        prog = unshare_path();
+    }
     argv.extend(args(l));
-    let pid = warren_sys::process::spawn_with_fds(
+    let spawned = crate::reaper::spawn_wait(
         &prog,
         &argv,
         &["PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string()],
@@ -155,7 +210,33 @@ pub fn spawn(qemu: &Path, l: &Launch<'_>) -> Result<u32, RuntimeError> {
             (log.as_raw_fd(), 2),
         ],
     )?;
-    Ok(pid)
+    Ok(spawned)
+}
+
+/// util-linux's `unshare`.
+fn unshare_path() -> String {
+    ["/usr/bin/unshare", "/bin/unshare", "/usr/sbin/unshare"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or("unshare")
+        .to_string()
+}
+
+/// How the VMM ended, for the sandbox's failure reason: exit status or signal, and the last
+/// lines of its log and the guest's console.
+pub fn death_reason(pid: u32, exit: Option<crate::reaper::ChildExit>, dir: &Path) -> String {
+    use crate::reaper::ChildExit;
+    let how = match exit {
+        Some(ChildExit::Code(c)) => format!("exited with status {c}"),
+        Some(ChildExit::Signal(s)) => {
+            let name = nix::sys::signal::Signal::try_from(s)
+                .map(|n| n.as_str().to_string())
+                .unwrap_or_else(|_| "unknown".into());
+            format!("was killed by signal {s} ({name})")
+        }
+        None => "exited".into(),
+    };
+    format!("QEMU (pid {pid}) {how}{}", log_tail(dir))
 }
 
 /// The last lines of the VMM's and the guest's logs, for error messages.

@@ -57,6 +57,11 @@ pub struct MachineKey {
     pub kernel: String,
     pub initramfs: String,
     pub qemu: String,
+    /// A network interface (a sandbox created with a network policy): QEMU runs in a network
+    /// namespace of its own with a tap there. Left out when false, so keys of machines
+    /// without one are what they were before it existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nic: bool,
 }
 
 impl MachineKey {

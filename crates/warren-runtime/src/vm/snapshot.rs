@@ -27,7 +27,7 @@ pub const MAX_TEMPLATES: usize = 8;
 /// Most bytes (allocated on disk) all templates of a VM directory may take.
 pub const MAX_TEMPLATE_BYTES: u64 = 2 << 30;
 /// A template used this recently is never pruned (a restore may be about to open it).
-const TEMPLATE_GRACE: Duration = Duration::from_secs(120);
+pub(super) const TEMPLATE_GRACE: Duration = Duration::from_secs(120);
 
 /// One lock per template being made (for every runtime of the process), so concurrent
 /// creations of one machine shape boot it once.
@@ -191,7 +191,7 @@ fn allocated_bytes(dir: &Path) -> u64 {
 }
 
 /// True when a process has a file below `dir` open (a VM using the template's disk).
-fn in_use(dir: &Path) -> bool {
+pub(super) fn in_use(dir: &Path) -> bool {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return true;
     };
