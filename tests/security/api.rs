@@ -151,8 +151,12 @@ async fn requests_that_can_never_fit_the_node_are_refused_before_anything_starts
         // More memory than the host has (plus the VMM's share).
         format!(r#"{{"substrate":"microvm","memory_mb":{}}}"#, host_mb + 1024),
         format!(r#"{{"substrate":"vm","memory_mb":{host_mb}}}"#),
-        // An allow-list network on a substrate without network policies.
-        r#"{"substrate":"microvm","network":{"mode":"allow","allow":[{"cidr":"10.254.1.0/24","ports":443,"protocol":"tcp"}]}}"#.to_string(),
+        // A microVM with a network that still cannot fit: the refusal comes before the
+        // namespace, the bridge or QEMU.
+        format!(
+            r#"{{"substrate":"microvm","memory_mb":{},"network":{{"mode":"allow","allow":[{{"cidr":"10.254.1.0/24","ports":443,"protocol":"tcp"}}]}}}}"#,
+            host_mb + 1024
+        ),
         // A writable layer in memory larger than the memory limit.
         r#"{"memory_mb":64,"disk_mb":4096}"#.to_string(),
     ];
