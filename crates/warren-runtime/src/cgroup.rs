@@ -373,6 +373,24 @@ impl CgroupSet {
         self.usage().memory_bytes.unwrap_or(0)
     }
 
+    /// Pushes the memory of every process of the sandbox out of RAM: `process_madvise`
+    /// (`MADV_PAGEOUT`) over all their mappings, then [`CgroupSet::reclaim`]. Anonymous pages
+    /// leave RAM only into swap. Blocking: call it off the async runtime's workers.
+    pub fn page_out(&self) {
+        for pid in self.pids() {
+            let Ok(pidfd) = warren_sys::pidfd::open(pid) else {
+                continue;
+            };
+            let r = mapping_ranges(pid);
+            if let Err(e) =
+                warren_sys::process::process_madvise(&pidfd, &r, warren_sys::process::MADV_PAGEOUT)
+            {
+                tracing::debug!(pid, error = %e, "page-out");
+            }
+        }
+        self.reclaim();
+    }
+
     /// Asks the kernel to reclaim the sandbox's memory: `memory.reclaim` on v2; on v1, a
     /// brief squeeze of the limit (the kernel reclaims to fit, then the limit is restored).
     pub fn reclaim(&self) {
@@ -437,4 +455,36 @@ impl CgroupSet {
         }
         u
     }
+}
+
+/// Address ranges of every mapping of `pid` (but the kernel's vsyscall, vvar and vdso).
+fn mapping_ranges(pid: u32) -> Vec<(usize, usize)> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    maps.lines()
+        .filter(|l| !l.ends_with("[vsyscall]") && !l.ends_with("[vvar]") && !l.ends_with("[vdso]"))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            let (a, b) = (
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            );
+            (b > a).then_some((a, b - a))
+        })
+        .collect()
+}
+
+/// The host's swap in bytes (`SwapTotal`): without it anonymous memory cannot leave RAM.
+pub fn swap_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                l.strip_prefix("SwapTotal:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0)
+        * 1024
 }

@@ -11,37 +11,6 @@ use std::time::Instant;
 use super::Container;
 use crate::{PauseStats, RuntimeError};
 
-fn swap_total_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().find_map(|l| {
-                l.strip_prefix("SwapTotal:")
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-        })
-        .unwrap_or(0)
-        * 1024
-}
-
-/// Address ranges of every mapping of `pid`.
-fn ranges(pid: u32) -> Vec<(usize, usize)> {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    maps.lines()
-        .filter(|l| !l.ends_with("[vsyscall]") && !l.ends_with("[vvar]") && !l.ends_with("[vdso]"))
-        .filter_map(|l| {
-            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
-            let (a, b) = (
-                usize::from_str_radix(a, 16).ok()?,
-                usize::from_str_radix(b, 16).ok()?,
-            );
-            (b > a).then_some((a, b - a))
-        })
-        .collect()
-}
-
 pub async fn pause(c: &Container) -> Result<PauseStats, RuntimeError> {
     let t0 = Instant::now();
     let before = c.cgroups.memory_bytes();
@@ -49,23 +18,12 @@ pub async fn pause(c: &Container) -> Result<PauseStats, RuntimeError> {
     c.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     let cg = c.cgroups.clone();
     tokio::task::spawn_blocking(move || {
-        for pid in cg.pids() {
-            let Ok(pidfd) = warren_sys::pidfd::open(pid) else {
-                continue;
-            };
-            let r = ranges(pid);
-            if let Err(e) =
-                warren_sys::process::process_madvise(&pidfd, &r, warren_sys::process::MADV_PAGEOUT)
-            {
-                tracing::debug!(pid, error = %e, "page-out");
-            }
-        }
-        cg.reclaim();
+        cg.page_out();
     })
     .await
     .map_err(|e| RuntimeError::io("page-out task", std::io::Error::other(e.to_string())))?;
     let after = c.cgroups.memory_bytes();
-    let note = (swap_total_bytes() == 0).then(|| {
+    let note = (crate::cgroup::swap_total_bytes() == 0).then(|| {
         format!(
             "the host has no swap: {} MiB of anonymous memory and writable layer stay in RAM (frozen); set up zram or a swap file to push them out",
             after >> 20

@@ -7,9 +7,10 @@ use tokio::net::UnixStream;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_types::Substrate;
 
+use super::memory::{self, Ram};
 use super::qemu::{self, Disk, Launch};
 use super::record::{
-    MachineKey, Snapshot, VmRecord, CAPABILITIES, RECORD_VERSION, TEMPLATE_HOSTNAME,
+    capabilities, MachineKey, Snapshot, VmRecord, RECORD_VERSION, TEMPLATE_HOSTNAME,
 };
 use super::{destroy, disk, qmp::Qmp, vcpus, Accel, Vm, VmRuntime, VMM_OVERHEAD_MB};
 use crate::agent::AgentConn;
@@ -218,18 +219,25 @@ fn as_start_failed(e: RuntimeError) -> RuntimeError {
     }
 }
 
-/// Cold boot. `hostname` overrides the spec's (templates use a neutral one).
+/// Cold boot. With `ram_file` the guest's RAM is the file `ram` of the sandbox's directory,
+/// mapped shared (a template's VM: its snapshot then leaves the RAM out of the stream).
 pub async fn boot(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
     dir: Option<&Path>,
+    ram_file: bool,
 ) -> Result<Vm, RuntimeError> {
     let dir = dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| rt.sandbox_dir(spec.id.as_str()));
     let accel = rt.accel().await;
-    boot_with(rt, spec, layers, &dir, accel, BOOT_TIMEOUT)
+    let ram = if ram_file {
+        Ram::Shared(dir.join(memory::RAM_FILE))
+    } else {
+        Ram::Anonymous
+    };
+    boot_with(rt, spec, layers, &dir, accel, ram, BOOT_TIMEOUT)
         .await
         .map_err(as_start_failed)
 }
@@ -240,6 +248,7 @@ async fn boot_with(
     layers: &[String],
     dir: &Path,
     accel: Accel,
+    ram: Ram,
     timeout: Duration,
 ) -> Result<Vm, RuntimeError> {
     let t0 = Instant::now();
@@ -257,6 +266,7 @@ async fn boot_with(
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
+            ram: &ram,
             cpus: vcpus(spec),
             kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
             initramfs: &initramfs,
@@ -285,7 +295,7 @@ async fn boot_with(
             return Err(e);
         }
     };
-    let mut vm = finish(rt, spec, layers, dir, cgroups, s, key, None);
+    let mut vm = finish(rt, spec, layers, dir, cgroups, s, key, ram, None);
     vm.phases = vec![
         ("cgroups", t_cgroups),
         ("image", t_image),
@@ -303,6 +313,7 @@ fn finish(
     cgroups: CgroupSet,
     s: Started,
     key: MachineKey,
+    ram: Ram,
     template: Option<String>,
 ) -> Vm {
     let record = VmRecord {
@@ -321,6 +332,7 @@ fn finish(
         cgroups,
         record,
         key,
+        ram,
         paused: Default::default(),
         exited: s.exited,
         phases: Vec::new(),
@@ -346,6 +358,13 @@ pub async fn restore(
     }
     let t0 = Instant::now();
     let dir = rt.sandbox_dir(spec.id.as_str());
+    // A template's RAM is its file, mapped copy-on-write: pages no guest writes stay one
+    // copy in the page cache for every VM of the shape.
+    let ram = if snap.meta.ram_file {
+        Ram::Private(snap.ram())
+    } else {
+        Ram::Anonymous
+    };
     let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
     let mut marks = (Duration::ZERO, Duration::ZERO);
     let result = async {
@@ -354,13 +373,16 @@ pub async fn restore(
         disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?;
         let disks = disks(rt, layers, &writable)?;
         let accel = rt.accel().await;
-        let initramfs = super::initramfs::empty(&rt.cfg.root.join("boot"))?;
+        let boot = rt.cfg.root.join("boot");
+        let initramfs = super::initramfs::empty(&boot)?;
+        let kernel = memory::stub_kernel(&rt.cfg.kernel_dir.join("vmlinuz"), &boot)?;
         let launch = Launch {
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
+            ram: &ram,
             cpus: vcpus(spec),
-            kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
+            kernel: &kernel,
             initramfs: &initramfs,
             hostname: TEMPLATE_HOSTNAME,
             disks: &disks,
@@ -371,7 +393,9 @@ pub async fn restore(
         marks = (t_prepared, t_disk);
         let mut s = start(rt, &launch, &cgroups).await?;
         let t_started = t0.elapsed();
-        s.qmp.set_capabilities(&CAPABILITIES).await?;
+        s.qmp
+            .set_capabilities(capabilities(snap.meta.ram_file))
+            .await?;
         s.qmp
             .migrate_incoming(&format!("file:{}", snap.memory().display()))
             .await?;
@@ -420,6 +444,7 @@ pub async fn restore(
         cgroups,
         s,
         key,
+        ram,
         Some(snap.dir.display().to_string()),
     );
     // The agent's phase of a restore is the memory image's restore until the agent answers.
@@ -498,6 +523,7 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
         substrate: Substrate::Microvm,
         accel: Accel::Kvm,
         memory_mb: 256,
+        ram: &Ram::Anonymous,
         cpus: 1,
         kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
         initramfs: &initramfs,
