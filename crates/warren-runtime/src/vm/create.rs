@@ -339,13 +339,23 @@ fn finish(
     }
 }
 
+/// How a restored sandbox gets its writable disk from the snapshot's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFrom {
+    /// A fresh overlay backed by the snapshot's disk (the snapshot must outlive the sandbox).
+    Overlay,
+    /// A copy of the snapshot's disk (the snapshot may be removed right after).
+    Copy,
+}
+
 /// Restores a snapshot into a new sandbox: a new QEMU waits for the migration stream, its
-/// writable disk is a fresh overlay on the snapshot's disk.
+/// writable disk is made from the snapshot's ([`DiskFrom`]).
 pub async fn restore(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
     snap: &Snapshot,
+    disk_from: DiskFrom,
 ) -> Result<Vm, RuntimeError> {
     let key = rt.key(spec, layers).await?;
     if snap.meta.machine != key {
@@ -370,7 +380,12 @@ pub async fn restore(
     let result = async {
         let t_prepared = t0.elapsed();
         let writable = dir.join("disk.qcow2");
-        disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?;
+        match disk_from {
+            DiskFrom::Overlay => {
+                disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?
+            }
+            DiskFrom::Copy => disk::copy(&snap.disk(), &writable).await?,
+        }
         let disks = disks(rt, layers, &writable)?;
         let accel = rt.accel().await;
         let boot = rt.cfg.root.join("boot");

@@ -16,13 +16,14 @@
 //!
 //! Files: `qemu.rs` (command line, spawn), `qmp.rs` (QMP client), `initramfs.rs`,
 //! `disk.rs` (bases and overlays), `memory.rs` (RAM backends, PSS), `create.rs` (boot and
-//! restore), `snapshot.rs` (snapshots and templates), `pause.rs`, `destroy.rs`, `adopt.rs`,
-//! `record.rs`.
+//! restore), `snapshot.rs` (snapshots and templates), `pause.rs`, `fork.rs`, `destroy.rs`,
+//! `adopt.rs`, `record.rs`.
 
 mod adopt;
 mod create;
 mod destroy;
 mod disk;
+mod fork;
 pub mod initramfs;
 pub mod memory;
 mod pause;
@@ -292,7 +293,9 @@ impl VmRuntime {
         snap: &Snapshot,
     ) -> Result<Arc<Vm>, RuntimeError> {
         let layers = self.resolve(spec)?;
-        Ok(Arc::new(create::restore(self, spec, &layers, snap).await?))
+        Ok(Arc::new(
+            create::restore(self, spec, &layers, snap, create::DiskFrom::Overlay).await?,
+        ))
     }
 }
 
@@ -438,7 +441,7 @@ impl Runtime for VmRuntime {
                 return create::boot(self, spec, &layers, None, false).await;
             }
             let snap = snapshot::template(self, spec, &layers).await?;
-            create::restore(self, spec, &layers, &snap).await
+            create::restore(self, spec, &layers, &snap, create::DiskFrom::Overlay).await
         }
         .await;
         match vm {
@@ -481,5 +484,18 @@ impl Runtime for VmRuntime {
 
     fn node_usage(&self) -> Option<Usage> {
         Some(self.hierarchy.total_usage())
+    }
+
+    async fn fork(
+        &self,
+        parent: &Arc<dyn Instance>,
+        children: &[SandboxSpec],
+    ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
+        let Some(p) = parent.as_any().downcast_ref::<Vm>() else {
+            return Err(RuntimeError::Unsupported(
+                "a VM can only fork from a VM".into(),
+            ));
+        };
+        fork::fork(self, p, children).await
     }
 }
