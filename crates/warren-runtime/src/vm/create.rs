@@ -408,13 +408,18 @@ pub async fn restore(
         marks = (t_prepared, t_disk);
         let mut s = start(rt, &launch, &cgroups).await?;
         let t_started = t0.elapsed();
-        s.qmp
-            .set_capabilities(capabilities(snap.meta.ram_file))
-            .await?;
-        s.qmp
-            .migrate_incoming(&format!("file:{}", snap.memory().display()))
-            .await?;
-        s.qmp.wait_migration(RESTORE_TIMEOUT).await?;
+        let incoming = async {
+            s.qmp
+                .set_capabilities(&capabilities(snap.meta.ram_file))
+                .await?;
+            s.qmp
+                .migrate_incoming(&format!("file:{}", snap.memory().display()))
+                .await?;
+            s.qmp.wait_migration(RESTORE_TIMEOUT).await
+        };
+        incoming.await.map_err(|e| {
+            RuntimeError::StartFailed(format!("restore: {e}{}", qemu::log_tail(&dir)))
+        })?;
         let t_migrated = t0.elapsed();
         if s.qmp.status().await? != "running" {
             s.qmp.cont().await?;

@@ -75,12 +75,10 @@ impl MachineKey {
 /// of the stream (`x-ignore-shared`); other RAM is written at fixed offsets of the file,
 /// zero pages never (`mapped-ram`). QEMU 10.0 cannot combine the two (the save fails with
 /// "Bad address"), and a stream without RAM gains nothing from `mapped-ram`.
-pub fn capabilities(ram_file: bool) -> &'static [&'static str] {
-    if ram_file {
-        &["x-ignore-shared"]
-    } else {
-        &["mapped-ram"]
-    }
+/// Each capability is set either way: a VM restored from a template still has the
+/// template's capabilities when it is saved in turn.
+pub fn capabilities(ram_file: bool) -> [(&'static str, bool); 2] {
+    [("x-ignore-shared", ram_file), ("mapped-ram", !ram_file)]
 }
 
 /// Hostname of a template's guest (every restored sandbox shares it).

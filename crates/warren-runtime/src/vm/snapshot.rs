@@ -67,7 +67,7 @@ pub async fn save(
         let q = vm.qmp();
         let was_running = q.status().await? == "running";
         q.stop().await?;
-        q.set_capabilities(capabilities(vm.ram.shared_file().is_some()))
+        q.set_capabilities(&capabilities(vm.ram.shared_file().is_some()))
             .await?;
         q.unlimit_bandwidth().await?;
         q.migrate(&format!("file:{}", tmp.join("memory").display()))

@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod fork;
 mod memory;
 
 use std::path::PathBuf;

@@ -41,7 +41,7 @@ fn guest_ram_kib(pid: u32) -> (u64, u64) {
     (shared, private)
 }
 
-async fn daemon_with_microvm() -> Option<Daemon> {
+pub(crate) async fn daemon_with_microvm() -> Option<Daemon> {
     let d = Daemon::start().await?;
     let served = d.client().health().await.unwrap().substrates;
     if !served.iter().any(|s| s == "microvm") {
@@ -116,10 +116,13 @@ async fn microvm_pause_pushes_memory_out_and_resume_continues() {
         .await;
     c.spawn(
         id,
-        &ExecRequest::shell("i=0; while :; do i=$((i+1)); echo $i > /run/count; sleep 0.05; done"),
+        &ExecRequest::shell("i=0; while :; do i=$((i+1)); echo $i > /run/c.tmp; mv /run/c.tmp /run/count; sleep 0.05; done"),
     )
     .await
     .expect("starting the counter");
+    // The count is replaced whole (rename), so a read never sees it half written.
+    d.sh_ok(id, "while [ ! -s /run/count ]; do sleep 0.05; done")
+        .await;
     let count = || async {
         let s = d.sh_ok(id, "cat /run/count").await;
         s.trim().parse::<u64>().expect("a count")
