@@ -9,6 +9,7 @@
 //! | host memory per idle 256 MiB microVM (PSS of QEMU: guest RAM, TCG cache, QEMU's own) | ≤ 48 MiB (≥ 400 fit in 20 GiB) |
 //! | pause of a microVM that wrote 200 MiB: share of it out of RAM (cgroup), time | ≥ 80 % within 2 s |
 //! | resume → first exec after a pause | ≤ 150 ms plus page-in (reported) |
+//! | `fork -n 8` of an idle microVM; the children's first exec | ≤ 2 s; reported |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,9 @@ pub struct VmBench {
     pub snapshot: Option<Latency>,
     pub density: Option<VmDensity>,
     pub pause: Option<VmPause>,
+    /// `fork -n 8` of an idle microVM, and the children's first exec after it.
+    pub fork8_ms: Option<f64>,
+    pub fork_child_first_exec: Option<Latency>,
 }
 
 /// Pause of a microVM whose guest wrote [`PAUSE_TOUCH_MIB`] (random data, a file).
@@ -315,6 +319,9 @@ pub async fn run(
             checks.push(Check::at_most("pause p50", l.p50_ms / 1e3, "s", 2.0));
         }
     }
+    if let Some(f) = bench.fork8_ms {
+        checks.push(Check::at_most("fork -n 8 of a microVM", f / 1e3, "s", 2.0));
+    }
     report.checks = checks;
     let v = serde_json::json!({ "vm": bench, "checks": report.checks });
     let text = render(&bench, &report);
@@ -392,6 +399,9 @@ fn render(bench: &VmBench, report: &Report) -> String {
             "PSS per VM: guest RAM {:.1} MiB, TCG translation cache {:.1} MiB, QEMU's own {:.1} MiB",
             d.pss_guest_mib_per_vm, d.pss_tcg_mib_per_vm, d.pss_qemu_mib_per_vm
         );
+    }
+    if let Some(f) = bench.fork8_ms {
+        let _ = writeln!(out, "fork -n 8 of an idle microVM: {f:.0} ms");
     }
     if let Some(p) = &bench.pause {
         let _ = writeln!(
@@ -525,8 +535,46 @@ async fn measure(
     }
     note("pause and resume of a microVM that wrote 200 MiB");
     bench.pause = Some(pause(&warm.client, image).await?);
+    note("fork -n 8 of a microVM");
+    fork8(&warm.client, image, &mut bench).await?;
     drop((cold, warm));
     Ok(bench)
+}
+
+async fn fork8(c: &Client, image: &str, bench: &mut VmBench) -> anyhow::Result<()> {
+    let (_, id) = create_exec(c, &request(image, 1024)).await?;
+    let t = Instant::now();
+    let kids = c
+        .fork(
+            &id,
+            &warren_client::ForkRequest {
+                n: 8,
+                labels: Default::default(),
+            },
+        )
+        .await;
+    let elapsed = t.elapsed().as_secs_f64() * 1e3;
+    let mut ids = vec![id];
+    let mut firsts = Vec::new();
+    if let Ok(kids) = &kids {
+        bench.fork8_ms = Some(elapsed);
+        for k in kids {
+            let t = Instant::now();
+            let r = c.exec(&k.id, &ExecRequest::argv(["true"])).await;
+            firsts.push(t.elapsed().as_secs_f64() * 1e3);
+            ids.push(k.id.clone());
+            anyhow::ensure!(
+                r.is_ok_and(|r| r.success()),
+                "`true` failed in a fork child"
+            );
+        }
+        bench.fork_child_first_exec = Some(Latency::from_samples(firsts));
+    }
+    for id in &ids {
+        c.delete(id).await?;
+    }
+    kids.context("fork -n 8")?;
+    Ok(())
 }
 
 /// zram's compressed bytes (`mm_stat`'s second field), 0 without zram.
