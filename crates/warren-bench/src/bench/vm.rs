@@ -360,6 +360,7 @@ fn render(bench: &VmBench, report: &Report) -> String {
                 .as_ref()
                 .and_then(|p| p.resume_first_exec.clone()),
         ),
+        ("fork child → first exec", &bench.fork_child_first_exec),
     ] {
         if let Some(l) = l {
             t.row([
