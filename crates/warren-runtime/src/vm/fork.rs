@@ -58,3 +58,38 @@ pub async fn fork(
     }
     Ok(made)
 }
+
+/// Removes scratch snapshots of forks whose daemon died mid-fork (named
+/// `<parent>-<daemon pid>-<n>`; a live pid's are left alone).
+pub fn remove_stale(root: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(root.join("forks")) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .rsplitn(3, '-')
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scratch_snapshots_of_dead_daemons_are_removed() {
+        let root = tempfile::tempdir_in("/tmp").unwrap();
+        let forks = root.path().join("forks");
+        let live = forks.join(format!("n1-01abc-{}-0", std::process::id()));
+        // Pids above pid_max never run.
+        let dead = forks.join("n1-01abc-99999999-3");
+        for d in [&live, &dead] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        super::remove_stale(root.path());
+        assert!(live.exists() && !dead.exists());
+    }
+}

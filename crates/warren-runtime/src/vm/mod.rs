@@ -159,6 +159,7 @@ impl VmRuntime {
             std::fs::create_dir_all(&p)
                 .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
         }
+        fork::remove_stale(&cfg.root);
         let p = cfg.root.join("sandboxes").join(cfg.node.to_string());
         std::fs::create_dir_all(&p)
             .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
