@@ -67,10 +67,7 @@ pub fn remove_stale(root: &std::path::Path) {
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .rsplitn(3, '-')
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
+        let pid = name.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
         if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
             let _ = std::fs::remove_dir_all(e.path());
         }
