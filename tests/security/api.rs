@@ -149,7 +149,10 @@ async fn requests_that_can_never_fit_the_node_are_refused_before_anything_starts
         / 1024;
     let cases = [
         // More memory than the host has (plus the VMM's share).
-        format!(r#"{{"substrate":"microvm","memory_mb":{}}}"#, host_mb + 1024),
+        format!(
+            r#"{{"substrate":"microvm","memory_mb":{}}}"#,
+            host_mb + 1024
+        ),
         format!(r#"{{"substrate":"vm","memory_mb":{host_mb}}}"#),
         // A microVM with a network that still cannot fit: the refusal comes before the
         // namespace, the bridge or QEMU.

@@ -373,6 +373,14 @@ impl CgroupSet {
         self.usage().memory_bytes.unwrap_or(0)
     }
 
+    /// Pushes the memory of every process of the sandbox out of RAM: `process_madvise`
+    /// (`MADV_PAGEOUT`) over all their mappings, in parallel pieces ([`crate::pageout`]), then [`CgroupSet::reclaim`]. Anonymous pages
+    /// leave RAM only into swap. Blocking: call it off the async runtime's workers.
+    pub fn page_out(&self) {
+        crate::pageout::page_out(&self.pids());
+        self.reclaim();
+    }
+
     /// Asks the kernel to reclaim the sandbox's memory: `memory.reclaim` on v2; on v1, a
     /// brief squeeze of the limit (the kernel reclaims to fit, then the limit is restored).
     pub fn reclaim(&self) {
@@ -437,4 +445,18 @@ impl CgroupSet {
         }
         u
     }
+}
+
+/// The host's swap in bytes (`SwapTotal`): without it anonymous memory cannot leave RAM.
+pub fn swap_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                l.strip_prefix("SwapTotal:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0)
+        * 1024
 }

@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod container;
 pub mod error;
 mod leases;
+mod pageout;
 pub mod procfs;
 pub mod reaper;
 pub mod security;
@@ -110,7 +111,8 @@ pub trait Runtime: Send + Sync + 'static {
     }
 
     /// Creates `children.len()` new sandboxes from `parent`: the same image stack and a copy
-    /// of its writable layer (process state is not copied). `parent` may be running or
+    /// of its writable layer (containers copy no process state; VMs copy their memory and
+    /// devices too). `parent` may be running or
     /// paused; it is left as it was. On error no child is left behind.
     async fn fork(
         &self,

@@ -6,7 +6,10 @@
 //! |---|---|
 //! | template restore → first exec, p50 | ≤ 0.5 s and ≥ 8× faster than cold boot → first exec |
 //! | snapshot of an idle 256 MiB guest (template save) | ≤ 0.3 s |
-//! | host memory per idle microVM (PSS of QEMU; its cgroup) | reported, with how many fit in 20 GiB |
+//! | host memory per idle 256 MiB microVM (PSS of QEMU: guest RAM, TCG cache, QEMU's own) | ≤ 48 MiB (≥ 400 fit in 20 GiB) |
+//! | pause of a microVM that wrote 200 MiB: share of it out of RAM (cgroup), time | ≥ 80 % within 2 s |
+//! | resume → first exec after a pause | ≤ 150 ms plus page-in (reported) |
+//! | `fork -n 8` of an idle microVM; the children's first exec | ≤ 2 s; reported |
 //! | create p50 with an allow-list policy − with `none` (interleaved, same run) | ≤ 30 ms |
 
 use std::collections::BTreeMap;
@@ -44,7 +47,32 @@ pub struct VmBench {
     /// The same creates until their first `exec true` has answered.
     pub first_exec_network_none: Option<Latency>,
     pub first_exec_network_allow: Option<Latency>,
+    pub pause: Option<VmPause>,
+    /// `fork -n 8` of an idle microVM, and the children's first exec after it.
+    pub fork8_ms: Option<f64>,
+    pub fork_child_first_exec: Option<Latency>,
 }
+
+/// Pause of a microVM whose guest wrote [`PAUSE_TOUCH_MIB`] (random data, a file).
+#[derive(Debug, Default, Serialize)]
+pub struct VmPause {
+    pub cycles: usize,
+    /// The daemon's pause report: time, cgroup memory before and after (p50 over cycles).
+    pub pause_ms: Option<Latency>,
+    pub cgroup_before_mib: f64,
+    pub cgroup_after_mib: f64,
+    /// Of the memory the guest touched, the share that left the sandbox's cgroup.
+    pub out_of_cgroup_share: f64,
+    /// PSS of QEMU before and after the first pause.
+    pub pss_before_mib: f64,
+    pub pss_after_mib: f64,
+    /// What zram took for it (compressed), when the host's swap is zram.
+    pub zram_growth_mib: f64,
+    pub resume_first_exec: Option<Latency>,
+}
+
+/// What the guest writes before the pause bench.
+const PAUSE_TOUCH_MIB: u64 = 200;
 
 /// Host memory of idle microVMs.
 #[derive(Debug, Default, Serialize)]
@@ -52,6 +80,10 @@ pub struct VmDensity {
     pub vms: usize,
     pub rss_mib_per_vm: f64,
     pub pss_mib_per_vm: f64,
+    /// PSS per VM of the guest's RAM mapping, of TCG's translation cache, of the rest.
+    pub pss_guest_mib_per_vm: f64,
+    pub pss_tcg_mib_per_vm: f64,
+    pub pss_qemu_mib_per_vm: f64,
     pub cgroup_mib_per_vm: f64,
     pub mem_available_drop_mib_per_vm: f64,
     /// 20 GiB / PSS per VM.
@@ -291,11 +323,31 @@ pub async fn run(
     }
     if let Some(d) = &bench.density {
         checks.push(Check::at_most(
+            "PSS per idle 256 MiB microVM",
+            d.pss_mib_per_vm,
+            "MiB",
+            48.0,
+        ));
+        checks.push(Check::at_most(
             "QEMU left after delete",
             d.qemu_left_after_delete as f64,
             "",
             0.0,
         ));
+    }
+    if let Some(p) = &bench.pause {
+        checks.push(Check::at_least(
+            "share of 200 MiB written out of the cgroup at pause",
+            p.out_of_cgroup_share * 100.0,
+            "%",
+            80.0,
+        ));
+        if let Some(l) = &p.pause_ms {
+            checks.push(Check::at_most("pause p50", l.p50_ms / 1e3, "s", 2.0));
+        }
+    }
+    if let Some(f) = bench.fork8_ms {
+        checks.push(Check::at_most("fork -n 8 of a microVM", f / 1e3, "s", 2.0));
     }
     report.checks = checks;
     let v = serde_json::json!({ "vm": bench, "checks": report.checks });
@@ -331,6 +383,18 @@ fn render(bench: &VmBench, report: &Report) -> String {
             "create → first exec, allow list",
             &bench.first_exec_network_allow,
         ),
+        (
+            "pause (guest wrote 200 MiB)",
+            &bench.pause.as_ref().and_then(|p| p.pause_ms.clone()),
+        ),
+        (
+            "resume → first exec",
+            &bench
+                .pause
+                .as_ref()
+                .and_then(|p| p.resume_first_exec.clone()),
+        ),
+        ("fork child → first exec", &bench.fork_child_first_exec),
     ] {
         if let Some(l) = l {
             t.row([
@@ -364,6 +428,26 @@ fn render(bench: &VmBench, report: &Report) -> String {
             d.mem_available_drop_mib_per_vm,
             d.fit_in_20_gib,
             d.qemu_left_after_delete
+        );
+        let _ = writeln!(
+            out,
+            "PSS per VM: guest RAM {:.1} MiB, TCG translation cache {:.1} MiB, QEMU's own {:.1} MiB",
+            d.pss_guest_mib_per_vm, d.pss_tcg_mib_per_vm, d.pss_qemu_mib_per_vm
+        );
+    }
+    if let Some(f) = bench.fork8_ms {
+        let _ = writeln!(out, "fork -n 8 of an idle microVM: {f:.0} ms");
+    }
+    if let Some(p) = &bench.pause {
+        let _ = writeln!(
+            out,
+            "pause after the guest wrote {PAUSE_TOUCH_MIB} MiB: cgroup {:.1} -> {:.1} MiB ({:.0} % of it out), QEMU PSS {:.1} -> {:.1} MiB, zram took {:.1} MiB (compressed)",
+            p.cgroup_before_mib,
+            p.cgroup_after_mib,
+            p.out_of_cgroup_share * 100.0,
+            p.pss_before_mib,
+            p.pss_after_mib,
+            p.zram_growth_mib
         );
     }
     out.push('\n');
@@ -490,11 +574,17 @@ async fn measure(
         tokio::time::sleep(Duration::from_secs(3)).await;
         let after = mem_available_kib();
         let (mut rss, mut pss, mut cg) = (0u64, 0u64, 0u64);
+        let mut parts = warren_runtime::vm::memory::PssBreakdown::default();
         let mut pids = Vec::new();
         for id in &ids {
             if let Some(pid) = qemu_pid(id) {
                 rss += smaps_kib(pid, "Rss:");
                 pss += smaps_kib(pid, "Pss:");
+                if let Ok(b) = warren_runtime::vm::memory::pss_breakdown(pid, MEMORY_MB) {
+                    parts.guest_kib += b.guest_kib;
+                    parts.tcg_kib += b.tcg_kib;
+                    parts.qemu_kib += b.qemu_kib;
+                }
                 cg += cgroup_bytes(pid) / 1024;
                 pids.push(id.clone());
             }
@@ -508,6 +598,9 @@ async fn measure(
             vms: pids.len(),
             rss_mib_per_vm: rss as f64 / 1024.0 / k,
             pss_mib_per_vm: pss_mib,
+            pss_guest_mib_per_vm: parts.guest_kib as f64 / 1024.0 / k,
+            pss_tcg_mib_per_vm: parts.tcg_kib as f64 / 1024.0 / k,
+            pss_qemu_mib_per_vm: parts.qemu_kib as f64 / 1024.0 / k,
             cgroup_mib_per_vm: cg as f64 / 1024.0 / k,
             mem_available_drop_mib_per_vm: before.saturating_sub(after) as f64 / 1024.0 / k,
             fit_in_20_gib: if pss_mib > 0.0 {
@@ -518,6 +611,99 @@ async fn measure(
             qemu_left_after_delete: ids.iter().filter(|id| qemu_pid(id).is_some()).count(),
         });
     }
+    note("pause and resume of a microVM that wrote 200 MiB");
+    bench.pause = Some(pause(&warm.client, image).await?);
+    note("fork -n 8 of a microVM");
+    fork8(&warm.client, image, &mut bench).await?;
     drop((cold, warm));
     Ok(bench)
+}
+
+async fn fork8(c: &Client, image: &str, bench: &mut VmBench) -> anyhow::Result<()> {
+    let (_, id) = create_exec(c, &request(image, 1024)).await?;
+    let t = Instant::now();
+    let kids = c
+        .fork(
+            &id,
+            &warren_client::ForkRequest {
+                n: 8,
+                labels: Default::default(),
+            },
+        )
+        .await;
+    let elapsed = t.elapsed().as_secs_f64() * 1e3;
+    let mut ids = vec![id];
+    let mut firsts = Vec::new();
+    if let Ok(kids) = &kids {
+        bench.fork8_ms = Some(elapsed);
+        for k in kids {
+            let t = Instant::now();
+            let r = c.exec(&k.id, &ExecRequest::argv(["true"])).await;
+            firsts.push(t.elapsed().as_secs_f64() * 1e3);
+            ids.push(k.id.clone());
+            anyhow::ensure!(
+                r.is_ok_and(|r| r.success()),
+                "`true` failed in a fork child"
+            );
+        }
+        bench.fork_child_first_exec = Some(Latency::from_samples(firsts));
+    }
+    for id in &ids {
+        c.delete(id).await?;
+    }
+    kids.context("fork -n 8")?;
+    Ok(())
+}
+
+/// zram's compressed bytes (`mm_stat`'s second field), 0 without zram.
+fn zram_compressed_bytes() -> u64 {
+    std::fs::read_to_string("/sys/block/zram0/mm_stat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn pause(c: &Client, image: &str) -> anyhow::Result<VmPause> {
+    let cycles = 5;
+    let (_, id) = create_exec(c, &request(image, 1024)).await?;
+    let result = async {
+        let touch = format!(
+            "head -c {}M /dev/urandom > /root/data && sync",
+            PAUSE_TOUCH_MIB
+        );
+        let r = c.exec(&id, &ExecRequest::shell(&touch)).await?;
+        anyhow::ensure!(r.success(), "writing 200 MiB in the guest failed");
+        let pid = qemu_pid(&id).context("QEMU of the pause sandbox")?;
+        let mut out = VmPause {
+            cycles,
+            pss_before_mib: smaps_kib(pid, "Pss:") as f64 / 1024.0,
+            ..Default::default()
+        };
+        let (mut pause_ms, mut resume_ms) = (Vec::new(), Vec::new());
+        for i in 0..cycles {
+            let z0 = zram_compressed_bytes();
+            let st = c.pause(&id).await.context("pause")?;
+            if i == 0 {
+                out.pss_after_mib = smaps_kib(pid, "Pss:") as f64 / 1024.0;
+                out.zram_growth_mib = zram_compressed_bytes().saturating_sub(z0) as f64 / 1048576.0;
+                out.cgroup_before_mib = st.memory_before_bytes as f64 / 1048576.0;
+                out.cgroup_after_mib = st.memory_after_bytes as f64 / 1048576.0;
+                out.out_of_cgroup_share = ((out.cgroup_before_mib - out.cgroup_after_mib)
+                    / PAUSE_TOUCH_MIB as f64)
+                    .min(1.0);
+            }
+            pause_ms.push(st.duration_ms);
+            let t = Instant::now();
+            c.resume(&id).await.context("resume")?;
+            let r = c.exec(&id, &ExecRequest::argv(["true"])).await?;
+            anyhow::ensure!(r.success(), "`true` failed after resume");
+            resume_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.pause_ms = Some(Latency::from_samples(pause_ms));
+        out.resume_first_exec = Some(Latency::from_samples(resume_ms));
+        Ok(out)
+    }
+    .await;
+    c.delete(&id).await?;
+    result
 }

@@ -60,6 +60,8 @@ pub async fn adopt(
         cgroups,
         record: rec,
         key,
+        // Only a template's VM has its RAM in a shared file, and it is never adopted.
+        ram: super::memory::Ram::Anonymous,
         paused: paused.into(),
         exited,
         death,

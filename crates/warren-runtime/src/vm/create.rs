@@ -7,9 +7,10 @@ use tokio::net::UnixStream;
 use warren_proto::{Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_types::Substrate;
 
+use super::memory::{self, Ram};
 use super::qemu::{self, Disk, Launch};
 use super::record::{
-    MachineKey, Snapshot, VmRecord, CAPABILITIES, RECORD_VERSION, TEMPLATE_HOSTNAME,
+    capabilities, MachineKey, Snapshot, VmRecord, RECORD_VERSION, TEMPLATE_HOSTNAME,
 };
 use super::{destroy, disk, qmp::Qmp, vcpus, Accel, Vm, VmRuntime, VMM_OVERHEAD_MB};
 use crate::agent::AgentConn;
@@ -244,18 +245,25 @@ fn as_start_failed(e: RuntimeError) -> RuntimeError {
     }
 }
 
-/// Cold boot. `hostname` overrides the spec's (templates use a neutral one).
+/// Cold boot. With `ram_file` the guest's RAM is the file `ram` of the sandbox's directory,
+/// mapped shared (a template's VM: its snapshot then leaves the RAM out of the stream).
 pub async fn boot(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
     dir: Option<&Path>,
+    ram_file: bool,
 ) -> Result<Vm, RuntimeError> {
     let dir = dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| rt.sandbox_dir(spec.id.as_str()));
     let accel = rt.accel().await;
-    boot_with(rt, spec, layers, &dir, accel, BOOT_TIMEOUT)
+    let ram = if ram_file {
+        Ram::Shared(dir.join(memory::RAM_FILE))
+    } else {
+        Ram::Anonymous
+    };
+    boot_with(rt, spec, layers, &dir, accel, ram, BOOT_TIMEOUT)
         .await
         .map_err(as_start_failed)
 }
@@ -266,6 +274,7 @@ async fn boot_with(
     layers: &[String],
     dir: &Path,
     accel: Accel,
+    ram: Ram,
     timeout: Duration,
 ) -> Result<Vm, RuntimeError> {
     let t0 = Instant::now();
@@ -283,6 +292,7 @@ async fn boot_with(
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
+            ram: &ram,
             cpus: vcpus(spec),
             kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
             initramfs: &initramfs,
@@ -312,7 +322,7 @@ async fn boot_with(
             return Err(e);
         }
     };
-    let mut vm = finish(rt, spec, layers, dir, cgroups, s, key, None);
+    let mut vm = finish(rt, spec, layers, dir, cgroups, s, key, ram, None);
     vm.phases = vec![
         ("cgroups", t_cgroups),
         ("image", t_image),
@@ -330,6 +340,7 @@ fn finish(
     cgroups: CgroupSet,
     s: Started,
     key: MachineKey,
+    ram: Ram,
     template: Option<String>,
 ) -> Vm {
     let record = VmRecord {
@@ -348,6 +359,7 @@ fn finish(
         cgroups,
         record,
         key,
+        ram,
         paused: Default::default(),
         exited: s.exited,
         death: s.death,
@@ -355,13 +367,23 @@ fn finish(
     }
 }
 
+/// How a restored sandbox gets its writable disk from the snapshot's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFrom {
+    /// A fresh overlay backed by the snapshot's disk (the snapshot must outlive the sandbox).
+    Overlay,
+    /// A copy of the snapshot's disk (the snapshot may be removed right after).
+    Copy,
+}
+
 /// Restores a snapshot into a new sandbox: a new QEMU waits for the migration stream, its
-/// writable disk is a fresh overlay on the snapshot's disk.
+/// writable disk is made from the snapshot's ([`DiskFrom`]).
 pub async fn restore(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     layers: &[String],
     snap: &Snapshot,
+    disk_from: DiskFrom,
 ) -> Result<Vm, RuntimeError> {
     let key = rt.key(spec, layers).await?;
     if snap.meta.machine != key {
@@ -374,21 +396,36 @@ pub async fn restore(
     }
     let t0 = Instant::now();
     let dir = rt.sandbox_dir(spec.id.as_str());
+    // A template's RAM is its file, mapped copy-on-write: pages no guest writes stay one
+    // copy in the page cache for every VM of the shape.
+    let ram = if snap.meta.ram_file {
+        Ram::Private(snap.ram())
+    } else {
+        Ram::Anonymous
+    };
     let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
     let mut marks = (Duration::ZERO, Duration::ZERO);
     let result = async {
         let t_prepared = t0.elapsed();
         let writable = dir.join("disk.qcow2");
-        disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?;
+        match disk_from {
+            DiskFrom::Overlay => {
+                disk::overlay(&rt.cfg.qemu_img, &snap.disk(), "qcow2", &writable).await?
+            }
+            DiskFrom::Copy => disk::copy(&snap.disk(), &writable).await?,
+        }
         let disks = disks(rt, layers, &writable)?;
         let accel = rt.accel().await;
-        let initramfs = super::initramfs::empty(&rt.cfg.root.join("boot"))?;
+        let boot = rt.cfg.root.join("boot");
+        let initramfs = super::initramfs::empty(&boot)?;
+        let kernel = memory::stub_kernel(&rt.cfg.kernel_dir.join("vmlinuz"), &boot)?;
         let launch = Launch {
             substrate: rt.substrate,
             accel,
             memory_mb: spec.limits.memory_mb,
+            ram: &ram,
             cpus: vcpus(spec),
-            kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
+            kernel: &kernel,
             initramfs: &initramfs,
             hostname: TEMPLATE_HOSTNAME,
             disks: &disks,
@@ -400,11 +437,18 @@ pub async fn restore(
         marks = (t_prepared, t_disk);
         let mut s = start(rt, &launch, &cgroups).await?;
         let t_started = t0.elapsed();
-        s.qmp.set_capabilities(&CAPABILITIES).await?;
-        s.qmp
-            .migrate_incoming(&format!("file:{}", snap.memory().display()))
-            .await?;
-        s.qmp.wait_migration(RESTORE_TIMEOUT).await?;
+        let incoming = async {
+            s.qmp
+                .set_capabilities(&capabilities(snap.meta.ram_file))
+                .await?;
+            s.qmp
+                .migrate_incoming(&format!("file:{}", snap.memory().display()))
+                .await?;
+            s.qmp.wait_migration(RESTORE_TIMEOUT).await
+        };
+        incoming.await.map_err(|e| {
+            RuntimeError::StartFailed(format!("restore: {e}{}", qemu::log_tail(&dir)))
+        })?;
         let t_migrated = t0.elapsed();
         if s.qmp.status().await? != "running" {
             s.qmp.cont().await?;
@@ -449,6 +493,7 @@ pub async fn restore(
         cgroups,
         s,
         key,
+        ram,
         Some(snap.dir.display().to_string()),
     );
     // The agent's phase of a restore is the memory image's restore until the agent answers.
@@ -527,6 +572,7 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
         substrate: Substrate::Microvm,
         accel: Accel::Kvm,
         memory_mb: 256,
+        ram: &Ram::Anonymous,
         cpus: 1,
         kernel: &rt.cfg.kernel_dir.join("vmlinuz"),
         initramfs: &initramfs,

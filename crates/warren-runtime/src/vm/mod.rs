@@ -11,18 +11,22 @@
 //!
 //! Creation boots a VM only once per machine shape (image, substrate, memory, CPUs, disk):
 //! that VM is snapshotted at "agent ready" into a template, and every sandbox after it is a
-//! restore of the template with its own qcow2 overlay on the template's disk.
+//! restore of the template with its own qcow2 overlay on the template's disk, its RAM a
+//! copy-on-write mapping of the template's memory file (shared through the page cache).
 //!
 //! Files: `qemu.rs` (command line, spawn), `qmp.rs` (QMP client), `initramfs.rs`,
-//! `disk.rs` (bases and overlays), `create.rs` (boot and restore), `snapshot.rs` (snapshots
-//! and templates), `destroy.rs`, `adopt.rs`, `record.rs`, `prune.rs` (old initramfs files
-//! and stale templates, at start).
+//! `disk.rs` (bases and overlays), `memory.rs` (RAM backends, PSS), `create.rs` (boot and
+//! restore), `snapshot.rs` (snapshots and templates), `pause.rs`, `fork.rs`, `destroy.rs`,
+//! `adopt.rs`, `record.rs`, `prune.rs` (old initramfs files and stale templates, at start).
 
 mod adopt;
 mod create;
 mod destroy;
 mod disk;
+mod fork;
 pub mod initramfs;
+pub mod memory;
+mod pause;
 mod prune;
 pub mod qemu;
 pub mod qmp;
@@ -157,6 +161,7 @@ impl VmRuntime {
             std::fs::create_dir_all(&p)
                 .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
         }
+        fork::remove_stale(&cfg.root);
         let p = cfg.root.join("sandboxes").join(cfg.node.to_string());
         std::fs::create_dir_all(&p)
             .map_err(|e| RuntimeError::io(format!("create {}", p.display()), e))?;
@@ -312,7 +317,9 @@ impl VmRuntime {
     /// Boots a sandbox without a template (the cold path; templates are made this way).
     pub async fn boot(&self, spec: &SandboxSpec) -> Result<Arc<Vm>, RuntimeError> {
         let layers = self.resolve(spec)?;
-        Ok(Arc::new(create::boot(self, spec, &layers, None).await?))
+        Ok(Arc::new(
+            create::boot(self, spec, &layers, None, false).await?,
+        ))
     }
 
     /// Saves a running sandbox's memory, devices and writable disk into `dir` (which must
@@ -328,7 +335,9 @@ impl VmRuntime {
         snap: &Snapshot,
     ) -> Result<Arc<Vm>, RuntimeError> {
         let layers = self.resolve(spec)?;
-        Ok(Arc::new(create::restore(self, spec, &layers, snap).await?))
+        Ok(Arc::new(
+            create::restore(self, spec, &layers, snap, create::DiskFrom::Overlay).await?,
+        ))
     }
 }
 
@@ -359,6 +368,8 @@ pub struct Vm {
     cgroups: CgroupSet,
     record: VmRecord,
     key: MachineKey,
+    /// Where its guest RAM lives (a template's VM writes it into a file).
+    ram: memory::Ram,
     paused: AtomicBool,
     exited: tokio::sync::watch::Receiver<bool>,
     /// How QEMU ended, once it has.
@@ -427,24 +438,13 @@ impl Instance for Vm {
         self.cgroups.usage()
     }
 
-    /// Stops the vCPUs (the guest's memory stays with the VMM).
+    /// Stops the vCPUs and pushes the VMM's memory out of RAM.
     async fn pause(&self) -> Result<PauseStats, RuntimeError> {
-        let t = std::time::Instant::now();
-        let before = self.cgroups.memory_bytes();
-        self.qmp.stop().await?;
-        self.paused.store(true, Ordering::SeqCst);
-        Ok(PauseStats {
-            memory_before_bytes: before,
-            memory_after_bytes: self.cgroups.memory_bytes(),
-            duration_ms: t.elapsed().as_secs_f64() * 1e3,
-            note: Some("vCPUs stopped; guest memory stays resident".into()),
-        })
+        pause::pause(self).await
     }
 
     async fn resume(&self) -> Result<(), RuntimeError> {
-        self.qmp.cont().await?;
-        self.paused.store(false, Ordering::SeqCst);
-        Ok(())
+        pause::resume(self).await
     }
 
     fn is_paused(&self) -> bool {
@@ -515,10 +515,10 @@ impl Runtime for VmRuntime {
         let layers = crate::leases::acquire(&self.images, &spec.id, &spec.image).await?;
         let vm = async {
             if !self.cfg.templates {
-                return create::boot(self, spec, &layers, None).await;
+                return create::boot(self, spec, &layers, None, false).await;
             }
             let snap = snapshot::template(self, spec, &layers).await?;
-            create::restore(self, spec, &layers, &snap).await
+            create::restore(self, spec, &layers, &snap, create::DiskFrom::Overlay).await
         }
         .await;
         match vm {
@@ -563,5 +563,18 @@ impl Runtime for VmRuntime {
 
     fn node_usage(&self) -> Option<Usage> {
         Some(self.hierarchy.total_usage())
+    }
+
+    async fn fork(
+        &self,
+        parent: &Arc<dyn Instance>,
+        children: &[SandboxSpec],
+    ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
+        let Some(p) = parent.as_any().downcast_ref::<Vm>() else {
+            return Err(RuntimeError::Unsupported(
+                "a VM can only fork from a VM".into(),
+            ));
+        };
+        fork::fork(self, p, children).await
     }
 }

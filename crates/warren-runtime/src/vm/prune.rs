@@ -121,6 +121,7 @@ mod tests {
             machine: k,
             created_ms: 0,
             save_secs: 0.1,
+            ram_file: true,
         };
         std::fs::write(d.join("snapshot.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
         let t = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);

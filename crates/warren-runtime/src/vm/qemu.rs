@@ -10,8 +10,13 @@
 use std::path::{Path, PathBuf};
 use warren_types::Substrate;
 
+use super::memory::{Ram, BACKEND_ID};
 use super::Accel;
 use crate::RuntimeError;
+
+/// TCG's translation cache, in MiB. QEMU's default (1 GiB) would be charged to the sandbox
+/// as it fills; an idle guest uses a few MiB of it, a busy one flushes it more often.
+pub const TB_SIZE_MB: u64 = 16;
 
 /// One virtio-blk disk.
 #[derive(Debug, Clone)]
@@ -28,6 +33,8 @@ pub struct Launch<'a> {
     pub substrate: Substrate,
     pub accel: Accel,
     pub memory_mb: u64,
+    /// Where the guest's RAM lives.
+    pub ram: &'a Ram,
     pub cpus: u32,
     pub kernel: &'a Path,
     pub initramfs: &'a Path,
@@ -91,13 +98,13 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
     let machine = match l.substrate {
-        Substrate::Vm => "q35".to_string(),
-        _ => "q35,smbus=off,sata=off,vmport=off,i8042=off,hpet=off".to_string(),
+        Substrate::Vm => format!("q35,memory-backend={BACKEND_ID}"),
+        _ => format!(
+            "q35,smbus=off,sata=off,vmport=off,i8042=off,hpet=off,memory-backend={BACKEND_ID}"
+        ),
     };
     let accel = match l.accel {
-        // A bounded translation cache: TCG's default (1 GiB) would be charged to the
-        // sandbox as it fills.
-        Accel::Tcg => "tcg,tb-size=64".to_string(),
+        Accel::Tcg => format!("tcg,tb-size={TB_SIZE_MB}"),
         Accel::Kvm => "kvm".to_string(),
     };
     let cpu = match l.accel {
@@ -106,6 +113,8 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
     };
     push(&["-name", "warren", "-machine", &machine, "-accel", &accel]);
     push(&["-cpu", cpu, "-m", &l.memory_mb.to_string()]);
+    a.extend(l.ram.args(l.memory_mb));
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
     push(&["-smp", &l.cpus.to_string()]);
     push(&[
         "-nodefaults",
@@ -203,7 +212,11 @@ pub fn spawn(
     let spawned = crate::reaper::spawn_wait(
         &prog,
         &argv,
-        &["PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string()],
+        &[
+            "PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+            // One malloc arena per thread (glibc's default) costs each VMM megabytes.
+            "MALLOC_ARENA_MAX=1".to_string(),
+        ],
         &[
             (devnull.as_raw_fd(), 0),
             (devnull.as_raw_fd(), 1),

@@ -113,11 +113,11 @@ impl Qmp {
             .to_string())
     }
 
-    /// Turns migration capabilities on (both ends must agree, e.g. `mapped-ram`).
-    pub async fn set_capabilities(&self, caps: &[&str]) -> Result<(), RuntimeError> {
+    /// Turns migration capabilities on or off (both ends must agree, e.g. `mapped-ram`).
+    pub async fn set_capabilities(&self, caps: &[(&str, bool)]) -> Result<(), RuntimeError> {
         let caps: Vec<Value> = caps
             .iter()
-            .map(|c| json!({"capability": c, "state": true}))
+            .map(|(c, on)| json!({"capability": c, "state": on}))
             .collect();
         self.execute("migrate-set-capabilities", json!({ "capabilities": caps }))
             .await

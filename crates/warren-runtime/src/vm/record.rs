@@ -14,7 +14,7 @@ pub const SNAPSHOT_FORMAT: u32 = 1;
 
 /// Bumped when the VMM's command line or device layout changes: snapshots of another
 /// layout cannot be restored.
-pub const MACHINE_LAYOUT: u32 = 2;
+pub const MACHINE_LAYOUT: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VmRecord {
@@ -40,6 +40,9 @@ pub struct SnapshotMeta {
     pub created_ms: u64,
     /// Seconds the snapshot took to write (memory + disk).
     pub save_secs: f64,
+    /// The guest's RAM is the file `ram` (a template), not part of `memory`.
+    #[serde(default)]
+    pub ram_file: bool,
 }
 
 /// Everything that must be equal between the VM that saved a snapshot and the one that
@@ -73,8 +76,15 @@ impl MachineKey {
     }
 }
 
-/// Migration capabilities both ends enable.
-pub const CAPABILITIES: [&str; 1] = ["mapped-ram"];
+/// Migration capabilities both ends enable. RAM in a shared file (a template) is left out
+/// of the stream (`x-ignore-shared`); other RAM is written at fixed offsets of the file,
+/// zero pages never (`mapped-ram`). QEMU 10.0 cannot combine the two (the save fails with
+/// "Bad address"), and a stream without RAM gains nothing from `mapped-ram`.
+/// Each capability is set either way: a VM restored from a template still has the
+/// template's capabilities when it is saved in turn.
+pub fn capabilities(ram_file: bool) -> [(&'static str, bool); 2] {
+    [("x-ignore-shared", ram_file), ("mapped-ram", !ram_file)]
+}
 
 /// Hostname of a template's guest (every restored sandbox shares it).
 pub const TEMPLATE_HOSTNAME: &str = "sandbox";
@@ -89,6 +99,11 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn memory(&self) -> PathBuf {
         self.dir.join("memory")
+    }
+
+    /// The guest's RAM, when [`SnapshotMeta::ram_file`].
+    pub fn ram(&self) -> PathBuf {
+        self.dir.join(super::memory::RAM_FILE)
     }
 
     pub fn disk(&self) -> PathBuf {

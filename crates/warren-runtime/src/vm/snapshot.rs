@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::memory::RAM_FILE;
 use super::record::{
-    MachineKey, Snapshot, SnapshotMeta, CAPABILITIES, SNAPSHOT_FORMAT, TEMPLATE_HOSTNAME,
+    capabilities, MachineKey, Snapshot, SnapshotMeta, SNAPSHOT_FORMAT, TEMPLATE_HOSTNAME,
 };
 use super::{create, Vm, VmRuntime};
 use crate::{Instance, RuntimeError, SandboxSpec};
@@ -44,6 +45,11 @@ pub async fn save(
     keep_running: bool,
 ) -> Result<Snapshot, RuntimeError> {
     let t0 = Instant::now();
+    if keep_running && vm.ram.shared_file().is_some() {
+        return Err(RuntimeError::Vmm(
+            "a VM whose RAM is a shared file is saved only once, stopped".into(),
+        ));
+    }
     if dir.exists() {
         return Err(RuntimeError::Vmm(format!(
             "{} already exists",
@@ -61,13 +67,19 @@ pub async fn save(
         let q = vm.qmp();
         let was_running = q.status().await? == "running";
         q.stop().await?;
-        q.set_capabilities(&CAPABILITIES).await?;
+        q.set_capabilities(&capabilities(vm.ram.shared_file().is_some()))
+            .await?;
         q.unlimit_bandwidth().await?;
         q.migrate(&format!("file:{}", tmp.join("memory").display()))
             .await?;
         q.wait_migration(Duration::from_secs(120)).await?;
         // The disk is consistent now: the migration flushed it and QEMU stopped using it.
         super::disk::copy(&vm.dir().join("disk.qcow2"), &tmp.join("disk.qcow2")).await?;
+        if let Some(ram) = vm.ram.shared_file() {
+            // The RAM was left out of the stream: it is this file. The VM stays stopped
+            // (a template's VM is destroyed next), so the file no longer changes.
+            keep_ram_file(ram, &tmp.join(RAM_FILE)).await?;
+        }
         if keep_running && was_running {
             q.cont().await?;
         }
@@ -88,6 +100,7 @@ pub async fn save(
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
         save_secs: t0.elapsed().as_secs_f64(),
+        ram_file: vm.ram.shared_file().is_some(),
     };
     let json = serde_json::to_vec_pretty(&meta).expect("meta serializes");
     std::fs::write(tmp.join("snapshot.json"), json)
@@ -102,6 +115,22 @@ pub async fn save(
         dir: dir.to_path_buf(),
         meta,
     })
+}
+
+/// Moves a template VM's RAM file into its snapshot and writes it to disk, so that a template
+/// found after a host crash is whole.
+async fn keep_ram_file(from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    std::fs::rename(from, to).map_err(|e| {
+        RuntimeError::io(format!("rename {} to {}", from.display(), to.display()), e)
+    })?;
+    let to = to.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        std::fs::File::open(&to)
+            .and_then(|f| f.sync_data())
+            .map_err(|e| RuntimeError::io(format!("sync {}", to.display()), e))
+    })
+    .await
+    .map_err(|e| RuntimeError::io("sync task", std::io::Error::other(e.to_string())))?
 }
 
 /// The template of the sandbox's machine shape, made (one boot + one snapshot) if missing.
@@ -130,7 +159,7 @@ pub async fn template(
     let mut tspec = spec.clone();
     tspec.id = warren_types::SandboxId::generate(&rt.cfg.node);
     tspec.hostname = TEMPLATE_HOSTNAME.to_string();
-    let vm = Arc::new(create::boot(rt, &tspec, layers, None).await?);
+    let vm = Arc::new(create::boot(rt, &tspec, layers, None, true).await?);
     // Run the commands a first call runs, so their files are in the guest's page cache of
     // the template (a restored VM would otherwise read them from its disks first).
     for argv in [&["true"][..], &["/bin/sh", "-c", "true"][..]] {

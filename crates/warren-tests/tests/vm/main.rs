@@ -6,6 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod fork;
+mod memory;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use common::{wait_for, Daemon};
 use warren_client::{CreateSandboxRequest, SandboxState, Substrate};
 
 /// Pid of the QEMU serving sandbox `id` (its sockets live in a directory named after it).
-fn qemu_of(id: &str) -> Option<u32> {
+pub(crate) fn qemu_of(id: &str) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
