@@ -73,6 +73,9 @@ enum Command {
     Net(commands::net::Args),
     /// Make N new sandboxes with a copy of one sandbox's files; print their ids.
     Fork(commands::fork::Args),
+    /// Save sandboxes as snapshots (a VM's memory and processes too), list and remove them;
+    /// `warren create --snapshot ID` starts a sandbox from one.
+    Snapshot(commands::snapshot::Args),
     /// Make a new sandbox like a logged one and run its logged calls again; report divergences.
     Revive(commands::revive::Args),
     /// Write a sandbox's trajectory (every call that changed it) to stdout as JSONL.
@@ -112,6 +115,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Resume(a) => commands::resume::run(&ctx, a).await,
         Command::Net(a) => commands::net::run(&ctx, a).await,
         Command::Fork(a) => commands::fork::run(&ctx, a).await,
+        Command::Snapshot(a) => commands::snapshot::run(&ctx, a).await,
         Command::Revive(a) => commands::revive::run(&ctx, a).await,
         Command::Trajectory(a) => commands::trajectory::run(&ctx, a).await,
         Command::Demo(a) => commands::demo::run(&ctx, a).await,
@@ -297,6 +301,15 @@ mod tests {
         };
         assert_eq!((a.id.as_str(), a.n), ("n1-x", 3));
         assert_eq!(a.labels, [("a".to_string(), "b".to_string())]);
+        let cli =
+            Cli::try_parse_from(["warren", "snapshot", "create", "n1-x", "-l", "a=b"]).unwrap();
+        assert!(matches!(cli.command, Command::Snapshot(_)));
+        assert!(Cli::try_parse_from(["warren", "snapshot", "rm"]).is_err());
+        let cli = Cli::try_parse_from(["warren", "create", "--snapshot", "n1-snap-x"]).unwrap();
+        let Command::Create(a) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(a.snapshot.as_deref(), Some("n1-snap-x"));
         let cli = Cli::try_parse_from([
             "warren",
             "call",

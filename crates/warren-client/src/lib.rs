@@ -55,9 +55,9 @@ pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
     ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest, CpuClass,
-    CreateSandboxRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest, ExecResult, FileKind,
-    FileStat, ForkRequest, GcReport, ImageDeleted, ImageImported, ImageInfo, ImageRef, LayerInfo,
-    Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo,
-    ProcessState, PullRequest, ReviveReport, SandboxInfo, SandboxState, SandboxStats, Substrate,
-    TrajectoryCall, TrajectoryEntry,
+    CreateSandboxRequest, CreateSnapshotRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
+    ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageDeleted, ImageImported, ImageInfo,
+    ImageRef, LayerInfo, Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo,
+    ProcessInfo, ProcessState, PullRequest, ReviveReport, SandboxInfo, SandboxState, SandboxStats,
+    SnapshotInfo, Substrate, TrajectoryCall, TrajectoryEntry,
 };

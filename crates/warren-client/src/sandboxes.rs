@@ -134,6 +134,40 @@ impl Client {
         Ok(r.sandboxes)
     }
 
+    /// `POST /v1/sandboxes/{id}/snapshot`: saves the sandbox (a VM's memory and processes
+    /// too, a container's files) under a snapshot id; create from it with
+    /// `CreateSandboxRequest::snapshot`.
+    pub async fn snapshot(
+        &self,
+        id: &str,
+        req: &warren_types::CreateSnapshotRequest,
+    ) -> Result<warren_types::SnapshotInfo, ClientError> {
+        let path = format!("/v1/sandboxes/{}/snapshot", seg(id));
+        self.call_json(Method::POST, &path, Some(req), "the snapshot")
+            .await
+    }
+
+    /// `GET /v1/snapshots`: the snapshots the caller may see, oldest first.
+    pub async fn snapshots(&self) -> Result<Vec<warren_types::SnapshotInfo>, ClientError> {
+        let r: warren_types::SnapshotList = self
+            .call_json(Method::GET, "/v1/snapshots", None::<&()>, "the snapshots")
+            .await?;
+        Ok(r.snapshots)
+    }
+
+    /// `GET /v1/snapshots/{id}`.
+    pub async fn get_snapshot(&self, id: &str) -> Result<warren_types::SnapshotInfo, ClientError> {
+        let path = format!("/v1/snapshots/{}", seg(id));
+        self.call_json(Method::GET, &path, None::<&()>, "the snapshot")
+            .await
+    }
+
+    /// `DELETE /v1/snapshots/{id}`: sandboxes made from it are not affected.
+    pub async fn delete_snapshot(&self, id: &str) -> Result<(), ClientError> {
+        let path = format!("/v1/snapshots/{}", seg(id));
+        self.call_empty(Method::DELETE, &path, None::<&()>).await
+    }
+
     /// `POST /v1/sandboxes/{id}/revive`: a new sandbox made like `id`, with its logged calls
     /// run again in order; the report says where the replay first diverged, if it did.
     pub async fn revive(

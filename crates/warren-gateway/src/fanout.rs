@@ -117,6 +117,33 @@ pub async fn images(State(gw): State<Gateway>, req: Request) -> Response {
         .into_response()
 }
 
+/// `GET /v1/snapshots`: every live node's, merged in id order (a snapshot is on one node).
+pub async fn snapshots(State(gw): State<Gateway>, req: Request) -> Response {
+    let pq = req.uri().to_string();
+    let answers = each_node(&gw, Method::GET, &pq, req.headers()).await;
+    if answers.is_empty() {
+        return no_nodes();
+    }
+    let mut merged: BTreeMap<String, Value> = BTreeMap::new();
+    for (_, a) in answers {
+        let Ok((status, headers, body)) = a else {
+            continue;
+        };
+        if !status.is_success() {
+            return pass_on(status, headers, body);
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+            continue;
+        };
+        for snap in v["snapshots"].as_array().cloned().unwrap_or_default() {
+            let id = snap["id"].as_str().unwrap_or("").to_string();
+            merged.entry(id).or_insert(snap);
+        }
+    }
+    axum::Json(serde_json::json!({ "snapshots": merged.into_values().collect::<Vec<_>>() }))
+        .into_response()
+}
+
 /// `GET /v1/images/{ref}`: the first node that has it answers.
 pub async fn first_found(State(gw): State<Gateway>, req: Request) -> Response {
     let pq = req.uri().to_string();

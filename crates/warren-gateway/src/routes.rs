@@ -50,6 +50,9 @@ pub fn router(gw: Gateway) -> Router {
         .add("POST", "/v1/sandboxes", sandboxes::create)
         .add("GET", "/v1/sandboxes", sandboxes::list);
     let r = sandbox_routes(r)
+        .add("GET", "/v1/snapshots", fanout::snapshots)
+        .add("GET", "/v1/snapshots/{id}", sandboxes::snapshot_to_node)
+        .add("DELETE", "/v1/snapshots/{id}", sandboxes::snapshot_to_node)
         .add("GET", "/v1/images", fanout::images)
         .add("GET", "/v1/images/{ref}", fanout::first_found)
         .add("DELETE", "/v1/images/{ref}", fanout::everywhere)

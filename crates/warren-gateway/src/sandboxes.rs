@@ -9,7 +9,7 @@ use tracing::{debug, warn};
 use warren_cluster::{candidates, PlaceError, PlaceRequest};
 use warren_types::{
     CallRequest, CreateSandboxRequest, ErrorCode, NodeId, NodeState, SandboxId, SandboxInfo,
-    Substrate,
+    SnapshotId, Substrate,
 };
 
 use crate::error::{GatewayError, GatewayResult};
@@ -99,18 +99,26 @@ enum Target {
     Lost(String, GatewayError),
 }
 
-/// The node of the sandbox named in the path.
+/// The node of the sandbox (or snapshot) named in the path, or of the snapshot a create
+/// starts from.
 fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
-    let raw = req
-        .uri()
-        .path()
-        .strip_prefix("/v1/sandboxes/")
-        .and_then(|r| r.split('/').next())
-        .unwrap_or("");
-    let id: SandboxId = raw
-        .parse()
-        .map_err(|e: warren_types::id::IdError| GatewayError::invalid(e.to_string()))?;
-    let node = id.node();
+    let path = req.uri().path();
+    let id_of = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.split('/').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    let bad = |e: warren_types::id::IdError| GatewayError::invalid(e.to_string());
+    let (node, id) = if let Some(from) = req.extensions().get::<FromSnapshot>() {
+        (from.0.node(), format!("snapshot {}", from.0))
+    } else if path.starts_with("/v1/snapshots/") {
+        let id: SnapshotId = id_of("/v1/snapshots/").parse().map_err(bad)?;
+        (id.node(), format!("snapshot {id}"))
+    } else {
+        let id: SandboxId = id_of("/v1/sandboxes/").parse().map_err(bad)?;
+        (id.node(), format!("sandbox {id}"))
+    };
     let view = gw.view().snapshot();
     match (view.state(&node), view.members.get(&node)) {
         (Some(NodeState::Ready | NodeState::Draining), Some(m)) => {
@@ -119,13 +127,13 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
         (Some(NodeState::Lost), Some(m)) => Ok(Target::Lost(
             m.record.address.clone(),
             crate::error::lost(format!(
-                "sandbox {id} is lost: its node {node} left the cluster (its registration expired) \
+                "{id} is lost: its node {node} left the cluster (its registration expired) \
                  and does not answer; it is reachable again if the node comes back"
             )),
         )),
         _ => Err(GatewayError::new(
             ErrorCode::NotFound,
-            format!("sandbox {id} not found: node {node} is not a member of the cluster"),
+            format!("{id} not found: node {node} is not a member of the cluster"),
         )),
     }
 }
@@ -134,12 +142,36 @@ fn bad_json(e: serde_json::Error) -> GatewayError {
     GatewayError::invalid(format!("invalid JSON body: {e}"))
 }
 
-/// `POST /v1/sandboxes`: placed, then forwarded as it came.
+/// A create from a snapshot: it goes to the snapshot's node.
+#[derive(Debug, Clone)]
+struct FromSnapshot(SnapshotId);
+
+/// `/v1/snapshots/{id}`: the snapshot's node answers.
+pub async fn snapshot_to_node(State(gw): State<Gateway>, req: Request) -> Response {
+    forward(gw, req).await
+}
+
+/// `POST /v1/sandboxes`: placed, then forwarded as it came; a create from a snapshot goes
+/// to the node that holds it.
 pub async fn create(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let req: CreateSandboxRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_json(e).into_response(),
     };
+    if let Some(raw) = &req.snapshot {
+        let id: SnapshotId = match raw.parse() {
+            Ok(id) => id,
+            Err(e) => {
+                return GatewayError::invalid(format!("snapshot: {e}")).into_response();
+            }
+        };
+        let mut fwd = Request::new(Body::from(body));
+        *fwd.method_mut() = Method::POST;
+        *fwd.uri_mut() = axum::http::Uri::from_static("/v1/sandboxes");
+        *fwd.headers_mut() = headers;
+        fwd.extensions_mut().insert(FromSnapshot(id));
+        return forward(gw, fwd).await;
+    }
     let place = PlaceRequest {
         substrate: req.substrate,
         image: req.image.refs(),

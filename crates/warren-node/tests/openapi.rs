@@ -109,6 +109,9 @@ fn every_error_code_is_in_the_spec() {
         },
         TrajectoryCall::Pause { by: "call".into() },
         TrajectoryCall::Resume {},
+        TrajectoryCall::Snapshot {
+            snapshot: String::new(),
+        },
         TrajectoryCall::Network {
             policy: Default::default(),
         },
@@ -177,7 +180,33 @@ fn schemas_name_the_serialized_fields() {
             fields_of(&CreateSandboxRequest {
                 trajectory_mb: Some(1),
                 pty: true,
+                snapshot: Some(String::new()),
                 ..CreateSandboxRequest::default()
+            }),
+        ),
+        (
+            "CreateSnapshotRequest",
+            fields_of(&warren_types::CreateSnapshotRequest::default()),
+        ),
+        (
+            "SnapshotInfo",
+            fields_of(&warren_types::SnapshotInfo {
+                id: String::new(),
+                sandbox: String::new(),
+                sandbox_seq: 0,
+                substrate: Default::default(),
+                image: vec![],
+                limits: Default::default(),
+                env: Default::default(),
+                workdir: None,
+                user: None,
+                network: Default::default(),
+                labels: Default::default(),
+                processes: false,
+                size_bytes: 0,
+                created_at_ms: 0,
+                tenant: Some(String::new()),
+                pty: true,
             }),
         ),
         (

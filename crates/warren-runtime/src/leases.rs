@@ -55,3 +55,43 @@ pub(crate) async fn release(images: &Arc<ImageStore>, id: &SandboxId) {
         _ => {}
     }
 }
+
+/// Leases `layers` to a holder that is not a sandbox (a snapshot).
+pub(crate) async fn lease_to(
+    images: &Arc<ImageStore>,
+    holder: &str,
+    layers: &[String],
+) -> Result<(), RuntimeError> {
+    let (images, holder, layers) = (images.clone(), holder.to_string(), layers.to_vec());
+    tokio::task::spawn_blocking(move || images.lease_layers(&holder, &layers))
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("lease task: {e}")))?
+        .map_err(image_error)
+}
+
+/// Drops a holder's lease (a snapshot's) and collects what nothing else holds. Never fails
+/// the caller.
+pub(crate) async fn release_holder(images: &Arc<ImageStore>, holder: &str) {
+    let (images, h) = (images.clone(), holder.to_string());
+    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || images.release_and_collect(&h)).await {
+        tracing::warn!(holder, error = %e, "collecting layers");
+    }
+}
+
+/// Bytes of the files under `dir` as allocated on disk (sparse files count what they hold).
+pub(crate) fn disk_usage(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some(if m.is_dir() {
+                disk_usage(&e.path())
+            } else {
+                m.blocks() * 512
+            })
+        })
+        .sum()
+}

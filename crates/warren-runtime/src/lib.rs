@@ -125,6 +125,57 @@ pub trait Runtime: Send + Sync + 'static {
             self.substrate().as_str()
         )))
     }
+
+    /// Saves `instance` (running or paused; left as it was) as a snapshot in `dir`, which
+    /// must not exist: the runtime makes it and owns what is in it until
+    /// [`Runtime::remove_snapshot`]. The image layers the snapshot needs are leased to
+    /// `holder`, so no collection removes them while it exists. On error nothing is left.
+    async fn save_snapshot(
+        &self,
+        instance: &Arc<dyn Instance>,
+        dir: &std::path::Path,
+        holder: &str,
+    ) -> Result<SavedSnapshot, RuntimeError> {
+        let _ = (instance, dir, holder);
+        Err(RuntimeError::Unsupported(format!(
+            "{} sandboxes cannot be snapshotted",
+            self.substrate().as_str()
+        )))
+    }
+
+    /// Creates a sandbox from a snapshot [`Runtime::save_snapshot`] made (`record` is its
+    /// [`SavedSnapshot::record`]); the snapshot stays as it is. A spec the snapshot cannot
+    /// take (another machine shape) is [`RuntimeError::Unsupported`], saying why.
+    async fn restore_snapshot(
+        &self,
+        dir: &std::path::Path,
+        record: &serde_json::Value,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        let _ = (dir, record, spec);
+        Err(RuntimeError::Unsupported(format!(
+            "{} sandboxes cannot be made from a snapshot",
+            self.substrate().as_str()
+        )))
+    }
+
+    /// Removes a snapshot: its directory and `holder`'s lease on its layers (layers nothing
+    /// else holds are collected). Sandboxes made from it are not affected.
+    async fn remove_snapshot(&self, dir: &std::path::Path, holder: &str) {
+        let _ = holder;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A sandbox saved as a snapshot by [`Runtime::save_snapshot`].
+#[derive(Debug, Clone)]
+pub struct SavedSnapshot {
+    /// What [`Runtime::restore_snapshot`] needs beside the directory (kept by the caller).
+    pub record: serde_json::Value,
+    /// Bytes the snapshot keeps on disk (its directory and the layers only it holds).
+    pub size_bytes: u64,
+    /// It holds processes and memory, not only files.
+    pub processes: bool,
 }
 
 /// What a pause achieved (the API's type: the runtime measures what the API reports).

@@ -12,6 +12,8 @@ pub enum IdError {
     BadNode(String),
     #[error("sandbox id must look like <node>-<ulid>, got {0:?}")]
     BadSandbox(String),
+    #[error("snapshot id must look like <node>-snap-<ulid>, got {0:?}")]
+    BadSnapshot(String),
 }
 
 /// A node's short name: 1-16 characters of `[a-z0-9]`.

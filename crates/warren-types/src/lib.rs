@@ -17,6 +17,7 @@ pub mod image;
 pub mod network;
 pub mod routes;
 pub mod sandbox;
+pub mod snapshot;
 pub mod stats;
 pub mod trajectory;
 pub mod units;
@@ -40,6 +41,7 @@ pub use sandbox::{
     CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
     SandboxInfo, SandboxState, Substrate,
 };
+pub use snapshot::{CreateSnapshotRequest, SnapshotId, SnapshotInfo, SnapshotList};
 pub use stats::SandboxStats;
 pub use trajectory::{
     Divergence, ExecCall, ExecOutcome, ReplayOutcome, ReviveOptions, ReviveReport, TerminalChunk,

@@ -173,6 +173,12 @@ pub struct CreateSandboxRequest {
     /// Not sent when false, so a request reads on nodes that predate it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pty: bool,
+    /// Start from this snapshot (`POST /v1/sandboxes/{id}/snapshot`) instead of the image:
+    /// the substrate, image and limits are the snapshot's (limits given here must equal
+    /// them), env, workdir, user and labels default to the snapshot's, and the network to its
+    /// policy unless another one than `none` is given. Not sent when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// Bounds a node applies to requests; the node's config may lower them.

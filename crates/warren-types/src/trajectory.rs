@@ -95,6 +95,11 @@ pub enum TrajectoryCall {
     },
     /// The sandbox was resumed (by a call, or by a call that reached it paused).
     Resume {},
+    /// A snapshot was taken of the sandbox (`POST .../snapshot`); sandboxes made from it
+    /// start with a `forked_from` entry naming this sandbox and the seq before this entry.
+    Snapshot {
+        snapshot: String,
+    },
     /// Its network policy was replaced (`PUT .../network`).
     Network {
         policy: crate::network::NetworkPolicy,
@@ -126,6 +131,7 @@ impl TrajectoryCall {
             TrajectoryCall::ForkedFrom { .. } => "forked_from",
             TrajectoryCall::Pause { .. } => "pause",
             TrajectoryCall::Resume {} => "resume",
+            TrajectoryCall::Snapshot { .. } => "snapshot",
             TrajectoryCall::Network { .. } => "network",
             TrajectoryCall::Terminal { .. } => "terminal",
         }

@@ -96,6 +96,7 @@ class AsyncClient:
         idempotency_key: Optional[str] = None,
         hostname: Optional[str] = None,
         pty: bool = False,
+        snapshot: Optional[str] = None,
     ) -> AsyncSandbox:
         """Creates a sandbox and returns it once it runs.
 
@@ -127,6 +128,9 @@ class AsyncClient:
             hostname: The sandbox's host name.
             pty: Mount /dev/pts at start, for programs inside that open terminals themselves
                 (otherwise the first terminal mounts it).
+            snapshot: Start from this snapshot (``sandbox.snapshot()``): its substrate, image and
+                limits (leave them unset or equal), env, workdir, user and network unless given.
+                A VM's processes continue where they were.
         """
         body: Dict[str, Any] = {
             "substrate": substrate,
@@ -169,6 +173,12 @@ class AsyncClient:
             body["hostname"] = hostname
         if pty:
             body["pty"] = True
+        if snapshot is not None:
+            body["snapshot"] = snapshot
+            if image == "default":
+                body.pop("image", None)
+            if substrate == "container":
+                body.pop("substrate", None)
         resp = await self._http.request("POST", "/v1/sandboxes", json=body, retry=idempotency_key is not None)
         return AsyncSandbox(self, SandboxInfo.from_json(resp.json()))
 
@@ -275,6 +285,20 @@ class AsyncClient:
             params.append(("state", state))
         resp = await self._http.request("GET", "/v1/sandboxes", params=params, retry=True)
         return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in resp.json().get("sandboxes", [])]
+
+    async def snapshots(self) -> List[Dict[str, Any]]:
+        """The snapshots the caller may see (``GET /v1/snapshots``), oldest first."""
+        resp = await self._http.request("GET", "/v1/snapshots", retry=True)
+        return list(resp.json().get("snapshots", []))
+
+    async def get_snapshot(self, snapshot_id: str) -> Dict[str, Any]:
+        """One snapshot; :class:`NotFound` if there is none (or it is another tenant's)."""
+        resp = await self._http.request("GET", f"/v1/snapshots/{quote(snapshot_id, safe='')}", retry=True)
+        return dict(resp.json())
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot; sandboxes made from it are not affected."""
+        await self._http.request("DELETE", f"/v1/snapshots/{quote(snapshot_id, safe='')}")
 
     async def images(self) -> List[Dict[str, Any]]:
         """The node's images (``GET /v1/images``): dicts with ``reference``, ``layers`` (each

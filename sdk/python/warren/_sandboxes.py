@@ -401,12 +401,17 @@ class AsyncSandbox:
         """A :class:`AsyncTrajectory` that numbers this sandbox's calls as steps from ``start``."""
         return AsyncTrajectory(self, start)
 
-    async def snapshot(self) -> Dict[str, Any]:
-        """Snapshots the sandbox and returns the node's description of the snapshot.
+    async def snapshot(self, labels: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+        """Saves the sandbox (running or paused; it stays as it was) as a snapshot and returns
+        it (``SnapshotInfo``: ``id``, ``sandbox``, ``sandbox_seq``, ``substrate``,
+        ``processes``, ``size_bytes``, ...). A ``microvm``/``vm`` snapshot holds memory and
+        processes, a ``container`` one its files. Start sandboxes from it with
+        ``client.create(snapshot=info["id"])``; remove it with ``client.delete_snapshot``.
 
         Raises :class:`~warren.Unsupported` on nodes that do not serve snapshots yet.
         """
-        data = await self._feature("snapshot")
+        body: Dict[str, Any] = {"labels": dict(labels)} if labels else {}
+        data = await self._feature("snapshot", body)
         return data if isinstance(data, dict) else {"result": data}
 
     async def stats(self) -> Dict[str, Any]:

@@ -66,6 +66,10 @@ pub struct Args {
     /// Network policy as JSON (default "none"); see `warren net` to change it later
     #[arg(long)]
     pub network: Option<String>,
+    /// Start from a snapshot (`warren snapshot create`): its substrate, image and limits; a
+    /// VM's processes keep running
+    #[arg(long)]
+    pub snapshot: Option<String>,
     /// Print the new sandbox (SandboxInfo) as JSON instead of its id
     #[arg(long)]
     pub json: bool,
@@ -103,6 +107,7 @@ pub fn request(args: &Args) -> anyhow::Result<CreateSandboxRequest> {
         idempotency_key: args.idempotency_key,
         hostname: args.hostname,
         pty: args.pty,
+        snapshot: args.snapshot,
         network: match args.network.as_deref() {
             None | Some("none") => Default::default(),
             Some(j) => serde_json::from_str(j).context("--network")?,

@@ -23,6 +23,7 @@ pub mod resume;
 pub mod revive;
 pub mod rm;
 pub mod shell;
+pub mod snapshot;
 pub mod stats;
 pub mod trajectory;
 pub mod up;

@@ -19,6 +19,7 @@ mod network;
 pub mod parse;
 mod pty;
 mod sandboxes;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -56,6 +57,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/sandboxes/{id}/pause", sandboxes::pause)
         .add("POST", "/v1/sandboxes/{id}/resume", sandboxes::resume)
         .add("POST", "/v1/sandboxes/{id}/fork", sandboxes::fork)
+        .add("POST", "/v1/sandboxes/{id}/snapshot", snapshots::create)
         .add("POST", "/v1/sandboxes/{id}/revive", sandboxes::revive)
         .add("POST", "/v1/sandboxes/{id}/extend", sandboxes::extend)
         .add("GET", "/v1/sandboxes/{id}/stats", sandboxes::stats)
@@ -88,6 +90,9 @@ pub fn router(node: Node) -> Router {
         .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
         .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
         .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+        .add("GET", "/v1/snapshots", snapshots::list)
+        .add("GET", "/v1/snapshots/{id}", snapshots::get)
+        .add("DELETE", "/v1/snapshots/{id}", snapshots::delete)
         .add("GET", "/v1/images", images::list)
         .add("GET", "/v1/images/{ref}", images::get)
         .add("DELETE", "/v1/images/{ref}", images::delete)

@@ -322,7 +322,7 @@ pub async fn delete(
 
 /// Runs a lifecycle call in its own task: once started it finishes even if the client goes
 /// away (a pause or fork cut off half-way would leave the sandbox between states).
-async fn detached<T: Send + 'static>(
+pub(super) async fn detached<T: Send + 'static>(
     what: &'static str,
     f: impl std::future::Future<Output = Result<T, crate::NodeError>> + Send + 'static,
 ) -> HttpResult<T> {

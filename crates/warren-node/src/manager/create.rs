@@ -34,6 +34,15 @@ impl Manager {
         req: CreateSandboxRequest,
     ) -> Result<Created, NodeError> {
         let cfg = &self.inner.cfg;
+        // From a snapshot: its substrate, image and limits, checked like any request's.
+        let (req, from) = match req.snapshot.as_deref() {
+            Some(sid) => {
+                let held = self.inner.snapshots.get(caller, sid)?;
+                let req = super::snapshots::fill(&held.info, req)?;
+                (req, Some(super::snapshots::FromSnapshot { held }))
+            }
+            None => (req, None),
+        };
         let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
         if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
             return Err(ApiError::invalid(format!(
@@ -148,7 +157,9 @@ impl Manager {
 
         // However the start ends (even cut off), repeated creates and early calls learn it.
         let settle = SettleOnDrop(sb.clone());
-        let outcome = self.start(&sb, &req, key.as_deref(), runtime).await;
+        let outcome = self
+            .start(&sb, &req, key.as_deref(), runtime, from.as_ref())
+            .await;
         sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
         drop(settle);
         outcome
@@ -172,6 +183,7 @@ impl Manager {
         req: &CreateSandboxRequest,
         key: Option<&str>,
         runtime: Arc<dyn Runtime>,
+        from: Option<&super::snapshots::FromSnapshot>,
     ) -> Result<Created, NodeError> {
         let (spec, stored) = {
             let st = sb.lock();
@@ -206,7 +218,14 @@ impl Manager {
 
         let recorded = recording.elapsed();
         let started = std::time::Instant::now();
-        let instance = match runtime.create(&spec).await {
+        let made = match from {
+            Some(f) => f.restore(&runtime, &spec).await,
+            None => runtime
+                .create(&spec)
+                .await
+                .map_err(|source| NodeError::CreateFailed { source }),
+        };
+        let instance = match made {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
@@ -215,7 +234,7 @@ impl Manager {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
                 }
                 Metrics::inc(&self.inner.metrics.create_errors);
-                return Err(NodeError::CreateFailed { source: e });
+                return Err(e);
             }
         };
 
@@ -232,6 +251,10 @@ impl Manager {
             return Err(e);
         }
 
+        // Its trajectory starts where the snapshotted sandbox's stood.
+        if let Some(f) = from {
+            self.log_lifecycle(sb, f.origin(), now_ms()).await;
+        }
         let mut phases = instance.startup_phases();
         phases.push(("network", networking.elapsed()));
         phases.push(("record", recorded));

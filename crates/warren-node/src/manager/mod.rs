@@ -29,6 +29,7 @@ mod revive;
 mod runner;
 mod scrape;
 mod shipping;
+mod snapshots;
 mod stats;
 mod terminal;
 #[cfg(test)]
@@ -270,6 +271,10 @@ pub(crate) struct Inner {
     terminals: AtomicU64,
     /// Ships trajectories off the node, when a trajectory store is set.
     shipper: std::sync::OnceLock<Arc<crate::ship::Shipper>>,
+    /// Snapshots kept by the node, and directories of saves a crash cut off (removed by
+    /// [`Manager::recover`]).
+    snapshots: snapshots::Snapshots,
+    snapshot_leftovers: Mutex<Vec<std::path::PathBuf>>,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -292,6 +297,12 @@ impl Manager {
     /// [`Manager::recover`] before serving, then [`Manager::spawn_reaper`].
     pub fn new(cfg: NodeConfig, runtimes: Vec<Arc<dyn Runtime>>, store: Store) -> Self {
         let admission = crate::admission::Admission::new(cfg.admission.clone());
+        let snapshot_root = store
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("snapshots");
+        let (snapshots, snapshot_leftovers) = snapshots::Snapshots::open(snapshot_root);
         Manager {
             inner: Arc::new(Inner {
                 cfg,
@@ -311,6 +322,8 @@ impl Manager {
                 // Numbers stay unique across restarts of the daemon.
                 terminals: AtomicU64::new(now_ms() * 1000),
                 shipper: std::sync::OnceLock::new(),
+                snapshots,
+                snapshot_leftovers: Mutex::new(snapshot_leftovers),
             }),
         }
     }

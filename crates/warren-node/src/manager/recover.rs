@@ -42,6 +42,14 @@ impl Manager {
         for stored in loaded.sandboxes {
             self.recover_one(stored, &mut report).await?;
         }
+        let leftovers = std::mem::take(
+            &mut *self
+                .inner
+                .snapshot_leftovers
+                .lock()
+                .expect("snapshot leftovers lock"),
+        );
+        self.remove_snapshot_leftovers(leftovers).await;
 
         let mut keys: HashMap<String, KeyEntry> = HashMap::new();
         for (key, k) in loaded.keys {

@@ -141,6 +141,7 @@ fn create_request(old: &LoggedSandbox, max_ttl_secs: u64) -> CreateSandboxReques
         idempotency_key: None,
         hostname: old.hostname.clone(),
         pty: info.pty,
+        snapshot: None,
     }
 }
 
@@ -382,6 +383,7 @@ impl Replay {
             TrajectoryCall::ForkedFrom { .. }
             | TrajectoryCall::Pause { .. }
             | TrajectoryCall::Resume {}
+            | TrajectoryCall::Snapshot { .. }
             | TrajectoryCall::Terminal { .. } => return Ok(Action::Skipped),
         };
         self.logged_outcome(before, answered).map(Action::Ran)

@@ -18,6 +18,7 @@ mod destroy;
 mod fork;
 mod pause;
 mod record;
+mod snapshot;
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -467,5 +468,33 @@ impl Runtime for ContainerRuntime {
             ));
         };
         fork::fork(self, p, children).await
+    }
+
+    async fn save_snapshot(
+        &self,
+        instance: &Arc<dyn Instance>,
+        dir: &std::path::Path,
+        holder: &str,
+    ) -> Result<crate::SavedSnapshot, RuntimeError> {
+        let Some(c) = instance.as_any().downcast_ref::<Container>() else {
+            return Err(RuntimeError::Unsupported(
+                "a container runtime snapshots containers only".into(),
+            ));
+        };
+        snapshot::save(self, c, dir, holder).await
+    }
+
+    async fn restore_snapshot(
+        &self,
+        _dir: &std::path::Path,
+        record: &serde_json::Value,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        snapshot::restore(self, record, spec).await
+    }
+
+    async fn remove_snapshot(&self, dir: &std::path::Path, holder: &str) {
+        let _ = std::fs::remove_dir_all(dir);
+        crate::leases::release_holder(&self.images, holder).await;
     }
 }

@@ -17,7 +17,7 @@
 //! Files: `qemu.rs` (command line, spawn), `qmp.rs` (QMP client), `initramfs.rs`,
 //! `disk.rs` (bases and overlays), `memory.rs` (RAM backends, PSS), `create.rs` (boot and
 //! restore), `snapshot.rs` (snapshots and templates), `pause.rs`, `fork.rs`, `destroy.rs`,
-//! `adopt.rs`, `record.rs`, `prune.rs` (old initramfs files and stale templates, at start).
+//! `saved.rs` (snapshots kept by the API), `adopt.rs`, `record.rs`, `prune.rs` (old initramfs files and stale templates, at start).
 
 mod adopt;
 mod create;
@@ -31,6 +31,7 @@ mod prune;
 pub mod qemu;
 pub mod qmp;
 mod record;
+mod saved;
 mod snapshot;
 mod tool;
 
@@ -576,5 +577,33 @@ impl Runtime for VmRuntime {
             ));
         };
         fork::fork(self, p, children).await
+    }
+
+    async fn save_snapshot(
+        &self,
+        instance: &Arc<dyn Instance>,
+        dir: &Path,
+        holder: &str,
+    ) -> Result<crate::SavedSnapshot, RuntimeError> {
+        let Some(vm) = instance.as_any().downcast_ref::<Vm>() else {
+            return Err(RuntimeError::Unsupported(
+                "a VM runtime snapshots VMs only".into(),
+            ));
+        };
+        saved::save(self, vm, dir, holder).await
+    }
+
+    async fn restore_snapshot(
+        &self,
+        dir: &Path,
+        record: &serde_json::Value,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Instance>, RuntimeError> {
+        saved::restore(self, dir, record, spec).await
+    }
+
+    async fn remove_snapshot(&self, dir: &Path, holder: &str) {
+        let _ = std::fs::remove_dir_all(dir);
+        crate::leases::release_holder(&self.images, holder).await;
     }
 }

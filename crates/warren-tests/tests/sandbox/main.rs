@@ -10,4 +10,5 @@ mod files;
 mod isolation;
 mod limits;
 mod mounts;
+mod snapshots;
 mod stats;
