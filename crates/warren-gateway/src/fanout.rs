@@ -90,10 +90,13 @@ fn no_nodes() -> Response {
     .into_response()
 }
 
-/// `GET /v1/images`: every node's images, one entry per reference (first node's wins).
-pub async fn images(State(gw): State<Gateway>, req: Request) -> Response {
+/// Every live node's answer to a listing, merged into one list `field` keyed (and ordered)
+/// by each item's `key`; the first node's item wins. A node's error answer is passed on.
+async fn merged_list(gw: &Gateway, req: Request, field: &str, key: &str) -> Response {
     let pq = req.uri().to_string();
-    let answers = each_node(&gw, Method::GET, &pq, req.headers()).await;
+    let headers = req.headers().clone();
+    drop(req);
+    let answers = each_node(gw, Method::GET, &pq, &headers).await;
     if answers.is_empty() {
         return no_nodes();
     }
@@ -108,40 +111,24 @@ pub async fn images(State(gw): State<Gateway>, req: Request) -> Response {
         let Ok(v) = serde_json::from_slice::<Value>(&body) else {
             continue;
         };
-        for img in v["images"].as_array().cloned().unwrap_or_default() {
-            let r = img["reference"].as_str().unwrap_or("").to_string();
-            merged.entry(r).or_insert(img);
+        for item in v[field].as_array().cloned().unwrap_or_default() {
+            let k = item[key].as_str().unwrap_or("").to_string();
+            merged.entry(k).or_insert(item);
         }
     }
-    axum::Json(serde_json::json!({ "images": merged.into_values().collect::<Vec<_>>() }))
-        .into_response()
+    let mut out = serde_json::Map::new();
+    out.insert(field.into(), Value::Array(merged.into_values().collect()));
+    axum::Json(Value::Object(out)).into_response()
+}
+
+/// `GET /v1/images`: every node's images, one entry per reference (first node's wins).
+pub async fn images(State(gw): State<Gateway>, req: Request) -> Response {
+    merged_list(&gw, req, "images", "reference").await
 }
 
 /// `GET /v1/snapshots`: every live node's, merged in id order (a snapshot is on one node).
 pub async fn snapshots(State(gw): State<Gateway>, req: Request) -> Response {
-    let pq = req.uri().to_string();
-    let answers = each_node(&gw, Method::GET, &pq, req.headers()).await;
-    if answers.is_empty() {
-        return no_nodes();
-    }
-    let mut merged: BTreeMap<String, Value> = BTreeMap::new();
-    for (_, a) in answers {
-        let Ok((status, headers, body)) = a else {
-            continue;
-        };
-        if !status.is_success() {
-            return pass_on(status, headers, body);
-        }
-        let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-            continue;
-        };
-        for snap in v["snapshots"].as_array().cloned().unwrap_or_default() {
-            let id = snap["id"].as_str().unwrap_or("").to_string();
-            merged.entry(id).or_insert(snap);
-        }
-    }
-    axum::Json(serde_json::json!({ "snapshots": merged.into_values().collect::<Vec<_>>() }))
-        .into_response()
+    merged_list(&gw, req, "snapshots", "id").await
 }
 
 /// `GET /v1/images/{ref}`: the first node that has it answers.

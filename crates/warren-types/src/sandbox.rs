@@ -295,12 +295,7 @@ impl CreateSandboxRequest {
                 )));
             }
         }
-        if self.labels.len() > 64 {
-            return Err(ApiError::invalid("at most 64 labels"));
-        }
-        for (k, v) in &self.labels {
-            validate::label(k, v)?;
-        }
+        validate::labels(&self.labels)?;
         if let Some(key) = &self.idempotency_key {
             if key.is_empty() || key.len() > 256 || key.contains('\0') {
                 return Err(ApiError::invalid(
@@ -422,13 +417,7 @@ impl ForkRequest {
                 self.n
             )));
         }
-        if self.labels.len() > 64 {
-            return Err(ApiError::invalid("at most 64 labels"));
-        }
-        for (k, v) in &self.labels {
-            validate::label(k, v)?;
-        }
-        Ok(())
+        validate::labels(&self.labels)
     }
 }
 

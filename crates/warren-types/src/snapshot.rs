@@ -89,13 +89,7 @@ pub struct CreateSnapshotRequest {
 
 impl CreateSnapshotRequest {
     pub fn validate(&self) -> Result<(), ApiError> {
-        if self.labels.len() > 64 {
-            return Err(ApiError::invalid("at most 64 labels"));
-        }
-        for (k, v) in &self.labels {
-            validate::label(k, v)?;
-        }
-        Ok(())
+        validate::labels(&self.labels)
     }
 }
 

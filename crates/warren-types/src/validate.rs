@@ -210,6 +210,14 @@ pub fn hostname(h: &str) -> Result<(), ApiError> {
     }
 }
 
+/// At most 64 labels, each one a [`label`].
+pub fn labels(labels: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    if labels.len() > 64 {
+        return Err(ApiError::invalid("at most 64 labels"));
+    }
+    labels.iter().try_for_each(|(k, v)| label(k, v))
+}
+
 /// A label: key of 1-63 chars of `[a-zA-Z0-9._/-]`, value at most 256 bytes without NUL.
 pub fn label(k: &str, v: &str) -> Result<(), ApiError> {
     let ok_key = !k.is_empty()

@@ -111,25 +111,7 @@ impl Manager {
         let _busy = ActivityGuard::new(parent.clone());
         // No pause, resume or delete of the parent meanwhile.
         let _lifecycle = parent.lifecycle.lock().await;
-        let (instance, pinfo) = {
-            let st = parent.lock();
-            match (&st.instance, st.info.state) {
-                (Some(i), SandboxState::Running | SandboxState::Paused) if !st.deleting => {
-                    (i.clone(), st.info.clone())
-                }
-                (_, state) => {
-                    return Err(NodeError::NotRunning {
-                        id: id.clone(),
-                        state: if st.deleting {
-                            SandboxState::Stopped
-                        } else {
-                            state
-                        },
-                        reason: st.info.reason.clone(),
-                    })
-                }
-            }
-        };
+        let (instance, pinfo) = parent.live_instance()?;
         let parent_seq = parent.log.last_seq();
         self.inner
             .tenants

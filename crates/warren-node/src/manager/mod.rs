@@ -135,6 +135,26 @@ struct Entry {
 }
 
 impl Sandbox {
+    /// Its instance and record while it is running or paused (fork and snapshot take it);
+    /// otherwise why not.
+    pub(crate) fn live_instance(&self) -> Result<(Arc<dyn Instance>, SandboxInfo), NodeError> {
+        let st = self.lock();
+        match (&st.instance, st.info.state) {
+            (Some(i), SandboxState::Running | SandboxState::Paused) if !st.deleting => {
+                Ok((i.clone(), st.info.clone()))
+            }
+            (_, state) => Err(NodeError::NotRunning {
+                id: self.id.clone(),
+                state: if st.deleting {
+                    SandboxState::Stopped
+                } else {
+                    state
+                },
+                reason: st.info.reason.clone(),
+            }),
+        }
+    }
+
     /// Its substrate (as the API names it: a function sandbox runs on the container runtime).
     fn substrate(&self) -> Substrate {
         self.lock().info.substrate

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 use warren_types::{
     ApiError, Caller, CreateSandboxRequest, CreateSnapshotRequest, ErrorCode, ImageRef, SandboxId,
-    SandboxState, SnapshotId, SnapshotInfo, TrajectoryCall,
+    SnapshotId, SnapshotInfo, TrajectoryCall,
 };
 
 use super::{now_ms, ActivityGuard, Manager};
@@ -220,25 +220,7 @@ impl Manager {
         let _busy = ActivityGuard::new(sb.clone());
         // No pause, resume, fork or delete of the sandbox meanwhile.
         let _lifecycle = sb.lifecycle.lock().await;
-        let (instance, sinfo) = {
-            let st = sb.lock();
-            match (&st.instance, st.info.state) {
-                (Some(i), SandboxState::Running | SandboxState::Paused) if !st.deleting => {
-                    (i.clone(), st.info.clone())
-                }
-                (_, state) => {
-                    return Err(NodeError::NotRunning {
-                        id: id.clone(),
-                        state: if st.deleting {
-                            SandboxState::Stopped
-                        } else {
-                            state
-                        },
-                        reason: st.info.reason.clone(),
-                    })
-                }
-            }
-        };
+        let (instance, sinfo) = sb.live_instance()?;
         let snaps = &self.inner.snapshots;
         if snaps.count() >= MAX_SNAPSHOTS {
             return Err(NodeError::Api(ApiError::new(
