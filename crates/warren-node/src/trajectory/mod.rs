@@ -23,6 +23,7 @@
 
 pub mod blobs;
 mod codec;
+mod group;
 pub mod journal;
 pub mod kinds;
 pub mod logs;
