@@ -113,7 +113,7 @@ async fn pause_and_resume_keep_files_and_processes() {
         argv: vec![
             "/bin/sh".into(),
             "-c".into(),
-            "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done".into(),
+            "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.t; mv /tmp/count.t /tmp/count; sleep 0.05; done".into(),
         ],
         output_cap: 1024,
         ..Default::default()

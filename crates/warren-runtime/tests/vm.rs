@@ -229,7 +229,7 @@ async fn template_restores_are_independent_and_snapshots_keep_processes() {
 
     // A running counter and a file survive snapshot → restore into a new sandbox.
     write(&a, "/root/note", b"kept").await;
-    let mut counter = sh("i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done");
+    let mut counter = sh("i=0; while true; do i=$((i+1)); echo $i > /root/count.t; mv /root/count.t /root/count; sleep 0.1; done");
     counter.output_cap = 0;
     a.agent().spawn(counter).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;

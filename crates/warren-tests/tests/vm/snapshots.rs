@@ -28,7 +28,7 @@ async fn microvm_snapshot_round_trip_keeps_files_and_running_processes() {
         .sh_ok(
             &src.id,
             "head -c 2000000 /dev/urandom > /root/data; sha256sum /root/data; \
-             (i=0; while :; do i=$((i+1)); echo $i > /dev/shm/count; sleep 0.1; done) \
+             (i=0; while :; do i=$((i+1)); echo $i > /dev/shm/count.t; mv /dev/shm/count.t /dev/shm/count; sleep 0.1; done) \
              >/dev/null 2>&1 & echo $! > /root/counter.pid",
         )
         .await;
