@@ -20,6 +20,15 @@ struct Env {
     root: PathBuf,
 }
 
+impl Drop for Env {
+    fn drop(&mut self) {
+        // A failed check leaves its VMs running: they go with the test.
+        if std::thread::panicking() {
+            common::kill_node_cgroups(&self.node);
+        }
+    }
+}
+
 fn setup(substrate: Substrate, templates: bool) -> Option<Env> {
     let (agent, store) = common::prerequisites("VM", false)?;
     // Host tools run through the reaper, as in the daemon.

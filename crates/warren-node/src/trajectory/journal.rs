@@ -10,16 +10,14 @@
 //!   file of the [`BlobDir`] beside the state file; `blobs` (sha256 → bytes) is where older
 //!   nodes kept them, still read and emptied, never written.
 //!
-//! Appends are written in groups ([`super::group`]): everything waiting goes to the log files,
-//! which are synced (in parallel when the group spans several sandboxes), then their new
-//! lengths are committed in one transaction, and then each append is answered. An append's
-//! answer therefore means its entry is on disk. Reads open their own read transaction and
-//! never wait for a writer.
+//! Appends go to one writer thread, which writes everything waiting to the log files, syncs
+//! them (in parallel when the group spans several sandboxes), commits their new lengths in
+//! one transaction, and then answers each append. An append's answer therefore means its
+//! entry is on disk. Reads open their own read transaction and never wait for the writer.
 //!
 //! One sync per group: the transaction is committed without a sync of its own (redb's
-//! `Durability::None`), and made durable at least every [`super::group::DURABLE_EVERY`], after
-//! [`super::group::MAX_VOLATILE`] such commits, with a group that starts a log, and when the
-//! journal stops. A crash in between loses index rows, never
+//! `Durability::None`), and made durable at least every [`DURABLE_EVERY`], with a group that
+//! starts a log, and when the writer stops. A crash in between loses index rows, never
 //! entries: at open, [`recover`] reads each log past its indexed length and indexes the whole
 //! records it finds there (the log's framing and per-record checksums tell where they end).
 
@@ -29,11 +27,12 @@
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
 use warren_types::SandboxId;
 
 use super::blobs::BlobDir;
-use super::group::{Committer, Pending, Sink};
 use super::logs::{self, LogDir};
 use super::{Blob, Blobs, Digest, StoredEntry};
 use crate::error::StoreError;
@@ -43,6 +42,9 @@ const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("traject
 const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 const BLOB_REFS: TableDefinition<&str, u64> = TableDefinition::new("blob_refs");
 const LOGS: TableDefinition<&str, (u64, u64)> = TableDefinition::new("trajectory_logs");
+
+/// Most appends committed in one transaction.
+const MAX_GROUP: usize = 512;
 
 /// One entry on its way to disk.
 #[derive(Debug)]
@@ -56,20 +58,39 @@ pub struct Append {
     pub blobs: Vec<Blob>,
 }
 
+struct Job {
+    /// `None`: a barrier, answered once everything queued before it is committed.
+    append: Option<Append>,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
 /// The trajectory side of the state file.
 pub struct Journal {
     db: Arc<Database>,
     path: PathBuf,
     blobs: Arc<BlobDir>,
     logs: Arc<LogDir>,
-    /// Writes the groups; dropped with the journal, which writes what is queued and makes
-    /// the index durable.
-    committer: Committer<Append>,
+    /// Groups committed so far (each one write, one sync per log file, one transaction).
+    groups: Arc<std::sync::atomic::AtomicU64>,
+    /// Taken on drop, which stops the writer.
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal").field("path", &self.path).finish()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after it commits what it holds; joining it
+        // releases its handle on the database, so the file can be opened again at once.
+        self.jobs.lock().expect("journal lock").take();
+        if let Some(w) = self.writer.lock().expect("journal lock").take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -229,17 +250,27 @@ fn sync_files(files: &[std::fs::File]) -> std::io::Result<()> {
     })
 }
 
+/// Longest a group's index commit stays volatile: the writer commits durably once this long
+/// after the first volatile commit, or once it has been idle this long.
+const DURABLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most volatile commits in a row: redb frees the pages a commit replaced only at a durable
+/// commit, so the state file grows with their number (in `entries_past_the_budget_cost_about_
+/// their_size`: 16 KiB per entry with no limit, 716 bytes with 32, under 250 with 8).
+const MAX_VOLATILE: u32 = 8;
+
 /// Writes a group: the new output files, each sandbox's records at its log's indexed length,
 /// one sync of the log files, then one transaction with the new lengths, step rows and blob
-/// references. That transaction is durable only when the group starts a log (so a log file
-/// always has its index row once an append to it answered); else it is volatile, and
-/// [`recover`] rebuilds what a crash took of it from the synced records. Returns whether the
-/// commit was volatile.
+/// references. That transaction is durable only when `durable` or when the group starts a
+/// log (so a log file always has its index row once an append to it answered); else it is
+/// volatile, and [`recover`] rebuilds what a crash took of it from the synced records.
+/// Returns whether the commit was volatile.
 fn write_group(
     db: &Database,
     files: &BlobDir,
     logs: &LogDir,
-    group: &[&Append],
+    group: &[Job],
+    durable: bool,
 ) -> Result<bool, redb::Error> {
     // New output and records are on disk before the transaction that refers to them commits,
     // output first: a record recovered after a crash finds its output.
@@ -248,7 +279,7 @@ fn write_group(
     let mut created = false;
     {
         let mut blob_refs = tx.open_table(BLOB_REFS)?;
-        for a in group.iter() {
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
             for (d, bytes) in &a.blobs {
                 let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
                 if n == 0 {
@@ -261,7 +292,7 @@ fn write_group(
         let mut lens = tx.open_table(LOGS)?;
         // Each sandbox's records in queue (= seq) order, and its last seq.
         let mut per: Vec<(&str, Vec<u8>, u64)> = Vec::new();
-        for a in group.iter() {
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
             let i = match per.iter().position(|p| p.0 == id) {
                 Some(i) => i,
@@ -285,7 +316,7 @@ fn write_group(
             logs.sync_dir()?;
         }
         let mut steps = tx.open_table(STEPS)?;
-        for a in group.iter() {
+        for a in group.iter().filter_map(|j| j.append.as_ref()) {
             if let Some((step, digest)) = &a.step {
                 steps.insert(
                     (a.sandbox.as_str(), *step),
@@ -294,7 +325,7 @@ fn write_group(
             }
         }
     }
-    let volatile = !created;
+    let volatile = !(durable || created);
     if volatile {
         tx.set_durability(redb::Durability::None);
     }
@@ -308,23 +339,69 @@ fn commit_durably(db: &Database) -> Result<(), redb::Error> {
     Ok(())
 }
 
-/// The journal's side of group commit: where groups are written.
-struct Files {
+fn writer(
     db: Arc<Database>,
-    blobs: Arc<BlobDir>,
+    files: Arc<BlobDir>,
     logs: Arc<LogDir>,
     path: PathBuf,
-}
-
-impl Sink<Append> for Files {
-    fn write(&self, group: &[&Append]) -> Result<bool, String> {
-        write_group(&self.db, &self.blobs, &self.logs, group)
-            .map_err(|e| format!("append ({}): {e}", self.path.display()))
+    jobs: mpsc::Receiver<Job>,
+    groups: Arc<std::sync::atomic::AtomicU64>,
+) {
+    // Since when the index has volatile commits, and how many.
+    let mut volatile_since: Option<std::time::Instant> = None;
+    let mut volatile = 0u32;
+    let durably = |volatile_since: &mut Option<std::time::Instant>, volatile: &mut u32| {
+        if volatile_since.is_some() {
+            match commit_durably(&db) {
+                Ok(()) => {
+                    *volatile_since = None;
+                    *volatile = 0;
+                }
+                Err(e) => tracing::warn!(error = %e, "trajectory index not committed durably"),
+            }
+        }
+    };
+    loop {
+        let first = match jobs.recv_timeout(DURABLE_EVERY) {
+            Ok(j) => j,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                durably(&mut volatile_since, &mut volatile);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(j) => group.push(j),
+                Err(_) => break,
+            }
+        }
+        let result = write_group(&db, &files, &logs, &group, false)
+            .map_err(|e| format!("append ({}): {e}", path.display()));
+        groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match &result {
+            Ok(true) => {
+                volatile_since.get_or_insert_with(std::time::Instant::now);
+                volatile += 1;
+            }
+            Ok(false) => {
+                volatile_since = None;
+                volatile = 0;
+            }
+            Err(e) => tracing::warn!(error = %e, entries = group.len(), "trajectory append failed"),
+        }
+        for job in group {
+            let _ = job.done.send(result.clone().map(|_| ()));
+        }
+        // After the answers: the extra sync delays the next group at most.
+        if volatile >= MAX_VOLATILE || volatile_since.is_some_and(|t| t.elapsed() >= DURABLE_EVERY)
+        {
+            durably(&mut volatile_since, &mut volatile);
+        }
     }
-
-    fn make_durable(&self) -> Result<(), String> {
-        commit_durably(&self.db).map_err(|e| e.to_string())
-    }
+    // Stopping: what the index holds becomes durable, so the next start has nothing to scan.
+    durably(&mut volatile_since, &mut volatile);
 }
 
 /// Indexes the records a crash left past each log's indexed length (see [`LogDir::tail`]):
@@ -396,24 +473,28 @@ impl Journal {
         let logs = Arc::new(logs.cut(&lens)?);
         let keep = referenced(&db).map_err(|e| db_err(&path, "read blob references", e))?;
         let blobs = Arc::new(BlobDir::open(blob_dir, |d| keep.contains(d))?);
-        let committer = Committer::start(Box::new(Files {
-            db: db.clone(),
-            blobs: blobs.clone(),
-            logs: logs.clone(),
-            path: path.clone(),
-        }));
+        let (tx, rx) = mpsc::channel();
+        let (wdb, wfiles, wlogs, wpath) = (db.clone(), blobs.clone(), logs.clone(), path.clone());
+        let groups = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let wgroups = groups.clone();
+        let writer = std::thread::Builder::new()
+            .name("trajectory-writer".into())
+            .spawn(move || writer(wdb, wfiles, wlogs, wpath, rx, wgroups))
+            .expect("spawn the trajectory writer thread");
         Ok(Journal {
             db,
             path,
             blobs,
             logs,
-            committer,
+            groups,
+            jobs: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
         })
     }
 
-    /// How many groups were written (appends and barriers share them).
+    /// How many groups the writer committed (appends and barriers share them).
     pub fn groups(&self) -> u64 {
-        self.committer.groups()
+        self.groups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The output blob files.
@@ -441,30 +522,49 @@ impl Journal {
         }
     }
 
-    /// Queues an append; [`Journal::committed`] waits until it is on disk. Queue order is
-    /// commit order, so a caller that queues under a lock keeps its entries in sequence.
-    pub(crate) fn queue(&self, append: Append) -> Result<Pending<Append>, StoreError> {
-        self.committer
-            .queue(Some(append))
-            .ok_or_else(|| self.gone())
+    /// Queues an append; the receiver answers once it is committed. Queue order is commit
+    /// order, so a caller that queues under a lock keeps its entries in sequence.
+    pub fn queue(
+        &self,
+        append: Append,
+    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+        let (done, rx) = oneshot::channel();
+        let jobs = self.jobs.lock().expect("journal lock");
+        jobs.as_ref()
+            .ok_or_else(|| self.gone())?
+            .send(Job {
+                append: Some(append),
+                done,
+            })
+            .map_err(|_| self.gone())?;
+        Ok(rx)
     }
 
     /// Waits until every append queued before this call is committed.
     pub async fn barrier(&self) -> Result<(), StoreError> {
-        let pending = self.committer.queue(None).ok_or_else(|| self.gone())?;
-        self.committed(pending).await
+        let (done, rx) = oneshot::channel();
+        {
+            let jobs = self.jobs.lock().expect("journal lock");
+            jobs.as_ref()
+                .ok_or_else(|| self.gone())?
+                .send(Job { append: None, done })
+                .map_err(|_| self.gone())?;
+        }
+        self.committed(rx).await
     }
 
-    /// Waits for a queued append to be committed (writing it, with what queued before it,
-    /// when nothing else is being written).
-    pub(crate) async fn committed(&self, pending: Pending<Append>) -> Result<(), StoreError> {
-        match pending.wait().await {
-            Some(Ok(())) => Ok(()),
-            Some(Err(message)) => Err(StoreError::Append {
+    /// Waits for a queued append to be committed.
+    pub async fn committed(
+        &self,
+        rx: oneshot::Receiver<Result<(), String>>,
+    ) -> Result<(), StoreError> {
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(StoreError::Append {
                 path: self.path.clone(),
                 message,
             }),
-            None => Err(self.gone()),
+            Err(_) => Err(self.gone()),
         }
     }
 

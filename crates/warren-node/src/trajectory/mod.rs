@@ -23,7 +23,6 @@
 
 pub mod blobs;
 mod codec;
-mod group;
 pub mod journal;
 pub mod kinds;
 pub mod logs;

@@ -74,3 +74,54 @@ pub fn container_runtime() -> Option<(ContainerRuntime, NodeId)> {
     let rt = ContainerRuntime::new(ContainerConfig::new(node.clone(), agent), store).unwrap();
     Some((rt, node))
 }
+
+/// Kills every process of `node`'s cgroups (`warren-<node>` in each hierarchy) and removes
+/// them: what a test that failed midway leaves of its sandboxes (a VM's QEMU outlives its
+/// test process by design, as sandboxes outlive a daemon that stops).
+pub fn kill_node_cgroups(node: &NodeId) {
+    let name = format!("warren-{node}");
+    let roots: Vec<PathBuf> = match std::fs::read_dir("/sys/fs/cgroup") {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path().join(&name))
+            .chain([PathBuf::from("/sys/fs/cgroup").join(&name)])
+            .filter(|p| p.is_dir())
+            .collect(),
+        Err(_) => return,
+    };
+    let subtree = |root: &PathBuf| -> Vec<PathBuf> {
+        let mut dirs = vec![root.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(rd) = std::fs::read_dir(&dirs[i]) {
+                dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            i += 1;
+        }
+        dirs
+    };
+    for _ in 0..50 {
+        let mut alive = false;
+        for root in &roots {
+            for dir in subtree(root) {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    alive = true;
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        if !alive {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for root in &roots {
+        for dir in subtree(root).iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
