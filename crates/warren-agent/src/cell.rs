@@ -94,7 +94,7 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
 /// The configuration in a cell's start-up message.
 fn start_config(f: Result<Frame, FrameError>) -> R<ContainerInit> {
     match f.map(|f| f.parse::<Init>()) {
-        Ok(Ok(Init::Container { config, .. })) => Ok(config),
+        Ok(Ok(Init::Container { config, .. })) => Ok(*config),
         other => Err(AgentError::Protocol(format!(
             "cell: bad start-up message {other:?}"
         ))),

@@ -35,6 +35,7 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         apparmor_profile: None,
         sysfs: Some("/var/lib/warren/images/mnt/sysfs".into()),
         devpts: true,
+        resolv_conf: None,
     };
     let c = cell_config(&cfg);
     assert_eq!(
@@ -280,10 +281,11 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
         apparmor_profile: None,
         sysfs: None,
         devpts: false,
+        resolv_conf: None,
     };
     let init = Init::Container {
         version: PROTOCOL_VERSION,
-        config: cfg.clone(),
+        config: Box::new(cfg.clone()),
     };
     assert_eq!(
         start_config(Ok(Frame::json(0, Kind::Init, &init))).unwrap(),

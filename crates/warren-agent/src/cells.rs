@@ -100,7 +100,7 @@ impl Cells {
             Kind::Init,
             &Init::Container {
                 version: warren_proto::PROTOCOL_VERSION,
-                config: self.config.clone(),
+                config: Box::new(self.config.clone()),
             },
         );
         let answer = async {

@@ -150,7 +150,7 @@ fn main() {
             );
             // A function container's agent builds namespaces for every call, so the filter
             // (which refuses that) goes onto each call environment instead of the agent.
-            let function = config.function.is_some().then_some(&config);
+            let function = config.function.is_some().then_some(&*config);
             serve::run(ctl, config.seccomp && function.is_none(), function);
         }
         other => {

@@ -220,7 +220,7 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
             );
         }
     }
-    write_etc(&root, &cfg.hostname);
+    write_etc(&root, &cfg.hostname, cfg.resolv_conf.as_deref());
     Ok(root)
 }
 
@@ -362,7 +362,7 @@ fn mask(root: &Path, p: &str, empty: &Path) -> R<()> {
     }
 }
 
-fn write_etc(root: &Path, hostname: &str) {
+fn write_etc(root: &Path, hostname: &str, resolv_conf: Option<&str>) {
     let etc = root.join("etc");
     let _ = std::fs::create_dir_all(&etc);
     let _ = std::fs::write(etc.join("hostname"), format!("{hostname}\n"));
@@ -377,7 +377,7 @@ fn write_etc(root: &Path, hostname: &str) {
     {
         let _ = std::fs::remove_file(&resolv);
     }
-    let _ = std::fs::write(resolv, "# no network by default\n");
+    let _ = std::fs::write(resolv, resolv_conf.unwrap_or("# no network by default\n"));
 }
 
 fn harden(cfg: &ContainerInit) -> R<()> {

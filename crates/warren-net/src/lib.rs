@@ -86,6 +86,8 @@ pub struct Network {
     pool_links: u32,
     nft: Arc<Mutex<NftRunner>>,
     links: Mutex<HashMap<String, Link>>,
+    /// Link indexes taken by [`Network::reserve`] for sandboxes still starting.
+    reserved: Mutex<HashMap<String, u32>>,
     used: Mutex<BTreeSet<u32>>,
     /// Ok once [`Network::start`] cleaned up; until then (or after a failed start) policies
     /// are refused.
@@ -134,6 +136,7 @@ impl Network {
             cfg,
             nft: Arc::new(Mutex::new(NftRunner::open())),
             links: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(HashMap::new()),
             used: Mutex::new(BTreeSet::new()),
             ready: RwLock::new(Err("the network is not started".into())),
             table_made: Mutex::new(false),
@@ -325,6 +328,31 @@ impl Network {
         self.used.lock().expect("used lock").remove(&i);
     }
 
+    /// The addresses sandbox `id`'s link will have, taken now (before the sandbox exists) so
+    /// that its `/etc/resolv.conf` can be written while it starts instead of after; the link
+    /// itself comes with [`Network::apply`]. [`Network::detach`] gives a reservation back.
+    pub fn reserve(&self, id: &str, policy: &NetworkPolicy) -> Result<LinkInfo, NetError> {
+        self.check(policy)?;
+        let index = match self.reserved.lock().expect("reserved lock").get(id) {
+            Some(&i) => i,
+            None => self.alloc()?,
+        };
+        self.reserved
+            .lock()
+            .expect("reserved lock")
+            .insert(id.to_string(), index);
+        Ok(self.link_info(index))
+    }
+
+    fn link_info(&self, index: u32) -> LinkInfo {
+        let base = self.pool_base + index * 4;
+        LinkInfo {
+            ifname: format!("{}{index:x}", self.table.prefix),
+            gateway: Ipv4Addr::from(base + 1),
+            address: Ipv4Addr::from(base + 2),
+        }
+    }
+
     /// The link of a sandbox, if it has one.
     pub fn link_of(&self, id: &str) -> Option<LinkInfo> {
         self.links
@@ -371,13 +399,17 @@ impl Network {
     ) -> Result<LinkInfo, NetError> {
         let t0 = std::time::Instant::now();
         let layers = rules::layers(self.elements(policy)?);
-        let index = self.alloc()?;
-        let base = self.pool_base + index * 4;
+        let reserved = self.reserved.lock().expect("reserved lock").remove(id);
+        let index = match reserved {
+            Some(i) => i,
+            None => self.alloc()?,
+        };
+        let planned = self.link_info(index);
         let rules = LinkRules {
             index,
-            ifname: format!("{}{index:x}", self.table.prefix),
-            host: Ipv4Addr::from(base + 1),
-            peer: Ipv4Addr::from(base + 2),
+            ifname: planned.ifname,
+            host: planned.gateway,
+            peer: planned.address,
             layers,
         };
         let fail = |e: NetError| async {
@@ -385,7 +417,19 @@ impl Network {
             self.free(index);
             Err(e)
         };
-        // Rules first: the link's traffic is dropped by the base chains until they exist.
+        // The link is made on a thread of its own while the rules go in here once the node's
+        // table exists: until both are there, the base chains drop whatever the link sends
+        // (it is in neither map yet). The first link waits for the table.
+        let spawn_link = || {
+            tokio::spawn(link::create(
+                rules.ifname.clone(),
+                pid,
+                rules.host,
+                rules.peer,
+                tap.map(str::to_string),
+            ))
+        };
+        let early = (*self.table_made.lock().expect("table lock")).then(spawn_link);
         let added = {
             // Held across the batch: two first links must not both (re)create the table.
             let mut made = self.table_made.lock().expect("table lock");
@@ -401,14 +445,23 @@ impl Network {
             r
         };
         if let Err(e) = added {
+            if let Some(h) = early {
+                let _ = h.await;
+            }
             return fail(e).await;
         }
         let t_rules = t0.elapsed();
+        let made = async {
+            early
+                .unwrap_or_else(spawn_link)
+                .await
+                .unwrap_or_else(|e| Err(NetError::netlink("link task", e)))
+        };
         let undo_rules = |e: NetError| {
             let _ = self.run(&self.table.remove_link(&rules));
             e
         };
-        if let Err(e) = link::create(&rules.ifname, pid, rules.host, rules.peer, tap).await {
+        if let Err(e) = made.await {
             return fail(undo_rules(e)).await;
         }
         let t_link = t0.elapsed();
@@ -471,6 +524,9 @@ impl Network {
 
     /// Removes a sandbox's link, rules and resolver. Nothing to do for a sandbox without one.
     pub async fn detach(&self, id: &str) -> Result<(), NetError> {
+        if let Some(i) = self.reserved.lock().expect("reserved lock").remove(id) {
+            self.free(i);
+        }
         let Some(l) = self.links.lock().expect("links lock").remove(id) else {
             return Ok(());
         };

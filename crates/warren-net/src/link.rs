@@ -82,14 +82,12 @@ fn libc_enodev() -> i32 {
 /// Creates the veth pair of a sandbox and configures both ends. With `tap` (a VM sandbox),
 /// the sandbox end is bridged to that tap of the namespace instead of taking the address.
 pub async fn create(
-    ifname: &str,
+    ifname: String,
     pid: u32,
     host: Ipv4Addr,
     peer: Ipv4Addr,
-    tap: Option<&str>,
+    tap: Option<String>,
 ) -> Result<(), NetError> {
-    let ifname = ifname.to_string();
-    let tap = tap.map(str::to_string);
     on_thread(move || async move {
         let h = connect("host netlink socket")?;
         let peer_msg = LinkMessageBuilder::<LinkUnspec>::default()

@@ -271,6 +271,10 @@ pub struct ContainerInit {
     /// superblock costs a shrinker in every memory cgroup of the host).
     #[serde(default)]
     pub devpts: bool,
+    /// `/etc/resolv.conf` of a sandbox that starts with a network link (naming its resolver);
+    /// `None`: the sandbox starts with no network and a resolv.conf that says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolv_conf: Option<String>,
 }
 
 /// Daemon → agent on stream 0 during start-up.
@@ -278,7 +282,10 @@ pub struct ContainerInit {
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Init {
     /// Set up a container sandbox: unshare, wait for `Mapped`, fork PID 1, build the rootfs.
-    Container { version: u32, config: ContainerInit },
+    Container {
+        version: u32,
+        config: Box<ContainerInit>,
+    },
     /// The daemon wrote the uid/gid maps.
     Mapped,
     /// A (re)connected daemon greets an agent that already serves. `hostname`, when given,

@@ -44,6 +44,9 @@ pub struct SandboxSpec {
     /// of its own network namespace, so `/sys/class/net` lists its link; the others share the
     /// node's one sysfs (docs/density.md).
     pub network: bool,
+    /// `/etc/resolv.conf` written as a container starts (its link's resolver, reserved before
+    /// the start); `None`: the default one (no network). VMs ignore it.
+    pub resolv_conf: Option<String>,
 }
 
 /// One substrate.

@@ -23,6 +23,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         labels: Default::default(),
         devpts: false,
         network: false,
+        resolv_conf: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         labels: Default::default(),
         devpts: false,
         network: false,
+        resolv_conf: None,
     }
 }
 

@@ -65,6 +65,7 @@ fn spec(node: &NodeId, memory_mb: u64) -> SandboxSpec {
         labels: Default::default(),
         devpts: false,
         network: false,
+        resolv_conf: None,
     }
 }
 

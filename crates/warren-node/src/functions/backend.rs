@@ -69,6 +69,7 @@ impl WarmBackend for RuntimeBackend {
             labels,
             devpts: false,
             network: false,
+            resolv_conf: None,
         };
         let init = FunctionInit {
             interpreter: key.interpreter.clone(),

@@ -185,7 +185,7 @@ impl Manager {
         runtime: Arc<dyn Runtime>,
         from: Option<&super::snapshots::FromSnapshot>,
     ) -> Result<Created, NodeError> {
-        let (spec, stored) = {
+        let (mut spec, stored) = {
             let st = sb.lock();
             let stored = StoredSandbox {
                 format: FORMAT,
@@ -217,6 +217,18 @@ impl Manager {
         }
 
         let recorded = recording.elapsed();
+        // A container's link is reserved before it starts, so that its agent writes the
+        // resolv.conf naming the link's resolver while it sets up (no call after the start).
+        let reserved = match self.reserve_link(&sb.id, runtime.as_ref(), &req.network) {
+            Ok(r) => r,
+            Err(e) => {
+                self.forget(&sb.id, key);
+                let _ = self.inner.store.remove_sandbox(&sb.id, key);
+                Metrics::inc(&self.inner.metrics.create_errors);
+                return Err(e);
+            }
+        };
+        spec.resolv_conf = reserved.as_ref().map(|l| warren_net::resolv_conf(Some(l)));
         let started = std::time::Instant::now();
         let made = match from {
             Some(f) => f.restore(&runtime, &spec).await,
@@ -229,6 +241,9 @@ impl Manager {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
+                if reserved.is_some() {
+                    self.drop_network(&sb.id).await;
+                }
                 self.forget(&sb.id, key);
                 if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key) {
                     warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
@@ -239,7 +254,11 @@ impl Manager {
         };
 
         let networking = std::time::Instant::now();
-        if let Err(e) = self.apply_network(&sb.id, &instance, &req.network).await {
+        let written = reserved.is_some();
+        if let Err(e) = self
+            .apply_network(&sb.id, &instance, &req.network, written)
+            .await
+        {
             warn!(sandbox = %sb.id, error = %e, "cannot give the sandbox its network; destroying it");
             if let Err(de) = instance.destroy().await {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");

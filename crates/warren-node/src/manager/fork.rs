@@ -195,7 +195,7 @@ impl Manager {
         // Children keep the parent's policy, each with its own link and resolver.
         for (c, i) in children.iter().zip(&instances) {
             let policy = c.lock().info.network.clone();
-            if let Err(e) = self.apply_network(&c.id, i, &policy).await {
+            if let Err(e) = self.apply_network(&c.id, i, &policy, false).await {
                 warn!(parent = %id, error = %e, "cannot give a fork child its network; destroying the children");
                 for (c, i) in children.iter().zip(&instances) {
                     let _ = i.destroy().await;

@@ -223,6 +223,7 @@ impl Sandbox {
             labels: info.labels.clone(),
             devpts: info.pty,
             network: !info.network.is_none(),
+            resolv_conf: None,
         }
     }
 

@@ -36,13 +36,15 @@ impl Manager {
         }
     }
 
-    /// Applies `policy` to a live instance: link, rules, resolver, resolv.conf. A `none`
+    /// Applies `policy` to a live instance: link, rules, resolver, resolv.conf (unless
+    /// `resolv_written`: the sandbox started with the one of its reserved link). A `none`
     /// policy on a sandbox that never had a link costs nothing.
     pub(crate) async fn apply_network(
         &self,
         id: &SandboxId,
         instance: &Arc<dyn Instance>,
         policy: &NetworkPolicy,
+        resolv_written: bool,
     ) -> Result<Option<warren_net::LinkInfo>, NodeError> {
         let Some(net) = self.network() else {
             return if policy.is_none() {
@@ -71,7 +73,7 @@ impl Manager {
             configure_guest(instance, link.as_ref())
                 .await
                 .map_err(|e| NodeError::runtime(id, e))?;
-        } else if had != link.is_some() {
+        } else if had != link.is_some() && !(resolv_written && link.is_some()) {
             let text = warren_net::resolv_conf(link.as_ref());
             let agent = instance.agent();
             let write = async {
@@ -86,6 +88,24 @@ impl Manager {
             }
         }
         Ok(link)
+    }
+
+    /// Reserves the link of a container about to start with `policy` (see
+    /// [`warren_net::Network::reserve`]); `None` when it starts without one, or is not a
+    /// container (a VM's guest is configured once it runs).
+    pub(crate) fn reserve_link(
+        &self,
+        id: &SandboxId,
+        runtime: &dyn warren_runtime::Runtime,
+        policy: &NetworkPolicy,
+    ) -> Result<Option<warren_net::LinkInfo>, NodeError> {
+        if policy.is_none() || runtime.substrate() != warren_types::Substrate::Container {
+            return Ok(None);
+        }
+        let Some(net) = self.network() else {
+            return Err(self.check_network(policy).unwrap_err());
+        };
+        Ok(Some(net.reserve(id.as_str(), policy)?))
     }
 
     /// Removes a sandbox's link (if any). Errors are logged: the sandbox is gone anyway.
@@ -125,7 +145,7 @@ impl Manager {
         let (instance, _info, _guard) = self.ready_sb(&sb).await?;
         let _lifecycle = sb.lifecycle.lock().await;
         let started_ms = super::now_ms();
-        self.apply_network(id, &instance, &policy).await?;
+        self.apply_network(id, &instance, &policy, false).await?;
         {
             let mut st = sb.lock();
             st.info.network = policy.clone();

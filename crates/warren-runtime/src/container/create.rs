@@ -154,12 +154,13 @@ async fn start(
             .filter(|_| !spec.network)
             .map(|p| p.display().to_string()),
         devpts: spec.devpts,
+        resolv_conf: spec.resolv_conf.clone(),
     };
     send(
         &mut stream,
         &Init::Container {
             version: PROTOCOL_VERSION,
-            config,
+            config: Box::new(config),
         },
     )
     .await?;

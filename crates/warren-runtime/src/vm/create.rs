@@ -561,6 +561,7 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
         labels: Default::default(),
         devpts: false,
         network: false,
+        resolv_conf: None,
     };
     // The probe boots the initramfs alone: the agent fails to find its disks, but reaching
     // the kernel's init proves the accelerator works. Without disks the agent powers off; we

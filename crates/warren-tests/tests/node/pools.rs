@@ -69,3 +69,45 @@ async fn overlapping_pools_are_reported_and_default_pools_differ() {
         }
     }
 }
+
+/// A create with a policy takes its link's addresses before the sandbox starts (its
+/// resolv.conf is written as it starts): creates that fail give them back, so a small pool
+/// still serves as many sandboxes as it has links, and refuses the next one plainly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_creates_give_their_link_back() {
+    // A /28: four links.
+    let config = |dir: &std::path::Path| {
+        let p = dir.join("net.toml");
+        std::fs::write(&p, "pool = \"10.197.43.0/28\"\n").unwrap();
+        vec!["--network-config".into(), p.display().to_string()]
+    };
+    let Some(d) = Daemon::start_with(config).await else {
+        return;
+    };
+    for _ in 0..6 {
+        let bad = CreateSandboxRequest {
+            image: warren_types::ImageRef::Name("no-such-image:1".into()),
+            ..with_network()
+        };
+        assert!(d.client().create(&bad).await.is_err());
+    }
+    let mut made = Vec::new();
+    for _ in 0..4 {
+        let s = d.create(&with_network()).await;
+        let conf = d.sh_ok(&s.id, "cat /etc/resolv.conf").await;
+        assert!(conf.contains("nameserver 10.197.43."), "{conf}");
+        made.push(s);
+    }
+    match d.client().create(&with_network()).await {
+        Err(ClientError::Api { error, .. }) => {
+            assert_eq!(error.code.as_str(), "limit_exceeded", "{error:?}");
+        }
+        other => panic!("a fifth link in a pool of four: {other:?}"),
+    }
+    for s in made {
+        d.client().delete(&s.id).await.unwrap();
+    }
+    // Deleted sandboxes give theirs back too.
+    let again = d.create(&with_network()).await;
+    d.client().delete(&again.id).await.unwrap();
+}
