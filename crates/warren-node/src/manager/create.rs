@@ -222,9 +222,7 @@ impl Manager {
         let reserved = match self.reserve_link(&sb.id, runtime.as_ref(), &req.network) {
             Ok(r) => r,
             Err(e) => {
-                self.forget(&sb.id, key);
-                let _ = self.inner.store.remove_sandbox(&sb.id, key);
-                Metrics::inc(&self.inner.metrics.create_errors);
+                self.abandon_start(&sb.id, key).await;
                 return Err(e);
             }
         };
@@ -241,14 +239,7 @@ impl Manager {
             Ok(i) => i,
             Err(e) => {
                 warn!(sandbox = %sb.id, error = %e, "sandbox failed to start");
-                if reserved.is_some() {
-                    self.drop_network(&sb.id).await;
-                }
-                self.forget(&sb.id, key);
-                if let Err(se) = self.inner.store.remove_sandbox(&sb.id, key) {
-                    warn!(sandbox = %sb.id, error = %se, "cannot remove the record of a failed create");
-                }
-                Metrics::inc(&self.inner.metrics.create_errors);
+                self.abandon_start(&sb.id, key).await;
                 return Err(e);
             }
         };
@@ -263,10 +254,7 @@ impl Manager {
             if let Err(de) = instance.destroy().await {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");
             }
-            self.drop_network(&sb.id).await;
-            self.forget(&sb.id, key);
-            let _ = self.inner.store.remove_sandbox(&sb.id, key);
-            Metrics::inc(&self.inner.metrics.create_errors);
+            self.abandon_start(&sb.id, key).await;
             return Err(e);
         }
 
@@ -304,13 +292,21 @@ impl Manager {
                 if let Err(de) = instance.destroy().await {
                     warn!(sandbox = %sb.id, error = %de, "destroy after a failed record");
                 }
-                self.drop_network(&sb.id).await;
-                self.forget(&sb.id, key);
-                let _ = self.inner.store.remove_sandbox(&sb.id, key);
-                Metrics::inc(&self.inner.metrics.create_errors);
+                self.abandon_start(&sb.id, key).await;
                 Err(e)
             }
         }
+    }
+
+    /// Undoes a recorded start that failed: its network (link or reservation; nothing when it
+    /// has none), its place in memory and its record.
+    async fn abandon_start(&self, id: &SandboxId, key: Option<&str>) {
+        self.drop_network(id).await;
+        self.forget(id, key);
+        if let Err(e) = self.inner.store.remove_sandbox(id, key) {
+            warn!(sandbox = %id, error = %e, "cannot remove the record of a failed create");
+        }
+        Metrics::inc(&self.inner.metrics.create_errors);
     }
 
     /// Drops a sandbox (and its key) from memory only; its quota usage is given back. The key
