@@ -6,7 +6,10 @@
 #   - network namespaces named warren* or wtnet* (the network tests' mirrors) (ip netns list);
 #   - nftables tables named warren-* (one per daemon node with sandbox links);
 #   - host links of sandbox networks (wn<4 hex><hex index>) and of the test mirrors (wtm<n>);
-#   - processes named warren-agent.
+#   - processes named warren-agent;
+#   - files the test harness left in its test root (WARREN_TEST_DIR, default /tmp/warren-tests):
+#     a daemon's, gateway's or etcd's directory or log is kept only for a failed test; the run
+#     registry (runs/) and the VM image cache (vm-runtime/) stay by design.
 #
 #   scripts/check-leaks.sh [--baseline FILE] [--clean]
 #   scripts/check-leaks.sh --snapshot FILE
@@ -75,6 +78,15 @@ collect() {
         nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^warren-/ {print "nft\tinet " $3}'
     fi
 
+    local test_root="${WARREN_TEST_DIR:-/tmp/warren-tests}" entry
+    if [[ -d "$test_root" ]]; then
+        for entry in "$test_root"/*; do
+            [[ -e "$entry" ]] || continue
+            case "${entry##*/}" in runs | vm-runtime) continue ;; esac
+            printf 'file\t%s\n' "$entry"
+        done
+    fi
+
     local pid
     for pid in $(pgrep -x warren-agent || true); do
         printf 'process\t%s %s\n' "$pid" "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)"
@@ -111,6 +123,10 @@ clean() {
     awk -F'\t' '$1 == "link" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: deleting link $item"
         ip link delete "$item" 2>/dev/null || true
+    done
+    awk -F'\t' '$1 == "file" {print $2}' <<< "$1" | while read -r item; do
+        echo "check-leaks: removing $item"
+        rm -rf --one-file-system "$item" 2>/dev/null || true
     done
     awk -F'\t' '$1 == "nft" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: deleting nftables table $item"
@@ -160,4 +176,4 @@ if [[ -n "$leaks" ]]; then
     printf '%s' "$leaks" | sed 's/^/  /'
     exit 1
 fi
-echo "check-leaks: no leftovers (mounts, cgroups, netns, warren-agent processes)"
+echo "check-leaks: no leftovers (mounts, cgroups, netns, links, nftables, warren-agent processes, test files)"

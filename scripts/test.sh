@@ -23,6 +23,10 @@ export WARREN_BIN_DIR="$REPO/target/release"
 export WARREN_BIN="$WARREN_BIN_DIR/warren"
 export WARREN_IMAGE_STORE="${WARREN_IMAGE_STORE:-/var/lib/warren/images}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+# A whole-suite build from scratch gains nothing from incremental state, which would add
+# gigabytes to target/.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+TEST_ROOT="${WARREN_TEST_DIR:-/tmp/warren-tests}"
 
 START=$SECONDS
 PHASES=() RESULTS=() TIMES=()
@@ -67,6 +71,26 @@ summary() {
         echo "test.sh: FAILED (${FAILED[*]}) in $(clock)"
     fi
 }
+
+# The run starts from an empty test root: the files earlier runs kept for their failed tests
+# (a VM test's daemon directory holds its templates, hundreds of MiB) would otherwise pile up
+# run after run. The VM image cache stays; nothing is removed across a mount.
+prune_test_root() {
+    local entry
+    [[ -d "$TEST_ROOT" ]] || return 0
+    for entry in "$TEST_ROOT"/* "$TEST_ROOT"/runs/*; do
+        [[ -e "$entry" ]] || continue
+        case "$entry" in "$TEST_ROOT/runs" | "$TEST_ROOT/vm-runtime") continue ;; esac
+        if awk -v p="$entry" '$5 == p || index($5, p "/") == 1 { found = 1 } END { exit !found }' \
+            /proc/self/mountinfo; then
+            echo "test.sh: $entry has mounts; left for the leak check"
+            continue
+        fi
+        rm -rf --one-file-system "$entry"
+    done
+}
+prune_test_root
+df -h "$REPO" "$TEST_ROOT" 2> /dev/null | awk 'NR == 1 || !seen[$1]++'
 
 # Everything Warren-owned that exists before the run is reported, not failed, by the leak check.
 mkdir -p target

@@ -530,10 +530,36 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            mark_node(&self.node, "stopped");
-            return;
-        };
+        if let Some(child) = self.child.take() {
+            self.stop_for_good(child);
+        }
+        mark_node(&self.node, "stopped");
+        // Kept only for a failing test (its log and state tell what went wrong); a daemon a
+        // test stopped or killed itself is cleaned up like any other. Never through a mount
+        // (a sandbox left running keeps its root file system there; the leak check names it).
+        if !std::thread::panicking() {
+            if mounts_under(&self.dir) {
+                eprintln!(
+                    "warren-tests: node {} still has mounts in {}; its files are kept",
+                    self.node,
+                    self.dir.display()
+                );
+            } else {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+        } else {
+            eprintln!(
+                "warren-tests: daemon files of node {} kept in {}",
+                self.node,
+                self.dir.display()
+            );
+        }
+    }
+}
+
+impl Daemon {
+    /// Deletes the daemon's sandboxes, then stops it (SIGTERM; SIGKILL after [`STOP_TIMEOUT`]).
+    fn stop_for_good(&self, mut child: std::process::Child) {
         // Sandboxes survive their daemon by design: delete them first. A fresh thread with
         // its own runtime works whether or not this drop runs inside a runtime.
         let socket = self.socket.clone();
@@ -562,17 +588,16 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
-        mark_node(&self.node, "stopped");
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            eprintln!(
-                "warren-tests: daemon files of node {} kept in {}",
-                self.node,
-                self.dir.display()
-            );
-        }
     }
+}
+
+/// Whether anything is mounted at or below `dir` (from this process's mount table).
+fn mounts_under(dir: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| Path::new(mp).starts_with(dir))
 }
 
 /// A client of the daemon at `socket`. Every call must be answered within
