@@ -78,6 +78,32 @@ pub(crate) async fn release_holder(images: &Arc<ImageStore>, holder: &str) {
     }
 }
 
+/// What a snapshot of any substrate records beside its directory: the image layers leased to
+/// it (a container's packed writable layer last).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SnapshotLayers {
+    pub layers: Vec<String>,
+}
+
+impl SnapshotLayers {
+    pub fn record(layers: Vec<String>) -> serde_json::Value {
+        serde_json::to_value(SnapshotLayers { layers }).expect("a list of strings serializes")
+    }
+
+    pub fn parse(record: &serde_json::Value) -> Result<Vec<String>, RuntimeError> {
+        serde_json::from_value::<SnapshotLayers>(record.clone())
+            .map(|r| r.layers)
+            .map_err(|e| RuntimeError::StartFailed(format!("unreadable snapshot record: {e}")))
+    }
+}
+
+/// Removes a snapshot of any substrate: its directory, then `holder`'s lease on its layers
+/// (what nothing else holds is collected).
+pub(crate) async fn remove_snapshot(images: &Arc<ImageStore>, dir: &std::path::Path, holder: &str) {
+    let _ = std::fs::remove_dir_all(dir);
+    release_holder(images, holder).await;
+}
+
 /// Bytes of the files under `dir` as allocated on disk (sparse files count what they hold).
 pub(crate) fn disk_usage(dir: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;

@@ -494,7 +494,6 @@ impl Runtime for ContainerRuntime {
     }
 
     async fn remove_snapshot(&self, dir: &std::path::Path, holder: &str) {
-        let _ = std::fs::remove_dir_all(dir);
-        crate::leases::release_holder(&self.images, holder).await;
+        crate::leases::remove_snapshot(&self.images, dir, holder).await;
     }
 }

@@ -3,18 +3,12 @@
 //! from it is an ordinary create on the parent's stack plus that layer: it has the files, not
 //! the processes (a container's processes are not saved).
 
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 
 use super::{create, fork, Container, ContainerRuntime};
+use crate::leases::SnapshotLayers;
 use crate::{Instance, RuntimeError, SandboxSpec, SavedSnapshot};
-
-/// What a container snapshot is: its layers, the packed writable layer last.
-#[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    layers: Vec<String>,
-}
 
 pub async fn save(
     rt: &ContainerRuntime,
@@ -60,7 +54,7 @@ pub async fn save(
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     Ok(SavedSnapshot {
-        record: serde_json::to_value(Record { layers }).expect("record serializes"),
+        record: SnapshotLayers::record(layers),
         size_bytes,
         processes: false,
     })
@@ -71,9 +65,8 @@ pub async fn restore(
     record: &serde_json::Value,
     spec: &SandboxSpec,
 ) -> Result<Arc<dyn Instance>, RuntimeError> {
-    let r: Record = serde_json::from_value(record.clone())
-        .map_err(|e| RuntimeError::StartFailed(format!("unreadable snapshot record: {e}")))?;
+    let recorded = SnapshotLayers::parse(record)?;
     let mut spec = spec.clone();
-    spec.image = r.layers;
+    spec.image = recorded;
     Ok(Arc::new(create::create(rt, &spec, None).await?))
 }

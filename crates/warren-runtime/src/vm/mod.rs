@@ -603,7 +603,6 @@ impl Runtime for VmRuntime {
     }
 
     async fn remove_snapshot(&self, dir: &Path, holder: &str) {
-        let _ = std::fs::remove_dir_all(dir);
-        crate::leases::release_holder(&self.images, holder).await;
+        crate::leases::remove_snapshot(&self.images, dir, holder).await;
     }
 }

@@ -5,20 +5,14 @@
 //! (the VM's read-only disks) are leased to the snapshot. A sandbox made from it is a restore
 //! with a copy of that disk: the snapshot stays intact and may be deleted at any time.
 
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 
 use super::create::{self, DiskFrom};
 use super::record::Snapshot;
 use super::{snapshot, tool, Vm, VmRuntime};
+use crate::leases::SnapshotLayers;
 use crate::{Instance, RuntimeError, SandboxSpec, SavedSnapshot};
-
-/// What a VM snapshot needs beside its directory: the layers its disks are.
-#[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    layers: Vec<String>,
-}
 
 pub async fn save(
     rt: &VmRuntime,
@@ -51,7 +45,7 @@ pub async fn save(
         return Err(e);
     }
     Ok(SavedSnapshot {
-        record: serde_json::to_value(Record { layers }).expect("record serializes"),
+        record: SnapshotLayers::record(layers),
         size_bytes: crate::leases::disk_usage(dir),
         processes: true,
     })
@@ -63,8 +57,7 @@ pub async fn restore(
     record: &serde_json::Value,
     spec: &SandboxSpec,
 ) -> Result<Arc<dyn Instance>, RuntimeError> {
-    let r: Record = serde_json::from_value(record.clone())
-        .map_err(|e| RuntimeError::StartFailed(format!("unreadable snapshot record: {e}")))?;
+    let recorded = SnapshotLayers::parse(record)?;
     let snap = Snapshot::open(dir)?;
     if snap.meta.machine.nic != spec.network {
         return Err(RuntimeError::Unsupported(if snap.meta.machine.nic {
@@ -75,7 +68,7 @@ pub async fn restore(
             "this snapshot's VM has no network interface: create from it with network none".into()
         }));
     }
-    let layers = crate::leases::acquire(&rt.images, &spec.id, &r.layers).await?;
+    let layers = crate::leases::acquire(&rt.images, &spec.id, &recorded).await?;
     match create::restore(rt, spec, &layers, &snap, DiskFrom::Copy).await {
         Ok(vm) => Ok(Arc::new(vm)),
         Err(e) => {
