@@ -314,15 +314,15 @@ impl Manager {
                     }
                 })?;
             match claim {
-                Claim::Logged { seq, digest } => {
-                    let found = self.journal().read()?.entry(&sb.id, seq)?;
+                Claim::Logged(logged) => {
+                    let found = self.journal().read()?.step_entry(&sb.id, &logged)?;
                     let (entry, blobs) = found.ok_or_else(|| {
                         NodeError::Api(ApiError::internal(format!(
-                            "step {step} of sandbox {} is indexed but its entry {seq} is missing",
-                            sb.id
+                            "step {step} of sandbox {} is indexed but its entry {} is missing",
+                            sb.id, logged.seq
                         )))
                     })?;
-                    return Ok(replay(digest, Arc::new(Recorded { entry, blobs })));
+                    return Ok(replay(logged.digest, Arc::new(Recorded { entry, blobs })));
                 }
                 Claim::Wait(slot) => {
                     if let Some((digest, record)) = steps::wait(slot).await {

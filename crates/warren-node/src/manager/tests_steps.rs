@@ -408,3 +408,39 @@ async fn the_export_shows_text_as_text_and_only_binary_as_base64() {
     );
     assert_eq!(b64.decode(&second.stderr).unwrap(), b"err");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_logged_step_is_read_back_where_its_record_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _rt) = manager_in(dir.path(), |_| {});
+    let id = sandbox(&m).await;
+    let mut first = Vec::new();
+    for s in 0..40 {
+        // Calls without a step between them: a step's record is not at a fixed stride.
+        if s % 3 == 0 {
+            m.exec(&id, ExecRequest::shell("echo between"))
+                .await
+                .unwrap();
+        }
+        first.push(m.exec(&id, step(&format!("echo {s}"), s)).await.unwrap());
+    }
+    let r = m.journal().read().unwrap();
+    for s in 0..40 {
+        let logged = r.step(&id, s).unwrap().expect("the step is indexed");
+        assert!(logged.at.is_some(), "step {s} keeps its record's place");
+        let (e, _) = r
+            .step_entry(&id, &logged)
+            .unwrap()
+            .expect("read at its place");
+        assert_eq!((e.seq, e.step), (logged.seq, Some(s)));
+    }
+    drop(r);
+    for (s, was) in first.into_iter().enumerate() {
+        let again = m
+            .exec(&id, step(&format!("echo {s}"), s as u64))
+            .await
+            .unwrap();
+        assert!(again.replayed);
+        assert_eq!(again.stdout, was.stdout);
+    }
+}

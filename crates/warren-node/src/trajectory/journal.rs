@@ -102,20 +102,36 @@ fn db_err(path: &Path, what: &'static str, e: impl Into<redb::Error>) -> StoreEr
     }
 }
 
-fn step_value(seq: u64, digest: &Digest) -> [u8; 40] {
-    let mut v = [0u8; 40];
+/// A step row: the entry's seq, its request digest, and where its record starts in the log
+/// file (`u64::MAX`: an entry kept as a row of its own). Rows of 40 bytes (from before the
+/// offset was kept) read as having none: such a step is found by scanning its log.
+fn step_value(seq: u64, digest: &Digest, at: Option<u64>) -> [u8; 48] {
+    let mut v = [0u8; 48];
     v[..8].copy_from_slice(&seq.to_be_bytes());
-    v[8..].copy_from_slice(digest);
+    v[8..40].copy_from_slice(digest);
+    v[40..].copy_from_slice(&at.unwrap_or(u64::MAX).to_be_bytes());
     v
 }
 
-fn parse_step_value(v: &[u8]) -> Option<(u64, Digest)> {
-    if v.len() != 40 {
+/// A logged step: the seq of its entry, its request digest and where its record starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedStep {
+    pub seq: u64,
+    pub digest: Digest,
+    pub at: Option<u64>,
+}
+
+fn parse_step_value(v: &[u8]) -> Option<LoggedStep> {
+    if v.len() != 40 && v.len() != 48 {
         return None;
     }
     let seq = u64::from_be_bytes(v[..8].try_into().ok()?);
-    let digest: Digest = v[8..].try_into().ok()?;
-    Some((seq, digest))
+    let digest: Digest = v[8..40].try_into().ok()?;
+    let at = match v.get(40..48) {
+        Some(b) => Some(u64::from_be_bytes(b.try_into().ok()?)).filter(|&a| a != u64::MAX),
+        None => None,
+    };
+    Some(LoggedStep { seq, digest, at })
 }
 
 /// Creates the tables (so readers never meet a missing table).
@@ -290,8 +306,10 @@ fn write_group(
             }
         }
         let mut lens = tx.open_table(LOGS)?;
-        // Each sandbox's records in queue (= seq) order, and its last seq.
+        // Each sandbox's records in queue (= seq) order, and its last seq; for each append,
+        // its sandbox's place in `per` and where its record starts in that batch.
         let mut per: Vec<(&str, Vec<u8>, u64)> = Vec::new();
+        let mut placed: Vec<(usize, u64)> = Vec::with_capacity(group.len());
         for a in group.iter().filter_map(|j| j.append.as_ref()) {
             let id = a.sandbox.as_str();
             let i = match per.iter().position(|p| p.0 == id) {
@@ -301,26 +319,31 @@ fn write_group(
                     per.len() - 1
                 }
             };
+            placed.push((i, per[i].1.len() as u64));
             logs::frame(a.seq, &a.entry, &mut per[i].1);
             per[i].2 = a.seq;
         }
         let mut written = Vec::with_capacity(per.len());
+        let mut starts = Vec::with_capacity(per.len());
         for (id, records, last) in &per {
             let (len, _) = lens.get(*id)?.map(|g| g.value()).unwrap_or((0, 0));
             created |= len == 0;
             written.push(logs.write_at(id, len, records)?);
             lens.insert(*id, (len + records.len() as u64, *last))?;
+            starts.push(len);
         }
         sync_files(&written)?;
         if created {
             logs.sync_dir()?;
         }
         let mut steps = tx.open_table(STEPS)?;
-        for a in group.iter().filter_map(|j| j.append.as_ref()) {
+        let appends = group.iter().filter_map(|j| j.append.as_ref());
+        for (a, &(i, off)) in appends.zip(&placed) {
             if let Some((step, digest)) = &a.step {
+                let at = starts[i] + off;
                 steps.insert(
                     (a.sandbox.as_str(), *step),
-                    step_value(a.seq, digest).as_slice(),
+                    step_value(a.seq, digest, Some(at)).as_slice(),
                 )?;
             }
         }
@@ -435,7 +458,8 @@ fn recover(db: &Database, logs: &LogDir) -> Result<usize, redb::Error> {
                         .ok()
                         .and_then(|d| Digest::try_from(d).ok())
                         .unwrap_or_else(|| super::request_digest(&e.call));
-                    steps.insert((id.as_str(), step), step_value(r.seq, &digest).as_slice())?;
+                    let row = step_value(r.seq, &digest, Some(r.at));
+                    steps.insert((id.as_str(), step), row.as_slice())?;
                 }
                 for d in e.blob_refs() {
                     let c = blob_refs.get(d)?.map(|g| g.value()).unwrap_or(0);
@@ -686,8 +710,8 @@ impl Reader<'_> {
         Ok(total)
     }
 
-    /// The seq and request digest logged for `step`.
-    pub fn step(&self, id: &SandboxId, step: u64) -> Result<Option<(u64, Digest)>, StoreError> {
+    /// The entry logged for `step`: its seq, request digest and place in the log.
+    pub fn step(&self, id: &SandboxId, step: u64) -> Result<Option<LoggedStep>, StoreError> {
         let steps = self.tx.open_table(STEPS).map_err(|e| self.err(e))?;
         let v = steps.get((id.as_str(), step)).map_err(|e| self.err(e))?;
         Ok(v.and_then(|g| parse_step_value(g.value())))
@@ -736,6 +760,37 @@ impl Reader<'_> {
         Ok((out, blobs, more))
     }
 
+    /// The entry of a logged step and the blobs it refers to: read where its record starts
+    /// when the step row says so (the cost does not grow with the log), else found by a scan.
+    pub fn step_entry(
+        &self,
+        id: &SandboxId,
+        step: &LoggedStep,
+    ) -> Result<Option<(StoredEntry, Blobs)>, StoreError> {
+        match self.entry_at(id, step)? {
+            Some(found) => Ok(Some(found)),
+            None => self.entry(id, step.seq),
+        }
+    }
+
+    /// The entry of a logged step read where its step row says its record starts; `None`
+    /// when the row does not say, or no readable record of that seq starts there.
+    pub fn entry_at(
+        &self,
+        id: &SandboxId,
+        step: &LoggedStep,
+    ) -> Result<Option<(StoredEntry, Blobs)>, StoreError> {
+        let (Some(at), Some((len, _))) = (step.at, self.log(id)?) else {
+            return Ok(None);
+        };
+        let read = self.logs.read_at(id.as_str(), len, at, step.seq)?;
+        let Some(e) = read.and_then(|r| StoredEntry::decode(&r.payload).ok()) else {
+            return Ok(None);
+        };
+        let blobs = self.blobs(std::slice::from_ref(&e))?;
+        Ok(Some((e, blobs)))
+    }
+
     /// One entry and the blobs it refers to.
     pub fn entry(
         &self,
@@ -774,216 +829,5 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
-mod bench {
-    use super::*;
-
-    /// How long one append waits for its commit, alone (no group to share the fsync with):
-    /// `cargo test -p warren-node --release -- --ignored append_latency --nocapture`
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "a measurement, not a check: run by hand with --ignored"]
-    async fn append_latency() {
-        let dir = tempfile::tempdir_in("/tmp").unwrap();
-        let store = crate::Store::open(dir.path().join("state.redb")).unwrap();
-        let id: SandboxId = "n1-01jd0m7x4e8k0k9yq1w2e3r4t5".parse().unwrap();
-        let log = crate::trajectory::SandboxLog::empty(&id);
-        let mut ts = Vec::new();
-        for i in 0..2000u64 {
-            let e = StoredEntry::new(
-                warren_types::TrajectoryCall::Kill { pid: 1, signal: 9 },
-                None,
-                i,
-            );
-            let t = std::time::Instant::now();
-            log.append(store.journal(), e, None, Vec::new())
-                .await
-                .unwrap();
-            ts.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
-        ts.sort_by(f64::total_cmp);
-        println!(
-            "append p50 {:.3} ms p90 {:.3} ms p99 {:.3} ms",
-            ts[1000], ts[1800], ts[1980]
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::trajectory::{flood_entry, SandboxLog};
-    use warren_types::NodeId;
-
-    fn sandbox() -> SandboxId {
-        SandboxId::generate(&"n1".parse::<NodeId>().unwrap())
-    }
-
-    fn seqs(j: &Journal, id: &SandboxId, from: u64) -> Vec<u64> {
-        let (entries, _) = j.read().unwrap().entries(id, from, 1000).unwrap();
-        entries.iter().map(|e| e.seq).collect()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn entries_past_the_budget_cost_about_their_size() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(crate::Store::open(dir.path().join("state.redb")).unwrap());
-        let id = sandbox();
-        let log = Arc::new(SandboxLog::empty(&id));
-        let before = store.journal().state_bytes();
-        let n = 2000u64;
-        // Four callers at once, as the groups of a busy sandbox.
-        let tasks: Vec<_> = (0..4u64)
-            .map(|w| {
-                let (store, log) = (store.clone(), log.clone());
-                tokio::spawn(async move {
-                    for i in (w..n).step_by(4) {
-                        log.append(store.journal(), flood_entry(i), None, Vec::new())
-                            .await
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let per_entry = (store.journal().state_bytes() - before) / n;
-        // As redb rows these took about 1,600 bytes each.
-        assert!(per_entry <= 250, "{per_entry} bytes of state per entry");
-        assert_eq!(seqs(store.journal(), &id, 1).len(), 1000, "a page");
-        assert_eq!(store.journal().read().unwrap().tail(&id).unwrap().0, n);
-    }
-
-    /// Concurrent appends share groups (one sync and one transaction for all of them), and
-    /// none waits much longer than a group takes.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_appends_share_one_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(crate::Store::open(dir.path().join("state.redb")).unwrap());
-        let (clients, each) = (8u64, 50u64);
-        let logs: Vec<_> = (0..clients)
-            .map(|_| Arc::new(SandboxLog::empty(&sandbox())))
-            .collect();
-        let before = store.journal().groups();
-        let tasks: Vec<_> = logs
-            .iter()
-            .map(|log| {
-                let (store, log) = (store.clone(), log.clone());
-                tokio::spawn(async move {
-                    let mut worst = std::time::Duration::ZERO;
-                    for i in 0..each {
-                        let t = std::time::Instant::now();
-                        log.append(store.journal(), flood_entry(i), None, Vec::new())
-                            .await
-                            .unwrap();
-                        worst = worst.max(t.elapsed());
-                    }
-                    worst
-                })
-            })
-            .collect();
-        let mut worst = std::time::Duration::ZERO;
-        for t in tasks {
-            worst = worst.max(t.await.unwrap());
-        }
-        let groups = store.journal().groups() - before;
-        let appends = clients * each;
-        println!(
-            "{appends} appends from {clients} callers in {groups} groups, longest wait {worst:?}"
-        );
-        assert!(
-            groups * 2 <= appends,
-            "{appends} appends took {groups} groups: they do not share syncs"
-        );
-        // Loose: the machine running the tests may be busy; a wait is one group or two.
-        assert!(worst < std::time::Duration::from_secs(2), "{worst:?}");
-    }
-
-    #[tokio::test]
-    async fn older_rows_read_before_the_log_and_go_with_the_sandbox() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.redb");
-        let store = crate::Store::open(&path).unwrap();
-        let id = sandbox();
-        // Two entries as an older node kept them: rows of the `trajectory` table.
-        let tx = store.journal().db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(ENTRIES).unwrap();
-            for seq in 1..=2u64 {
-                let mut e = flood_entry(seq);
-                e.seq = seq;
-                t.insert(
-                    (id.as_str(), seq),
-                    serde_json::to_vec(&e).unwrap().as_slice(),
-                )
-                .unwrap();
-            }
-        }
-        tx.commit().unwrap();
-        let log = SandboxLog::open(store.journal(), &id).unwrap();
-        for i in 3..=4 {
-            log.append(store.journal(), flood_entry(i), None, Vec::new())
-                .await
-                .unwrap();
-        }
-        assert_eq!(seqs(store.journal(), &id, 1), [1, 2, 3, 4]);
-        assert_eq!(seqs(store.journal(), &id, 2), [2, 3, 4]);
-        assert_eq!(seqs(store.journal(), &id, 4), [4]);
-        assert_eq!(store.journal().read().unwrap().tail(&id).unwrap().0, 4);
-        let file = dir
-            .path()
-            .join(crate::store::LOG_DIR)
-            .join(format!("{id}.log"));
-        assert!(file.exists());
-        store.remove_sandbox(&id, None).unwrap();
-        assert!(seqs(store.journal(), &id, 1).is_empty());
-        assert!(!file.exists(), "the log file goes with the sandbox");
-        assert_eq!(store.journal().log_dir().bytes(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_crash_mid_group_loses_only_what_was_not_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.redb");
-        let id = sandbox();
-        let file = dir
-            .path()
-            .join(crate::store::LOG_DIR)
-            .join(format!("{id}.log"));
-        {
-            let store = crate::Store::open(&path).unwrap();
-            let log = SandboxLog::empty(&id);
-            for i in 1..=3 {
-                log.append(store.journal(), flood_entry(i), None, Vec::new())
-                    .await
-                    .unwrap();
-            }
-        }
-        // Records written but not committed, and a log whose first commit never came.
-        let mut torn = Vec::new();
-        logs::frame(4, b"never committed", &mut torn);
-        torn.truncate(torn.len() - 3);
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .unwrap()
-            .write_all(&torn)
-            .unwrap();
-        let stray = dir.path().join(crate::store::LOG_DIR).join("n1-stray.log");
-        std::fs::write(&stray, b"x").unwrap();
-        let store = crate::Store::open(&path).unwrap();
-        let committed = committed_logs(&store.journal().db).unwrap()[id.as_str()];
-        assert_eq!(
-            std::fs::metadata(&file).unwrap().len(),
-            committed,
-            "cut back to the committed length"
-        );
-        assert!(!stray.exists());
-        let log = SandboxLog::open(store.journal(), &id).unwrap();
-        log.append(store.journal(), flood_entry(4), None, Vec::new())
-            .await
-            .unwrap();
-        assert_eq!(seqs(store.journal(), &id, 1), [1, 2, 3, 4]);
-    }
-
-    use std::io::Write as _;
-}
+#[path = "tests_journal.rs"]
+mod tests;

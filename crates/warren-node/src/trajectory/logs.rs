@@ -201,9 +201,13 @@ impl LogDir {
             if sum.finalize() != crc {
                 break;
             }
+            tail.records.push(Record {
+                seq,
+                payload,
+                at: tail.end,
+            });
             tail.end = next;
             tail.last_seq = seq;
-            tail.records.push(Record { seq, payload });
         }
         Ok(tail)
     }
@@ -233,6 +237,53 @@ impl LogDir {
     /// Bytes of all log files.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The record `seq` of `id`'s log, read where a step row says it starts (`at`), within
+    /// the committed length `len`: two positioned reads, however long the log. `None` when
+    /// no such record starts there (the caller then scans); damage is an error.
+    pub fn read_at(
+        &self,
+        id: &str,
+        len: u64,
+        at: u64,
+        seq: u64,
+    ) -> Result<Option<Record>, StoreError> {
+        let path = self.path(id);
+        if at.saturating_add(HEADER as u64) > len {
+            return Ok(None);
+        }
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path, "open", e)),
+        };
+        let mut h = [0u8; HEADER];
+        file.read_exact_at(&mut h, at)
+            .map_err(|e| io_err(&path, "read", e))?;
+        let n = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
+        let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
+        let found = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+        if found != seq || n > MAX_PAYLOAD || at + HEADER as u64 + u64::from(n) > len {
+            return Ok(None);
+        }
+        let mut payload = vec![0u8; n as usize];
+        file.read_exact_at(&mut payload, at + HEADER as u64)
+            .map_err(|e| io_err(&path, "read", e))?;
+        let mut sum = crc32fast::Hasher::new();
+        sum.update(&seq.to_le_bytes());
+        sum.update(&payload);
+        if sum.finalize() != crc {
+            return Err(io_err(
+                &path,
+                "read",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("record checksum mismatch at byte {at}"),
+                ),
+            ));
+        }
+        Ok(Some(Record { seq, payload, at }))
     }
 
     /// Reads `id`'s records up to `len` bytes (its committed length in the caller's read
@@ -274,6 +325,8 @@ pub struct Tail {
 pub struct Record {
     pub seq: u64,
     pub payload: Vec<u8>,
+    /// Where it starts in its file (what a step row keeps to read it again at once).
+    pub at: u64,
 }
 
 impl Records {
@@ -325,8 +378,9 @@ impl Records {
             if sum.finalize() != crc {
                 return Err(self.damaged("record checksum mismatch"));
             }
+            let at = self.pos;
             self.pos = next;
-            return Ok(Some(Record { seq, payload }));
+            return Ok(Some(Record { seq, payload, at }));
         }
     }
 }
@@ -387,6 +441,46 @@ mod tests {
         d.remove("a");
         assert_eq!(d.bytes(), 0);
         assert!(!root.join("a.log").exists());
+    }
+
+    #[test]
+    fn a_record_reads_at_once_where_it_starts_and_nowhere_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = LogDir::open(dir.path().join("logs"), &HashMap::new()).unwrap();
+        let mut buf = Vec::new();
+        for seq in 1..=50u64 {
+            frame(seq, format!("entry {seq}").as_bytes(), &mut buf);
+        }
+        let len = buf.len() as u64;
+        d.write_at("a", 0, &buf).unwrap();
+        let mut r = d.reader("a", len).unwrap();
+        let mut starts = Vec::new();
+        while let Some(x) = r.next_from(0).unwrap() {
+            let again = d
+                .read_at("a", len, x.at, x.seq)
+                .unwrap()
+                .expect("read at its start");
+            assert_eq!((again.seq, again.payload), (x.seq, x.payload));
+            starts.push((x.seq, x.at));
+        }
+        assert_eq!(starts.len(), 50);
+        let (seq, at) = starts[20];
+        assert!(
+            d.read_at("a", len, at, seq + 1).unwrap().is_none(),
+            "another seq"
+        );
+        assert!(
+            d.read_at("a", len, at + 1, seq).unwrap().is_none(),
+            "not a start"
+        );
+        assert!(
+            d.read_at("a", at + 4, at, seq).unwrap().is_none(),
+            "past the committed length"
+        );
+        assert!(
+            d.read_at("gone", len, at, seq).unwrap().is_none(),
+            "a removed log"
+        );
     }
 
     fn tail_seqs(d: &LogDir, id: &str, len: u64, last: u64) -> (u64, u64, Vec<u64>) {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use warren_types::SandboxId;
 
-use super::journal::{Append, Journal};
+use super::journal::{Append, Journal, LoggedStep};
 use super::{Blob, Digest, Recorded, StoredEntry};
 use crate::error::{NodeError, StoreError};
 
@@ -63,8 +63,8 @@ impl std::fmt::Debug for SandboxLog {
 
 /// What a step claim found.
 pub enum Claim {
-    /// The step is logged as entry `seq` with request digest `digest`.
-    Logged { seq: u64, digest: Digest },
+    /// The step is logged (its entry's seq, request digest and place in the log).
+    Logged(LoggedStep),
     /// Another call is running the step; wait for its answer.
     Wait(Slot),
     /// This call runs the step.
@@ -196,8 +196,8 @@ impl SandboxLog {
             }
             return Ok(Claim::Wait(r.done.clone()));
         }
-        if let Some((seq, digest)) = journal.read()?.step(&self.id, step)? {
-            return Ok(Claim::Logged { seq, digest });
+        if let Some(logged) = journal.read()?.step(&self.id, step)? {
+            return Ok(Claim::Logged(logged));
         }
         let highest = st.running.keys().copied().chain(st.max_logged_step).max();
         if let Some(h) = highest {

@@ -100,11 +100,18 @@ async fn records_past_the_index_are_recovered_with_their_steps_and_output() {
     assert_eq!(seqs(j, &id, 1), [1, 2, 3, 4]);
     let r = j.read().unwrap();
     assert_eq!(r.tail(&id).unwrap(), (4, Some(8)));
-    let (seq, digest) = r.step(&id, 7).unwrap().expect("step 7 indexed");
+    let logged = r.step(&id, 7).unwrap().expect("step 7 indexed");
     let (e, blobs) = r.entry(&id, 3).unwrap().unwrap();
-    assert_eq!(seq, 3);
-    assert_eq!(hex::encode(digest), e.request_sha256);
+    assert_eq!(logged.seq, 3);
+    assert_eq!(hex::encode(logged.digest), e.request_sha256);
     assert_eq!(blobs.len(), 1, "its output survived the sweep");
+    // The recovered step row says where its record starts: read there, the same entry.
+    assert!(logged.at.is_some(), "recovery keeps the record's place");
+    let (again, _) = r.entry_at(&id, &logged).unwrap().unwrap();
+    assert_eq!(
+        (again.seq, again.request_sha256),
+        (3, e.request_sha256.clone())
+    );
     assert_eq!(r.blob_count().unwrap(), digests.len() as u64);
     drop(r);
     // The log goes on after them, at seq 5 (the torn record is gone).
