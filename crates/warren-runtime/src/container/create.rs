@@ -128,8 +128,10 @@ async fn start(
     let (ours, theirs) = warren_sys::fd::socketpair()?;
     let stage1 = super::spawn_agent(&rt.cfg, "container", &theirs)?;
     drop(theirs);
+    let t_spawned = t_agent.elapsed();
     // From here on the agent is owned by the sandbox's cgroups: killing them kills it.
     cgroups.add_pid(stage1)?;
+    let t_added = t_agent.elapsed();
     let std_stream = std::os::unix::net::UnixStream::from(ours);
     std_stream
         .set_nonblocking(true)
@@ -206,6 +208,9 @@ async fn start(
     }
     tracing::debug!(
         sandbox = %spec.id,
+        mount_us = mounted.as_micros() as u64,
+        fork_us = t_spawned.as_micros() as u64,
+        cgroup_us = (t_added - t_spawned).as_micros() as u64,
         spawned_us = t_spawn.as_micros() as u64,
         mapped_us = t_mapped.as_micros() as u64,
         forked_us = t_child.as_micros() as u64,
