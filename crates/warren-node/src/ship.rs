@@ -197,6 +197,10 @@ impl Shipper {
             st.tracks.retain(|id, _| live.contains(id));
             let mut backlog = 0;
             for (id, len, last) in &logs {
+                // A log started ahead of its first entry has nothing to ship yet.
+                if *last == 0 {
+                    continue;
+                }
                 let Some(live) = live_of(id) else {
                     continue;
                 };

@@ -227,6 +227,9 @@ impl Manager {
             }
         };
         spec.resolv_conf = reserved.as_ref().map(|l| warren_net::resolv_conf(Some(l)));
+        // Its trajectory log is made while it starts, so that its first call does not pay for
+        // a new file. Awaited before anything can remove the sandbox's record and log.
+        let log_started = self.journal().start_log(&sb.id).ok();
         let started = std::time::Instant::now();
         let made = match from {
             Some(f) => f.restore(&runtime, &spec).await,
@@ -235,6 +238,12 @@ impl Manager {
                 .await
                 .map_err(|source| NodeError::CreateFailed { source }),
         };
+        if let Some(rx) = log_started {
+            if let Err(e) = self.journal().committed(rx).await {
+                // Only slower: the first entry makes the log then.
+                tracing::debug!(sandbox = %sb.id, error = %e, "trajectory log not started ahead");
+            }
+        }
         let instance = match made {
             Ok(i) => i,
             Err(e) => {

@@ -59,8 +59,11 @@ pub struct Append {
 }
 
 struct Job {
-    /// `None`: a barrier, answered once everything queued before it is committed.
+    /// `None` (and no `start`): a barrier, answered once everything queued before it is
+    /// committed.
     append: Option<Append>,
+    /// A log to make ahead of its first entry ([`Journal::start_log`]).
+    start: Option<SandboxId>,
     done: oneshot::Sender<Result<(), String>>,
 }
 
@@ -306,6 +309,15 @@ fn write_group(
             }
         }
         let mut lens = tx.open_table(LOGS)?;
+        let mut written = Vec::with_capacity(group.len());
+        // Logs started ahead of their first entry: the file, grown, and its row.
+        for id in group.iter().filter_map(|j| j.start.as_ref()) {
+            if lens.get(id.as_str())?.is_none() {
+                written.push(logs.start(id.as_str()).map_err(io)?);
+                lens.insert(id.as_str(), (0, 0))?;
+                created = true;
+            }
+        }
         // Each sandbox's records in queue (= seq) order, and its last seq; for each append,
         // its sandbox's place in `per` and where its record starts in that batch.
         let mut per: Vec<(&str, Vec<u8>, u64)> = Vec::new();
@@ -323,11 +335,13 @@ fn write_group(
             logs::frame(a.seq, &a.entry, &mut per[i].1);
             per[i].2 = a.seq;
         }
-        let mut written = Vec::with_capacity(per.len());
         let mut starts = Vec::with_capacity(per.len());
         for (id, records, last) in &per {
-            let (len, _) = lens.get(*id)?.map(|g| g.value()).unwrap_or((0, 0));
-            created |= len == 0;
+            let row = lens.get(*id)?.map(|g| g.value());
+            // A log with a row (even of length 0: started ahead) has its file and directory
+            // entry on disk already.
+            created |= row.is_none();
+            let (len, _) = row.unwrap_or((0, 0));
             written.push(logs.write_at(id, len, records)?);
             lens.insert(*id, (len + records.len() as u64, *last))?;
             starts.push(len);
@@ -558,6 +572,28 @@ impl Journal {
             .ok_or_else(|| self.gone())?
             .send(Job {
                 append: Some(append),
+                start: None,
+                done,
+            })
+            .map_err(|_| self.gone())?;
+        Ok(rx)
+    }
+
+    /// Makes `id`'s log ahead of its first entry (a new sandbox's, while it starts): the file,
+    /// grown and synced, its directory entry and its index row, committed durably. The first
+    /// append is then an ordinary one (one sync of the data) instead of paying for all of
+    /// that. The receiver answers once done; a log that exists already is left as it is.
+    pub fn start_log(
+        &self,
+        id: &SandboxId,
+    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+        let (done, rx) = oneshot::channel();
+        let jobs = self.jobs.lock().expect("journal lock");
+        jobs.as_ref()
+            .ok_or_else(|| self.gone())?
+            .send(Job {
+                append: None,
+                start: Some(id.clone()),
                 done,
             })
             .map_err(|_| self.gone())?;
@@ -571,7 +607,11 @@ impl Journal {
             let jobs = self.jobs.lock().expect("journal lock");
             jobs.as_ref()
                 .ok_or_else(|| self.gone())?
-                .send(Job { append: None, done })
+                .send(Job {
+                    append: None,
+                    start: None,
+                    done,
+                })
                 .map_err(|_| self.gone())?;
         }
         self.committed(rx).await

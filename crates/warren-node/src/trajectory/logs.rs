@@ -42,6 +42,10 @@ pub const HEADER: usize = 16;
 /// [`super::INLINE_MAX`] are blob files); a length beyond it is damage.
 const MAX_PAYLOAD: u32 = 1 << 20;
 
+/// Short logs grow by this at least: a step of 4 KiB took a journal commit every dozen entries
+/// of a few hundred bytes.
+const MIN_AHEAD: u64 = 16 << 10;
+
 /// Appends one record to `out`.
 pub fn frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
     let mut crc = crc32fast::Hasher::new();
@@ -122,20 +126,33 @@ impl LogDir {
         self.root.join(format!("{id}.log"))
     }
 
+    fn open_for_write(&self, id: &str) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.path(id))
+    }
+
+    /// Makes `id`'s log ahead of its first record: [`MIN_AHEAD`] bytes of zeros (none of them
+    /// a record), and returns the file to sync. A longer file is left as it is.
+    pub fn start(&self, id: &str) -> std::io::Result<File> {
+        let file = self.open_for_write(id)?;
+        let size = file.metadata()?.len();
+        if size < MIN_AHEAD {
+            file.write_all_at(&vec![0u8; (MIN_AHEAD - size) as usize], size)?;
+            self.bytes.fetch_add(MIN_AHEAD - size, Ordering::Relaxed);
+        }
+        Ok(file)
+    }
+
     /// Writes `records` at `offset` (the committed length) of `id`'s log, creating it and
     /// growing it ahead when they reach past its size, and returns the file to sync before
     /// the length is committed.
     pub fn write_at(&self, id: &str, offset: u64, records: &[u8]) -> std::io::Result<File> {
         const STEP: u64 = 4096;
-        // Short logs grow by this at least: a step of 4 KiB took a journal commit every dozen
-        // entries of a few hundred bytes.
-        const MIN_AHEAD: u64 = 16 << 10;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(self.path(id))?;
+        let file = self.open_for_write(id)?;
         let size = file.metadata()?.len();
         let end = offset + records.len() as u64;
         if end <= size {

@@ -257,3 +257,39 @@ mod bench {
         );
     }
 }
+
+/// A log started ahead of its first entry: file grown and indexed at length 0; the first
+/// append writes inside it and needs no new file, it survives a restart, and it goes with
+/// the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_started_ahead_takes_its_first_entry_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let file = dir.path().join("trajectory-logs");
+    let id = sandbox();
+    {
+        let store = crate::Store::open(&path).unwrap();
+        let j = store.journal();
+        j.committed(j.start_log(&id).unwrap()).await.unwrap();
+        let log_file = file.join(format!("{id}.log"));
+        let size = std::fs::metadata(&log_file).unwrap().len();
+        assert!(size >= 16 << 10, "grown ahead: {size}");
+        assert_eq!(j.read().unwrap().tail(&id).unwrap().0, 0, "indexed, empty");
+        // Starting it again changes nothing.
+        j.committed(j.start_log(&id).unwrap()).await.unwrap();
+        let log = SandboxLog::open(j, &id).unwrap();
+        log.append(j, flood_entry(1), None, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(&log_file).unwrap().len(),
+            size,
+            "written in place"
+        );
+        assert_eq!(seqs(j, &id, 1), [1]);
+    }
+    let store = crate::Store::open(&path).unwrap();
+    assert_eq!(seqs(store.journal(), &id, 1), [1], "after a restart");
+    store.remove_sandbox(&id, None).unwrap();
+    assert!(!file.join(format!("{id}.log")).exists());
+}
