@@ -560,23 +560,32 @@ impl Journal {
         }
     }
 
-    /// Queues an append; the receiver answers once it is committed. Queue order is commit
-    /// order, so a caller that queues under a lock keeps its entries in sequence.
-    pub fn queue(
+    /// Hands a job to the writer; the receiver answers once it is committed.
+    fn send(
         &self,
-        append: Append,
+        append: Option<Append>,
+        start: Option<SandboxId>,
     ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
         let (done, rx) = oneshot::channel();
         let jobs = self.jobs.lock().expect("journal lock");
         jobs.as_ref()
             .ok_or_else(|| self.gone())?
             .send(Job {
-                append: Some(append),
-                start: None,
+                append,
+                start,
                 done,
             })
             .map_err(|_| self.gone())?;
         Ok(rx)
+    }
+
+    /// Queues an append; the receiver answers once it is committed. Queue order is commit
+    /// order, so a caller that queues under a lock keeps its entries in sequence.
+    pub fn queue(
+        &self,
+        append: Append,
+    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+        self.send(Some(append), None)
     }
 
     /// Makes `id`'s log ahead of its first entry (a new sandbox's, while it starts): the file,
@@ -587,33 +596,12 @@ impl Journal {
         &self,
         id: &SandboxId,
     ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
-        let (done, rx) = oneshot::channel();
-        let jobs = self.jobs.lock().expect("journal lock");
-        jobs.as_ref()
-            .ok_or_else(|| self.gone())?
-            .send(Job {
-                append: None,
-                start: Some(id.clone()),
-                done,
-            })
-            .map_err(|_| self.gone())?;
-        Ok(rx)
+        self.send(None, Some(id.clone()))
     }
 
     /// Waits until every append queued before this call is committed.
     pub async fn barrier(&self) -> Result<(), StoreError> {
-        let (done, rx) = oneshot::channel();
-        {
-            let jobs = self.jobs.lock().expect("journal lock");
-            jobs.as_ref()
-                .ok_or_else(|| self.gone())?
-                .send(Job {
-                    append: None,
-                    start: None,
-                    done,
-                })
-                .map_err(|_| self.gone())?;
-        }
+        let rx = self.send(None, None)?;
         self.committed(rx).await
     }
 
