@@ -857,5 +857,4 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
-#[path = "tests_journal.rs"]
 mod tests;
