@@ -78,6 +78,12 @@ summary() {
 prune_test_root() {
     local entry
     [[ -d "$TEST_ROOT" ]] || return 0
+    # Only a directory of Warren's own (as the default is): a WARREN_TEST_DIR pointed at a
+    # shared directory is left alone.
+    if [[ "$(basename "$TEST_ROOT")" != *warren* ]]; then
+        echo "test.sh: not emptying $TEST_ROOT (its name does not say warren)"
+        return 0
+    fi
     for entry in "$TEST_ROOT"/* "$TEST_ROOT"/runs/*; do
         [[ -e "$entry" ]] || continue
         case "$entry" in "$TEST_ROOT/runs" | "$TEST_ROOT/vm-runtime") continue ;; esac
