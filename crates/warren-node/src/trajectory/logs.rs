@@ -46,13 +46,35 @@ const MAX_PAYLOAD: u32 = 1 << 20;
 /// of a few hundred bytes.
 const MIN_AHEAD: u64 = 16 << 10;
 
-/// Appends one record to `out`.
-pub fn frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
+/// The checksum a record of `seq` and `payload` carries.
+fn checksum(seq: u64, payload: &[u8]) -> u32 {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&seq.to_le_bytes());
     crc.update(payload);
+    crc.finalize()
+}
+
+/// The fields of a record's header, as read (not yet checked).
+struct Header {
+    len: u32,
+    crc: u32,
+    seq: u64,
+}
+
+impl Header {
+    fn parse(h: &[u8; HEADER]) -> Header {
+        Header {
+            len: u32::from_le_bytes(h[..4].try_into().expect("4 bytes")),
+            crc: u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")),
+            seq: u64::from_le_bytes(h[8..].try_into().expect("8 bytes")),
+        }
+    }
+}
+
+/// Appends one record to `out`.
+pub fn frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&checksum(seq, payload).to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(payload);
 }
@@ -202,9 +224,7 @@ impl LogDir {
             }
             let mut h = [0u8; HEADER];
             r.read_exact(&mut h).map_err(|e| io_err(&path, "read", e))?;
-            let n = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
-            let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
-            let seq = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+            let Header { len: n, crc, seq } = Header::parse(&h);
             let next = tail.end + HEADER as u64 + u64::from(n);
             if n > MAX_PAYLOAD || next > size || seq != tail.last_seq + 1 {
                 break;
@@ -212,10 +232,7 @@ impl LogDir {
             let mut payload = vec![0u8; n as usize];
             r.read_exact(&mut payload)
                 .map_err(|e| io_err(&path, "read", e))?;
-            let mut sum = crc32fast::Hasher::new();
-            sum.update(&seq.to_le_bytes());
-            sum.update(&payload);
-            if sum.finalize() != crc {
+            if checksum(seq, &payload) != crc {
                 break;
             }
             tail.records.push(Record {
@@ -278,19 +295,14 @@ impl LogDir {
         let mut h = [0u8; HEADER];
         file.read_exact_at(&mut h, at)
             .map_err(|e| io_err(&path, "read", e))?;
-        let n = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
-        let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
-        let found = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
-        if found != seq || n > MAX_PAYLOAD || at + HEADER as u64 + u64::from(n) > len {
+        let h = Header::parse(&h);
+        if h.seq != seq || h.len > MAX_PAYLOAD || at + HEADER as u64 + u64::from(h.len) > len {
             return Ok(None);
         }
-        let mut payload = vec![0u8; n as usize];
+        let mut payload = vec![0u8; h.len as usize];
         file.read_exact_at(&mut payload, at + HEADER as u64)
             .map_err(|e| io_err(&path, "read", e))?;
-        let mut sum = crc32fast::Hasher::new();
-        sum.update(&seq.to_le_bytes());
-        sum.update(&payload);
-        if sum.finalize() != crc {
+        if checksum(seq, &payload) != h.crc {
             return Err(io_err(
                 &path,
                 "read",
@@ -371,9 +383,7 @@ impl Records {
             let mut h = [0u8; HEADER];
             file.read_exact(&mut h)
                 .map_err(|e| io_err(&self.path, "read", e))?;
-            let len = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
-            let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
-            let seq = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+            let Header { len, crc, seq } = Header::parse(&h);
             let next = self.pos + HEADER as u64 + u64::from(len);
             if len > MAX_PAYLOAD || next > self.end {
                 return Err(self.damaged("record length out of bounds"));
@@ -389,10 +399,7 @@ impl Records {
             let mut payload = vec![0u8; len as usize];
             file.read_exact(&mut payload)
                 .map_err(|e| io_err(&self.path, "read", e))?;
-            let mut sum = crc32fast::Hasher::new();
-            sum.update(&seq.to_le_bytes());
-            sum.update(&payload);
-            if sum.finalize() != crc {
+            if checksum(seq, &payload) != crc {
                 return Err(self.damaged("record checksum mismatch"));
             }
             let at = self.pos;
