@@ -22,6 +22,7 @@
 # shared layer mounts; WARREN_LEAK_ALLOW, extra colon-separated path prefixes whose mounts are
 # allowed.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 STORE="${WARREN_IMAGE_STORE:-/var/lib/warren/images}"
 STORE="${STORE%/}"
@@ -78,14 +79,7 @@ collect() {
         nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^warren-/ {print "nft\tinet " $3}'
     fi
 
-    local test_root="${WARREN_TEST_DIR:-/tmp/warren-tests}" entry
-    if [[ -d "$test_root" ]]; then
-        for entry in "$test_root"/*; do
-            [[ -e "$entry" ]] || continue
-            case "${entry##*/}" in runs | vm-runtime) continue ;; esac
-            printf 'file\t%s\n' "$entry"
-        done
-    fi
+    test_root_leftovers | sed 's/^/file\t/'
 
     local pid
     for pid in $(pgrep -x warren-agent || true); do

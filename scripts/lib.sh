@@ -75,3 +75,22 @@ use_cargo() {
     echo "$(basename "$0"): cargo not found: install a Rust toolchain (1.80 or newer)" >&2
     exit 1
 }
+
+# The test harness's directory (WARREN_TEST_DIR, default /tmp/warren-tests).
+test_root() {
+    echo "${WARREN_TEST_DIR:-/tmp/warren-tests}"
+}
+
+# Prints what earlier test runs left in the test root, one path per line: everything but the
+# run registry (runs/ itself) and the VM image cache (vm-runtime/), which stay by design; with
+# --runs, the registry's entries too.
+test_root_leftovers() {
+    local root entry
+    root="$(test_root)"
+    [[ -d "$root" ]] || return 0
+    for entry in "$root"/* ${1:+"$root"/runs/*}; do
+        [[ -e "$entry" ]] || continue
+        case "$entry" in "$root/runs" | "$root/vm-runtime") continue ;; esac
+        echo "$entry"
+    done
+}

@@ -26,7 +26,7 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 # A whole-suite build from scratch gains nothing from incremental state, which would add
 # gigabytes to target/.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-TEST_ROOT="${WARREN_TEST_DIR:-/tmp/warren-tests}"
+TEST_ROOT="$(test_root)"
 
 START=$SECONDS
 PHASES=() RESULTS=() TIMES=()
@@ -84,16 +84,14 @@ prune_test_root() {
         echo "test.sh: not emptying $TEST_ROOT (its name does not say warren)"
         return 0
     fi
-    for entry in "$TEST_ROOT"/* "$TEST_ROOT"/runs/*; do
-        [[ -e "$entry" ]] || continue
-        case "$entry" in "$TEST_ROOT/runs" | "$TEST_ROOT/vm-runtime") continue ;; esac
+    while IFS= read -r entry; do
         if awk -v p="$entry" '$5 == p || index($5, p "/") == 1 { found = 1 } END { exit !found }' \
             /proc/self/mountinfo; then
             echo "test.sh: $entry has mounts; left for the leak check"
             continue
         fi
         rm -rf --one-file-system "$entry"
-    done
+    done < <(test_root_leftovers --runs)
 }
 prune_test_root
 df -h "$REPO" "$TEST_ROOT" 2> /dev/null | awk 'NR == 1 || !seen[$1]++'
