@@ -151,9 +151,19 @@ if [[ ! -x "$WARREN_BIN" ]]; then
         "Build it first with 'cargo build --release' (the rootfs is ready at $ROOTFS)."
 fi
 
+# Registrations of this rootfs, one line per store, with the layer format they were made in.
+# Format 2 keeps every file's modification time (format 1 set them all to 0, which made every
+# Python start recompile the modules it imports); a store registered in an older format is
+# registered again.
+STAMP="$ROOTFS.registered"
+FORMAT=2
+stamp_line="format=$FORMAT store=$STORE"
 if "$WARREN_BIN" image inspect default --store "$STORE" > /dev/null 2>&1; then
-    log "image 'default' is already registered in $STORE"
-    exit 0
+    if grep -qxF "$stamp_line" "$STAMP" 2>/dev/null; then
+        log "image 'default' is already registered in $STORE"
+        exit 0
+    fi
+    log "image 'default' in $STORE was registered by an older builder: registering it again"
 fi
 
 log "registering $ROOTFS as image 'default' in $STORE"
@@ -162,4 +172,6 @@ start=$SECONDS
 if ! "$WARREN_BIN" image build-layer "$ROOTFS" --tag default --store "$STORE"; then
     die "'$WARREN_BIN image build-layer $ROOTFS --tag default --store $STORE' failed"
 fi
+{ awk -v s="store=$STORE" '$2 != s' "$STAMP" 2>/dev/null || true; echo "$stamp_line"; } > "$STAMP.tmp"
+mv "$STAMP.tmp" "$STAMP"
 log "image 'default' registered in $((SECONDS - start)) s"

@@ -154,12 +154,22 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
 }
 
 /// Bootstrap of a pre-started Python: imports, writes one byte to say it is warm (the cell
-/// reads it before it says `Ready`), then waits on stdin for a length-prefixed
-/// JSON header (argv, env, cwd, code or script path); the rest of stdin is the program's.
+/// reads it before it says `Ready`), then waits on stdin for a length-prefixed header (see
+/// [`warm_header`]); the rest of stdin is the program's. The bootstrap imports nothing beyond
+/// what every interpreter has loaded at start (`os`, `sys`): a warm interpreter is prepared
+/// for every call, and a module it imported for itself would be paid for by each.
 const PY_BOOT: &str = r#"
-import os, sys, json, runpy
+import os, sys
 __PRELOAD__
 os.write(1, b"R")
+def _warren_fields(b):
+    i, out = 0, []
+    while i < len(b):
+        j = b.index(b"\n", i)
+        n = int(b[i:j])
+        out.append(b[j + 1:j + 1 + n].decode())
+        i = j + 1 + n
+    return out
 def _warren_main():
     n = b""
     while not n.endswith(b"\n"):
@@ -174,19 +184,23 @@ def _warren_main():
         if not c:
             os._exit(0)
         raw += c
-    m = json.loads(raw)
-    os.chdir(m["cwd"])
+    f = _warren_fields(raw)
+    kind, body, cwd, argc = f[0], f[1], f[2], int(f[3])
+    os.chdir(cwd)
     os.environ.clear()
-    os.environ.update(m["env"])
-    sys.argv = m["argv"]
+    env = f[4 + argc:]
+    for i in range(0, len(env) - 1, 2):
+        os.environ[env[i]] = env[i + 1]
+    sys.argv = f[4:4 + argc]
     g = {"__name__": "__main__", "__builtins__": __builtins__}
     rc = 0
     try:
-        if m.get("code") is not None:
-            exec(compile(m["code"], "<string>", "exec"), g)
+        if kind == "code":
+            exec(compile(body, "<string>", "exec"), g)
         else:
-            sys.path[0] = os.path.dirname(os.path.abspath(m["path"]))
-            runpy.run_path(m["path"], run_name="__main__")
+            import runpy
+            sys.path[0] = os.path.dirname(os.path.abspath(body))
+            runpy.run_path(body, run_name="__main__")
     except SystemExit as e:
         c = e.code
         if c is None:
@@ -265,6 +279,13 @@ impl WarmPython {
 
 /// The header that makes a warm `interpreter` run `spec` (as root, `-c CODE` or a script
 /// path); `None` when the call needs a cold start.
+///
+/// The header is the payload's length in decimal and a newline, then the payload: fields,
+/// each its length in bytes in decimal, a newline and the bytes (UTF-8): `code` or `path`,
+/// the code or the script's path, the working directory, the number of arguments, the
+/// arguments (`sys.argv`), then the environment as name and value pairs. Lengths, not
+/// separators: any byte may appear in a field. Read by [`PY_BOOT`] without importing
+/// anything.
 fn warm_header(
     interpreter: &str,
     spec: &ExecSpec,
@@ -283,22 +304,28 @@ fn warm_header(
     {
         return None;
     }
-    let env: serde_json::Map<String, serde_json::Value> = env
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-        .collect();
-    let m = match a.get(1).map(String::as_str) {
-        Some("-c") if a.len() >= 3 => {
-            let mut argv = vec!["-c".to_string()];
-            argv.extend(a[3..].iter().cloned());
-            serde_json::json!({"argv": argv, "env": env, "cwd": cwd, "code": a[2]})
-        }
-        Some(p) if !p.starts_with('-') => {
-            serde_json::json!({"argv": a[1..].to_vec(), "env": env, "cwd": cwd, "path": p})
-        }
+    let (kind, body, argv): (&str, &str, Vec<&str>) = match a.get(1).map(String::as_str) {
+        Some("-c") if a.len() >= 3 => (
+            "code",
+            &a[2],
+            std::iter::once("-c")
+                .chain(a[3..].iter().map(String::as_str))
+                .collect(),
+        ),
+        Some(p) if !p.starts_with('-') => ("path", p, a[1..].iter().map(String::as_str).collect()),
         _ => return None,
     };
-    let body = serde_json::to_vec(&m).ok()?;
+    let argc = argv.len().to_string();
+    let fields = [kind, body, cwd, &argc]
+        .into_iter()
+        .chain(argv)
+        .chain(env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+    let mut body = Vec::new();
+    for f in fields {
+        body.extend_from_slice(f.len().to_string().as_bytes());
+        body.push(b'\n');
+        body.extend_from_slice(f.as_bytes());
+    }
     let mut h = format!("{}\n", body.len()).into_bytes();
     h.extend_from_slice(&body);
     Some(h)

@@ -12,12 +12,34 @@ fn spec(argv: &[&str]) -> ExecSpec {
     }
 }
 
-/// The header split into its length line and its JSON.
-fn parse_header(h: &[u8]) -> serde_json::Value {
+/// A warm call's header, read back: (kind, code or path, cwd, argv, env).
+type Header = (String, String, String, Vec<String>, Vec<(String, String)>);
+
+/// Reads a header the way the bootstrap does: the length line, then length-prefixed fields.
+fn parse_header(h: &[u8]) -> Header {
     let nl = h.iter().position(|b| *b == b'\n').unwrap();
     let len: usize = std::str::from_utf8(&h[..nl]).unwrap().parse().unwrap();
-    assert_eq!(len, h.len() - nl - 1, "the length line counts the JSON");
-    serde_json::from_slice(&h[nl + 1..]).unwrap()
+    let mut rest = &h[nl + 1..];
+    assert_eq!(len, rest.len(), "the length line counts the payload");
+    let mut f = Vec::new();
+    while !rest.is_empty() {
+        let nl = rest.iter().position(|b| *b == b'\n').unwrap();
+        let n: usize = std::str::from_utf8(&rest[..nl]).unwrap().parse().unwrap();
+        f.push(String::from_utf8(rest[nl + 1..nl + 1 + n].to_vec()).unwrap());
+        rest = &rest[nl + 1 + n..];
+    }
+    let argc: usize = f[3].parse().unwrap();
+    let env = f[4 + argc..]
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect();
+    (
+        f[0].clone(),
+        f[1].clone(),
+        f[2].clone(),
+        f[4..4 + argc].to_vec(),
+        env,
+    )
 }
 
 #[test]
@@ -68,22 +90,19 @@ fn the_warm_interpreter_takes_code_and_scripts_run_as_root() {
         &env,
         "/w",
     );
-    let m = parse_header(&h.unwrap());
-    assert_eq!(m["code"], "print(1)");
-    assert_eq!(m["argv"], serde_json::json!(["-c", "a"]));
-    assert_eq!(
-        (m["cwd"].as_str(), m["env"]["PATH"].as_str()),
-        (Some("/w"), Some("/bin"))
-    );
+    let (kind, code, cwd, argv, env) = parse_header(&h.unwrap());
+    assert_eq!((kind.as_str(), code.as_str()), ("code", "print(1)"));
+    assert_eq!(argv, ["-c", "a"]);
+    assert_eq!(cwd, "/w");
+    assert_eq!(env, [("PATH".to_string(), "/bin".to_string())]);
 
     // A path to the same interpreter, a script, and root named either way.
     let mut s = spec(&["/usr/bin/python3", "/app/main.py", "--flag"]);
     for user in [None, Some("root"), Some("0")] {
         s.user = user.map(str::to_string);
-        let m = parse_header(&warm_header("python3", &s, &[], "/").unwrap());
-        assert_eq!(m["path"], "/app/main.py");
-        assert_eq!(m["argv"], serde_json::json!(["/app/main.py", "--flag"]));
-        assert!(m.get("code").is_none());
+        let (kind, path, _, argv, _) = parse_header(&warm_header("python3", &s, &[], "/").unwrap());
+        assert_eq!((kind.as_str(), path.as_str()), ("path", "/app/main.py"));
+        assert_eq!(argv, ["/app/main.py", "--flag"]);
     }
 }
 
@@ -117,15 +136,26 @@ fn a_warm_interpreter_runs_the_call_it_is_handed() {
     };
     // The second preload is not a module name: it is left out (or the start would fail).
     let w = WarmPython::start("python3", &f).expect("python3 warms up (it is installed)");
-    let s = spec(&["python3", "-c", "import sys; print(sys.argv, 6 * 7)", "x"]);
-    let h = w.header(&s, &[("K".into(), "v".into())], "/").unwrap();
+    // Fields hold any bytes: newlines, digits and non-ASCII text read back whole.
+    let s = spec(&[
+        "python3",
+        "-c",
+        "import os, sys; print(sys.argv, 6 * 7, repr(os.environ['K']), sorted(os.environ))",
+        "x\n12\ny",
+        "é",
+    ]);
+    let env = [("K".into(), "v\n3\nw".into()), ("L".into(), String::new())];
+    let h = w.header(&s, &env, "/").unwrap();
     let mut child = w.child;
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&h).unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "['-c', 'x'] 42\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "['-c', 'x\\n12\\ny', 'é'] 42 'v\\n3\\nw' ['K', 'L']\n"
+    );
 }
 
 #[test]

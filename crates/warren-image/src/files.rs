@@ -27,31 +27,91 @@ pub(crate) fn seq() -> u64 {
 }
 
 /// Runs `mkfs.erofs` (uncompressed: reads of a shared layer cost no CPU) on `dir`.
-/// With `preserve_mtime`, every file keeps its modification time (imported layers);
-/// otherwise times are fixed at 0 so a directory always packs to the same digest.
-pub(crate) fn mkfs(dir: &Path, out: &Path, preserve_mtime: bool) -> Result<(), ImageError> {
+///
+/// Every file keeps its modification time: caches that check a source's time (Python's
+/// bytecode, `make`) stay valid inside the sandbox; with times flattened to 0, every
+/// `python3` start recompiled each module it imported, several times slower. The image's own
+/// build time, the one thing that differs between two packings of the same tree, is then
+/// pinned to 0 ([`pin_build_time`]), so a tree always packs to the same digest.
+pub(crate) fn mkfs(dir: &Path, out: &Path) -> Result<(), ImageError> {
     let mut cmd = std::process::Command::new("mkfs.erofs");
     cmd.arg("--quiet")
-        .arg("-U00000000-0000-0000-0000-000000000000");
-    if preserve_mtime {
-        cmd.arg("--preserve-mtime");
-    } else {
-        cmd.arg("-T0");
-    }
+        .arg("-U00000000-0000-0000-0000-000000000000")
+        .arg("--preserve-mtime");
     cmd.arg(out).arg(dir);
-    // Through the reaper-safe `output`: the daemon collects every child with one reaper.
-    let out_res = warren_sys::children::output(&mut cmd).map_err(|e| ImageError::Build {
-        dir: dir.display().to_string(),
-        message: format!("mkfs.erofs: {e} (install erofs-utils)"),
-    })?;
-    if !out_res.status.success() {
+    let fail = |message: String| {
         let _ = std::fs::remove_file(out);
-        return Err(ImageError::Build {
+        ImageError::Build {
             dir: dir.display().to_string(),
-            message: String::from_utf8_lossy(&out_res.stderr).trim().to_string(),
-        });
+            message,
+        }
+    };
+    // Through the reaper-safe `output`: the daemon collects every child with one reaper.
+    let out_res = warren_sys::children::output(&mut cmd)
+        .map_err(|e| fail(format!("mkfs.erofs: {e} (install erofs-utils)")))?;
+    if !out_res.status.success() {
+        return Err(fail(
+            String::from_utf8_lossy(&out_res.stderr).trim().to_string(),
+        ));
     }
-    Ok(())
+    pin_build_time(out).map_err(fail)
+}
+
+/// Where an EROFS superblock starts, its magic, and the compat flag of its checksum
+/// (the on-disk format, `include/uapi/linux/erofs_fs.h` in the kernel).
+const SB_OFFSET: u64 = 1024;
+const SB_MAGIC: u32 = 0xE0F5_E1E2;
+const COMPAT_SB_CHKSUM: u32 = 0x1;
+
+/// Sets the superblock's build time (seconds at 24, nanoseconds at 32) to 0 and renews its
+/// checksum. Files whose time equals the build time would be stored in compact inodes that
+/// inherit it; with per-file times kept, `mkfs.erofs` gives those only to files whose time
+/// matches the build time to the nanosecond, so none of them changes here in practice.
+/// `mkfs.erofs` 1.5 (Debian 12) has no option that fixes only the build time.
+fn pin_build_time(img: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(img)
+        .map_err(|e| format!("open {}: {e}", img.display()))?;
+    let mut head = [0u8; 16];
+    f.read_exact_at(&mut head, SB_OFFSET)
+        .map_err(|e| format!("read the superblock: {e}"))?;
+    let le32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    if le32(&head[0..4]) != SB_MAGIC {
+        return Err("mkfs.erofs wrote no EROFS superblock".into());
+    }
+    let bits = head[12];
+    if !(9..=16).contains(&bits) {
+        return Err(format!("unexpected EROFS block size 2^{bits}"));
+    }
+    // The checksum covers the rest of the superblock's block (all of it for blocks of
+    // at most 1 KiB), as the kernel computes it.
+    let block = 1usize << bits;
+    let len = if block > SB_OFFSET as usize {
+        block - SB_OFFSET as usize
+    } else {
+        block
+    };
+    let mut sb = vec![0u8; len];
+    f.read_exact_at(&mut sb, SB_OFFSET)
+        .map_err(|e| format!("read the superblock: {e}"))?;
+    sb[24..36].fill(0);
+    if le32(&sb[8..12]) & COMPAT_SB_CHKSUM != 0 {
+        sb[4..8].fill(0);
+        let sum = sb_checksum(&sb);
+        sb[4..8].copy_from_slice(&sum.to_le_bytes());
+    }
+    f.write_all_at(&sb, SB_OFFSET)
+        .map_err(|e| format!("write the superblock: {e}"))
+}
+
+/// The kernel's superblock checksum: CRC-32C seeded with all ones and without the final
+/// inversion (`crc32c(~0, sb, len)` in `fs/erofs/super.c`), i.e. the complement of the
+/// standard CRC-32C.
+fn sb_checksum(sb: &[u8]) -> u32 {
+    !crc32c::crc32c(sb)
 }
 
 pub(crate) fn sha256_file(p: &Path) -> Result<String, ImageError> {

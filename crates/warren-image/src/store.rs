@@ -116,7 +116,7 @@ impl ImageStore {
             });
         }
         let tmp = self.tmp_path("layer");
-        crate::files::mkfs(dir, &tmp, false)?;
+        crate::files::mkfs(dir, &tmp)?;
         let source = format!("dir:{}", dir.display());
         let lease = self.temp_lease("build")?;
         let digest = self.add_layer(&tmp, &source, None, Some(&lease))?;

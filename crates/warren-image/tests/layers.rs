@@ -454,3 +454,43 @@ fn stores_written_before_layer_metadata_still_read() {
     // Reading wrote nothing.
     assert_eq!(count(&root.join("layers")), 0);
 }
+
+/// A layer built from a directory keeps each file's modification time (Python's bytecode
+/// caches and `make` compare them with their sources) and still packs to one digest whenever
+/// it is built: the image's own build time, the only thing that differed, is pinned. The
+/// layer mounts, so its superblock checksum is right.
+#[test]
+fn built_layers_keep_file_times_and_pack_to_one_digest() {
+    if should_skip() {
+        return;
+    }
+    let t = scratch("times");
+    let d = t.path().join("tree");
+    std::fs::create_dir_all(d.join("pkg/__pycache__")).unwrap();
+    std::fs::write(d.join("pkg/mod.py"), "x = 1\n").unwrap();
+    std::fs::write(d.join("pkg/__pycache__/mod.cpython-311.pyc"), "cache").unwrap();
+    let source_time = filetime::FileTime::from_unix_time(1_577_934_245, 0);
+    filetime::set_file_mtime(d.join("pkg/mod.py"), source_time).unwrap();
+    let s = store(t.path());
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let started = second();
+    let first = s.build_layer(&d, "times:1").unwrap().layers[0].clone();
+    // The second packing happens in a later second of the builder's clock.
+    while second() == started {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let again = s.build_layer(&d, "times:2").unwrap().layers[0].clone();
+    assert_eq!(first, again, "the same tree packed to two digests");
+    let got = layer_tree(&s, "times:1", 0);
+    assert_eq!(got, describe(&d), "the layer's files differ from the tree");
+    assert!(
+        got["pkg/mod.py"].contains("mtime=1577934245"),
+        "{}",
+        got["pkg/mod.py"]
+    );
+}

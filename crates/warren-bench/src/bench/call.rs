@@ -258,6 +258,18 @@ impl CallBench {
             Check::at_most("call true p99", self.call_true.p99_ms, "ms", 10.0),
             Check::at_least("calls/s", self.calls_per_sec, "/s", 500.0),
             Check::at_most("warm python p50 / cold python p50", ratio, "x", 0.3),
+            Check::at_most(
+                "warm python back to back p50",
+                self.warm_python_back_to_back.p50_ms,
+                "ms",
+                5.0,
+            ),
+            Check::at_most(
+                "warm python back to back p99",
+                self.warm_python_back_to_back.p99_ms,
+                "ms",
+                30.0,
+            ),
         ]
     }
 }

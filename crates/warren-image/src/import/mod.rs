@@ -302,7 +302,7 @@ impl ImageStore {
                 }
             }
             let out = self.tmp_path("layer");
-            crate::files::mkfs(&dir, &out, true)?;
+            crate::files::mkfs(&dir, &out)?;
             let source = format!("oci:{}", l.digest.as_deref().unwrap_or(&diff_id));
             let layer = self.add_layer(&out, &source, Some(&diff_id), Some(lease))?;
             if let Some(d) = &l.digest {

@@ -203,6 +203,33 @@ async fn a_warm_interpreter_runs_python() {
         .all(|p| p.interpreter.as_deref() == Some("python3")));
 }
 
+/// Python in a call loads the image's compiled modules instead of compiling them again: the
+/// image keeps its files' times, against which Python checks its bytecode. (With times
+/// flattened, every call recompiled each module it imported, several times the CPU.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_uses_the_images_compiled_modules() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let out = call(
+        &d,
+        &CallRequest::argv(["python3", "-v", "-c", "import json, enum"]),
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let stale: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("bytecode is stale"))
+        .collect();
+    assert!(stale.is_empty(), "recompiled: {stale:?}");
+    assert!(
+        out.stderr.contains("json/__pycache__/__init__.cpython"),
+        "no bytecode of json was used: {}",
+        out.stderr
+    );
+}
+
 /// A preload that cannot be imported leaves the pool without a warm interpreter: its calls
 /// start Python cold and still answer, with the import error nowhere in their output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
