@@ -275,3 +275,72 @@ async fn fork_16_of_a_200_mib_writable_layer() {
     parent.destroy().await.unwrap();
     rt.shutdown();
 }
+
+/// Whether `pid` is gone or exited (a zombie nobody collected yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// Waits (at most 10 s) until `rt` has `n` agents parked.
+async fn parked(rt: &ContainerRuntime, n: usize) -> Vec<u32> {
+    for _ in 0..200 {
+        let p = rt.parked_agents();
+        if p.len() >= n {
+            return p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{n} agents were never parked: {:?}", rt.parked_agents());
+}
+
+/// Agents started ahead of creates: a create takes a parked one (which then runs in the
+/// sandbox's cgroups) and another is parked; parked agents killed from outside are passed
+/// over; a runtime that goes away takes its parked agents with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_agents_serve_creates_and_end_with_their_runtime() {
+    let Some((rt, node)) = setup() else { return };
+    warren_runtime::reaper::start().unwrap();
+    let before = parked(&rt, 2).await;
+    let taken = *before.last().unwrap();
+    let sb = rt.create(&spec(&node)).await.expect("create");
+    assert!(
+        !rt.parked_agents().contains(&taken),
+        "{taken} is still parked"
+    );
+    if let Ok(cg) = std::fs::read_to_string(format!("/proc/{taken}/cgroup")) {
+        assert!(
+            ended(taken) || cg.contains(sb.id().as_str()),
+            "the taken agent is not in its sandbox's cgroups: {cg}"
+        );
+    }
+    assert_eq!(run(&sb, "echo ok").await, (Some(0), "ok".to_string()));
+    parked(&rt, 2).await;
+
+    // Parked agents that die are passed over.
+    for pid in rt.parked_agents() {
+        let _ = warren_sys::process::kill(pid, libc::SIGKILL);
+    }
+    let sb2 = rt
+        .create(&spec(&node))
+        .await
+        .expect("create after the parked agents died");
+    assert_eq!(run(&sb2, "echo ok").await, (Some(0), "ok".to_string()));
+
+    // Shutting the runtime down ends its parked agents.
+    let left = parked(&rt, 2).await;
+    sb.destroy().await.unwrap();
+    sb2.destroy().await.unwrap();
+    rt.shutdown();
+    for _ in 0..200 {
+        if left.iter().all(|p| ended(*p)) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("parked agents outlived their runtime's shutdown: {left:?}");
+}

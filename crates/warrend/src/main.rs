@@ -149,6 +149,10 @@ struct Args {
     /// kernel's ABI otherwise).
     #[arg(long)]
     no_landlock: bool,
+    /// Sandbox agents kept started ahead of creates (each a parked process of a few MiB); a
+    /// create takes one instead of waiting for an agent to start. 0 turns this off.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=64))]
+    agent_spares: u16,
     /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
@@ -379,6 +383,7 @@ async fn run(args: Args) -> Result<()> {
     let blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
+    container.agent_spares = args.agent_spares.into();
     let security = SecurityReport::detect(container.seccomp, container.landlock);
     if security.apparmor.enforced {
         container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());

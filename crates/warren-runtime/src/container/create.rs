@@ -125,9 +125,11 @@ async fn start(
     }
     let mounted = t_mount.elapsed();
     let t_agent = std::time::Instant::now();
-    let (ours, theirs) = warren_sys::fd::socketpair()?;
-    let stage1 = super::spawn_agent(&rt.cfg, "container", &theirs)?;
-    drop(theirs);
+    // A parked agent (started ahead, waiting for its start-up message), else one started now.
+    let super::spares::Spare {
+        pid: stage1,
+        ctl: ours,
+    } = rt.spares.take()?;
     let t_spawned = t_agent.elapsed();
     // From here on the agent is owned by the sandbox's cgroups: killing them kills it.
     cgroups.add_pid(stage1)?;

@@ -9,8 +9,9 @@
 //!   no per-sandbox mount ever appears in the host's mount table and nothing needs unmounting
 //!   when the sandbox's last process dies.
 //!
-//! Files: `create.rs` (start-up handshake), `destroy.rs` (kill by cgroup, cleanup),
-//! `adopt.rs` (re-attach after a daemon restart), `record.rs` (what is persisted).
+//! Files: `create.rs` (start-up handshake), `spares.rs` (agents started ahead of creates),
+//! `destroy.rs` (kill by cgroup, cleanup), `adopt.rs` (re-attach after a daemon restart),
+//! `record.rs` (what is persisted).
 
 mod adopt;
 mod create;
@@ -19,6 +20,7 @@ mod fork;
 mod pause;
 mod record;
 mod snapshot;
+mod spares;
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -49,6 +51,9 @@ pub struct ContainerConfig {
     pub landlock: bool,
     /// AppArmor profile for every command, when the host has AppArmor and it is loaded.
     pub apparmor_profile: Option<String>,
+    /// Agents kept started and parked for the next creates (see `spares.rs`); 0 starts each
+    /// sandbox's agent during its create.
+    pub agent_spares: usize,
 }
 
 impl ContainerConfig {
@@ -84,6 +89,7 @@ impl ContainerConfig {
             seccomp: true,
             landlock: true,
             apparmor_profile: None,
+            agent_spares: 2,
         }
     }
 }
@@ -100,6 +106,8 @@ pub struct ContainerRuntime {
     /// The node's shared read-only sysfs (see [`shared_sysfs`]); `None` where it could not be
     /// made, and each sandbox mounts its own.
     sysfs: Option<PathBuf>,
+    /// Agents started ahead for the next creates.
+    spares: Arc<spares::Spares>,
 }
 
 impl ContainerRuntime {
@@ -119,13 +127,20 @@ impl ContainerRuntime {
                 None
             }
         };
+        let spares = spares::Spares::new(cfg.clone(), cfg.agent_spares);
         Ok(ContainerRuntime {
             cfg,
             images,
             hierarchy,
             idmap,
             sysfs,
+            spares,
         })
+    }
+
+    /// Pids of the agents parked for the next creates.
+    pub fn parked_agents(&self) -> Vec<u32> {
+        self.spares.pids()
     }
 
     /// What the host offers (for logs and /v1/health).
@@ -450,6 +465,7 @@ impl Runtime for ContainerRuntime {
 
     /// Removes the node's (empty) parent cgroups; groups of live sandboxes stay.
     fn shutdown(&self) {
+        self.spares.close();
         self.hierarchy.remove_parents_if_empty();
     }
 
