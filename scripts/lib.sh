@@ -76,6 +76,29 @@ use_cargo() {
     exit 1
 }
 
+# The Rust target of the sandbox agent: a static musl program for this machine's architecture.
+agent_target() { echo "$(uname -m)-unknown-linux-musl"; }
+
+# `cargo build --release "$@"`, then the sandbox agent again as a static musl program in place
+# of target/release/warren-agent. The agent is started once per sandbox: static, it reaches
+# main in ~0.3 ms of CPU instead of ~1.5 ms with glibc's loader and CPU probe (on a VM).
+# Without the musl target (no rustup) the glibc agent stays, with a message; a musl build that
+# fails to compile fails. A later plain `cargo build --release` puts the glibc agent back.
+build_release() {
+    cargo build --release "$@" || return 1
+    local t dir="${CARGO_TARGET_DIR:-target}"
+    t="$(agent_target)"
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+        echo "$(basename "$0"): no Rust target $t (rustup target add $t): the sandbox agent stays linked with glibc" >&2
+        return 0
+    fi
+    cargo build --release --target "$t" -p warren-agent || return 1
+    # A new file renamed over the old one: cargo's own copy (a hard link) is left as it is.
+    cp "$dir/$t/release/warren-agent" "$dir/release/.warren-agent.static"
+    mv -f "$dir/release/.warren-agent.static" "$dir/release/warren-agent"
+    echo "$(basename "$0"): $dir/release/warren-agent: static ($t)"
+}
+
 # The test harness's directory (WARREN_TEST_DIR, default /tmp/warren-tests).
 test_root() {
     echo "${WARREN_TEST_DIR:-/tmp/warren-tests}"

@@ -135,7 +135,7 @@ setup_all() { scripts/setup.sh && scripts/setup-test.sh; }
 if ! phase setup setup_all; then
     skip build "setup failed"; finish; exit 1
 fi
-if ! phase build cargo build --release --workspace --bins; then
+if ! phase build build_release --workspace --bins; then
     skip image "build failed"; finish; exit 1
 fi
 if ! phase image scripts/build-default-image.sh; then

@@ -49,7 +49,7 @@ log "setup"
 scripts/setup.sh
 
 log "cargo build --release"
-cargo build --release
+build_release
 
 log "default image"
 scripts/build-default-image.sh

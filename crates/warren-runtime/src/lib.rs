@@ -13,6 +13,7 @@ pub mod error;
 mod leases;
 mod pageout;
 pub mod procfs;
+pub mod program;
 pub mod reaper;
 pub mod security;
 pub mod vm;

@@ -344,3 +344,56 @@ async fn parked_agents_serve_creates_and_end_with_their_runtime() {
     }
     panic!("parked agents outlived their runtime's shutdown: {left:?}");
 }
+
+/// The agent the suite runs is the static one the build scripts make (`build_release` in
+/// `scripts/lib.sh`): a build that silently fell back to glibc's would cost every sandbox
+/// start about 1 ms of CPU on a VM and still pass every other test.
+#[test]
+fn the_agent_is_a_static_program() {
+    let Some(agent) = common::agent_bin() else {
+        common::skip("warren-agent not built (scripts/test.sh builds it)");
+        return;
+    };
+    match warren_runtime::program::linkage(&agent).unwrap() {
+        warren_runtime::program::Linkage::Static => {}
+        warren_runtime::program::Linkage::Dynamic => common::skip(format!(
+            "{} is dynamically linked: build it with build_release (scripts/lib.sh), which \
+             needs the Rust target {}-unknown-linux-musl",
+            agent.display(),
+            std::env::consts::ARCH
+        )),
+    }
+}
+
+/// The cgroup v2 options of this host, from the first `cgroup2` line of mountinfo.
+fn v2_options() -> Option<Vec<String>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().find_map(|l| {
+        let (_, post) = l.split_once(" - ")?;
+        let f: Vec<&str> = post.split(' ').collect();
+        (f.first() == Some(&"cgroup2")).then(|| {
+            f.get(2)
+                .unwrap_or(&"")
+                .split(',')
+                .map(String::from)
+                .collect()
+        })
+    })
+}
+
+/// A runtime sets `favordynmods` on the v2 hierarchy (so moving an agent into its groups does
+/// not wait for an RCU grace period) and keeps every option the hierarchy had.
+#[test]
+fn the_runtime_sets_favordynmods_and_keeps_the_other_cgroup_options() {
+    let Some(before) = v2_options() else {
+        common::skip("no cgroup v2 hierarchy on this host");
+        return;
+    };
+    let Some((rt, _)) = setup() else { return };
+    let after = v2_options().unwrap();
+    assert!(after.iter().any(|o| o == "favordynmods"), "{after:?}");
+    for o in &before {
+        assert!(after.contains(o), "lost {o}: {before:?} -> {after:?}");
+    }
+    drop(rt);
+}

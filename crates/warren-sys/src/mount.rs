@@ -321,3 +321,64 @@ pub fn mount_devpts_on(dir: &OwnedFd) -> Result<()> {
     }
     Ok(())
 }
+
+/// Reconfigures the file system mounted at `mountpoint` with exactly the flag options in
+/// `flags` (`fspick` + `fsconfig`): options it has that are not named are turned off, so a
+/// caller that adds one passes the current ones too. Mount flags (`nosuid`, `ro` of the
+/// mount) are not touched. Nothing changes when an option is refused.
+pub fn reconfigure_flags(mountpoint: &Path, flags: &[&str]) -> Result<()> {
+    const FSPICK_CLOEXEC: u32 = 1;
+    const FSCONFIG_SET_FLAG: u32 = 0;
+    const FSCONFIG_CMD_RECONFIGURE: u32 = 7;
+    let path = cstr(mountpoint)?;
+    // SAFETY: fspick with a valid C string path; returns a new fd or -1.
+    let fs = unsafe {
+        libc::syscall(
+            libc::SYS_fspick,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            FSPICK_CLOEXEC,
+        )
+    };
+    if fs < 0 {
+        return Err(SysError::last(format!("fspick {}", mountpoint.display())));
+    }
+    // SAFETY: a fresh fd from the kernel, owned here.
+    let fs = unsafe { OwnedFd::from_raw_fd(fs as i32) };
+    for flag in flags {
+        let key = CString::new(*flag)
+            .map_err(|_| SysError::new("mount option", std::io::Error::other("NUL in option")))?;
+        // SAFETY: fsconfig on our fs context fd with a valid C string key and no value.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                FSCONFIG_SET_FLAG,
+                key.as_ptr(),
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(SysError::last(format!("fsconfig {flag}")));
+        }
+    }
+    // SAFETY: fsconfig(FSCONFIG_CMD_RECONFIGURE) takes no key or value.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_RECONFIGURE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(SysError::last(format!(
+            "reconfigure {}",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
+}

@@ -14,7 +14,7 @@ pub fn loopback_up() -> Result<()> {
         req.ifr_name[i] = *b as libc::c_char;
     }
     // SAFETY: SIOCGIFFLAGS fills `req`, which lives across the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request(libc::SIOCGIFFLAGS), &mut req) } < 0 {
         return Err(SysError::last("SIOCGIFFLAGS lo"));
     }
     // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS set.
@@ -22,7 +22,7 @@ pub fn loopback_up() -> Result<()> {
         req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     }
     // SAFETY: SIOCSIFFLAGS reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request(libc::SIOCSIFFLAGS), &req) } < 0 {
         return Err(SysError::last("SIOCSIFFLAGS lo"));
     }
     Ok(())
@@ -67,15 +67,22 @@ fn sockaddr_in(a: std::net::Ipv4Addr) -> libc::sockaddr {
     unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
 }
 
+/// An ioctl request number as the C library's `ioctl` takes it: `libc` spells the `SIOC*`
+/// numbers as `c_ulong`, which glibc's `ioctl` takes and musl's (a `c_int`) does not.
+#[allow(clippy::unnecessary_cast)] // a no-op with glibc, a narrowing with musl
+fn request(op: libc::c_ulong) -> libc::Ioctl {
+    op as libc::Ioctl
+}
+
 fn ioctl(
     sock: &std::net::UdpSocket,
-    op: libc::Ioctl,
+    op: libc::c_ulong,
     req: &mut libc::ifreq,
     what: &str,
 ) -> Result<()> {
     // SAFETY: every SIOC*IF* request used here reads or fills the `ifreq` that lives across
     // the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), op, req as *mut libc::ifreq) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request(op), req as *mut libc::ifreq) } < 0 {
         return Err(SysError::last(what));
     }
     Ok(())
@@ -142,7 +149,7 @@ pub fn configure(name: &str, cfg: Option<&InterfaceConfig>) -> Result<()> {
     if unsafe {
         libc::ioctl(
             sock.as_raw_fd(),
-            libc::SIOCADDRT,
+            request(libc::SIOCADDRT),
             &mut rt as *mut libc::rtentry,
         )
     } < 0

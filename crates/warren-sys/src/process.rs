@@ -377,7 +377,9 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
                 if libc::setrlimit(libc::RLIMIT_NICE, &rl) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let param = libc::sched_param { sched_priority: 0 };
+                // Zeroed, not a literal: musl's `sched_param` has more fields than glibc's.
+                let mut param: libc::sched_param = std::mem::zeroed();
+                param.sched_priority = 0;
                 if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }

@@ -153,6 +153,12 @@ struct Args {
     /// create takes one instead of waiting for an agent to start. 0 turns this off.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=64))]
     agent_spares: u16,
+    /// Leave the cgroup v2 mount's options as they are. By default the daemon sets
+    /// `favordynmods` on it (kept after it stops, for the whole host): moving each new
+    /// sandbox's agent into its cgroups then does not wait for an RCU grace period, at the
+    /// cost of slightly slower forks and exits.
+    #[arg(long)]
+    keep_cgroup_options: bool,
     /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
@@ -384,6 +390,7 @@ async fn run(args: Args) -> Result<()> {
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
     container.agent_spares = args.agent_spares.into();
+    container.favor_cgroup_moves = !args.keep_cgroup_options;
     let security = SecurityReport::detect(container.seccomp, container.landlock);
     if security.apparmor.enforced {
         container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());
