@@ -94,7 +94,9 @@ prune_test_root() {
     done < <(test_root_leftovers --runs)
 }
 prune_test_root
-df -h "$REPO" "$TEST_ROOT" 2> /dev/null | awk 'NR == 1 || !seen[$1]++'
+# The free space the run starts with (the test root may not exist yet on a fresh machine).
+mkdir -p "$TEST_ROOT"
+df -h "$REPO" "$TEST_ROOT" 2> /dev/null | awk 'NR == 1 || !seen[$1]++' || true
 
 # Everything Warren-owned that exists before the run is reported, not failed, by the leak check.
 mkdir -p target

@@ -395,5 +395,5 @@ fn the_runtime_sets_favordynmods_and_keeps_the_other_cgroup_options() {
     for o in &before {
         assert!(after.contains(o), "lost {o}: {before:?} -> {after:?}");
     }
-    drop(rt);
+    rt.shutdown();
 }
