@@ -59,7 +59,7 @@ fn parse(b: &[u8]) -> Option<Linkage> {
     }
     for i in 0..phnum {
         let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        let p_type = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?);
+        let p_type = u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?);
         if p_type == PT_INTERP {
             return Some(Linkage::Dynamic);
         }

@@ -239,6 +239,25 @@ pub fn open_dir_nofollow(path: &Path) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// `fsconfig(2)` on the file system context `fs`: `cmd` with an optional key and string value
+/// (`FSCONFIG_SET_FLAG` takes a key, `FSCONFIG_SET_STRING` both, the `FSCONFIG_CMD_*` neither).
+fn fsconfig(
+    fs: &OwnedFd,
+    cmd: u32,
+    key: Option<&std::ffi::CStr>,
+    value: Option<&std::ffi::CStr>,
+) -> std::io::Result<()> {
+    let key = key.map_or(std::ptr::null(), std::ffi::CStr::as_ptr);
+    let value = value.map_or(std::ptr::null(), std::ffi::CStr::as_ptr);
+    // SAFETY: fsconfig on a context fd we own, with NUL-terminated strings or null pointers
+    // that live across the call (aux is 0: no fd is passed).
+    let r = unsafe { libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), cmd, key, value, 0) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Mounts a new devpts instance (its own PTY numbering, `ptmxmode=0666,mode=0620`,
 /// `nosuid,noexec`) on the directory `dir` with the new mount API, so the target is the
 /// directory the handle names and no path is resolved again.
@@ -260,35 +279,11 @@ pub fn mount_devpts_on(dir: &OwnedFd) -> Result<()> {
     // SAFETY: a fresh fd from the kernel, owned here.
     let fs = unsafe { OwnedFd::from_raw_fd(fs as i32) };
     for (k, v) in [(c"ptmxmode", c"0666"), (c"mode", c"0620")] {
-        // SAFETY: fsconfig on our fs context fd with two valid C strings.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_fsconfig,
-                fs.as_raw_fd(),
-                FSCONFIG_SET_STRING,
-                k.as_ptr(),
-                v.as_ptr(),
-                0,
-            )
-        };
-        if r < 0 {
-            return Err(SysError::last("fsconfig devpts"));
-        }
+        fsconfig(&fs, FSCONFIG_SET_STRING, Some(k), Some(v))
+            .map_err(|e| SysError::new("fsconfig devpts", e))?;
     }
-    // SAFETY: fsconfig(FSCONFIG_CMD_CREATE) takes no key or value.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(SysError::last("create devpts"));
-    }
+    fsconfig(&fs, FSCONFIG_CMD_CREATE, None, None)
+        .map_err(|e| SysError::new("create devpts", e))?;
     // SAFETY: fsmount of a created fs context; returns a new detached mount fd or -1.
     let m = unsafe {
         libc::syscall(
@@ -348,37 +343,9 @@ pub fn reconfigure_flags(mountpoint: &Path, flags: &[&str]) -> Result<()> {
     for flag in flags {
         let key = CString::new(*flag)
             .map_err(|_| SysError::new("mount option", std::io::Error::other("NUL in option")))?;
-        // SAFETY: fsconfig on our fs context fd with a valid C string key and no value.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_fsconfig,
-                fs.as_raw_fd(),
-                FSCONFIG_SET_FLAG,
-                key.as_ptr(),
-                std::ptr::null::<libc::c_void>(),
-                0,
-            )
-        };
-        if r < 0 {
-            return Err(SysError::last(format!("fsconfig {flag}")));
-        }
+        fsconfig(&fs, FSCONFIG_SET_FLAG, Some(&key), None)
+            .map_err(|e| SysError::new(format!("fsconfig {flag}"), e))?;
     }
-    // SAFETY: fsconfig(FSCONFIG_CMD_RECONFIGURE) takes no key or value.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_CMD_RECONFIGURE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(SysError::last(format!(
-            "reconfigure {}",
-            mountpoint.display()
-        )));
-    }
-    Ok(())
+    fsconfig(&fs, FSCONFIG_CMD_RECONFIGURE, None, None)
+        .map_err(|e| SysError::new(format!("reconfigure {}", mountpoint.display()), e))
 }

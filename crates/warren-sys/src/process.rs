@@ -246,9 +246,11 @@ impl TimeSlice {
     /// policy cannot be read.
     pub fn for_current(ns: u64) -> Option<TimeSlice> {
         // SAFETY: sched_getscheduler(2) and getpriority(2) take integers and touch no memory.
+        // The system call itself: musl's wrapper answers ENOSYS (POSIX means the process,
+        // Linux the thread).
         let (policy, nice) = unsafe {
             *libc::__errno_location() = 0;
-            let policy = libc::sched_getscheduler(0);
+            let policy = libc::syscall(libc::SYS_sched_getscheduler, 0) as libc::c_int;
             let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
             (policy, nice)
         };
@@ -380,7 +382,14 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
                 // Zeroed, not a literal: musl's `sched_param` has more fields than glibc's.
                 let mut param: libc::sched_param = std::mem::zeroed();
                 param.sched_priority = 0;
-                if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) < 0 {
+                // The system call itself: musl's `sched_setscheduler` answers ENOSYS.
+                if libc::syscall(
+                    libc::SYS_sched_setscheduler,
+                    0,
+                    libc::SCHED_IDLE,
+                    &param as *const libc::sched_param,
+                ) < 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
             }
