@@ -50,8 +50,9 @@ pub enum FavorMoves {
 /// Every create moves its agent into the sandbox's group of each hierarchy (`cgroup.procs`;
 /// v1 hierarchies have no `CLONE_INTO_CGROUP`). A move takes the kernel's global
 /// `cgroup_threadgroup_rwsem` for writing, and without this option that waits for an RCU grace
-/// period: 0.1 ms on some hosts, 5–17 ms per create on others (grace periods there last
-/// several ticks even on an idle machine). With it, writers do not wait and forks and exits
+/// period: usually 0.1–0.3 ms for a create's moves, but 5–17 ms in some states of a host
+/// (seen right after a machine's set-up, and beside other work). With it, writers do not wait
+/// and forks and exits
 /// (the readers) take a slightly slower path. The lock is one for all hierarchies, so setting
 /// it on the v2 mount covers the v1 ones too. The option stays after the daemon stops (it is
 /// the host's, like a sysctl).

@@ -132,12 +132,13 @@ impl ContainerRuntime {
                  the C library's start-up (about 1 ms of CPU on a VM); scripts/up.sh builds it \
                  static"
             ),
-            Err(e) => {
-                return Err(RuntimeError::StartFailed(format!(
-                    "agent binary {}: {e}",
-                    cfg.agent_bin.display()
-                )))
-            }
+            // Not an ELF program this reader knows (a wrapper script, another architecture's
+            // layout): it is started as given, and fails at its start if it cannot run.
+            Err(e) => tracing::warn!(
+                agent = %cfg.agent_bin.display(),
+                error = %e,
+                "cannot tell how the sandbox agent is linked"
+            ),
         }
         let hierarchy = Hierarchy::detect(&format!("warren-{}", cfg.node))?;
         if cfg.favor_cgroup_moves {
