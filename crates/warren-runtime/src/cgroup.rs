@@ -52,10 +52,9 @@ pub enum FavorMoves {
 /// `cgroup_threadgroup_rwsem` for writing, and without this option that waits for an RCU grace
 /// period: usually 0.1–0.3 ms for a create's moves, but 5–17 ms in some states of a host
 /// (seen right after a machine's set-up, and beside other work). With it, writers do not wait
-/// and forks and exits
-/// (the readers) take a slightly slower path. The lock is one for all hierarchies, so setting
-/// it on the v2 mount covers the v1 ones too. The option stays after the daemon stops (it is
-/// the host's, like a sysctl).
+/// and forks and exits (the readers) take a slightly slower path. The lock is one for all
+/// hierarchies, so setting it on the v2 mount covers the v1 ones too. The option stays after
+/// the daemon stops (it is the host's, like a sysctl).
 pub fn favor_moves() -> Result<FavorMoves, RuntimeError> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(io("read mountinfo"))?;
     let Some((mp, opts)) = v2_mount(&info) else {
