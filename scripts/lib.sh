@@ -79,6 +79,9 @@ use_cargo() {
 # The Rust target of the sandbox agent: a static musl program for this machine's architecture.
 agent_target() { echo "$(uname -m)-unknown-linux-musl"; }
 
+# Whether rustup has the agent's target installed.
+has_agent_target() { rustup target list --installed 2>/dev/null | grep -qx "$(agent_target)"; }
+
 # `cargo build --release "$@"`, then the sandbox agent again as a static musl program in place
 # of target/release/warren-agent. The agent is started once per sandbox: static, it reaches
 # main in ~0.3 ms of CPU instead of ~1.5 ms with glibc's loader and CPU probe (on a VM).
@@ -88,7 +91,7 @@ build_release() {
     cargo build --release "$@" || return 1
     local t dir="${CARGO_TARGET_DIR:-target}"
     t="$(agent_target)"
-    if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+    if ! has_agent_target; then
         echo "$(basename "$0"): no Rust target $t (rustup target add $t): the sandbox agent stays linked with glibc" >&2
         return 0
     fi

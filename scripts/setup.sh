@@ -53,7 +53,7 @@ cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
 # The sandbox agent is built as a static musl program (see build_release in lib.sh).
 if command -v rustup > /dev/null; then
-    if ! rustup target list --installed 2>/dev/null | grep -qx "$(agent_target)"; then
+    if ! has_agent_target; then
         log "adding the Rust target $(agent_target) (the static sandbox agent)"
         rustup target add "$(agent_target)" || log "cannot add $(agent_target): the agent will be linked with glibc"
     fi

@@ -23,16 +23,10 @@ pub enum Linkage {
 
 /// Reads the ELF header and program headers of `path` (a 64-bit little-endian executable).
 pub fn linkage(path: &Path) -> std::io::Result<Linkage> {
-    let mut f = std::fs::File::open(path)?;
-    let mut head = vec![0u8; 64 * 1024];
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    head.truncate(n);
+    let mut head = Vec::new();
+    std::fs::File::open(path)?
+        .take(64 * 1024)
+        .read_to_end(&mut head)?;
     parse(&head).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,

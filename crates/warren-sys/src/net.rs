@@ -8,24 +8,7 @@ pub fn loopback_up() -> Result<()> {
     let sock =
         std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"));
     let sock = sock.map_err(|e| SysError::new("socket for SIOCSIFFLAGS", e))?;
-    // SAFETY: ifreq is plain old data; zeroed is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (i, b) in b"lo\0".iter().enumerate() {
-        req.ifr_name[i] = *b as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS fills `req`, which lives across the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), request(libc::SIOCGIFFLAGS), &mut req) } < 0 {
-        return Err(SysError::last("SIOCGIFFLAGS lo"));
-    }
-    // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS set.
-    unsafe {
-        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-    }
-    // SAFETY: SIOCSIFFLAGS reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), request(libc::SIOCSIFFLAGS), &req) } < 0 {
-        return Err(SysError::last("SIOCSIFFLAGS lo"));
-    }
-    Ok(())
+    set_up(&sock, "lo", true)
 }
 
 /// What [`configure`] gives an interface.
@@ -90,7 +73,12 @@ fn ioctl(
 
 fn set_up(sock: &std::net::UdpSocket, name: &str, up: bool) -> Result<()> {
     let mut req = ifreq(name)?;
-    ioctl(sock, libc::SIOCGIFFLAGS, &mut req, "SIOCGIFFLAGS")?;
+    ioctl(
+        sock,
+        libc::SIOCGIFFLAGS,
+        &mut req,
+        &format!("SIOCGIFFLAGS {name}"),
+    )?;
     // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS set.
     unsafe {
         let f = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
@@ -100,7 +88,12 @@ fn set_up(sock: &std::net::UdpSocket, name: &str, up: bool) -> Result<()> {
             req.ifr_ifru.ifru_flags &= !f;
         }
     }
-    ioctl(sock, libc::SIOCSIFFLAGS, &mut req, "SIOCSIFFLAGS")
+    ioctl(
+        sock,
+        libc::SIOCSIFFLAGS,
+        &mut req,
+        &format!("SIOCSIFFLAGS {name}"),
+    )
 }
 
 /// Configures interface `name` of the current network namespace: MAC, MTU, address, up, and
