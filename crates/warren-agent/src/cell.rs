@@ -538,7 +538,12 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 .as_ref()
                 .is_some_and(|(u, g, _)| *u != 0 || *g != 0);
             let hooked = non_root || prep.setup.sched_idle || prep.setup.apparmor_profile.is_some();
+            // The command starts on this CPU (the cell sleeps right after), not on an idle
+            // one that must first be woken (see `PlaceOnThisCpu`).
+            let place = warren_sys::process::PlaceOnThisCpu::new();
+            let slice = prep.setup.default_time_slice;
             let mut cmd = if hooked {
+                prep.setup.affinity = place.as_ref().map(|p| p.saved());
                 warren_sys::process::configure_child(&mut prep.cmd, prep.setup);
                 prep.cmd
             } else {
@@ -547,7 +552,19 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            match cmd.spawn() {
+            let spawned = cmd.spawn();
+            if let (false, Ok(c)) = (hooked, &spawned) {
+                // No pre-exec hook: the cell gives the command its mask and the default time
+                // slice (it inherited the cell's short one).
+                if let Some(p) = &place {
+                    p.widen(c.id());
+                }
+                if let Some(s) = &slice {
+                    s.apply_to(c.id());
+                }
+            }
+            drop(place);
+            match spawned {
                 Ok(c) => c,
                 Err(err) => {
                     let (frame, ev) = run.spawn_failed(&exec.argv[0], &err);

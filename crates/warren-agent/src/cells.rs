@@ -155,14 +155,19 @@ impl Cells {
 
     /// The ready cell; a call that comes while the next one is still being built waits for
     /// it (it has a head start) instead of building a second one.
-    async fn take(&self) -> Result<ReadyCell, AgentError> {
+    /// True in the second field when the call had to wait.
+    async fn take(&self) -> Result<(ReadyCell, bool), AgentError> {
+        if let Some(c) = self.spare.ready() {
+            return Ok((c, false));
+        }
         match self.spare.take().await {
-            Some(c) => Ok(c),
-            None => self.start().await,
+            Some(c) => Ok((c, true)),
+            None => self.start().await.map(|c| (c, true)),
         }
     }
 
-    /// Runs one call in a fresh cell, relaying frames both ways; returns the final event.
+    /// Runs one call in a fresh cell, relaying frames both ways; returns the final event. The
+    /// caller starts the next cell ([`Cells::refill`]) after it has queued the answer.
     pub async fn invoke(
         self: &Rc<Self>,
         spec: InvokeSpec,
@@ -171,21 +176,21 @@ impl Cells {
         out: &Out,
     ) -> Event {
         let t0 = std::time::Instant::now();
-        let cell = match self.take().await {
+        let (cell, waited) = match self.take().await {
             Ok(c) => c,
             Err(e) => return Event::error(e.code(), e.to_string()),
         };
-        // The daemon's pool grows when calls keep waiting for their cells.
-        let waited = Event::CellWaited {
+        // The daemon's pool grows when calls keep waiting for their cells. A call that found
+        // its cell ready sends nothing (the daemon counts that as no wait): one frame and one
+        // wake-up of the daemon less on the common path.
+        let waited = waited.then(|| Event::CellWaited {
             us: t0.elapsed().as_micros() as u64,
-        };
-        if out
-            .send(Frame::json(id, Kind::Event, &waited))
-            .await
-            .is_err()
-        {
-            let _ = warren_sys::process::kill(cell.pid, libc::SIGKILL);
-            return Event::error(ErrorCode::Internal, "the daemon went away");
+        });
+        if let Some(w) = waited {
+            if out.send(Frame::json(id, Kind::Event, &w)).await.is_err() {
+                let _ = warren_sys::process::kill(cell.pid, libc::SIGKILL);
+                return Event::error(ErrorCode::Internal, "the daemon went away");
+            }
         }
         let ReadyCell { pid, conn, exit } = cell;
         let (mut rd, mut wr) = conn.into_split();
@@ -211,6 +216,9 @@ impl Cells {
                             if f.kind == Kind::Event {
                                 match f.parse::<Event>() {
                                     Ok(e) if e.is_final() => { ev = Some(e); break; }
+                                    // The daemon has no use for a call's pid (it is the
+                                    // cell's own): not relayed.
+                                    Ok(Event::Started { .. }) => {}
                                     Ok(_) => { let _ = out.send(f).await; }
                                     Err(_) => {}
                                 }
@@ -236,7 +244,6 @@ impl Cells {
         reader.abort();
         // One call per cell: whatever is left of it goes now.
         let _ = warren_sys::process::kill(pid, libc::SIGKILL);
-        self.refill();
         match ev {
             Some(ev) => ev,
             None => {

@@ -207,7 +207,14 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
                 version: PROTOCOL_VERSION,
                 pid: std::process::id(),
             },
-            Call::Invoke { spec } => cells.invoke(spec, id, inbox, out).await,
+            Call::Invoke { spec } => {
+                let ev = cells.invoke(spec, id, inbox, out).await;
+                let _ = event(out, id, &ev).await;
+                // The next cell is started once the answer is queued: the writer was woken
+                // first, so the new cell's clone no longer runs ahead of the answer.
+                cells.refill();
+                return;
+            }
             _ => Event::error(
                 ErrorCode::InvalidRequest,
                 "a function container serves only calls",

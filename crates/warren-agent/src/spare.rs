@@ -42,6 +42,11 @@ impl<T> Spare<T> {
         old
     }
 
+    /// The ready spare, without waiting.
+    pub fn ready(&self) -> Option<T> {
+        self.ready.borrow_mut().take()
+    }
+
     /// The ready spare; while one is being made, waits for it (it has a head start). `None`
     /// when there is none to wait for: the caller makes its own.
     pub async fn take(&self) -> Option<T> {

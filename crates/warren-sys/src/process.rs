@@ -268,8 +268,20 @@ impl TimeSlice {
 
     /// Applies it to the calling thread. Async-signal-safe (one syscall).
     pub fn apply(&self) -> bool {
+        self.apply_to(0)
+    }
+
+    /// Applies it to the thread `tid` (0: the calling one). Async-signal-safe (one syscall).
+    pub fn apply_to(&self, tid: u32) -> bool {
         // SAFETY: sched_setattr(2) reads `attr.size` bytes from a valid, initialized struct.
-        unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &self.attr as *const _, 0) == 0 }
+        unsafe {
+            libc::syscall(
+                libc::SYS_sched_setattr,
+                tid as libc::pid_t,
+                &self.attr as *const _,
+                0,
+            ) == 0
+        }
     }
 }
 
@@ -318,6 +330,13 @@ impl PlaceOnThisCpu {
     /// The mask the child restores.
     pub fn saved(&self) -> nix::sched::CpuSet {
         self.saved
+    }
+
+    /// Gives the started child `pid` the saved mask, for a child started without a pre-exec
+    /// hook (it runs on this CPU alone until then). Best effort: a child that already exited
+    /// has no mask to widen.
+    pub fn widen(&self, pid: u32) {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &self.saved);
     }
 }
 

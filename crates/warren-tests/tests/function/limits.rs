@@ -74,3 +74,51 @@ async fn bad_calls_answer_typed_errors() {
     assert_eq!(out.exit_code, Some(127));
     assert_eq!(sh_ok(&d, "echo fine").await, "fine\n");
 }
+
+/// `se.slice` (ns) from a `/proc/<pid>/sched`; `None` on kernels without EEVDF's custom slices.
+fn slice_of(sched: &str) -> Option<u64> {
+    let line = sched.lines().find(|l| l.starts_with("se.slice"))?;
+    line.split(':').nth(1)?.trim().parse().ok()
+}
+
+/// A call's command gets what a sandbox's command gets: every CPU of the node's mask (the
+/// cell starts it on its own CPU and widens the mask after) and the kernel's default time
+/// slice (not the cell's short one), whether it starts through a pre-exec hook (another user)
+/// or without one (root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_command_gets_every_cpu_and_the_default_time_slice() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .split(':')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
+    let default = slice_of(&std::fs::read_to_string("/proc/self/sched").unwrap());
+    for user in [None, Some("nobody")] {
+        let mut r = sh("grep Cpus_allowed_list: /proc/self/status; cat /proc/self/sched");
+        r.user = user.map(String::from);
+        let out = call(&d, &r).await;
+        assert_eq!(out.exit_code, Some(0), "{user:?}: {out:?}");
+        let cpus = out.stdout.lines().next().unwrap_or_default();
+        assert_eq!(
+            cpus.split(':').nth(1).map(str::trim),
+            Some(mask.as_str()),
+            "{user:?}: the command's CPUs"
+        );
+        match default {
+            Some(ns) => assert_eq!(
+                slice_of(&out.stdout),
+                Some(ns),
+                "{user:?}: the command's slice (the kernel's default)"
+            ),
+            None => println!("note: this kernel shows no se.slice; time slices are not checked"),
+        }
+    }
+}
