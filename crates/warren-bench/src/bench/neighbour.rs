@@ -156,6 +156,7 @@ impl Neighbour {
             "N",
             "P50 ms",
             "P99 ms",
+            "QUIET P50 ms",
             "P50 / QUIET",
         ]);
         t.row([
@@ -179,5 +180,32 @@ impl Neighbour {
             ]);
         }
         t.render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_has_a_column_name() {
+        let l = Latency::from_samples(vec![1.0, 2.0, 3.0]);
+        let n = Neighbour {
+            quiet: l.clone(),
+            phases: vec![Phase {
+                noise: "yes flood".into(),
+                cpu_class: "normal".into(),
+                latency: l,
+                quiet_p50_ms: 2.0,
+                ratio: 1.0,
+            }],
+        };
+        let text = n.render();
+        let cells = |line: &str| line.split("  ").filter(|c| !c.trim().is_empty()).count();
+        let mut lines = text.lines();
+        let header = cells(lines.next().unwrap());
+        for line in lines {
+            assert_eq!(cells(line), header, "{text}");
+        }
     }
 }
