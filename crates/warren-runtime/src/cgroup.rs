@@ -464,6 +464,17 @@ impl CgroupSet {
         }
     }
 
+    /// How many processes the OOM killer has killed in the sandbox: one small file, read
+    /// before and after every command (the whole [`CgroupSet::usage`] reads seven, among
+    /// them `memory.stat`, which the kernel sums up on each read).
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|(ctl, d)| match ctl {
+            Ctl::Memory => read_field(d.join("memory.oom_control"), "oom_kill"),
+            Ctl::Unified if self.v2_only => read_field(d.join("memory.events"), "oom_kill"),
+            _ => None,
+        })
+    }
+
     /// Memory, CPU and pid counts.
     pub fn usage(&self) -> Usage {
         let mut u = Usage::default();

@@ -207,6 +207,12 @@ pub trait Instance: Send + Sync + 'static {
         Usage::default()
     }
 
+    /// The OOM kills so far (the `oom_kills` of [`Instance::usage`]), read alone: it is read
+    /// around every command.
+    fn oom_kills(&self) -> Option<u64> {
+        self.usage().oom_kills
+    }
+
     /// How long the phases of this sandbox's start took (`image`, `cgroups`, `agent`), for
     /// runtimes that measure them; empty otherwise.
     fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {

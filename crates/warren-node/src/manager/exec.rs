@@ -167,7 +167,7 @@ impl Drive {
                     m.observe_exec(self.substrate, started.elapsed());
                     exit.stdout_truncated |= out_over;
                     exit.stderr_truncated |= err_over;
-                    mark_oom(&mut exit, self.ooms, self.instance.usage().oom_kills);
+                    mark_oom(&mut exit, self.ooms, self.instance.oom_kills());
                     break Some(Ok(ExecOutput {
                         stdout: out,
                         stderr: err,
@@ -264,12 +264,12 @@ impl Manager {
                 let stdin = req.stdin_bytes()?.map(Bytes::from);
                 let started = Instant::now();
                 Metrics::inc(&m.inner.metrics.execs);
-                let ooms = instance.usage().oom_kills;
+                let ooms = instance.oom_kills();
                 let mut out = instance.agent().exec(spec, stdin).await.map_err(|e| {
                     Metrics::inc(&m.inner.metrics.exec_errors);
                     NodeError::runtime(&sid, e)
                 })?;
-                mark_oom(&mut out.exit, ooms, instance.usage().oom_kills);
+                mark_oom(&mut out.exit, ooms, instance.oom_kills());
                 m.inner
                     .metrics
                     .observe_exec(info.substrate, started.elapsed());
@@ -303,7 +303,7 @@ impl Manager {
         let stdin = req.stdin_bytes()?.map(Bytes::from);
         run.feed(stdin.clone().map(Fed::Kept));
         Metrics::inc(&self.inner.metrics.execs);
-        let ooms = instance.usage().oom_kills;
+        let ooms = instance.oom_kills();
         let stream = match instance.agent().exec_stream(spec, stdin).await {
             Ok(s) => s,
             Err(e) => {
@@ -354,7 +354,7 @@ impl Manager {
         let (instance, info, busy) = run.ready_within(limit).await?;
         let spec = exec_spec(&info, &req)?;
         Metrics::inc(&self.inner.metrics.execs);
-        let ooms = instance.usage().oom_kills;
+        let ooms = instance.oom_kills();
         let (stream, sink) = match instance.agent().exec_piped(spec).await {
             Ok(s) => s,
             Err(e) => {

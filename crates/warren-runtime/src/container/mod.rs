@@ -408,6 +408,10 @@ impl Instance for Container {
         self.cgroups.usage()
     }
 
+    fn oom_kills(&self) -> Option<u64> {
+        self.cgroups.oom_kills()
+    }
+
     fn startup_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
         self.phases.clone()
     }

@@ -439,6 +439,10 @@ impl Instance for Vm {
         self.cgroups.usage()
     }
 
+    fn oom_kills(&self) -> Option<u64> {
+        self.cgroups.oom_kills()
+    }
+
     /// Stops the vCPUs and pushes the VMM's memory out of RAM.
     async fn pause(&self) -> Result<PauseStats, RuntimeError> {
         pause::pause(self).await

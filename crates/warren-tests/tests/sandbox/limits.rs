@@ -26,12 +26,26 @@ async fn limits_memory_hog_is_oom_killed() {
         r.signal == Some(9) || r.exit_code.is_some_and(|c| c != 0),
         "a 400 MiB allocation succeeded under a 128 MiB limit: {r:?}"
     );
-    if r.signal != Some(9) {
+    if r.signal == Some(9) {
+        assert!(
+            r.oom_killed,
+            "killed by the OOM killer, not marked so: {r:?}"
+        );
+    } else {
         println!(
             "note: the memory hog was not killed by SIGKILL but exited with {:?}: {}",
             r.exit_code, r.stderr
         );
     }
+    // A SIGKILL from anyone else is not the OOM killer's.
+    let k = d
+        .exec(&id, &ExecRequest::argv(["sh", "-c", "kill -9 $$"]))
+        .await;
+    assert_eq!(k.signal, Some(9), "{k:?}");
+    assert!(
+        !k.oom_killed,
+        "a plain SIGKILL marked as an OOM kill: {k:?}"
+    );
     // The sandbox survives its process being OOM-killed.
     assert_eq!(d.sh_ok(&id, "echo alive").await, "alive\n");
 }
