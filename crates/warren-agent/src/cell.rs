@@ -439,6 +439,25 @@ fn write_file(path: &str, data: &[u8], mode: Option<u32>) -> R<()> {
     Ok(())
 }
 
+/// Starts `cmd`, which has no pre-exec hook, on this CPU like [`crate::exec::spawn`] does (the
+/// cell sleeps right after); with no hook to do it in the child, the cell then gives the
+/// command its whole CPU mask and `slice` (the kernel's default: it inherited the cell's short
+/// one).
+fn spawn_unhooked(
+    cmd: &mut std::process::Command,
+    slice: Option<warren_sys::process::TimeSlice>,
+) -> std::io::Result<Child> {
+    let place = warren_sys::process::PlaceOnThisCpu::new();
+    let child = cmd.spawn()?;
+    if let Some(p) = &place {
+        p.widen(child.id());
+    }
+    if let Some(s) = &slice {
+        s.apply_to(child.id());
+    }
+    Ok(child)
+}
+
 fn kill_all() {
     // From PID 1 of a pid namespace, kill(-1) reaches every other process in it.
     let _ = warren_sys::process::kill_everyone_else(libc::SIGKILL);
@@ -496,7 +515,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
     } = input;
 
     let exec = &spec.exec;
-    let mut prep = match prepare(exec) {
+    let prep = match prepare(exec) {
         Ok(p) => p,
         Err(ev) => {
             let _ = Frame::json(stream, Kind::Event, &ev).write_blocking(&mut sock);
@@ -538,13 +557,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 .as_ref()
                 .is_some_and(|(u, g, _)| *u != 0 || *g != 0);
             let hooked = non_root || prep.setup.sched_idle || prep.setup.apparmor_profile.is_some();
-            // The command starts on this CPU (the cell sleeps right after), not on an idle
-            // one that must first be woken (see `PlaceOnThisCpu`).
-            let place = warren_sys::process::PlaceOnThisCpu::new();
-            let slice = prep.setup.default_time_slice;
             let mut cmd = if hooked {
-                prep.setup.affinity = place.as_ref().map(|p| p.saved());
-                warren_sys::process::configure_child(&mut prep.cmd, prep.setup);
                 prep.cmd
             } else {
                 resolved(prep.cmd, &env)
@@ -552,18 +565,11 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            let spawned = cmd.spawn();
-            if let (false, Ok(c)) = (hooked, &spawned) {
-                // No pre-exec hook: the cell gives the command its mask and the default time
-                // slice (it inherited the cell's short one).
-                if let Some(p) = &place {
-                    p.widen(c.id());
-                }
-                if let Some(s) = &slice {
-                    s.apply_to(c.id());
-                }
-            }
-            drop(place);
+            let spawned = if hooked {
+                crate::exec::spawn(&mut cmd, prep.setup)
+            } else {
+                spawn_unhooked(&mut cmd, prep.setup.default_time_slice)
+            };
             match spawned {
                 Ok(c) => c,
                 Err(err) => {

@@ -154,8 +154,8 @@ impl Cells {
     }
 
     /// The ready cell; a call that comes while the next one is still being built waits for
-    /// it (it has a head start) instead of building a second one.
-    /// True in the second field when the call had to wait.
+    /// it (it has a head start) instead of building a second one. True in the second field
+    /// when the call had to wait.
     async fn take(&self) -> Result<(ReadyCell, bool), AgentError> {
         if let Some(c) = self.spare.ready() {
             return Ok((c, false));

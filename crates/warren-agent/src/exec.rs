@@ -140,7 +140,10 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
 /// Starts `cmd` on the agent's own CPU (see [`warren_sys::process::PlaceOnThisCpu`]): the
 /// agent sleeps right after, so the command starts at once instead of waiting for a CPU a
 /// neighbour floods.
-fn spawn(cmd: &mut Command, mut setup: ChildSetup) -> std::io::Result<std::process::Child> {
+pub(crate) fn spawn(
+    cmd: &mut Command,
+    mut setup: ChildSetup,
+) -> std::io::Result<std::process::Child> {
     let place = warren_sys::process::PlaceOnThisCpu::new();
     setup.affinity = place.as_ref().map(|p| p.saved());
     warren_sys::process::configure_child(cmd, setup);
