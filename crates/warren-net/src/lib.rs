@@ -47,6 +47,35 @@ impl NftRunner {
     }
 }
 
+/// A sandbox's network namespace, held open by a descriptor: it stays reachable whatever
+/// becomes of the process it was found through (a container's first agent stage, which made
+/// it, exits once it has forked the sandbox's first process), and a recycled pid can never
+/// point the link at another namespace.
+#[derive(Debug, Clone)]
+pub struct Netns(Arc<std::os::fd::OwnedFd>);
+
+impl Netns {
+    /// The network namespace process `pid` is in now.
+    pub fn of_pid(pid: u32) -> Result<Netns, NetError> {
+        std::fs::File::open(format!("/proc/{pid}/ns/net"))
+            .map(|f| Netns(Arc::new(f.into())))
+            .map_err(|e| NetError::Io {
+                what: format!("open the network namespace of pid {pid}"),
+                source: e,
+            })
+    }
+
+    /// A namespace already open (`/proc/<pid>/ns/net`, or a descriptor passed along).
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Netns {
+        Netns(Arc::new(fd))
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.0.as_fd()
+    }
+}
+
 /// What a sandbox's link looks like (for logs, the API and the sandbox's resolv.conf).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LinkInfo {
@@ -366,14 +395,14 @@ impl Network {
             })
     }
 
-    /// Applies `policy` to sandbox `id` whose network namespace is that of `pid`: creates,
+    /// Applies `policy` to sandbox `id` whose network namespace is `netns`: creates,
     /// updates or removes its link. With `tap` (a VM sandbox), the link is bridged to that
     /// tap of the namespace and the guest takes the address. Returns the link, if the
     /// sandbox has one afterwards.
     pub async fn apply(
         &self,
         id: &str,
-        pid: u32,
+        netns: &Netns,
         tap: Option<&str>,
         policy: &NetworkPolicy,
     ) -> Result<Option<LinkInfo>, NetError> {
@@ -385,7 +414,7 @@ impl Network {
                 self.detach(id).await?;
                 Ok(None)
             }
-            (false, false) => self.attach(id, pid, tap, policy).await.map(Some),
+            (false, false) => self.attach(id, netns, tap, policy).await.map(Some),
             (true, false) => self.update(id, policy).map(|_| self.link_of(id)),
         }
     }
@@ -393,7 +422,7 @@ impl Network {
     async fn attach(
         &self,
         id: &str,
-        pid: u32,
+        netns: &Netns,
         tap: Option<&str>,
         policy: &NetworkPolicy,
     ) -> Result<LinkInfo, NetError> {
@@ -423,7 +452,7 @@ impl Network {
         let spawn_link = || {
             tokio::spawn(link::create(
                 rules.ifname.clone(),
-                pid,
+                netns.clone(),
                 rules.host,
                 rules.peer,
                 tap.map(str::to_string),

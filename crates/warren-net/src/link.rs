@@ -1,8 +1,8 @@
 //! Sandbox links: a veth pair per sandbox, configured over netlink (`rtnetlink`).
 //!
 //! The host end (`<prefix><index>`) stays in the host's namespace with the link's host
-//! address; the peer is created directly inside the sandbox's network namespace (named by
-//! its agent's pid) as `eth0`, given the sandbox address and a default route via the host
+//! address; the peer is created directly inside the sandbox's network namespace (held open
+//! as a [`Netns`]) as `eth0`, given the sandbox address and a default route via the host
 //! end. The inside is configured from a dedicated thread that joins the sandbox's network
 //! namespace (`setns`) and opens its own netlink socket there; the thread ends with the
 //! work, so no runtime thread ever changes namespace.
@@ -16,7 +16,7 @@ use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute}
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::NetError;
+use crate::{NetError, Netns};
 
 /// Name of the sandbox end.
 pub const PEER_NAME: &str = "eth0";
@@ -83,7 +83,7 @@ fn libc_enodev() -> i32 {
 /// the sandbox end is bridged to that tap of the namespace instead of taking the address.
 pub async fn create(
     ifname: String,
-    pid: u32,
+    netns: Netns,
     host: Ipv4Addr,
     peer: Ipv4Addr,
     tap: Option<String>,
@@ -92,7 +92,7 @@ pub async fn create(
         let h = connect("host netlink socket")?;
         let peer_msg = LinkMessageBuilder::<LinkUnspec>::default()
             .name(PEER_NAME.to_string())
-            .setns_by_pid(pid)
+            .setns_by_fd(std::os::fd::AsRawFd::as_raw_fd(&netns.fd()))
             .build();
         let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
             .name(ifname.clone())
@@ -118,11 +118,7 @@ pub async fn create(
             .map_err(|e| NetError::netlink(format!("up {ifname}"), e))?;
 
         // The inside: join the sandbox's network namespace on this (throw-away) thread.
-        let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(|e| NetError::Io {
-            what: format!("open the network namespace of pid {pid}"),
-            source: e,
-        })?;
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+        nix::sched::setns(netns.fd(), nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| NetError::netlink("setns into the sandbox", e))?;
         let s = connect("sandbox netlink socket")?;
         let pidx = index_of(&s, PEER_NAME)

@@ -24,6 +24,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         devpts: false,
         network: false,
         resolv_conf: None,
+        on_netns: None,
     }
 }
 
@@ -103,6 +104,40 @@ async fn run(
         out.exit.exit_code,
         String::from_utf8_lossy(&out.stdout).trim().to_string(),
     )
+}
+
+/// The namespace's inode (namespaces are told apart by it).
+fn ns_inode(fd: &impl std::os::fd::AsFd) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::File::from(fd.as_fd().try_clone_to_owned().unwrap())
+        .metadata()
+        .unwrap()
+        .ino()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_namespace_is_handed_over_while_the_sandbox_starts() {
+    let Some((rt, node)) = setup() else { return };
+    // What the hook saw: the namespace's inode, and whether the start was still going on.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, bool)>::new()));
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, done) = (seen.clone(), started.clone());
+    let mut spec = spec(&node);
+    spec.on_netns = Some(warren_runtime::NetnsHook::new(move |fd| {
+        let going_on = !done.load(std::sync::atomic::Ordering::SeqCst);
+        s.lock().unwrap().push((ns_inode(&fd), going_on));
+    }));
+    let sb = rt.create(&spec).await.expect("create");
+    started.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = seen.lock().unwrap().clone();
+    let pid = sb.netns_pid().expect("a container has a network namespace");
+    let theirs = ns_inode(&std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap());
+    let ours = ns_inode(&std::fs::File::open("/proc/self/ns/net").unwrap());
+    sb.destroy().await.unwrap();
+    assert_eq!(seen.len(), 1, "handed over once: {seen:?}");
+    assert!(seen[0].1, "handed over before the start ended");
+    assert_eq!(seen[0].0, theirs, "the sandbox's own namespace");
+    assert_ne!(seen[0].0, ours, "not the host's");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,7 @@ fn spec(node: &NodeId) -> SandboxSpec {
         devpts: false,
         network: false,
         resolv_conf: None,
+        on_netns: None,
     }
 }
 

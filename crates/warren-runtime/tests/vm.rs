@@ -66,6 +66,7 @@ fn spec(node: &NodeId, memory_mb: u64) -> SandboxSpec {
         devpts: false,
         network: false,
         resolv_conf: None,
+        on_netns: None,
     }
 }
 

@@ -70,6 +70,7 @@ impl WarmBackend for RuntimeBackend {
             devpts: false,
             network: false,
             resolv_conf: None,
+            on_netns: None,
         };
         let init = FunctionInit {
             interpreter: key.interpreter.clone(),

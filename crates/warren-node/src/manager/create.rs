@@ -227,6 +227,14 @@ impl Manager {
             }
         };
         spec.resolv_conf = reserved.as_ref().map(|l| warren_net::resolv_conf(Some(l)));
+        // With a reserved link, the link itself is made while the container starts.
+        let early = reserved
+            .as_ref()
+            .and_then(|_| self.early_link(&sb.id, &req.network));
+        let early = early.map(|(hook, link)| {
+            spec.on_netns = Some(hook);
+            link
+        });
         // Its trajectory log is made while it starts, so that its first call does not pay for
         // a new file. Awaited before anything can remove the sandbox's record and log.
         let log_started = self.journal().start_log(&sb.id).ok();
@@ -244,6 +252,13 @@ impl Manager {
                 tracing::debug!(sandbox = %sb.id, error = %e, "trajectory log not started ahead");
             }
         }
+        // Whatever the start's outcome, a link begun during it is finished before anything
+        // else touches the sandbox's network.
+        let networking = std::time::Instant::now();
+        let early = match &early {
+            Some(l) => l.settle().await,
+            None => None,
+        };
         let instance = match made {
             Ok(i) => i,
             Err(e) => {
@@ -253,12 +268,15 @@ impl Manager {
             }
         };
 
-        let networking = std::time::Instant::now();
         let written = reserved.is_some();
-        if let Err(e) = self
-            .apply_network(&sb.id, &instance, &req.network, written)
-            .await
-        {
+        let networked = match early {
+            Some(r) => r.map(|_| ()),
+            None => self
+                .apply_network(&sb.id, &instance, &req.network, written)
+                .await
+                .map(|_| ()),
+        };
+        if let Err(e) = networked {
             warn!(sandbox = %sb.id, error = %e, "cannot give the sandbox its network; destroying it");
             if let Err(de) = instance.destroy().await {
                 warn!(sandbox = %sb.id, error = %de, "destroy after a failed network setup");

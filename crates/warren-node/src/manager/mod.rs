@@ -224,6 +224,7 @@ impl Sandbox {
             devpts: info.pty,
             network: !info.network.is_none(),
             resolv_conf: None,
+            on_netns: None,
         }
     }
 

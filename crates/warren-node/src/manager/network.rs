@@ -64,8 +64,9 @@ impl Manager {
                     .into(),
             )));
         };
+        let netns = warren_net::Netns::of_pid(pid)?;
         let link = net
-            .apply(id.as_str(), pid, instance.guest_tap(), policy)
+            .apply(id.as_str(), &netns, instance.guest_tap(), policy)
             .await?;
         // Only a link that came or went changes the inside (a new policy on a kept link is
         // rules and resolver names only: the guest's interface is left alone).
@@ -106,6 +107,31 @@ impl Manager {
             return Err(self.check_network(policy).unwrap_err());
         };
         Ok(Some(net.reserve(id.as_str(), policy)?))
+    }
+
+    /// A hook that makes the link of a container starting with `policy` (one with a reserved
+    /// link) as soon as its network namespace exists, while the container goes on starting;
+    /// `None` when there is no link to make. The outcome is taken with [`EarlyLink::settle`].
+    pub(crate) fn early_link(
+        &self,
+        id: &SandboxId,
+        policy: &NetworkPolicy,
+    ) -> Option<(warren_runtime::NetnsHook, EarlyLink)> {
+        let net = self.network()?.clone();
+        if policy.is_none() {
+            return None;
+        }
+        let slot = EarlyLink(Arc::new(std::sync::Mutex::new(None)));
+        let (id, policy, filled) = (id.clone(), policy.clone(), slot.clone());
+        let hook = warren_runtime::NetnsHook::new(move |fd| {
+            let (net, id, policy) = (net.clone(), id.clone(), policy.clone());
+            let task = tokio::spawn(async move {
+                let netns = warren_net::Netns::from_fd(fd);
+                net.apply(id.as_str(), &netns, None, &policy).await
+            });
+            *filled.0.lock().expect("early link lock") = Some(task);
+        });
+        Some((hook, slot))
     }
 
     /// Removes a sandbox's link (if any). Errors are logged: the sandbox is gone anyway.
@@ -195,8 +221,9 @@ impl Manager {
         let pid = instance.netns_pid().ok_or_else(|| {
             NodeError::Network(warren_net::NetError::Policy("no network namespace".into()))
         })?;
+        let netns = warren_net::Netns::of_pid(pid)?;
         let link = net
-            .apply(sb.id.as_str(), pid, instance.guest_tap(), policy)
+            .apply(sb.id.as_str(), &netns, instance.guest_tap(), policy)
             .await?;
         if instance.guest_tap().is_some() && !instance.is_paused() {
             configure_guest(instance, link.as_ref())
@@ -235,4 +262,26 @@ async fn configure_guest(
             warren_net::resolv_conf(link),
         )
         .await
+}
+
+/// The task making a starting container's link.
+type LinkTask = tokio::task::JoinHandle<Result<Option<warren_net::LinkInfo>, warren_net::NetError>>;
+
+/// The link of a starting container, being made since its network namespace appeared (see
+/// [`Manager::early_link`]).
+#[derive(Clone)]
+pub(crate) struct EarlyLink(Arc<std::sync::Mutex<Option<LinkTask>>>);
+
+impl EarlyLink {
+    /// Waits for the link if it was begun: `None` when the sandbox's start never handed its
+    /// namespace over (the link is then made after the start, as for every other runtime).
+    pub(crate) async fn settle(&self) -> Option<Result<Option<warren_net::LinkInfo>, NodeError>> {
+        let task = self.0.lock().expect("early link lock").take()?;
+        Some(match task.await {
+            Ok(r) => r.map_err(NodeError::from),
+            Err(e) => Err(NodeError::Network(warren_net::NetError::Policy(format!(
+                "the link task ended: {e}"
+            )))),
+        })
+    }
 }

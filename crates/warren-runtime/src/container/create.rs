@@ -185,6 +185,11 @@ async fn start(
     warren_sys::ns::write_id_maps(pid, range, range)?;
     let t_mapped = t0.elapsed();
     send(&mut stream, &Init::Mapped).await?;
+    // The namespace exists now (the first stage made it with the others); the link can be
+    // made while the agent forks and builds the root. Opened now: the first stage exits soon.
+    if let Some(hook) = &spec.on_netns {
+        hook.call_for(pid);
+    }
     let agent_pid = match recv(&mut stream, "fork").await? {
         InitReply::Child { pid } => pid,
         other => {

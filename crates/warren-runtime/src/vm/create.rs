@@ -562,6 +562,7 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
         devpts: false,
         network: false,
         resolv_conf: None,
+        on_netns: None,
     };
     // The probe boots the initramfs alone: the agent fails to find its disks, but reaching
     // the kernel's init proves the accelerator works. Without disks the agent powers off; we
