@@ -22,16 +22,16 @@ use warren_sys::mount::{mount, Flags};
 
 use crate::exec::prepare;
 use crate::run::{Exit, Run};
-use crate::setup::{CELL_DIR, LOWER_DIR};
+use crate::setup::{EtcFiles, CELL_DIR, ETC_LAYER, LOWER_DIR};
 
 use crate::error::{AgentError, Result as R};
 
 /// The start-up configuration the agent sends each cell: its own, with the layers at
-/// their paths inside the agent's root.
+/// their paths inside the agent's root, under the agent's [`ETC_LAYER`].
 pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     let mut c = cfg.clone();
-    c.lowerdirs = (0..cfg.lowerdirs.len())
-        .map(|i| format!("{LOWER_DIR}/{i}"))
+    c.lowerdirs = std::iter::once(ETC_LAYER.to_string())
+        .chain((0..cfg.lowerdirs.len()).map(|i| format!("{LOWER_DIR}/{i}")))
         .collect();
     // The agent's own /sys (the node's shared sysfs, or the container's) is shown again: a
     // call adds no sysfs superblock, and no devpts (calls get no terminal).
@@ -133,7 +133,9 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         Flags::MS_REC | Flags::MS_PRIVATE,
         None,
     )?;
-    let root = crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR))?;
+    // The top layer is the agent's `ETC_LAYER` (see `cell_config`).
+    let root =
+        crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR), EtcFiles::InLayer)?;
     crate::setup::enter(&root)?;
     warren_sys::ns::set_hostname(&cfg.hostname)?;
     // The agent may run with a protective OOM score; its calls must not inherit it.

@@ -62,7 +62,11 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
     let c = cell_config(&cfg);
     assert_eq!(
         c.lowerdirs,
-        [format!("{LOWER_DIR}/0"), format!("{LOWER_DIR}/1")]
+        [
+            ETC_LAYER.to_string(),
+            format!("{LOWER_DIR}/0"),
+            format!("{LOWER_DIR}/1")
+        ]
     );
     assert_eq!(
         (c.sysfs.as_deref(), c.devpts),

@@ -56,7 +56,7 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
         let root = agent_root(cfg, &t)?;
         enter(&root)?;
     } else {
-        let root = stage_root(cfg, &cfg.lowerdirs, &t)?;
+        let root = stage_root(cfg, &cfg.lowerdirs, &t, EtcFiles::Write)?;
         keep_upper_handle(&t.join("upper"))?;
         enter(&root)?;
     }
@@ -107,6 +107,17 @@ const DEV_DIR: &str = "dev";
 /// `upper`, `root` and `dev`, and after `pivot_root` only its read-only binds are in the tree.
 const EMPTY_DIR: &str = "empty";
 
+/// Whether [`stage_root`] writes the root's `/etc/hostname`, `/etc/hosts` and
+/// `/etc/resolv.conf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcFiles {
+    /// Into the writable layer.
+    Write,
+    /// Not at all: the top layer of `lowerdirs` already holds them (a call environment's
+    /// [`ETC_LAYER`]).
+    InLayer,
+}
+
 /// Builds a sandbox root in `t`: a tmpfs writable layer (the disk limit) over `lowerdirs`,
 /// with /proc, /dev, /sys, masks and /etc basics. Returns the merged root.
 ///
@@ -116,7 +127,12 @@ const EMPTY_DIR: &str = "empty";
 /// the node's one shared read-only sysfs, devpts is mounted only when asked for (or by the
 /// daemon at the first terminal), and the sandbox owns only the tmpfs, the overlay and proc
 /// (mqueue is the superblock its IPC namespace has anyway).
-pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<PathBuf> {
+pub fn stage_root(
+    cfg: &ContainerInit,
+    lowerdirs: &[String],
+    t: &Path,
+    etc: EtcFiles,
+) -> R<PathBuf> {
     mount(
         Some("tmpfs"),
         t,
@@ -220,7 +236,9 @@ pub fn stage_root(cfg: &ContainerInit, lowerdirs: &[String], t: &Path) -> R<Path
             );
         }
     }
-    write_etc(&root, &cfg.hostname, cfg.resolv_conf.as_deref());
+    if etc == EtcFiles::Write {
+        write_etc(&root, &cfg.hostname, cfg.resolv_conf.as_deref());
+    }
     Ok(root)
 }
 
@@ -407,6 +425,11 @@ fn harden(cfg: &ContainerInit) -> R<()> {
 pub const LOWER_DIR: &str = "/lower";
 /// Where a cell stages its writable layer and root (in its own mount namespace).
 pub const CELL_DIR: &str = "/cell";
+/// Where the agent of a function container keeps the `/etc/hostname`, `/etc/hosts` and
+/// `/etc/resolv.conf` of its calls: a directory written once at start and the top read-only
+/// layer of every cell's overlay, instead of three files (and the copy-up of `/etc`) written
+/// into each cell's writable layer. A call that changes them changes its own copy.
+pub const ETC_LAYER: &str = "/etc-layer";
 
 /// The root of a function container's agent: a small tmpfs with the image layers bound at
 /// `/lower/N`, the harmless device nodes, /proc and /sys (so cells may mount their own).
@@ -429,6 +452,7 @@ pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
         mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)?;
     }
     mk(CELL_DIR)?;
+    write_etc(&mk(ETC_LAYER)?, &cfg.hostname, cfg.resolv_conf.as_deref());
     let dev = mk("/dev")?;
     bind_devices(&dev)?;
     let nosuid = Flags::MS_NOSUID | Flags::MS_NODEV | Flags::MS_NOEXEC;

@@ -155,3 +155,36 @@ async fn files_go_in_and_come_back() {
     r.stdin = Some("12345".into());
     assert_eq!(call(&d, &r).await.stdout.trim(), "5");
 }
+
+/// A call's `/etc/hostname`, `/etc/hosts` and `/etc/resolv.conf` are the container's, as in a
+/// sandbox: its hostname, localhost, no network. They come from a layer the container's
+/// agent wrote once; a call may change its own copies (the test above checks that the next
+/// call does not see the change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_sees_its_hostname_hosts_and_resolver_files() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    for _ in 0..3 {
+        let out = sh_ok(
+            &d,
+            "h=$(hostname); cat /etc/hostname; grep -c \"^127.0.1.1\t$h$\" /etc/hosts; \
+             grep -c '^127.0.0.1\tlocalhost$' /etc/hosts; cat /etc/resolv.conf; \
+             echo extra >> /etc/hostname && tail -n1 /etc/hostname; ls /etc/passwd",
+        )
+        .await;
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "function",
+                "1",
+                "1",
+                "# no network by default",
+                "extra",
+                "/etc/passwd"
+            ],
+            "{out}"
+        );
+    }
+}
