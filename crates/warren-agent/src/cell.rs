@@ -138,8 +138,9 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR), EtcFiles::InLayer)?;
     crate::setup::enter(&root)?;
     warren_sys::ns::set_hostname(&cfg.hostname)?;
-    // The agent may run with a protective OOM score; its calls must not inherit it.
-    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
+    // The agent may run with a protective OOM score, which the cell inherits and cannot
+    // change (it is not dumpable: its /proc files are not its own). Each command it starts is
+    // made the OOM killer's first choice instead (see `oom_victim`).
     warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP)?;
     warren_sys::process::set_no_new_privs()?;
     warren_sys::process::set_non_dumpable()?;
@@ -259,7 +260,7 @@ impl WarmPython {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().ok()?;
+        let mut child = oom_victim(cmd.spawn().ok()?);
         // Ready only when warm: a call that comes earlier waits for the cell (which the daemon
         // sees, and answers by growing the pool), not inside the interpreter's start.
         if !warmed_up(&mut child) {
@@ -460,6 +461,14 @@ fn spawn_unhooked(
     Ok(child)
 }
 
+/// Makes `child` the OOM killer's first choice, as the agent does for a sandbox's commands:
+/// never the cell (the call's PID 1) or the container's agent. Written from here: the child
+/// of a non-dumpable process cannot write its own `/proc/self` files before it has exec'd.
+fn oom_victim(child: Child) -> Child {
+    warren_sys::process::make_oom_victim(child.id());
+    child
+}
+
 fn kill_all() {
     // From PID 1 of a pid namespace, kill(-1) reaches every other process in it.
     let _ = warren_sys::process::kill_everyone_else(libc::SIGKILL);
@@ -573,7 +582,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 spawn_unhooked(&mut cmd, prep.setup.default_time_slice)
             };
             match spawned {
-                Ok(c) => c,
+                Ok(c) => oom_victim(c),
                 Err(err) => {
                     let (frame, ev) = run.spawn_failed(&exec.argv[0], &err);
                     let _ = frame.write_blocking(&mut sock);

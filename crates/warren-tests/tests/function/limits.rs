@@ -122,3 +122,33 @@ async fn a_calls_command_gets_every_cpu_and_the_default_time_slice() {
         }
     }
 }
+
+/// A call's command is the OOM killer's first choice (`oom_score_adj` 1000), as a sandbox's
+/// commands are: never its call environment or the container's agent (on a host where the
+/// daemon may protect the agent, every environment is a copy of it and starts protected).
+/// For root's commands, another user's, and the warm interpreter's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_command_is_the_oom_killers_first_choice() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    for user in [None, Some("nobody")] {
+        let mut r = sh("cat /proc/self/oom_score_adj");
+        r.user = user.map(String::from);
+        let out = call(&d, &r).await;
+        assert_eq!(out.exit_code, Some(0), "{user:?}: {out:?}");
+        assert_eq!(out.stdout.trim(), "1000", "{user:?}: {out:?}");
+    }
+    let mut warm = warren_client::CallRequest::argv([
+        "python3",
+        "-c",
+        "print(open('/proc/self/oom_score_adj').read().strip())",
+    ]);
+    warm.interpreter = Some("python3".into());
+    // The first call of a new pool may start cold; later ones take a warm interpreter.
+    for _ in 0..3 {
+        let out = call(&d, &warm).await;
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        assert_eq!(out.stdout.trim(), "1000", "warm python3: {out:?}");
+    }
+}
