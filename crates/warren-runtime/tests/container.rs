@@ -134,6 +134,9 @@ async fn the_network_namespace_is_handed_over_while_the_sandbox_starts() {
     let theirs = ns_inode(&std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap());
     let ours = ns_inode(&std::fs::File::open("/proc/self/ns/net").unwrap());
     sb.destroy().await.unwrap();
+    let left = rt.reconcile(&[]).await.unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    rt.shutdown();
     assert_eq!(seen.len(), 1, "handed over once: {seen:?}");
     assert!(seen[0].1, "handed over before the start ended");
     assert_eq!(seen[0].0, theirs, "the sandbox's own namespace");
