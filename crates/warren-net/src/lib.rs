@@ -65,11 +65,6 @@ impl Netns {
             })
     }
 
-    /// A namespace already open (`/proc/<pid>/ns/net`, or a descriptor passed along).
-    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Netns {
-        Netns(Arc::new(fd))
-    }
-
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.0.as_fd()

@@ -48,28 +48,27 @@ pub struct SandboxSpec {
     /// `/etc/resolv.conf` written as a container starts (its link's resolver, reserved before
     /// the start); `None`: the default one (no network). VMs ignore it.
     pub resolv_conf: Option<String>,
-    /// Called once with the sandbox's network namespace as soon as it exists, while the
-    /// sandbox goes on starting, so that its link can be made meanwhile. Container
-    /// sandboxes call it; a runtime that never does leaves the link to after the start.
+    /// Called once with a pid in the sandbox's network namespace as soon as the namespace
+    /// exists, while the sandbox goes on starting, so that its link can be made meanwhile.
+    /// Container sandboxes call it; a runtime that never does leaves the link to after the
+    /// start.
     pub on_netns: Option<NetnsHook>,
 }
 
-/// See [`SandboxSpec::on_netns`]: receives `/proc/<pid>/ns/net` of the sandbox, open.
+/// See [`SandboxSpec::on_netns`]. The pid may exit right after the call (a container's first
+/// agent stage does once it has forked): a hook that needs the namespace opens it during the
+/// call (`/proc/<pid>/ns/net`).
 #[derive(Clone)]
-pub struct NetnsHook(Arc<dyn Fn(std::os::fd::OwnedFd) + Send + Sync>);
+pub struct NetnsHook(Arc<dyn Fn(u32) + Send + Sync>);
 
 impl NetnsHook {
-    pub fn new(f: impl Fn(std::os::fd::OwnedFd) + Send + Sync + 'static) -> NetnsHook {
+    pub fn new(f: impl Fn(u32) + Send + Sync + 'static) -> NetnsHook {
         NetnsHook(Arc::new(f))
     }
 
-    /// Opens the network namespace of `pid` and hands it over. A namespace that cannot be
-    /// opened is not handed over (the link is then made after the start, as without a hook).
-    pub fn call_for(&self, pid: u32) {
-        match std::fs::File::open(format!("/proc/{pid}/ns/net")) {
-            Ok(f) => (self.0)(f.into()),
-            Err(e) => tracing::debug!(pid, error = %e, "network namespace not handed over early"),
-        }
+    /// Hands over `pid`, a process in the sandbox's network namespace.
+    pub fn call(&self, pid: u32) {
+        (self.0)(pid)
     }
 }
 

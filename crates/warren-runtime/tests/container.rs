@@ -123,9 +123,10 @@ async fn the_network_namespace_is_handed_over_while_the_sandbox_starts() {
     let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (s, done) = (seen.clone(), started.clone());
     let mut spec = spec(&node);
-    spec.on_netns = Some(warren_runtime::NetnsHook::new(move |fd| {
+    spec.on_netns = Some(warren_runtime::NetnsHook::new(move |pid| {
         let going_on = !done.load(std::sync::atomic::Ordering::SeqCst);
-        s.lock().unwrap().push((ns_inode(&fd), going_on));
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+        s.lock().unwrap().push((ns_inode(&ns), going_on));
     }));
     let sb = rt.create(&spec).await.expect("create");
     started.store(true, std::sync::atomic::Ordering::SeqCst);

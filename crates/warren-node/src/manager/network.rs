@@ -123,12 +123,19 @@ impl Manager {
         }
         let slot = EarlyLink(Arc::new(std::sync::Mutex::new(None)));
         let (id, policy, filled) = (id.clone(), policy.clone(), slot.clone());
-        let hook = warren_runtime::NetnsHook::new(move |fd| {
+        let hook = warren_runtime::NetnsHook::new(move |pid| {
+            // Opened now: the process may exit right after the hook.
+            let netns = match warren_net::Netns::of_pid(pid) {
+                Ok(n) => n,
+                Err(e) => {
+                    // The link is then made after the start, as without a hook.
+                    tracing::debug!(sandbox = %id, error = %e, "network namespace not opened early");
+                    return;
+                }
+            };
             let (net, id, policy) = (net.clone(), id.clone(), policy.clone());
-            let task = tokio::spawn(async move {
-                let netns = warren_net::Netns::from_fd(fd);
-                net.apply(id.as_str(), &netns, None, &policy).await
-            });
+            let task =
+                tokio::spawn(async move { net.apply(id.as_str(), &netns, None, &policy).await });
             *filled.0.lock().expect("early link lock") = Some(task);
         });
         Some((hook, slot))
@@ -279,9 +286,11 @@ impl EarlyLink {
         let task = self.0.lock().expect("early link lock").take()?;
         Some(match task.await {
             Ok(r) => r.map_err(NodeError::from),
-            Err(e) => Err(NodeError::Network(warren_net::NetError::Policy(format!(
-                "the link task ended: {e}"
-            )))),
+            // The node's fault, not the policy's (as for the link task inside `apply`).
+            Err(e) => Err(NodeError::Network(warren_net::NetError::Netlink {
+                what: "link task".into(),
+                message: e.to_string(),
+            })),
         })
     }
 }

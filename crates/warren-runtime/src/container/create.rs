@@ -186,9 +186,9 @@ async fn start(
     let t_mapped = t0.elapsed();
     send(&mut stream, &Init::Mapped).await?;
     // The namespace exists now (the first stage made it with the others); the link can be
-    // made while the agent forks and builds the root. Opened now: the first stage exits soon.
+    // made while the agent forks and builds the root. The first stage exits soon after.
     if let Some(hook) = &spec.on_netns {
-        hook.call_for(pid);
+        hook.call(pid);
     }
     let agent_pid = match recv(&mut stream, "fork").await? {
         InitReply::Child { pid } => pid,
