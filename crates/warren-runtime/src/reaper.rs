@@ -10,6 +10,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use warren_sys::process::HugePages;
 
 pub use warren_sys::children::ChildExit;
 
@@ -59,9 +60,20 @@ pub fn spawn_wait(
     envp: &[String],
     fds: &[(RawFd, RawFd)],
 ) -> Result<(u32, oneshot::Receiver<ChildExit>), RuntimeError> {
+    spawn_wait_with(program, argv, envp, fds, HugePages::Allowed)
+}
+
+/// [`spawn_wait`], saying whether the program may have transparent huge pages.
+pub fn spawn_wait_with(
+    program: &str,
+    argv: &[String],
+    envp: &[String],
+    fds: &[(RawFd, RawFd)],
+    huge_pages: HugePages,
+) -> Result<(u32, oneshot::Receiver<ChildExit>), RuntimeError> {
     let (tx, rx) = oneshot::channel();
     let mut reg = warren_sys::children::registry();
-    let pid = warren_sys::process::spawn_with_fds(program, argv, envp, fds)?;
+    let pid = warren_sys::process::spawn_with_fds(program, argv, envp, fds, huge_pages)?;
     reg.insert(
         pid,
         Box::new(move |exit| {

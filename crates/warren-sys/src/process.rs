@@ -5,15 +5,32 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 
-/// Spawns `program` with `argv`/`envp` using `posix_spawn` (a vfork-style clone, cheap even
-/// from a large multi-threaded daemon). Each `(src, dst)` in `fds` is duplicated onto `dst`
-/// in the child; every other close-on-exec fd stays closed. The child starts in a new session.
+/// Whether a spawned program may be given transparent huge pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugePages {
+    /// As the host's settings say.
+    Allowed,
+    /// Never (`PR_SET_THP_DISABLE`, kept across `execve`): every page the program touches is
+    /// a base page. For VMMs whose guest RAM is filled from a file at restore: with huge pages
+    /// each first touch of a 2 MiB range zeroes all of it, however little is then written.
+    Off,
+}
+
+/// Spawns `program` with `argv`/`envp`. Each `(src, dst)` in `fds` is duplicated onto `dst`
+/// in the child; every other close-on-exec fd stays closed. The child starts in a new session
+/// with every signal at its default and none blocked. With [`HugePages::Allowed`] this is a
+/// `posix_spawn` (a vfork-style clone, cheap even from a large multi-threaded daemon); with
+/// [`HugePages::Off`] a fork, since the setting must be made in the child before `execve`.
 pub fn spawn_with_fds(
     program: &str,
     argv: &[String],
     envp: &[String],
     fds: &[(RawFd, RawFd)],
+    huge_pages: HugePages,
 ) -> Result<u32> {
+    if huge_pages == HugePages::Off {
+        return fork_exec_without_thp(program, argv, envp, fds);
+    }
     let to_c = |s: &str| {
         CString::new(s)
             .map_err(|_| SysError::new("spawn", std::io::Error::other("NUL in argument")))
@@ -83,6 +100,63 @@ pub fn spawn_with_fds(
         }
         Ok(pid as u32)
     }
+}
+
+/// [`spawn_with_fds`] with [`HugePages::Off`]: a `std` command whose pre-exec hook makes the
+/// same child set-up as the `posix_spawn` path, then turns transparent huge pages off.
+fn fork_exec_without_thp(
+    program: &str,
+    argv: &[String],
+    envp: &[String],
+    fds: &[(RawFd, RawFd)],
+) -> Result<u32> {
+    let mut cmd = std::process::Command::new(program);
+    if let Some((first, rest)) = argv.split_first() {
+        cmd.arg0(first).args(rest);
+    }
+    cmd.env_clear();
+    for e in envp {
+        match e.split_once('=') {
+            Some((k, v)) => cmd.env(k, v),
+            None => cmd.env(e, ""),
+        };
+    }
+    let fds = fds.to_vec();
+    // SAFETY: between fork and exec the hook makes only async-signal-safe system calls
+    // (dup2, fcntl, signal, setsid, prctl) on values copied before the fork, and allocates
+    // nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(src, dst) in &fds {
+                if src == dst {
+                    // Already in place: only its close-on-exec flag goes.
+                    let flags = libc::fcntl(src, libc::F_GETFD);
+                    if flags < 0 || libc::fcntl(src, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(src, dst) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for sig in 1..libc::SIGRTMAX() {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Best effort: a kernel without it (before 3.15) keeps the host's settings.
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| SysError::new(format!("spawn {program}"), e))?;
+    // The caller waits for the pid (the daemon's reaper); `Child` neither waits nor kills on
+    // drop.
+    Ok(child.id())
 }
 
 /// Result of [`fork`].
@@ -616,5 +690,47 @@ mod placement_tests {
         })
         .join()
         .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod spawn_tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// Runs `sh -c script` through [`spawn_with_fds`] with its stdout in a file; its output.
+    fn run(script: &str, huge_pages: HugePages) -> String {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("warren-spawn-{}-{n}", std::process::id()));
+        let out = std::fs::File::create(&path).unwrap();
+        let pid = spawn_with_fds(
+            "/bin/sh",
+            &["sh".into(), "-c".into(), script.into()],
+            &["PATH=/usr/bin:/bin".into()],
+            &[(out.as_raw_fd(), 1)],
+            huge_pages,
+        )
+        .unwrap();
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None).unwrap();
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        text
+    }
+
+    #[test]
+    fn a_program_spawned_without_huge_pages_keeps_the_rest_of_its_set_up() {
+        let script = "grep -E '^THP_enabled' /proc/self/status; \
+                      set -- $(cat /proc/$$/stat); [ \"$6\" = \"$$\" ] && echo session; \
+                      echo \"$PATH\"";
+        let off = run(script, HugePages::Off);
+        assert_eq!(off, "THP_enabled:\t0\nsession\n/usr/bin:/bin\n");
+        // The same set-up through posix_spawn, where huge pages stay as the host says.
+        let allowed = run(script, HugePages::Allowed);
+        assert_eq!(allowed, "THP_enabled:\t1\nsession\n/usr/bin:/bin\n");
     }
 }

@@ -223,6 +223,7 @@ fn spawn_agent(
             (null, 2),
             (ctl.as_raw_fd(), warren_proto::CONTROL_FD),
         ],
+        warren_sys::process::HugePages::Allowed,
     )?;
     Ok(pid)
 }

@@ -14,6 +14,10 @@
 //! `-kernel` file in its heap for the firmware: restores get a stub, the bzImage's setup
 //! header and one page ([`stub_kernel`]), which cuts ~14 MiB from every restored VM.
 //!
+//! QEMU runs without transparent huge pages (see [`super::qemu::spawn`]): the anonymous RAM of a
+//! VM restored from a snapshot of a running sandbox is then filled page by page, not 2 MiB at a
+//! time, and holds what the snapshot held.
+//!
 //! This module must never write to a template's `ram` file after its snapshot was taken.
 
 use std::path::{Path, PathBuf};

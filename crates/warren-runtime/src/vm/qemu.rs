@@ -179,6 +179,12 @@ pub fn args(l: &Launch<'_>) -> Vec<String> {
 /// sandbox's directory (start-up errors are read from there). With a network interface it
 /// starts in a new network namespace (`unshare --net`, which execs QEMU: same pid). Returns
 /// its pid and its exit status to come (from the daemon's reaper).
+///
+/// QEMU runs without transparent huge pages: it asks for them on all guest RAM, and a restore
+/// from a snapshot (fork children, `--snapshot` creates) reads the saved pages into it, so
+/// each first write into a 2 MiB range had the kernel zero all of it and keep it resident,
+/// however few pages the snapshot held there (a snapshot of an idle 512 MiB guest holds
+/// 61 MiB: every child of a fork zeroed and kept ~512).
 pub fn spawn(
     qemu: &Path,
     l: &Launch<'_>,
@@ -209,7 +215,7 @@ pub fn spawn(
         prog = unshare_path();
     }
     argv.extend(args(l));
-    let spawned = crate::reaper::spawn_wait(
+    let spawned = crate::reaper::spawn_wait_with(
         &prog,
         &argv,
         &[
@@ -222,6 +228,7 @@ pub fn spawn(
             (devnull.as_raw_fd(), 1),
             (log.as_raw_fd(), 2),
         ],
+        warren_sys::process::HugePages::Off,
     )?;
     Ok(spawned)
 }

@@ -1,6 +1,7 @@
 //! Fork of a microVM: children restored from one snapshot of the parent, each with its own
 //! disk and memory, a fresh agent session and the parent's hostname; a write in one is not
-//! seen in another or in the parent, and nothing of the fork is left behind.
+//! seen in another or in the parent, no QEMU is given transparent huge pages, and nothing of
+//! the fork is left behind.
 
 use crate::memory::daemon_with_microvm;
 use crate::qemu_of;
@@ -37,6 +38,16 @@ async fn microvm_fork_children_are_isolated_from_each_other_and_the_parent() {
         .await
         .expect("fork of a microVM");
     assert_eq!(kids.len(), 3);
+    // No QEMU gets transparent huge pages: a child's RAM is filled from the snapshot, and with
+    // them every first write into a 2 MiB range zeroed all of it and kept it resident.
+    for k in kids.iter().map(|k| &k.id).chain([&parent.id]) {
+        let pid = qemu_of(k).expect("QEMU of a sandbox");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status.lines().any(|l| l == "THP_enabled:\t0"),
+            "QEMU of {k} may be given huge pages:\n{status}"
+        );
+    }
     for (i, k) in kids.iter().enumerate() {
         assert_eq!(k.substrate, Substrate::Microvm);
         // The parent's files (disk) and memory (a tmpfs) as they were, then a write of its own.
