@@ -692,6 +692,17 @@ async fn node_api_and_host_ports_are_unreachable_on(substrate: Substrate) {
         .await;
     // Only the resolver port of its own gateway answers.
     w.expect_ok(&id, &format!("tcp {gw} 53")).await;
+    if w.is_vm() {
+        // The guest's interface has no IPv6 at all (the rules drop it anyway): no link-local
+        // address that could speak to the host's side of the link.
+        let v6 =
+            w.d.sh_ok(
+                &id,
+                "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; grep -c eth0 /proc/net/if_inet6 || true",
+            )
+            .await;
+        assert_eq!(v6, "1\n0\n", "IPv6 on the guest's eth0");
+    }
     // The daemon's API still works from the host.
     let (ok, out) = run(
         "python3",

@@ -80,6 +80,12 @@ fn boot() -> R<PathBuf> {
         .unwrap_or(0);
     let hostname = arg("warren.hostname=").unwrap_or_else(|| "sandbox".into());
 
+    // No IPv6 on the interfaces made from here on (`eth0`, by the network driver below; the
+    // loopback keeps `::1`): the sandbox's rules drop everything but IPv4, and bringing `eth0`
+    // up would otherwise start IPv6's address configuration, duplicate address detection and
+    // multicast reports in the guest kernel (under TCG the first run of each of those paths is
+    // translated, after every restore).
+    let _ = std::fs::write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
     let order = std::fs::read_to_string("/modules.order").unwrap_or_default();
     for m in order.lines().filter(|l| !l.is_empty()) {
         warren_sys::guest::load_module(&Path::new("/modules").join(m))?;
