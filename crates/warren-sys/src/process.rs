@@ -110,6 +110,21 @@ fn fork_exec_without_thp(
     envp: &[String],
     fds: &[(RawFd, RawFd)],
 ) -> Result<u32> {
+    // A program that cannot be run is refused here, not by a failed `execve`: after one, the
+    // standard library waits for the child itself, which the daemon's reaper (waiting for any
+    // child) may have collected already.
+    if program.contains('/') {
+        use std::os::unix::fs::PermissionsExt;
+        let runnable = std::fs::metadata(program)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        if !runnable {
+            return Err(SysError::new(
+                format!("spawn {program}"),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+    }
     let mut cmd = std::process::Command::new(program);
     if let Some((first, rest)) = argv.split_first() {
         cmd.arg0(first).args(rest);
@@ -123,8 +138,8 @@ fn fork_exec_without_thp(
     }
     let fds = fds.to_vec();
     // SAFETY: between fork and exec the hook makes only async-signal-safe system calls
-    // (dup2, fcntl, signal, setsid, prctl) on values copied before the fork, and allocates
-    // nothing.
+    // (dup2, fcntl, signal, setsid, prctl; `SIGRTMAX` reads a constant of the C library) on
+    // values copied before the fork, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             for &(src, dst) in &fds {
@@ -732,5 +747,15 @@ mod spawn_tests {
         // The same set-up through posix_spawn, where huge pages stay as the host says.
         let allowed = run(script, HugePages::Allowed);
         assert_eq!(allowed, "THP_enabled:\t1\nsession\n/usr/bin:/bin\n");
+        // A program that is not there is an error, not a child.
+        let e = spawn_with_fds(
+            "/nonexistent/qemu",
+            &["qemu".into()],
+            &[],
+            &[],
+            HugePages::Off,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/qemu"), "{e}");
     }
 }
