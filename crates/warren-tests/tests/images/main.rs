@@ -145,7 +145,7 @@ async fn three_layer_stack_overrides_and_deletes_across_layers() {
             .await,
         "a from task\nx y z "
     );
-    let held = leased_layers(&id2);
+    let held = lease_layers(&id2);
     assert!(held.len() >= 3, "{held:?}");
     for l in &held {
         let hex = l.strip_prefix("sha256:").unwrap_or(l);
@@ -511,17 +511,5 @@ fn blob_names() -> std::collections::BTreeSet<String> {
     std::fs::read_dir(image_store().join("blobs/sha256"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-/// The layers a sandbox holds (its lease in the store).
-fn leased_layers(id: &str) -> Vec<String> {
-    let f = image_store().join("leases").join(format!("{id}.json"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
-    v["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap().to_string())
         .collect()
 }
