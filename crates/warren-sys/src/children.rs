@@ -90,6 +90,7 @@ pub fn output(cmd: &mut Command) -> std::io::Result<Output> {
     if !reaper_running() {
         return cmd.stdin(Stdio::null()).output();
     }
+    check_runnable(cmd)?;
     let mut out = memfd("warren-child-stdout")?;
     let mut err = memfd("warren-child-stderr")?;
     cmd.stdin(Stdio::null())
@@ -117,6 +118,44 @@ pub fn output(cmd: &mut Command) -> std::io::Result<Output> {
         stdout: read_all(&mut out)?,
         stderr: read_all(&mut err)?,
     })
+}
+
+/// Refuses, before any fork, a command whose program cannot be started. After the failed
+/// `execve` of a forked child the standard library waits for that child itself, and panics
+/// when the wait fails, which it does when this process's reaper collected the child first.
+/// (Its `posix_spawn` path does not wait; a command with a pre-exec hook, a user, a group or
+/// a `PATH` of its own takes the fork path.) A program found here that still fails to start
+/// (a bad interpreter, for one) keeps that narrow window.
+pub fn check_runnable(cmd: &Command) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let program = Path::new(cmd.get_program());
+    let found = if program.as_os_str().as_bytes().contains(&b'/') {
+        match cmd.get_current_dir() {
+            Some(d) if program.is_relative() => executable(&d.join(program)),
+            _ => executable(program),
+        }
+    } else {
+        // The child's `PATH` (its own if the command sets one), else the C library's default.
+        let path = match cmd.get_envs().find(|(k, _)| *k == "PATH") {
+            Some((_, v)) => v.map(|v| v.to_os_string()),
+            None => std::env::var_os("PATH"),
+        };
+        let path = path.unwrap_or_else(|| "/bin:/usr/bin".into());
+        std::env::split_paths(&path).any(|d| executable(&d.join(program)))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{}: no such program", program.display()),
+        ))
+    }
 }
 
 fn read_all(f: &mut std::fs::File) -> std::io::Result<Vec<u8>> {
@@ -147,6 +186,60 @@ mod tests {
         assert_eq!(o.stdout, b"out\n");
         assert_eq!(o.stderr, b"err\n");
         assert_eq!(o.status.code(), Some(3));
+    }
+
+    /// With a reaper collecting every child, a program that cannot be run is an error, never
+    /// a panic: the standard library's own wait after a failed `execve` (its fork path, taken
+    /// here for the `uid`) would find the child gone.
+    #[test]
+    fn a_missing_program_is_an_error_beside_a_reaper() {
+        use std::os::unix::process::CommandExt;
+        // The reaper takes every child of its process: the test runs alone in a process of
+        // its own (this test binary again), whatever runs the tests.
+        const ALONE: &str = "WARREN_SYS_TEST_REAPER_PROCESS";
+        if std::env::var_os(ALONE).is_none() {
+            let name = "children::tests::a_missing_program_is_an_error_beside_a_reaper";
+            let o = Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ALONE, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        assert!(claim_reaping());
+        std::thread::spawn(|| loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes only into `status`, a live local.
+            let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+            if pid > 0 {
+                deliver(pid, ChildExit::Code(libc::WEXITSTATUS(status)));
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        for program in [
+            "/nonexistent/tool",
+            "no-such-tool-anywhere",
+            "/proc/version",
+            "/usr",
+        ] {
+            for _ in 0..50 {
+                let e = output(Command::new(program).uid(uid)).unwrap_err();
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+                assert!(e.to_string().contains(program), "{e}");
+            }
+        }
+        let o = output(Command::new("sh").uid(uid).args(["-c", "echo ok"])).unwrap();
+        assert_eq!(o.stdout, b"ok\n");
+        let o = output(Command::new("true").env("PATH", "/nonexistent:/usr/bin:/bin")).unwrap();
+        assert!(o.status.success());
+        let e = output(Command::new("true").env("PATH", "/nonexistent")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
     }
 
     #[test]

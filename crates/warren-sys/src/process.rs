@@ -110,21 +110,6 @@ fn fork_exec_without_thp(
     envp: &[String],
     fds: &[(RawFd, RawFd)],
 ) -> Result<u32> {
-    // A program that cannot be run is refused here, not by a failed `execve`: after one, the
-    // standard library waits for the child itself, which the daemon's reaper (waiting for any
-    // child) may have collected already.
-    if program.contains('/') {
-        use std::os::unix::fs::PermissionsExt;
-        let runnable = std::fs::metadata(program)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false);
-        if !runnable {
-            return Err(SysError::new(
-                format!("spawn {program}"),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-    }
     let mut cmd = std::process::Command::new(program);
     if let Some((first, rest)) = argv.split_first() {
         cmd.arg0(first).args(rest);
@@ -136,6 +121,10 @@ fn fork_exec_without_thp(
             None => cmd.env(e, ""),
         };
     }
+    // A program that cannot be run is refused here, not by a failed `execve` (see
+    // `check_runnable`: the daemon's reaper may collect the child first).
+    crate::children::check_runnable(&cmd)
+        .map_err(|e| SysError::new(format!("spawn {program}"), e))?;
     let fds = fds.to_vec();
     // SAFETY: between fork and exec the hook makes only async-signal-safe system calls
     // (dup2, fcntl, signal, setsid, prctl; `SIGRTMAX` reads a constant of the C library) on
