@@ -184,12 +184,14 @@ async fn start(
     };
     warren_sys::ns::write_id_maps(pid, range, range)?;
     let t_mapped = t0.elapsed();
-    send(&mut stream, &Init::Mapped).await?;
     // The namespace exists now (the first stage made it with the others); the link can be
-    // made while the agent forks and builds the root. The first stage exits soon after.
+    // made while the agent forks and builds the root. Handed over before `Mapped`: until it
+    // reads that, the first stage is there (it forks and exits soon after), so the hook can
+    // always open the namespace through its pid.
     if let Some(hook) = &spec.on_netns {
         hook.call(pid);
     }
+    send(&mut stream, &Init::Mapped).await?;
     let agent_pid = match recv(&mut stream, "fork").await? {
         InitReply::Child { pid } => pid,
         other => {
