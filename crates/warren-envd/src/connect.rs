@@ -207,3 +207,295 @@ pub fn end_stream(error: Option<&ConnectError>) -> Bytes {
     };
     envelope(FLAG_END_STREAM, &body)
 }
+
+/// The largest message this server reads (a request envelope or a unary body). envd's
+/// requests are small; stdin chunks and file uploads go elsewhere or in many messages.
+pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// One decoded envelope of a request stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub payload: Bytes,
+}
+
+/// Reads envelopes out of a request body as its chunks arrive: bytes go in with
+/// [`EnvelopeReader::push`], whole messages come out of [`EnvelopeReader::next`]. Every
+/// malformed input is a [`ConnectError`], never a panic.
+#[derive(Debug)]
+pub struct EnvelopeReader {
+    buf: BytesMut,
+    max: usize,
+}
+
+impl Default for EnvelopeReader {
+    fn default() -> Self {
+        Self::new(MAX_MESSAGE)
+    }
+}
+
+impl EnvelopeReader {
+    /// A reader refusing messages over `max` bytes.
+    pub fn new(max: usize) -> Self {
+        EnvelopeReader {
+            buf: BytesMut::new(),
+            max,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next whole message, `Ok(None)` when more bytes are needed. A client's stream
+    /// carries messages only: the end-of-stream flag, a compressed message (no compression is
+    /// negotiated) and unknown flags are refused, and so is a length over the limit, before
+    /// its bytes are waited for.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ConnectError> {
+        if self.buf.len() < 5 {
+            return Ok(None);
+        }
+        let flags = self.buf[0];
+        if flags & FLAG_COMPRESSED != 0 {
+            return Err(ConnectError::new(
+                Code::Internal,
+                "a compressed message, but no compression was negotiated",
+            ));
+        }
+        if flags & FLAG_END_STREAM != 0 {
+            return Err(ConnectError::invalid(
+                "a request stream must not carry an end-of-stream message",
+            ));
+        }
+        if flags != 0 {
+            return Err(ConnectError::invalid(format!(
+                "unknown envelope flags {flags:#04x}"
+            )));
+        }
+        let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+        if len > self.max {
+            return Err(ConnectError::new(
+                Code::ResourceExhausted,
+                format!(
+                    "a message of {len} bytes is over the limit of {} bytes",
+                    self.max
+                ),
+            ));
+        }
+        if self.buf.len() < 5 + len {
+            return Ok(None);
+        }
+        let mut msg = self.buf.split_to(5 + len);
+        let payload = msg.split_off(5).freeze();
+        Ok(Some(Frame { payload }))
+    }
+
+    /// Checks that the stream ended between messages.
+    pub fn finish(&self) -> Result<(), ConnectError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(ConnectError::invalid(format!(
+                "the request stream ended inside a message ({} bytes left over)",
+                self.buf.len()
+            )))
+        }
+    }
+}
+
+/// Decodes a message in `codec`.
+pub fn decode<M>(codec: Codec, bytes: &[u8]) -> Result<M, ConnectError>
+where
+    M: prost::Message + Default + serde::de::DeserializeOwned,
+{
+    match codec {
+        Codec::Proto => M::decode(bytes)
+            .map_err(|e| ConnectError::invalid(format!("the request is not a valid message: {e}"))),
+        Codec::Json => {
+            // An empty body is the empty message (as protobuf's binary form would be).
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return Ok(M::default());
+            }
+            serde_json::from_slice(bytes)
+                .map_err(|e| ConnectError::invalid(format!("the request is not valid JSON: {e}")))
+        }
+    }
+}
+
+/// Encodes a message in `codec`.
+pub fn encode<M: prost::Message + serde::Serialize>(codec: Codec, msg: &M) -> Vec<u8> {
+    match codec {
+        Codec::Proto => msg.encode_to_vec(),
+        Codec::Json => serde_json::to_vec(msg).unwrap_or_else(|_| b"{}".to_vec()),
+    }
+}
+
+/// A unary call's answer.
+pub fn unary_ok<M: prost::Message + serde::Serialize>(codec: Codec, msg: &M) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, codec.unary_content_type())],
+        encode(codec, msg),
+    )
+        .into_response()
+}
+
+/// A message of a server stream, enveloped.
+pub fn stream_message<M: prost::Message + serde::Serialize>(codec: Codec, msg: &M) -> Bytes {
+    envelope(0, &encode(codec, msg))
+}
+
+/// The deadline a client set (`Connect-Timeout-Ms`, at most 10 digits), if any.
+pub fn timeout(headers: &HeaderMap) -> Result<Option<std::time::Duration>, ConnectError> {
+    let Some(v) = headers.get("connect-timeout-ms") else {
+        return Ok(None);
+    };
+    let s = v.to_str().unwrap_or("");
+    if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ConnectError::invalid(format!(
+            "Connect-Timeout-Ms must be 1 to 10 digits, got {s:?}"
+        )));
+    }
+    Ok(Some(std::time::Duration::from_millis(
+        s.parse().unwrap_or(u64::MAX),
+    )))
+}
+
+/// Refuses a request body in an encoding other than identity (none is negotiated).
+pub fn check_identity(headers: &HeaderMap, kind: CallKind) -> Result<(), ConnectError> {
+    let name = match kind {
+        CallKind::Unary(_) => header::CONTENT_ENCODING.as_str(),
+        CallKind::Stream(_) => "connect-content-encoding",
+    };
+    match headers.get(name).map(|v| v.to_str().unwrap_or("?")) {
+        None | Some("identity") => Ok(()),
+        Some(other) => Err(ConnectError::new(
+            Code::Unimplemented,
+            format!("request compression {other:?} is not supported (only identity)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(input: &[u8], max: usize) -> Result<Vec<Bytes>, ConnectError> {
+        let mut r = EnvelopeReader::new(max);
+        let mut out = Vec::new();
+        // Byte by byte: every split point of the input is tried.
+        for b in input {
+            r.push(std::slice::from_ref(b));
+            while let Some(f) = r.next_frame()? {
+                out.push(f.payload);
+            }
+        }
+        r.finish()?;
+        Ok(out)
+    }
+
+    #[test]
+    fn envelopes_round_trip_across_any_split() {
+        let mut input = envelope(0, b"{\"a\":1}").to_vec();
+        input.extend_from_slice(&envelope(0, b""));
+        input.extend_from_slice(&envelope(0, &[7u8; 300]));
+        let out = read_all(&input, 1024).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(&out[0][..], b"{\"a\":1}");
+        assert!(out[1].is_empty());
+        assert_eq!(out[2].len(), 300);
+    }
+
+    #[test]
+    fn malformed_envelopes_are_connect_errors() {
+        let truncated = &envelope(0, b"hello")[..7];
+        assert_eq!(
+            read_all(truncated, 1024).unwrap_err().code,
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            read_all(&[0, 0, 0], 1024).unwrap_err().code,
+            Code::InvalidArgument
+        );
+        let oversized = [0, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(
+            read_all(&oversized, 1024).unwrap_err().code,
+            Code::ResourceExhausted
+        );
+        let compressed = envelope(FLAG_COMPRESSED, b"x");
+        assert_eq!(
+            read_all(&compressed, 1024).unwrap_err().code,
+            Code::Internal
+        );
+        let end = envelope(FLAG_END_STREAM, b"{}");
+        assert_eq!(
+            read_all(&end, 1024).unwrap_err().code,
+            Code::InvalidArgument
+        );
+        let bad_flags = envelope(0x80, b"x");
+        assert_eq!(
+            read_all(&bad_flags, 1024).unwrap_err().code,
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn every_byte_string_decodes_or_errs() {
+        // A cheap exhaustive sweep over short inputs (the fuzz target goes further).
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..64 {
+            for _ in 0..200 {
+                let input: Vec<u8> = (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        if seed.is_multiple_of(3) {
+                            0
+                        } else {
+                            seed as u8
+                        }
+                    })
+                    .collect();
+                let _ = read_all(&input, 32);
+                let _ = decode::<crate::pb::process::StartRequest>(Codec::Proto, &input);
+                let _ = decode::<crate::pb::process::StartRequest>(Codec::Json, &input);
+            }
+        }
+    }
+
+    #[test]
+    fn content_types_name_the_call_kind() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/connect+json; charset=utf-8"),
+        );
+        assert_eq!(CallKind::of(&h), Some(CallKind::Stream(Codec::Json)));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/proto"),
+        );
+        assert_eq!(CallKind::of(&h), Some(CallKind::Unary(Codec::Proto)));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(CallKind::of(&h), None);
+        h.insert("connect-timeout-ms", HeaderValue::from_static("1500"));
+        assert_eq!(
+            timeout(&h).unwrap(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        h.insert("connect-timeout-ms", HeaderValue::from_static("-1"));
+        assert!(timeout(&h).is_err());
+    }
+
+    #[test]
+    fn errors_have_connects_shape() {
+        let e = ConnectError::new(Code::NotFound, "no process 7");
+        let r = e.clone().into_response(CallKind::Unary(Codec::Json));
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            String::from_utf8_lossy(&end_stream(Some(&e))[5..]),
+            r#"{"error":{"code":"not_found","message":"no process 7"}}"#
+        );
+        assert_eq!(end_stream(None)[0], FLAG_END_STREAM);
+    }
+}
