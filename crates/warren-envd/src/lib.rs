@@ -17,6 +17,9 @@ pub mod process;
 pub mod users;
 pub mod v1;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use axum::extract::Request;

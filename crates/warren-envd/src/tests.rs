@@ -1,0 +1,313 @@
+//! `Envd::serve` end to end over a stand-in of the v1 router that answers the attached exec
+//! as Warren's does (NDJSON events of base64 output, then the exit): what the framing, the
+//! command registry and the error shapes do. The real node is driven by the E2B SDK's tests.
+
+use axum::body::Body;
+use axum::extract::{Path, Request};
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use warren_types::{Caller, ExecEvent, ExecRequest, ExecResult};
+
+use crate::connect::{envelope, FLAG_COMPRESSED, FLAG_END_STREAM};
+use crate::Envd;
+
+/// `cat` echoes stdin as stdout and exits 0 when stdin ends; `fail` writes to stderr and
+/// exits 3; anything else runs until the call is dropped.
+async fn attach(Path(_id): Path<String>, req: Request) -> Response {
+    assert!(
+        req.extensions().get::<Caller>().is_some(),
+        "the caller rides along"
+    );
+    let mut body = req.into_body().into_data_stream();
+    let mut head = Vec::new();
+    let mut rest = Bytes::new();
+    while let Some(Ok(c)) = body.next().await {
+        if let Some(nl) = c.iter().position(|b| *b == b'\n') {
+            head.extend_from_slice(&c[..nl]);
+            rest = c.slice(nl + 1..);
+            break;
+        }
+        head.extend_from_slice(&c);
+    }
+    let exec: ExecRequest = serde_json::from_slice(&head).unwrap();
+    let prog = exec.argv.unwrap()[0].clone();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let line = |ev: &ExecEvent| {
+        let mut l = serde_json::to_vec(ev).unwrap();
+        l.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(l))
+    };
+    let exit = move |code| ExecEvent::Exit {
+        result: ExecResult {
+            exit_code: Some(code),
+            ..Default::default()
+        },
+    };
+    let events: futures::stream::BoxStream<'static, _> = match prog.as_str() {
+        "cat" => {
+            let first = futures::stream::iter((!rest.is_empty()).then(|| rest.to_vec()));
+            let more = body.filter_map(|c| async move { c.ok().map(|c| c.to_vec()) });
+            first
+                .chain(more)
+                .map(move |c| line(&ExecEvent::Stdout { data: b64(&c) }))
+                .chain(futures::stream::once(async move { line(&exit(0)) }))
+                .boxed()
+        }
+        "fail" => futures::stream::iter([
+            line(&ExecEvent::Stderr {
+                data: b64(b"bad\n"),
+            }),
+            line(&exit(3)),
+        ])
+        .boxed(),
+        _ => futures::stream::pending().boxed(),
+    };
+    Response::new(Body::from_stream(events))
+}
+
+fn envd() -> Envd {
+    Envd::new(axum::Router::new().route("/v1/sandboxes/{id}/exec/attach", post(attach)))
+}
+
+fn rpc(path: &str, ct: &str, body: impl Into<Body>) -> Request {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, ct)
+        .body(body.into())
+        .unwrap()
+}
+
+fn start(cmd: &str, stdin: bool) -> Request {
+    let msg = serde_json::json!({"process": {"cmd": cmd, "args": []}, "stdin": stdin});
+    rpc(
+        "/process.Process/Start",
+        "application/connect+json",
+        envelope(0, msg.to_string().as_bytes()),
+    )
+}
+
+/// The JSON messages of a streamed answer, the end-of-stream message last.
+async fn messages(r: Response) -> Vec<serde_json::Value> {
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    let mut out = Vec::new();
+    let mut b = &bytes[..];
+    while b.len() >= 5 {
+        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        out.push(serde_json::from_slice(&b[5..5 + len]).unwrap());
+        b = &b[5 + len..];
+    }
+    assert!(b.is_empty());
+    out
+}
+
+async fn serve(e: &Envd, req: Request) -> Response {
+    e.serve("sb1", Caller::admin(), None, req).await
+}
+
+#[tokio::test]
+async fn start_streams_output_and_the_exit() {
+    let e = envd();
+    let r = serve(&e, start("fail", false)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        r.headers()[header::CONTENT_TYPE],
+        "application/connect+json"
+    );
+    let m = messages(r).await;
+    assert!(m[0]["event"]["start"]["pid"].as_u64().unwrap() >= 1000);
+    assert_eq!(m[1]["event"]["data"]["stderr"], "YmFkCg==");
+    assert_eq!(m[2]["event"]["end"]["exitCode"], 3);
+    assert_eq!(m[2]["event"]["end"]["exited"], true);
+    assert_eq!(m[3], serde_json::json!({}));
+}
+
+#[tokio::test]
+async fn stdin_reaches_a_command_and_closing_it_ends_the_command() {
+    let e = envd();
+    let r = serve(&e, start("cat", true)).await;
+    let mut body = r.into_body().into_data_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&first[5..]).unwrap();
+    let pid = v["event"]["start"]["pid"].as_u64().unwrap();
+
+    // Listed while it runs.
+    let l = serve(&e, rpc("/process.Process/List", "application/json", "{}")).await;
+    let l: serde_json::Value =
+        serde_json::from_slice(&l.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(l["processes"][0]["pid"], pid);
+
+    let input = serde_json::json!({"process": {"pid": pid}, "input": {"stdin": "aGkK"}});
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/SendInput",
+            "application/json",
+            input.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let close = serde_json::json!({"process": {"pid": pid}});
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/CloseStdin",
+            "application/json",
+            close.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let rest: Vec<u8> = body.map(|c| c.unwrap().to_vec()).concat().await;
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.contains(r#""stdout":"aGkK""#), "{text}");
+    assert!(text.contains(r#""exitCode":0"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_dropped_stream_can_be_reconnected_and_the_command_killed() {
+    let e = envd();
+    let r = serve(&e, start("sleep", false)).await;
+    let mut body = r.into_body().into_data_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&first[5..]).unwrap();
+    let pid = v["event"]["start"]["pid"].as_u64().unwrap();
+    drop(body);
+
+    let sel = serde_json::json!({"process": {"pid": pid}});
+    let conn = rpc(
+        "/process.Process/Connect",
+        "application/connect+json",
+        envelope(0, sel.to_string().as_bytes()),
+    );
+    let r = serve(&e, conn).await;
+    let kill = serde_json::json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"});
+    let k = serve(
+        &e,
+        rpc(
+            "/process.Process/SendSignal",
+            "application/json",
+            kill.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(k.status(), StatusCode::OK);
+    let m = messages(r).await;
+    assert_eq!(m[0]["event"]["start"]["pid"], pid);
+    assert_eq!(m[1]["event"]["end"]["exitCode"], -1);
+    assert_eq!(m[1]["event"]["end"]["status"], "signal: killed");
+
+    // Gone now: the SDK's kill() reads not_found as "was not running".
+    let k = serve(
+        &e,
+        rpc(
+            "/process.Process/SendSignal",
+            "application/json",
+            kill.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(k.status(), StatusCode::NOT_FOUND);
+    let body: serde_json::Value =
+        serde_json::from_slice(&k.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["code"], "not_found");
+}
+
+#[tokio::test]
+async fn malformed_frames_answer_connect_errors() {
+    let e = envd();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            envelope(0, b"{\"process\":")[..8].to_vec(),
+            "invalid_argument",
+        ),
+        (vec![0, 0xff, 0xff, 0xff, 0xff], "resource_exhausted"),
+        (envelope(FLAG_COMPRESSED, b"{}").to_vec(), "internal"),
+        (
+            envelope(FLAG_END_STREAM, b"{}").to_vec(),
+            "invalid_argument",
+        ),
+        (envelope(0x40, b"{}").to_vec(), "invalid_argument"),
+        (envelope(0, b"not json").to_vec(), "invalid_argument"),
+        (Vec::new(), "invalid_argument"),
+    ];
+    for (body, code) in cases {
+        let r = serve(
+            &e,
+            rpc(
+                "/process.Process/Start",
+                "application/connect+json",
+                body.clone(),
+            ),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK, "{body:?}");
+        let m = messages(r).await;
+        assert_eq!(m.last().unwrap()["error"]["code"], code, "{body:?}");
+    }
+    // Unary: the status and the JSON error.
+    let r = serve(
+        &e,
+        rpc("/process.Process/SendInput", "application/json", "[1,2"),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = serve(&e, rpc("/process.Process/Nope", "application/json", "{}")).await;
+    assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED);
+    let r = serve(&e, rpc("/process.Process/List", "text/plain", "{}")).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/List",
+            "application/proto",
+            Bytes::from_static(&[0xff]),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = serve(&e, rpc("/elsewhere", "application/json", "{}")).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let h = serve(&e, Request::get("/health").body(Body::empty()).unwrap()).await;
+    assert_eq!(h.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn protobuf_calls_are_answered_in_protobuf() {
+    use prost::Message;
+    let e = envd();
+    let req = crate::pb::process::StartRequest {
+        process: Some(crate::pb::process::ProcessConfig {
+            cmd: "fail".into(),
+            ..Default::default()
+        }),
+        stdin: Some(false),
+        ..Default::default()
+    };
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/Start",
+            "application/connect+proto",
+            envelope(0, &req.encode_to_vec()),
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.headers()[header::CONTENT_TYPE],
+        "application/connect+proto"
+    );
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+    let first = crate::pb::process::EventResponse::decode(&bytes[5..5 + len]).unwrap();
+    assert!(matches!(
+        first.event.and_then(|e| e.event),
+        Some(crate::pb::process::Event::Start(_))
+    ));
+    // The end-of-stream message is JSON in every encoding.
+    assert!(bytes.ends_with(b"\x02\x00\x00\x00\x02{}"));
+}
