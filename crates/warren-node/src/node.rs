@@ -1,11 +1,26 @@
 //! The node: its parts side by side, each with one owner, as the API router's state.
 //!
-//! - [`Manager`] owns the sandboxes (lifecycle, calls, trajectory, recovery, reaper);
+//! - [`Manager`] owns the registry of sandboxes and their lifecycle (create, fork, pause,
+//!   delete, the reaper, recovery) and the step runner every logged call goes through;
 //! - [`Images`] owns the image routes over the node's layer store;
-//! - [`Functions`] owns the warm pools of the function call API.
+//! - [`Functions`] owns the warm pools of the function call API;
+//! - [`SandboxNetwork`] owns the node's links, rules and resolvers, and applies sandboxes'
+//!   network policies (the manager calls it at create, fork, delete and recovery);
+//! - [`Telemetry`] owns the sandboxes' counters, the event feed and the scrape window, and
+//!   answers `/metrics`' sandbox figures and a sandbox's stats by reading the manager;
+//! - [`Trajectories`] owns the trajectory shipper and the log source revive reads from, and
+//!   serves export and revive (the manager seals a deleted sandbox's log through it);
+//! - [`Snapshots`] owns the node's snapshots (their directory and table): saving one reads
+//!   the manager's sandbox, and the manager creates sandboxes from them;
+//! - [`Terminals`] owns the terminal sessions it opens in the manager's sandboxes;
+//! - [`Processes`] and [`Files`] own nothing: they serve the commands and file calls into
+//!   the manager's sandboxes, through its step runner.
 //!
-//! None of them reaches into another: a handler takes the part it serves (axum's
-//! [`FromRef`] hands each out of the node), and only the node stops them all.
+//! They reach each other in one direction only. The manager holds the parts it calls into
+//! ([`crate::manager::Parts`]: network, telemetry, trajectories, snapshots), whose own calls
+//! that need a sandbox are handed the manager; terminals, processes and files hold the
+//! manager. A handler takes the parts it serves (axum's [`FromRef`] hands each out of the
+//! node), and only the node stops them all.
 
 use axum::extract::FromRef;
 use std::sync::Arc;
@@ -14,7 +29,9 @@ use warren_types::Substrate;
 
 use crate::functions::{FunctionPools, Functions, NoBackend, RuntimeBackend, WarmBackend};
 use crate::images::Images;
-use crate::manager::Manager;
+use crate::manager::{
+    Files, Manager, Processes, SandboxNetwork, Snapshots, Telemetry, Terminals, Trajectories,
+};
 
 /// Every part of a node. Cheap to clone; every clone is the same node.
 #[derive(Clone, Debug)]
@@ -22,6 +39,13 @@ pub struct Node {
     pub sandboxes: Manager,
     pub images: Images,
     pub functions: Functions,
+    pub network: SandboxNetwork,
+    pub telemetry: Telemetry,
+    pub trajectories: Trajectories,
+    pub snapshots: Snapshots,
+    pub terminals: Terminals,
+    pub processes: Processes,
+    pub files: Files,
     /// Requests answered by the node's API router, by route and status.
     pub http: warren_edge::HttpMetrics,
 }
@@ -32,6 +56,7 @@ impl Node {
     pub fn new(sandboxes: Manager, images: Option<Arc<ImageStore>>) -> Node {
         let cfg = sandboxes.config();
         let backend: Arc<dyn WarmBackend> = match sandboxes
+            .substrates()
             .runtimes()
             .iter()
             .find(|r| r.substrate() == Substrate::Container)
@@ -46,6 +71,13 @@ impl Node {
         let functions = Functions::new(pools, cfg.defaults.clone(), cfg.bounds.clone());
         Node {
             images: Images::new(images),
+            network: sandboxes.parts().network.clone(),
+            telemetry: sandboxes.parts().telemetry.clone(),
+            trajectories: sandboxes.parts().trajectories.clone(),
+            snapshots: sandboxes.parts().snapshots.clone(),
+            terminals: Terminals::new(sandboxes.clone()),
+            processes: Processes::new(sandboxes.clone()),
+            files: Files::new(sandboxes.clone()),
             functions,
             sandboxes,
             http: warren_edge::HttpMetrics::default(),
@@ -58,7 +90,7 @@ impl Node {
         let mut reg = crate::metrics::Registry::default();
         crate::metrics::register_build_info(&mut reg);
         self.http.register(&mut reg);
-        self.sandboxes.register_metrics(&mut reg);
+        self.telemetry.register_metrics(&mut reg, &self.sandboxes);
         self.functions.register_metrics(&mut reg);
         self.images.register_metrics(&mut reg);
         crate::metrics::host::register(&mut reg);
@@ -70,26 +102,32 @@ impl Node {
     /// [`Manager::shutdown`]).
     pub async fn stop(&self) {
         self.functions.shutdown().await;
-        for r in self.sandboxes.runtimes() {
+        for r in self.sandboxes.substrates().runtimes() {
             r.shutdown();
         }
     }
 }
 
-impl FromRef<Node> for Manager {
-    fn from_ref(node: &Node) -> Manager {
-        node.sandboxes.clone()
-    }
+/// Hands each part out of the node (axum's [`FromRef`]) to the handlers that take it.
+macro_rules! served_parts {
+    ($($part:ty => $field:ident),* $(,)?) => {
+        $(impl FromRef<Node> for $part {
+            fn from_ref(node: &Node) -> $part {
+                node.$field.clone()
+            }
+        })*
+    };
 }
 
-impl FromRef<Node> for Images {
-    fn from_ref(node: &Node) -> Images {
-        node.images.clone()
-    }
-}
-
-impl FromRef<Node> for Functions {
-    fn from_ref(node: &Node) -> Functions {
-        node.functions.clone()
-    }
-}
+served_parts!(
+    Manager => sandboxes,
+    Images => images,
+    Functions => functions,
+    SandboxNetwork => network,
+    Telemetry => telemetry,
+    Trajectories => trajectories,
+    Snapshots => snapshots,
+    Terminals => terminals,
+    Processes => processes,
+    Files => files,
+);

@@ -191,7 +191,8 @@ impl Tenants {
         Ok(CallSlot(Some((self.clone(), tenant.clone()))))
     }
 
-    /// (sandboxes, memory MiB, CPUs, calls) counted for `tenant`.
+    /// (sandboxes, memory MiB, CPUs, calls) counted for `tenant` (tests).
+    #[cfg(test)]
     pub(crate) fn usage(&self, tenant: &str) -> (u64, u64, f64, u64) {
         let map = self.usage.lock().expect("quota lock");
         map.get(tenant)

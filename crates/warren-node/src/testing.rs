@@ -400,3 +400,82 @@ pub fn manager_with(
     let store = Store::open(dir.join("state.redb")).unwrap();
     Manager::new(c, vec![rt], store)
 }
+
+/// Calls on a bare manager as the node's administrator, and the parts above it, for tests
+/// that drive one without a node.
+#[allow(async_fn_in_trait)]
+pub trait Calls {
+    /// `POST /v1/sandboxes`, as the node's administrator.
+    async fn create(
+        &self,
+        req: warren_types::CreateSandboxRequest,
+    ) -> Result<crate::Created, crate::NodeError>;
+    /// `POST /v1/sandboxes/{id}/fork`, as the node's administrator.
+    async fn fork(
+        &self,
+        id: &SandboxId,
+        req: warren_types::ForkRequest,
+    ) -> Result<Vec<warren_types::SandboxInfo>, crate::NodeError>;
+    /// Commands in its sandboxes.
+    fn procs(&self) -> crate::manager::Processes;
+    /// Files in its sandboxes.
+    fn files(&self) -> crate::manager::Files;
+    /// The whole log of sandbox `id` from `from_seq` on.
+    async fn entries(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+    ) -> Result<Vec<warren_types::TrajectoryEntry>, crate::NodeError>;
+    /// Revives sandbox `id` as `caller`.
+    async fn revive(
+        &self,
+        caller: &warren_types::Caller,
+        id: &SandboxId,
+        opts: warren_types::ReviveOptions,
+    ) -> Result<warren_types::ReviveReport, crate::NodeError>;
+}
+
+impl Calls for Manager {
+    async fn create(
+        &self,
+        req: warren_types::CreateSandboxRequest,
+    ) -> Result<crate::Created, crate::NodeError> {
+        self.create_as(&warren_types::Caller::admin(), req).await
+    }
+
+    async fn fork(
+        &self,
+        id: &SandboxId,
+        req: warren_types::ForkRequest,
+    ) -> Result<Vec<warren_types::SandboxInfo>, crate::NodeError> {
+        self.fork_as(&warren_types::Caller::admin(), id, req).await
+    }
+
+    fn procs(&self) -> crate::manager::Processes {
+        crate::manager::Processes::new(self.clone())
+    }
+
+    fn files(&self) -> crate::manager::Files {
+        crate::manager::Files::new(self.clone())
+    }
+
+    async fn entries(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+    ) -> Result<Vec<warren_types::TrajectoryEntry>, crate::NodeError> {
+        self.parts().trajectories.entries(self, id, from_seq).await
+    }
+
+    async fn revive(
+        &self,
+        caller: &warren_types::Caller,
+        id: &SandboxId,
+        opts: warren_types::ReviveOptions,
+    ) -> Result<warren_types::ReviveReport, crate::NodeError> {
+        self.parts()
+            .trajectories
+            .revive_as(self, caller, id, opts)
+            .await
+    }
+}

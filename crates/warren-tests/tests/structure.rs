@@ -421,3 +421,137 @@ fn the_checker_sees_a_cycle_and_its_parts() {
     let c = find_cycle(&edges_of(src)).expect("a → b → a");
     assert_eq!(c.len(), 3, "{c:?}");
 }
+
+/// The manager keeps the sandbox registry and the lifecycle; every other capability is a part
+/// of its own beside it (see `crates/warren-node/src/node.rs`). These bounds hold it there.
+const MANAGER_MAX_METHODS: usize = 40;
+const MANAGER_MAX_FIELDS: usize = 8;
+
+/// The bodies (`{ ... }`, braces left out) of every item of `code` that starts with `head`.
+fn bodies_after<'a>(code: &'a str, head: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(head) {
+        let after = &rest[at + head.len()..];
+        let Some(open) = after.find('{') else { break };
+        let mut depth = 0usize;
+        let mut end = after.len();
+        for (i, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(&after[open + 1..end]);
+        rest = &after[end..];
+    }
+    out
+}
+
+/// The lines of `body` at its own level (not inside a nested `{ ... }`).
+fn top_level_lines(body: &str) -> Vec<&str> {
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    for line in body.lines() {
+        if depth == 0 {
+            out.push(line.trim());
+        }
+        for c in line.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// (methods of every `impl Manager` in the node crate, fields of the manager's state).
+fn manager_size() -> (Vec<String>, Vec<String>) {
+    let src = repo().join("crates/warren-node/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut methods = Vec::new();
+    for f in &files {
+        let code = code_of(&std::fs::read_to_string(f).unwrap());
+        for body in bodies_after(&code, "impl Manager ") {
+            for line in top_level_lines(body) {
+                let Some(at) = line.find("fn ") else { continue };
+                let before = &line[..at];
+                if before
+                    .split_whitespace()
+                    .all(|w| w.starts_with("pub") || matches!(w, "async" | "const" | "unsafe"))
+                {
+                    let name: String = line[at + 3..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    let file = f.strip_prefix(&src).unwrap().display();
+                    methods.push(format!("{file}: {name}"));
+                }
+            }
+        }
+    }
+    let code = code_of(&std::fs::read_to_string(src.join("manager/mod.rs")).unwrap());
+    let state = bodies_after(&code, "struct Inner ");
+    assert_eq!(
+        state.len(),
+        1,
+        "the manager's state `struct Inner` in manager/mod.rs"
+    );
+    let fields = top_level_lines(state[0])
+        .into_iter()
+        .filter(|l| !l.is_empty() && !l.starts_with("#[") && l.contains(':'))
+        .map(|l| l.split(':').next().unwrap().trim().to_string())
+        .collect();
+    (methods, fields)
+}
+
+#[test]
+fn the_manager_keeps_the_registry_and_the_lifecycle_only() {
+    let (methods, fields) = manager_size();
+    assert!(methods.len() > 5, "found only {methods:?}");
+    assert!(
+        methods.len() <= MANAGER_MAX_METHODS,
+        "Manager has {} methods (at most {MANAGER_MAX_METHODS}): give a capability a part of \
+         its own beside it (crates/warren-node/src/node.rs)\n{methods:#?}",
+        methods.len()
+    );
+    assert!(
+        fields.len() <= MANAGER_MAX_FIELDS,
+        "the manager's state has {} fields (at most {MANAGER_MAX_FIELDS}): {fields:?}",
+        fields.len()
+    );
+}
+
+#[test]
+fn the_manager_counter_sees_methods_and_fields() {
+    let code = code_of(
+        "struct Inner {\n    /// a\n    a: u8,\n    b: Mutex<HashMap<u8, u8>>,\n}\n\
+         impl Manager {\n    pub fn x(&self) {\n        let f = |y: u8| { y };\n    }\n\
+         \n    pub(crate) async fn y(\n        &self,\n    ) {}\n    fn z() {}\n}\n",
+    );
+    let body = bodies_after(&code, "impl Manager ");
+    assert_eq!(body.len(), 1);
+    let fns: Vec<_> = top_level_lines(body[0])
+        .into_iter()
+        .filter(|l| l.contains("fn "))
+        .collect();
+    assert_eq!(fns.len(), 3, "{fns:?}");
+    let state = bodies_after(&code, "struct Inner ");
+    assert_eq!(
+        top_level_lines(state[0])
+            .into_iter()
+            .filter(|l| l.contains(':'))
+            .count(),
+        2
+    );
+}

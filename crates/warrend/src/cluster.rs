@@ -76,6 +76,7 @@ pub fn start(
         layers: Vec::new(),
     });
     let m = node.sandboxes.clone();
+    let telemetry = node.telemetry.clone();
     let functions = node.functions.clone();
     let store = images.clone();
     let source = Arc::new(move || {
@@ -109,9 +110,9 @@ pub fn start(
             address: address.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at_ms,
-            substrates: m.substrates(),
-            capacity: m.capacity(),
-            load: m.load(),
+            substrates: m.substrates().served(),
+            capacity: telemetry.capacity(&m),
+            load: telemetry.load(&m),
             pools,
             images,
             layers,

@@ -450,7 +450,7 @@ async fn run(args: Args) -> Result<()> {
         }
         Err(e) => warn!(error = %e, "sandbox networking unavailable: only policy none is accepted"),
     }
-    manager.set_network(network.clone());
+    node.network.set(network.clone());
     let report = manager
         .recover()
         .await
@@ -464,8 +464,8 @@ async fn run(args: Args) -> Result<()> {
     if let Some(url) = &args.trajectory_store {
         let store = warren_blob::trajectory::open_trajectory_store(url)
             .with_context(|| format!("trajectory store {url}"))?;
-        manager
-            .ship_trajectories(store)
+        node.trajectories
+            .ship_trajectories(store, &manager)
             .context("starting the trajectory shipper")?;
         info!(store = %url, "shipping trajectories");
     }

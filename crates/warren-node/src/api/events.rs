@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use super::extract::{Auth, QueryPairs};
 use super::HttpResult;
-use crate::manager::{Event, Manager, SandboxChange, Subscription};
+use crate::manager::{Event, Manager, SandboxChange, Subscription, Telemetry};
 
 const DEFAULT_INTERVAL_MS: u64 = 2000;
 const INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;
 
 struct Feed {
     manager: Manager,
+    telemetry: Telemetry,
     sub: Subscription,
     ticks: tokio::time::Interval,
 }
@@ -52,9 +53,9 @@ impl Feed {
                 &serde_json::json!({
                     "node": self.manager.config().node.to_string(),
                     "sandboxes": self.manager.count(),
-                    "load": self.manager.load(),
+                    "load": self.telemetry.load(&self.manager),
                     "host": super::sandboxes::HostUsage::read(
-                        self.manager.capacity().memory_total_mb
+                        self.telemetry.capacity(&self.manager).memory_total_mb
                     ),
                 }),
             )),
@@ -64,6 +65,7 @@ impl Feed {
 
 pub async fn events(
     State(m): State<Manager>,
+    State(telemetry): State<Telemetry>,
     Auth(caller): Auth,
     q: QueryPairs,
 ) -> HttpResult<Response> {
@@ -81,8 +83,9 @@ pub async fn events(
     let mut ticks = tokio::time::interval(Duration::from_millis(ms));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let feed = Feed {
-        sub: m.subscribe(&caller),
+        sub: telemetry.subscribe(&caller),
         manager: m,
+        telemetry,
         ticks,
     };
     let stream = futures::stream::unfold(feed, |mut f| async move {

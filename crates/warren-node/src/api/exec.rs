@@ -14,7 +14,7 @@ use super::error::{HttpError, HttpResult};
 use super::extract::{
     JsonBody, OptionalJsonBody, ProcessParam, QueryPairs, RawBody, SandboxParam, MAX_JSON_BODY,
 };
-use crate::manager::Manager;
+use crate::manager::Processes;
 
 /// Adds [`super::REPLAYED_HEADER`] when the call was answered from the log.
 pub(crate) fn mark_replayed(mut resp: Response, replayed: bool) -> Response {
@@ -28,21 +28,21 @@ pub(crate) fn mark_replayed(mut resp: Response, replayed: bool) -> Response {
 }
 
 pub async fn exec(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> HttpResult<Response> {
-    let r: ExecResult = m.exec(&id, req).await?;
+    let r: ExecResult = procs.exec(&id, req).await?;
     let replayed = r.replayed;
     Ok(mark_replayed(Json(r).into_response(), replayed))
 }
 
 pub async fn exec_stream(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> HttpResult<Response> {
-    let events = m.exec_stream(&id, req).await?;
+    let events = procs.exec_stream(&id, req).await?;
     Ok(ndjson(events))
 }
 
@@ -80,13 +80,13 @@ async fn attach_head(body: &mut axum::body::BodyDataStream) -> HttpResult<(ExecR
 /// command's stdin until the body ends (streamed, any bytes, any size); the response is the
 /// NDJSON events of `/exec/stream`, sent while stdin is still coming.
 pub async fn exec_attach(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     SandboxParam(id): SandboxParam,
     body: RawBody,
 ) -> HttpResult<Response> {
     let mut body = body.into_data_stream();
     let (req, first) = attach_head(&mut body).await?;
-    let (events, mut sink) = m.exec_attach(&id, req).await?;
+    let (events, mut sink) = procs.exec_attach(&id, req).await?;
     tokio::spawn(async move {
         if !first.is_empty() && sink.write(first).await.is_err() {
             return;
@@ -120,11 +120,11 @@ fn ndjson(events: crate::manager::ExecEvents) -> Response {
 }
 
 pub async fn spawn(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     SandboxParam(id): SandboxParam,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> HttpResult<Response> {
-    let (p, replayed) = m.spawn(&id, req).await?;
+    let (p, replayed) = procs.spawn(&id, req).await?;
     Ok(mark_replayed(
         (StatusCode::CREATED, Json(p)).into_response(),
         replayed,
@@ -137,29 +137,29 @@ pub struct ProcessList {
 }
 
 pub async fn list_procs(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     SandboxParam(id): SandboxParam,
 ) -> HttpResult<Json<ProcessList>> {
     Ok(Json(ProcessList {
-        processes: m.list_procs(&id).await?,
+        processes: procs.list_procs(&id).await?,
     }))
 }
 
 pub async fn get_proc(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     ProcessParam(id, pid): ProcessParam,
 ) -> HttpResult<Json<ProcessInfo>> {
-    Ok(Json(m.get_proc(&id, pid).await?))
+    Ok(Json(procs.get_proc(&id, pid).await?))
 }
 
 pub async fn wait_proc(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     ProcessParam(id, pid): ProcessParam,
     q: QueryPairs,
 ) -> HttpResult<Json<ExecResult>> {
     q.only(&["timeout_secs"], &[])?;
     let timeout = q.parsed::<f64>("timeout_secs", "a number of seconds")?;
-    Ok(Json(m.wait_proc(&id, pid, timeout).await?))
+    Ok(Json(procs.wait_proc(&id, pid, timeout).await?))
 }
 
 /// `POST .../kill` body; the signal defaults to 9 (SIGKILL).
@@ -181,13 +181,13 @@ impl Default for KillRequest {
 }
 
 pub async fn kill_proc(
-    State(m): State<Manager>,
+    State(procs): State<Processes>,
     ProcessParam(id, pid): ProcessParam,
     q: QueryPairs,
     OptionalJsonBody(req): OptionalJsonBody<KillRequest>,
 ) -> HttpResult<Response> {
     let step = q.only_step()?;
-    let replayed = m.kill_proc(&id, pid, req.signal, step).await?;
+    let replayed = procs.kill_proc(&id, pid, req.signal, step).await?;
     Ok(mark_replayed(
         StatusCode::NO_CONTENT.into_response(),
         replayed,

@@ -13,7 +13,7 @@ use warren_types::{ChmodRequest, FileStat, MkdirRequest};
 use super::error::HttpResult;
 use super::exec::mark_replayed;
 use super::extract::{JsonBody, QueryPairs, RawBody, SandboxParam};
-use crate::manager::Manager;
+use crate::manager::{Files, Manager};
 
 fn step(q: &QueryPairs) -> HttpResult<Option<u64>> {
     q.index("step", "a step number")
@@ -29,29 +29,30 @@ fn path_query(q: &QueryPairs, allowed: &[&str]) -> HttpResult<String> {
 }
 
 pub async fn download(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
-    let file = m.read_file(&id, &path).await?;
+    let file = files.read_file(&id, &path).await?;
     Ok(stream_out(file, "application/octet-stream"))
 }
 
 /// `GET .../files/tar?path=`: a directory tree (or one file) as a tar stream.
 pub async fn download_tar(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
-    let file = m.read_tar(&id, &path).await?;
+    let file = files.read_tar(&id, &path).await?;
     Ok(stream_out(file, "application/x-tar"))
 }
 
 /// `PUT .../files/tar?path=`: unpacks the tar body under the directory `path`.
 pub async fn upload_tar(
     State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     headers: header::HeaderMap,
@@ -59,7 +60,7 @@ pub async fn upload_tar(
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
     fits_disk(&m, &id, content_length(&headers))?;
-    m.write_tar(&id, &path, body.into_data_stream()).await?;
+    files.write_tar(&id, &path, body.into_data_stream()).await?;
     Ok(done(false))
 }
 
@@ -80,6 +81,7 @@ fn stream_out(file: crate::manager::FileDownload, content_type: &'static str) ->
 
 pub async fn upload(
     State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     headers: header::HeaderMap,
@@ -95,7 +97,7 @@ pub async fn upload(
         None => content_length(&headers),
     };
     fits_disk(&m, &id, size)?;
-    let replayed = m
+    let replayed = files
         .write_file(&id, &path, mode, size, step(&q)?, body.into_data_stream())
         .await?;
     Ok(done(replayed))
@@ -128,59 +130,59 @@ fn fits_disk(m: &Manager, id: &warren_types::SandboxId, size: Option<u64>) -> Ht
 }
 
 pub async fn remove(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path", "recursive", "step"])?;
-    let replayed = m
+    let replayed = files
         .remove(&id, &path, q.flag("recursive")?, step(&q)?)
         .await?;
     Ok(done(replayed))
 }
 
 pub async fn stat(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Json<FileStat>> {
     let path = path_query(&q, &["path"])?;
-    Ok(Json(m.stat(&id, &path).await?))
+    Ok(Json(files.stat(&id, &path).await?))
 }
 
 pub async fn list(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Json<DirPage>> {
     let path = path_query(&q, &["path", "after", "limit"])?;
     let limit = q.parsed::<u32>("limit", "a number of entries")?;
     let after = q.get("after");
-    Ok(Json(m.list_dir(&id, &path, after, limit).await?))
+    Ok(Json(files.list_dir(&id, &path, after, limit).await?))
 }
 
 pub async fn mkdir(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     JsonBody(req): JsonBody<MkdirRequest>,
 ) -> HttpResult<Response> {
     q.only(&["step"], &[])?;
     let path = sandbox_path(&req.path)?;
-    let replayed = m
+    let replayed = files
         .mkdir(&id, &path, req.parents, req.mode, step(&q)?)
         .await?;
     Ok(done(replayed))
 }
 
 pub async fn chmod(
-    State(m): State<Manager>,
+    State(files): State<Files>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     JsonBody(req): JsonBody<ChmodRequest>,
 ) -> HttpResult<Response> {
     q.only(&["step"], &[])?;
     let path = sandbox_path(&req.path)?;
-    let replayed = m.chmod(&id, &path, req.mode, step(&q)?).await?;
+    let replayed = files.chmod(&id, &path, req.mode, step(&q)?).await?;
     Ok(done(replayed))
 }

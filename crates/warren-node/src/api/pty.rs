@@ -17,7 +17,7 @@ use warren_runtime::StreamItem;
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{QueryPairs, SandboxParam};
-use crate::manager::{Manager, PtyRequest, TerminalSession, DEFAULT_SHELL};
+use crate::manager::{PtyRequest, TerminalSession, Terminals, DEFAULT_SHELL};
 
 /// `cmd` is a program (`/bin/bash`), or a shell command line when it has spaces.
 pub(crate) fn pty_request(q: &QueryPairs) -> HttpResult<PtyRequest> {
@@ -37,7 +37,7 @@ pub(crate) fn pty_request(q: &QueryPairs) -> HttpResult<PtyRequest> {
 }
 
 pub async fn pty(
-    State(m): State<Manager>,
+    State(terminals): State<Terminals>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
@@ -45,7 +45,7 @@ pub async fn pty(
     let ws =
         ws.map_err(|e| HttpError::invalid(format!("this route needs a WebSocket upgrade: {e}")))?;
     let req = pty_request(&q)?;
-    let session = m.pty(&id, req).await?;
+    let session = terminals.pty(&id, req).await?;
     Ok(ws.on_upgrade(move |socket| bridge(socket, session)))
 }
 

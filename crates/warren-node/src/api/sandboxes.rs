@@ -13,7 +13,7 @@ use warren_types::{
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{Auth, JsonBody, QueryPairs, RawSandboxParam, SandboxParam};
-use crate::manager::{ListFilter, Manager};
+use crate::manager::{ListFilter, Manager, Telemetry, Trajectories};
 use crate::node::Node;
 
 /// `GET /v1/health`.
@@ -108,16 +108,20 @@ pub struct NodeDefaults {
     pub exec_timeout_secs: Option<f64>,
 }
 
-pub async fn health(State(m): State<Manager>, Auth(caller): Auth) -> Json<Health> {
+pub async fn health(
+    State(m): State<Manager>,
+    State(telemetry): State<Telemetry>,
+    Auth(caller): Auth,
+) -> Json<Health> {
     Json(Health {
         status: "ok",
         node: m.config().node.to_string(),
         version: env!("CARGO_PKG_VERSION"),
-        substrates: m.substrates().iter().map(|s| s.as_str()).collect(),
+        substrates: m.substrates().served().iter().map(|s| s.as_str()).collect(),
         sandboxes: m.count(),
         security: m.config().security.clone(),
         state: {
-            let (bytes, max_bytes) = m.state_usage();
+            let (bytes, max_bytes) = telemetry.state_usage(&m);
             StateUsage {
                 bytes,
                 max_bytes,
@@ -129,8 +133,8 @@ pub async fn health(State(m): State<Manager>, Auth(caller): Auth) -> Json<Health
             max_ttl_secs: m.config().ttl_cap(),
             exec_timeout_secs: m.config().default_exec_timeout_secs,
         },
-        load: m.load(),
-        host: HostUsage::read(m.capacity().memory_total_mb),
+        load: telemetry.load(&m),
+        host: HostUsage::read(telemetry.capacity(&m).memory_total_mb),
         caller: caller.summary(),
     })
 }
@@ -185,11 +189,12 @@ pub async fn extend(
 /// stays paused).
 pub async fn stats(
     State(m): State<Manager>,
+    State(telemetry): State<Telemetry>,
     SandboxParam(id): SandboxParam,
     q: QueryPairs,
 ) -> HttpResult<Json<warren_types::SandboxStats>> {
     q.only(&[], &[])?;
-    Ok(Json(m.stats(&id)?))
+    Ok(Json(telemetry.stats(&m, &id)?))
 }
 
 #[derive(Debug, Serialize)]
@@ -373,10 +378,11 @@ pub async fn fork(
 }
 
 /// `POST /v1/sandboxes/{id}/revive[?stop_on_divergence=true]`: a new sandbox with the
-/// logged sandbox's calls run again (see `Manager::revive_as`). The id need not name a
-/// sandbox of this node: the manager looks for its log (and checks the tenant) itself.
+/// logged sandbox's calls run again (see `Trajectories::revive_as`). The id need not name
+/// a sandbox of this node: it looks for its log (and checks the tenant) itself.
 pub async fn revive(
     State(m): State<Manager>,
+    State(trajectories): State<Trajectories>,
     Auth(caller): Auth,
     RawSandboxParam(id): RawSandboxParam,
     q: QueryPairs,
@@ -385,10 +391,9 @@ pub async fn revive(
     let opts = ReviveOptions {
         stop_on_divergence: q.flag("stop_on_divergence")?,
     };
-    let report = detached(
-        "revive",
-        async move { m.revive_as(&caller, &id, opts).await },
-    )
+    let report = detached("revive", async move {
+        trajectories.revive_as(&m, &caller, &id, opts).await
+    })
     .await?;
     Ok((StatusCode::CREATED, Json(report)).into_response())
 }

@@ -10,7 +10,7 @@ use warren_types::{CreateSnapshotRequest, SnapshotId, SnapshotInfo, SnapshotList
 use super::error::HttpResult;
 use super::extract::{Auth, OptionalJsonBody, SandboxParam};
 use super::sandboxes::detached;
-use crate::manager::Manager;
+use crate::manager::{Manager, Snapshots};
 
 /// The snapshot id of the path, checked.
 fn snapshot_id(raw: &str) -> HttpResult<String> {
@@ -22,42 +22,43 @@ fn snapshot_id(raw: &str) -> HttpResult<String> {
 
 pub async fn create(
     State(m): State<Manager>,
+    State(snapshots): State<Snapshots>,
     Auth(caller): Auth,
     SandboxParam(id): SandboxParam,
     OptionalJsonBody(req): OptionalJsonBody<CreateSnapshotRequest>,
 ) -> HttpResult<(StatusCode, Json<SnapshotInfo>)> {
     // Like fork: once started it finishes even if the client goes away.
-    let info = detached(
-        "snapshot",
-        async move { m.snapshot_as(&caller, &id, req).await },
-    )
+    let info = detached("snapshot", async move {
+        snapshots.snapshot_as(&m, &caller, &id, req).await
+    })
     .await?;
     Ok((StatusCode::CREATED, Json(info)))
 }
 
-pub async fn list(State(m): State<Manager>, Auth(caller): Auth) -> Json<SnapshotList> {
+pub async fn list(State(snapshots): State<Snapshots>, Auth(caller): Auth) -> Json<SnapshotList> {
     Json(SnapshotList {
-        snapshots: m.snapshots_as(&caller),
+        snapshots: snapshots.list_as(&caller),
     })
 }
 
 pub async fn get(
-    State(m): State<Manager>,
+    State(snapshots): State<Snapshots>,
     Auth(caller): Auth,
     Path(raw): Path<String>,
 ) -> HttpResult<Json<SnapshotInfo>> {
     let id = snapshot_id(&raw)?;
-    Ok(Json(m.snapshot_info_as(&caller, &id)?))
+    Ok(Json(snapshots.info_as(&caller, &id)?))
 }
 
 pub async fn delete(
     State(m): State<Manager>,
+    State(snapshots): State<Snapshots>,
     Auth(caller): Auth,
     Path(raw): Path<String>,
 ) -> HttpResult<StatusCode> {
     let id = snapshot_id(&raw)?;
     detached("delete snapshot", async move {
-        m.delete_snapshot_as(&caller, &id).await
+        snapshots.delete_as(&m, &caller, &id).await
     })
     .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -1,6 +1,7 @@
 //! `GET /v1/events` through the router: refusals of bad parameters, the first `load` event at
 //! once, changes in order, and a user's stream holding only its tenant's sandboxes.
 
+use crate::testing::Calls as _;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use futures::StreamExt;

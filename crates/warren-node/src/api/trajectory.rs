@@ -11,10 +11,11 @@ use axum::response::{IntoResponse, Response};
 use super::error::HttpResult;
 use super::extract::{Auth, QueryPairs, RawSandboxParam};
 use crate::error::NodeError;
-use crate::manager::Manager;
+use crate::manager::{Manager, Trajectories};
 
 pub async fn export(
     State(m): State<Manager>,
+    State(trajectories): State<Trajectories>,
     Auth(caller): Auth,
     RawSandboxParam(id): RawSandboxParam,
     q: QueryPairs,
@@ -23,11 +24,11 @@ pub async fn export(
     let from = q.index("from_seq", "a sequence number")?.unwrap_or(1);
     let here = m
         .authorize(&caller, &id)
-        .and_then(|()| m.trajectory(&id, from));
+        .and_then(|()| trajectories.trajectory(&m, &id, from));
     let body = match here {
         Ok(pages) => Body::from_stream(local(pages)),
-        Err(NodeError::SandboxNotFound { .. }) if m.ships_trajectories() => {
-            let pages = m.shipped_trajectory(&id, from, &caller).await?;
+        Err(NodeError::SandboxNotFound { .. }) if trajectories.ships_trajectories() => {
+            let pages = trajectories.shipped_trajectory(&id, from, &caller).await?;
             Body::from_stream(warren_blob::trajectory::ndjson(pages))
         }
         Err(e) => return Err(e.into()),

@@ -21,11 +21,6 @@ pub struct Created {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes`, as the node's administrator.
-    pub async fn create(&self, req: CreateSandboxRequest) -> Result<Created, NodeError> {
-        self.create_as(&Caller::admin(), req).await
-    }
-
     /// `POST /v1/sandboxes` by `caller`: the sandbox belongs to the caller's tenant and
     /// counts against its quotas; idempotency keys are per tenant.
     pub async fn create_as(
@@ -37,7 +32,7 @@ impl Manager {
         // From a snapshot: its substrate, image and limits, checked like any request's.
         let (req, from) = match req.snapshot.as_deref() {
             Some(sid) => {
-                let held = self.inner.snapshots.get(caller, sid)?;
+                let held = self.inner.parts.snapshots.get(caller, sid)?;
                 let req = super::snapshots::fill(&held.info, req)?;
                 (req, Some(super::snapshots::FromSnapshot { held }))
             }
@@ -51,7 +46,7 @@ impl Manager {
             ))
             .into());
         }
-        let runtime = self.runtime_for(req.substrate)?;
+        let runtime = self.inner.substrates.runtime_for(req.substrate)?;
         // What can never run here is refused before anything starts.
         runtime.admit(&limits).map_err(ApiError::invalid)?;
         if !req.network.is_none() && !runtime.network_policies() {
@@ -61,20 +56,20 @@ impl Manager {
             ))
             .into());
         }
-        self.check_network(&req.network)?;
+        self.inner.parts.network.check(&req.network)?;
         let tenant = caller.tenant.clone();
         // The table key of the idempotency key (per tenant).
         let key = req
             .idempotency_key
             .as_deref()
-            .map(|k| Self::scoped_key(tenant.as_deref(), k));
+            .map(|k| super::scoped_key(tenant.as_deref(), k));
 
         // Reserve the id (and the key) before starting, so concurrent creates with one key
         // start one sandbox and the node limit holds under load. The admission slot counts
         // the sandbox as starting until this call returns.
         let _slot;
         let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
-            let mut keys = self.inner.keys.lock().expect("keys lock");
+            let mut keys = self.inner.registry.keys();
             let existing = key.as_ref().and_then(|k| keys.get(k).cloned());
             if let Some(existing) = existing {
                 drop(keys);
@@ -90,7 +85,7 @@ impl Manager {
                 self.inner
                     .tenants
                     .rate(caller, 1, std::time::Instant::now())?;
-                let mut map = self.map_mut();
+                let mut map = self.inner.registry.map_mut();
                 _slot = self
                     .inner
                     .admission
@@ -212,25 +207,31 @@ impl Manager {
             .put_sandbox(&stored, stored_key.as_ref().map(|(k, v)| (*k, v)))
         {
             self.forget(&sb.id, key);
-            Metrics::inc(&self.inner.metrics.create_errors);
+            Metrics::inc(&self.inner.parts.telemetry.metrics().create_errors);
             return Err(e.into());
         }
 
         let recorded = recording.elapsed();
         // A container's link is reserved before it starts, so that its agent writes the
         // resolv.conf naming the link's resolver while it sets up (no call after the start).
-        let reserved = match self.reserve_link(&sb.id, runtime.as_ref(), &req.network) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abandon_start(&sb.id, key).await;
-                return Err(e);
-            }
-        };
+        let reserved =
+            match self
+                .inner
+                .parts
+                .network
+                .reserve_link(&sb.id, runtime.as_ref(), &req.network)
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    self.abandon_start(&sb.id, key).await;
+                    return Err(e);
+                }
+            };
         spec.resolv_conf = reserved.as_ref().map(|l| warren_net::resolv_conf(Some(l)));
         // With a reserved link, the link itself is made while the container starts.
         let early = reserved
             .as_ref()
-            .and_then(|_| self.early_link(&sb.id, &req.network));
+            .and_then(|_| self.inner.parts.network.early_link(&sb.id, &req.network));
         let early = early.map(|(hook, link)| {
             spec.on_netns = Some(hook);
             link
@@ -272,7 +273,10 @@ impl Manager {
         let networked = match early {
             Some(r) => r.map(|_| ()),
             None => self
-                .apply_network(&sb.id, &instance, &req.network, written)
+                .inner
+                .parts
+                .network
+                .apply(&sb.id, &instance, &req.network, written)
                 .await
                 .map(|_| ()),
         };
@@ -303,10 +307,12 @@ impl Manager {
         match persisted {
             Ok(info) => {
                 self.watch_lost(sb.clone(), instance);
-                Metrics::inc(&self.inner.metrics.creates);
-                self.inner
-                    .metrics
-                    .observe_create(info.substrate, recording.elapsed(), &phases);
+                Metrics::inc(&self.inner.parts.telemetry.metrics().creates);
+                self.inner.parts.telemetry.metrics().observe_create(
+                    info.substrate,
+                    recording.elapsed(),
+                    &phases,
+                );
                 info!(sandbox = %sb.id, ms = started.elapsed().as_millis() as u64, image = ?info.image, "sandbox created");
                 Ok(Created {
                     info,
@@ -328,24 +334,24 @@ impl Manager {
     /// Undoes a recorded start that failed: its network (link or reservation; nothing when it
     /// has none), its place in memory and its record.
     async fn abandon_start(&self, id: &SandboxId, key: Option<&str>) {
-        self.drop_network(id).await;
+        self.inner.parts.network.detach(id).await;
         self.forget(id, key);
         if let Err(e) = self.inner.store.remove_sandbox(id, key) {
             warn!(sandbox = %id, error = %e, "cannot remove the record of a failed create");
         }
-        Metrics::inc(&self.inner.metrics.create_errors);
+        Metrics::inc(&self.inner.parts.telemetry.metrics().create_errors);
     }
 
     /// Drops a sandbox (and its key) from memory only; its quota usage is given back. The key
     /// goes first, so whoever finds a key also finds its sandbox.
     pub(crate) fn forget(&self, id: &SandboxId, key: Option<&str>) {
         if let Some(k) = key {
-            let mut keys = self.inner.keys.lock().expect("keys lock");
+            let mut keys = self.inner.registry.keys();
             if keys.get(k).is_some_and(|e| &e.id == id) {
                 keys.remove(k);
             }
         }
-        let removed = self.map_mut().remove(id);
+        let removed = self.inner.registry.map_mut().remove(id);
         if let Some(sb) = removed {
             let st = sb.lock();
             self.inner

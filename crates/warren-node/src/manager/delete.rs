@@ -15,7 +15,7 @@ impl Manager {
     pub async fn delete(&self, id: &SandboxId) -> Result<(), NodeError> {
         let sb = self.lookup(id)?;
         self.end(&sb, "deleted by a call").await?;
-        Metrics::inc(&self.inner.metrics.deletes);
+        Metrics::inc(&self.inner.parts.telemetry.metrics().deletes);
         Ok(())
     }
 
@@ -43,7 +43,7 @@ impl Manager {
                 st.info
                     .idempotency_key
                     .as_deref()
-                    .map(|k| Manager::scoped_key(st.info.tenant.as_deref(), k)),
+                    .map(|k| super::scoped_key(st.info.tenant.as_deref(), k)),
                 st.info.tenant.clone(),
             )
         };
@@ -69,11 +69,15 @@ impl Manager {
             }
             return Err(NodeError::runtime(&sb.id, e));
         }
-        self.drop_network(&sb.id).await;
+        self.inner.parts.network.detach(&sb.id).await;
         // Its log is closed: what is left of it goes to the trajectory store, then the seal.
-        self.seal_trajectory(sb).await;
+        self.inner.parts.trajectories.seal_trajectory(sb).await;
         self.forget(&sb.id, key.as_deref());
-        self.remember_deleted(&sb.id, why, tenant);
+        self.inner
+            .parts
+            .telemetry
+            .deleted(&sb.id, why, tenant.clone());
+        self.inner.registry.bury(&sb.id, why, tenant);
         self.inner.store.remove_sandbox(&sb.id, key.as_deref())?;
         info!(sandbox = %sb.id, why, "sandbox deleted");
         Ok(())

@@ -1,7 +1,7 @@
 //! Sandbox changes as they happen, for `GET /v1/events` (the dashboard's live view).
 //!
-//! Every durable change of a sandbox goes through [`Manager::persist`], and every delete
-//! through `remember_deleted`: both publish here, on a bounded broadcast channel. Nothing is
+//! Every durable change of a sandbox goes through `Manager::persist`, and every delete
+//! through `Manager::end`: both publish here, on a bounded broadcast channel. Nothing is
 //! built while nobody listens. A listener that falls behind by more than the channel holds is
 //! told how many changes it missed ([`Event::Lagged`]) and should read the list again; the
 //! daemon never waits for a listener.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 use warren_types::{Caller, SandboxId, SandboxInfo};
 
-use super::Manager;
+use super::Telemetry;
 
 /// Changes a listener may fall behind by before it is told it lagged.
 const CAPACITY: usize = 1024;
@@ -45,7 +45,7 @@ pub enum Event {
     Lagged(u64),
 }
 
-/// The channel; one per manager.
+/// The channel; one per node.
 #[derive(Debug)]
 pub(crate) struct Events {
     tx: broadcast::Sender<SandboxChange>,
@@ -91,11 +91,30 @@ impl Subscription {
     }
 }
 
-impl Manager {
+impl Telemetry {
+    /// Publishes a sandbox's new state (when someone listens).
+    pub(crate) fn changed(&self, info: &SandboxInfo) {
+        if self.events().wanted() {
+            self.events()
+                .publish(SandboxChange::Changed(Arc::new(info.clone())));
+        }
+    }
+
+    /// Publishes that a sandbox is gone (when someone listens).
+    pub(crate) fn deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
+        if self.events().wanted() {
+            self.events().publish(SandboxChange::Deleted {
+                id: id.clone(),
+                why: why.to_string(),
+                tenant,
+            });
+        }
+    }
+
     /// Changes of the sandboxes `caller` may see, from now on.
     pub fn subscribe(&self, caller: &Caller) -> Subscription {
         Subscription {
-            rx: self.inner.events.tx.subscribe(),
+            rx: self.events().tx.subscribe(),
             caller: caller.clone(),
         }
     }

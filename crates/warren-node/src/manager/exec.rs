@@ -134,7 +134,7 @@ impl Drive {
     }
 
     async fn run(self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
-        let m = &self.manager.inner.metrics;
+        let m = &self.manager.inner.parts.telemetry.metrics();
         let started = Instant::now();
         let runs_to_end = self.run.runs_to_end();
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -240,12 +240,25 @@ pub struct PtyRequest {
     pub rows: u16,
 }
 
-impl Manager {
+/// Commands in the sandboxes of the manager it holds: one-shot, streamed and attached exec,
+/// background processes. Owns nothing of its own: every call goes through the manager's
+/// step runner. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Processes {
+    sandboxes: Manager,
+}
+
+impl Processes {
+    /// Commands in the sandboxes of `sandboxes`.
+    pub fn new(sandboxes: Manager) -> Processes {
+        Processes { sandboxes }
+    }
+
     /// A foreground command's request with the node's default timeout when it names none
     /// (applied after the step digest, so a replay does not depend on the node's settings).
     fn with_default_timeout(&self, mut req: ExecRequest) -> ExecRequest {
         if req.timeout_secs.is_none() {
-            req.timeout_secs = self.inner.cfg.default_exec_timeout_secs;
+            req.timeout_secs = self.sandboxes.inner.cfg.default_exec_timeout_secs;
         }
         req
     }
@@ -254,24 +267,27 @@ impl Manager {
     pub async fn exec(&self, id: &SandboxId, req: ExecRequest) -> Result<ExecResult, NodeError> {
         req.validate()?;
         let call = TrajectoryCall::Exec(exec_call(&req, false));
-        let (m, sid) = (self.clone(), id.clone());
+        let (m, sid) = (self.sandboxes.clone(), id.clone());
         let step = req.step;
         let req = self.with_default_timeout(req);
         let input = req.stdin_bytes()?.map(|b| Fed::Kept(Bytes::from(b)));
         let ran = self
+            .sandboxes
             .logged_fed::<Exec, _, _>(id, step, call, input, move |instance, info| async move {
                 let spec = exec_spec(&info, &req)?;
                 let stdin = req.stdin_bytes()?.map(Bytes::from);
                 let started = Instant::now();
-                Metrics::inc(&m.inner.metrics.execs);
+                Metrics::inc(&m.inner.parts.telemetry.metrics().execs);
                 let ooms = instance.oom_kills();
                 let mut out = instance.agent().exec(spec, stdin).await.map_err(|e| {
-                    Metrics::inc(&m.inner.metrics.exec_errors);
+                    Metrics::inc(&m.inner.parts.telemetry.metrics().exec_errors);
                     NodeError::runtime(&sid, e)
                 })?;
                 mark_oom(&mut out.exit, ooms, instance.oom_kills());
                 m.inner
-                    .metrics
+                    .parts
+                    .telemetry
+                    .metrics()
                     .observe_exec(info.substrate, started.elapsed());
                 Ok(out)
             })
@@ -290,7 +306,11 @@ impl Manager {
         req.validate()?;
         let call = TrajectoryCall::Exec(exec_call(&req, true));
         let digest = request_digest(&call);
-        let mut run = match self.begin::<Exec>(id, req.step, Some(digest)).await? {
+        let mut run = match self
+            .sandboxes
+            .begin::<Exec>(id, req.step, Some(digest))
+            .await?
+        {
             Begun::Replay(known) => {
                 return Ok(ExecEvents::replay(id.clone(), known.answer(&digest)?));
             }
@@ -302,17 +322,17 @@ impl Manager {
         let spec = exec_spec(&info, &req)?;
         let stdin = req.stdin_bytes()?.map(Bytes::from);
         run.feed(stdin.clone().map(Fed::Kept));
-        Metrics::inc(&self.inner.metrics.execs);
+        Metrics::inc(&self.sandboxes.inner.parts.telemetry.metrics().execs);
         let ooms = instance.oom_kills();
         let stream = match instance.agent().exec_stream(spec, stdin).await {
             Ok(s) => s,
             Err(e) => {
-                Metrics::inc(&self.inner.metrics.exec_errors);
+                Metrics::inc(&self.sandboxes.inner.parts.telemetry.metrics().exec_errors);
                 return Err(run.fail(call, NodeError::runtime(id, e)).await);
             }
         };
         let drive = Drive {
-            manager: self.clone(),
+            manager: self.sandboxes.clone(),
             id: id.clone(),
             run,
             call,
@@ -343,7 +363,7 @@ impl Manager {
         }
         let call = TrajectoryCall::Exec(exec_call(&req, true));
         let digest = request_digest(&call);
-        let mut run = match self.begin::<Exec>(id, None, Some(digest)).await? {
+        let mut run = match self.sandboxes.begin::<Exec>(id, None, Some(digest)).await? {
             Begun::Replay(_) => {
                 return Err(ApiError::internal("an exec without a step was replayed").into())
             }
@@ -353,17 +373,17 @@ impl Manager {
         let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
         let (instance, info, busy) = run.ready_within(limit).await?;
         let spec = exec_spec(&info, &req)?;
-        Metrics::inc(&self.inner.metrics.execs);
+        Metrics::inc(&self.sandboxes.inner.parts.telemetry.metrics().execs);
         let ooms = instance.oom_kills();
         let (stream, sink) = match instance.agent().exec_piped(spec).await {
             Ok(s) => s,
             Err(e) => {
-                Metrics::inc(&self.inner.metrics.exec_errors);
+                Metrics::inc(&self.sandboxes.inner.parts.telemetry.metrics().exec_errors);
                 return Err(run.fail(call, NodeError::runtime(id, e)).await);
             }
         };
         let drive = Drive {
-            manager: self.clone(),
+            manager: self.sandboxes.clone(),
             id: id.clone(),
             run,
             call,
@@ -393,6 +413,7 @@ impl Manager {
         let call = TrajectoryCall::Spawn(exec_call(&req, false));
         let sid = id.clone();
         let ran = self
+            .sandboxes
             .logged::<Spawn, _, _>(id, req.step, call, move |instance, info| async move {
                 let spec = exec_spec(&info, &req)?;
                 let argv = spec.argv.clone();
@@ -416,7 +437,7 @@ impl Manager {
 
     /// `GET /v1/sandboxes/{id}/processes`.
     pub async fn list_procs(&self, id: &SandboxId) -> Result<Vec<ProcessInfo>, NodeError> {
-        let (instance, _, _guard) = self.ready(id).await?;
+        let (instance, _, _guard) = self.sandboxes.ready(id).await?;
         instance
             .agent()
             .list_procs()
@@ -448,7 +469,7 @@ impl Manager {
                 return Err(ApiError::invalid("timeout_secs must be between 0 and 7 days").into());
             }
         }
-        let (instance, _, _guard) = self.ready(id).await?;
+        let (instance, _, _guard) = self.sandboxes.ready(id).await?;
         let timeout_ms = timeout_secs.map(|t| (t * 1000.0).ceil() as u64);
         let out = instance
             .agent()
@@ -477,6 +498,7 @@ impl Manager {
         let call = TrajectoryCall::Kill { pid, signal };
         let sid = id.clone();
         let ran = self
+            .sandboxes
             .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
@@ -486,41 +508,5 @@ impl Manager {
             })
             .await?;
         Ok(ran.replayed)
-    }
-
-    /// `GET /v1/sandboxes/{id}/pty`: starts a terminal.
-    pub async fn pty(&self, id: &SandboxId, req: PtyRequest) -> Result<TerminalSession, NodeError> {
-        let exec = ExecRequest {
-            argv: Some(req.argv),
-            ..Default::default()
-        };
-        exec.validate()?;
-        if req.cols == 0 || req.rows == 0 {
-            return Err(ApiError::invalid("cols and rows must be at least 1").into());
-        }
-        let (instance, info, guard) = self.ready(id).await?;
-        let mut spec = exec_spec(&info, &exec)?;
-        if !spec.env.iter().any(|(k, _)| k == "TERM") {
-            spec.env.push(("TERM".into(), "xterm-256color".into()));
-        }
-        // A container mounts its devpts with its first terminal (docs/density.md).
-        instance
-            .prepare_terminal()
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
-        let argv = spec.argv.clone();
-        let session = instance
-            .agent()
-            .pty(spec, req.cols, req.rows)
-            .await
-            .map_err(|e| NodeError::runtime(id, e))?;
-        let (input, output) = session.split();
-        let log = self.terminal_log(guard.sandbox.clone(), argv);
-        Ok(TerminalSession {
-            input,
-            output,
-            guard,
-            log,
-        })
     }
 }

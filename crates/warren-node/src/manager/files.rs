@@ -191,7 +191,20 @@ impl FileDownload {
     }
 }
 
-impl Manager {
+/// Files in the sandboxes of the manager it holds: read, write, stat, list, mkdir, remove,
+/// chmod, and tar transfers. Owns nothing of its own: every change goes through the
+/// manager's step runner. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Files {
+    sandboxes: Manager,
+}
+
+impl Files {
+    /// Files in the sandboxes of `sandboxes`.
+    pub fn new(sandboxes: Manager) -> Files {
+        Files { sandboxes }
+    }
+
     /// `GET /v1/sandboxes/{id}/files`. Not-found and not-a-file errors come back here, before
     /// any byte is sent.
     pub async fn read_file(&self, id: &SandboxId, path: &str) -> Result<FileDownload, NodeError> {
@@ -213,7 +226,7 @@ impl Manager {
         what: Download,
     ) -> Result<FileDownload, NodeError> {
         let path = sandbox_path(path)?;
-        let (instance, _, guard) = self.ready(id).await?;
+        let (instance, _, guard) = self.sandboxes.ready(id).await?;
         let agent = instance.agent();
         let reader = match what {
             Download::File => agent.read_file(&path).await,
@@ -240,7 +253,7 @@ impl Manager {
         E: std::fmt::Display,
     {
         let path = sandbox_path(path)?;
-        let mut run = match self.begin::<Effect>(id, None, None).await? {
+        let mut run = match self.sandboxes.begin::<Effect>(id, None, None).await? {
             Begun::Replay(_) => {
                 return Err(ApiError::internal("an upload without a step was replayed").into())
             }
@@ -285,7 +298,7 @@ impl Manager {
             return Err(ApiError::invalid("mode must be at most 0o7777 (4095)").into());
         }
         let mut hashed = Hashed::new();
-        let mut run = match self.begin::<Effect>(id, step, None).await? {
+        let mut run = match self.sandboxes.begin::<Effect>(id, step, None).await? {
             Begun::Replay(known) => {
                 hashed.drain(&mut body).await?;
                 known.answer(&request_digest(&hashed.call(&path, mode)))?;
@@ -312,7 +325,7 @@ impl Manager {
     /// `GET /v1/sandboxes/{id}/files/stat`.
     pub async fn stat(&self, id: &SandboxId, path: &str) -> Result<FileStat, NodeError> {
         let path = sandbox_path(path)?;
-        let (instance, _, _guard) = self.ready(id).await?;
+        let (instance, _, _guard) = self.sandboxes.ready(id).await?;
         instance
             .agent()
             .stat(&path)
@@ -345,7 +358,7 @@ impl Manager {
                 .into());
             }
         }
-        let (instance, _, _guard) = self.ready(id).await?;
+        let (instance, _, _guard) = self.sandboxes.ready(id).await?;
         let (entries, next) = instance
             .agent()
             .list(&path, after, limit)
@@ -374,6 +387,7 @@ impl Manager {
         };
         let sid = id.clone();
         let ran = self
+            .sandboxes
             .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
@@ -407,6 +421,7 @@ impl Manager {
         };
         let sid = id.clone();
         let ran = self
+            .sandboxes
             .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()
@@ -436,6 +451,7 @@ impl Manager {
         };
         let sid = id.clone();
         let ran = self
+            .sandboxes
             .logged::<Effect, _, _>(id, step, call, move |instance, _| async move {
                 instance
                     .agent()

@@ -53,16 +53,7 @@ fn stored(sb: &Sandbox) -> StoredSandbox {
 }
 
 impl Manager {
-    /// `POST /v1/sandboxes/{id}/fork`: the children, running.
-    pub async fn fork(
-        &self,
-        id: &SandboxId,
-        req: ForkRequest,
-    ) -> Result<Vec<SandboxInfo>, NodeError> {
-        self.fork_as(&Caller::admin(), id, req).await
-    }
-
-    /// A fork by `caller`: the children belong to the parent's tenant and count against its
+    /// `POST /v1/sandboxes/{id}/fork` by `caller`: the children, running; the children belong to the parent's tenant and count against its
     /// quotas (checked when the caller is that tenant).
     pub async fn fork_as(
         &self,
@@ -71,14 +62,6 @@ impl Manager {
         req: ForkRequest,
     ) -> Result<Vec<SandboxInfo>, NodeError> {
         Ok(self.fork_step(caller, id, req, None).await?.answer)
-    }
-
-    /// The children a step's first fork made, as they are now (deleted ones left out).
-    fn children_now(&self, ids: &[String]) -> Vec<SandboxInfo> {
-        ids.iter()
-            .filter_map(|c| c.parse::<SandboxId>().ok())
-            .filter_map(|c| self.get(&c).ok())
-            .collect()
     }
 
     /// A fork by `caller` as `step` (at most once for it) when one is named.
@@ -99,9 +82,14 @@ impl Manager {
         let digest = request_digest(&call(Vec::new()));
         let run = match self.begin::<Forked>(id, step, Some(digest)).await? {
             Begun::Replay(known) => {
+                // The children its first run made, as they are now (deleted ones left out).
                 let ids = known.answer(&digest)?;
                 return Ok(Answered {
-                    answer: self.children_now(&ids),
+                    answer: ids
+                        .iter()
+                        .filter_map(|c| c.parse::<SandboxId>().ok())
+                        .filter_map(|c| self.get(&c).ok())
+                        .collect(),
                     replayed: true,
                 });
             }
@@ -119,7 +107,7 @@ impl Manager {
 
         let cfg = &self.inner.cfg;
         let children: Vec<Arc<Sandbox>> = {
-            let mut map = self.map_mut();
+            let mut map = self.inner.registry.map_mut();
             if map.len() + req.n as usize > cfg.max_sandboxes {
                 return Err(NodeError::TooManySandboxes {
                     max: cfg.max_sandboxes,
@@ -195,11 +183,17 @@ impl Manager {
         // Children keep the parent's policy, each with its own link and resolver.
         for (c, i) in children.iter().zip(&instances) {
             let policy = c.lock().info.network.clone();
-            if let Err(e) = self.apply_network(&c.id, i, &policy, false).await {
+            if let Err(e) = self
+                .inner
+                .parts
+                .network
+                .apply(&c.id, i, &policy, false)
+                .await
+            {
                 warn!(parent = %id, error = %e, "cannot give a fork child its network; destroying the children");
                 for (c, i) in children.iter().zip(&instances) {
                     let _ = i.destroy().await;
-                    self.drop_network(&c.id).await;
+                    self.inner.parts.network.detach(&c.id).await;
                 }
                 forget(self);
                 return Err(e);
@@ -249,11 +243,16 @@ impl Manager {
             r?;
         }
         logged?;
-        Metrics::inc_by(&self.inner.metrics.forks, ids.len() as u64);
+        Metrics::inc_by(
+            &self.inner.parts.telemetry.metrics().forks,
+            ids.len() as u64,
+        );
         if let Some(c) = children.first() {
-            self.inner
-                .metrics
-                .observe_change(Change::Fork, c.substrate(), started.elapsed());
+            self.inner.parts.telemetry.metrics().observe_change(
+                Change::Fork,
+                c.substrate(),
+                started.elapsed(),
+            );
         }
         info!(parent = %id, n = ids.len(), ms = started.elapsed().as_millis() as u64, "sandbox forked");
         Ok(Answered {

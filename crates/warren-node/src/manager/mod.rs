@@ -1,14 +1,17 @@
-//! The sandbox manager: owns every sandbox of this node, from create to delete (images and
-//! function pools have their own owners beside it, see [`crate::node`]).
+//! The sandbox manager: the registry of the node's sandboxes and their lifecycle, from create
+//! to delete. The node's other parts sit beside it (see [`crate::node`]); those it calls into
+//! ([`Parts`]: network, telemetry, trajectories, snapshots) live in this folder too.
 //!
-//! It holds the map id → sandbox (its API record, its live [`Instance`] while it runs, the
-//! runtime's re-adoption record, its trajectory log), writes every state transition to the
-//! [`Store`], enforces the node limits, and runs the reaper (TTL, idle timeout → pause) and one
-//! watcher per sandbox that notices when its agent dies. Each verb lives in its own file:
-//! `create`, `delete`, `exec`, `files`, `pause` (pause, resume, and the transparent resume of
-//! every call), `fork`, `runner` (the step runner every call that changes a sandbox goes
-//! through: once per step, logged), `network`, `trajectory` (export), `shipping` (the
-//! trajectory shipper's thread, and reading back from its store), `recover`, `reaper`.
+//! It holds the registry (`registry`: id → sandbox, with its API record, its live
+//! [`Instance`] while it runs, the runtime's re-adoption record and its trajectory log; the
+//! idempotency keys; the tombstones), writes every state transition to the [`Store`],
+//! enforces the node limits, and runs the reaper (TTL, idle timeout → pause) and one watcher
+//! per sandbox that notices when its agent dies. Each verb lives in its own file: `create`,
+//! `delete`, `pause` (pause, resume, and the transparent resume of every call), `fork`,
+//! `lifetime`, `runner` (the step runner every call that changes a sandbox goes through:
+//! once per step, logged), `recover`, `reaper`. The parts' files: `network`, `telemetry`
+//! (with `events`, `scrape`, `stats`), `trajectory` (export), `shipping`, `revive`,
+//! `snapshots`, `terminal`, `exec` and `files` (the [`Processes`] and [`Files`] parts).
 //!
 //! It never sees HTTP: callers hand it typed requests and get typed answers or a
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
@@ -25,12 +28,15 @@ mod network;
 mod pause;
 mod reaper;
 mod recover;
+mod registry;
 mod revive;
 mod runner;
 mod scrape;
 mod shipping;
 mod snapshots;
 mod stats;
+mod substrates;
+mod telemetry;
 mod terminal;
 #[cfg(test)]
 mod tests;
@@ -51,9 +57,9 @@ mod tests_tenants;
 mod trajectory;
 
 pub use events::{Event, SandboxChange, Subscription};
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use warren_runtime::{Instance, Runtime, SandboxSpec};
 use warren_types::{
     ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState, Substrate,
@@ -61,20 +67,21 @@ use warren_types::{
 
 use crate::config::NodeConfig;
 use crate::error::NodeError;
-use crate::metrics::Metrics;
 use crate::store::{Store, StoredSandbox, FORMAT};
 use crate::trajectory::{Journal, SandboxLog};
 
 pub use create::Created;
-pub use exec::{ExecEvents, PtyRequest, TerminalSession, DEFAULT_SHELL};
-pub use files::FileDownload;
+pub use exec::{ExecEvents, Processes, PtyRequest, TerminalSession, DEFAULT_SHELL};
+pub use files::{FileDownload, Files};
+pub use network::SandboxNetwork;
 pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
-pub use terminal::TerminalLog;
+pub use shipping::Trajectories;
+pub use snapshots::Snapshots;
+pub use substrates::Substrates;
+pub use telemetry::Telemetry;
+pub use terminal::{TerminalLog, Terminals};
 pub use trajectory::TrajectoryPages;
-
-/// How many recently deleted sandboxes keep their reason for a friendlier 404.
-const TOMBSTONES: usize = 4096;
 
 pub(crate) use crate::clock::now_ms;
 
@@ -265,38 +272,33 @@ struct KeyEntry {
     request: CreateSandboxRequest,
 }
 
+/// The manager's state: the registry and what the lifecycle needs. Everything else is a part
+/// of its own (see [`Parts`] and [`crate::node`]).
 pub(crate) struct Inner {
     cfg: NodeConfig,
-    runtimes: Vec<Arc<dyn Runtime>>,
+    /// The runtimes, one per substrate served.
+    substrates: Substrates,
     store: Store,
-    sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
-    keys: Mutex<HashMap<String, KeyEntry>>,
-    /// (id, why it went, its tenant) of recently deleted sandboxes.
-    tombstones: Mutex<VecDeque<(SandboxId, String, Option<String>)>>,
+    /// The sandboxes, their idempotency keys, their tombstones.
+    registry: registry::Registry,
     /// Quota usage per tenant.
     tenants: Arc<crate::quota::Tenants>,
-    metrics: Metrics,
-    /// The sandboxes' CPU time read by the last scrape, `(ms since the epoch, µs of CPU)`:
-    /// the start of the next scrape's idle-share window.
-    scraped_cpu: Mutex<Option<(u64, u64)>>,
-    /// Sandbox changes for `GET /v1/events`.
-    events: events::Events,
-    /// Set by [`Manager::shutdown`]: the daemon is going away, sandboxes are not.
-    stopping: AtomicBool,
-    /// Links, rules and resolvers of sandboxes whose network policy is not `none`.
-    network: std::sync::OnceLock<Arc<warren_net::Network>>,
     /// Caps on starting and held sandboxes, memory headroom.
     admission: crate::admission::Admission,
-    /// Where revive reads logs of sandboxes this node no longer holds (none: only its own).
-    log_source: std::sync::OnceLock<Arc<dyn crate::trajectory::LogSource>>,
-    /// The last terminal session number given out.
-    terminals: AtomicU64,
-    /// Ships trajectories off the node, when a trajectory store is set.
-    shipper: std::sync::OnceLock<Arc<crate::ship::Shipper>>,
-    /// Snapshots kept by the node, and directories of saves a crash cut off (removed by
-    /// [`Manager::recover`]).
-    snapshots: snapshots::Snapshots,
-    snapshot_leftovers: Mutex<Vec<std::path::PathBuf>>,
+    /// The parts it calls into.
+    parts: Parts,
+}
+
+/// The parts of the node the manager calls into, each owning its own state (see
+/// [`crate::node`]): it applies network policies, records telemetry, seals trajectories and
+/// creates from snapshots through them. Their own calls that need a sandbox are handed the
+/// manager.
+#[derive(Clone, Debug)]
+pub struct Parts {
+    pub network: SandboxNetwork,
+    pub telemetry: Telemetry,
+    pub trajectories: Trajectories,
+    pub snapshots: Snapshots,
 }
 
 /// The node's sandbox manager. Cheap to clone; every clone is the same manager.
@@ -324,122 +326,56 @@ impl Manager {
             .parent()
             .unwrap_or(std::path::Path::new("."))
             .join("snapshots");
-        let (snapshots, snapshot_leftovers) = snapshots::Snapshots::open(snapshot_root);
+        let snapshots = Snapshots::open(snapshot_root);
         Manager {
             inner: Arc::new(Inner {
                 cfg,
-                runtimes,
+                substrates: Substrates::new(runtimes),
                 store,
-                sandboxes: RwLock::new(HashMap::new()),
-                keys: Mutex::new(HashMap::new()),
-                tombstones: Mutex::new(VecDeque::new()),
+                registry: registry::Registry::default(),
                 tenants: Arc::default(),
-                metrics: Metrics::default(),
-                scraped_cpu: Mutex::new(None),
-                events: events::Events::default(),
-                stopping: AtomicBool::new(false),
-                network: std::sync::OnceLock::new(),
                 admission,
-                log_source: std::sync::OnceLock::new(),
-                // Numbers stay unique across restarts of the daemon.
-                terminals: AtomicU64::new(now_ms() * 1000),
-                shipper: std::sync::OnceLock::new(),
-                snapshots,
-                snapshot_leftovers: Mutex::new(snapshot_leftovers),
+                parts: Parts {
+                    network: SandboxNetwork::default(),
+                    telemetry: Telemetry::default(),
+                    trajectories: Trajectories::default(),
+                    snapshots,
+                },
             }),
         }
     }
 
     /// The runtimes this manager creates sandboxes with, one per substrate served.
-    pub fn runtimes(&self) -> &[Arc<dyn Runtime>] {
-        &self.inner.runtimes
+    pub fn substrates(&self) -> &Substrates {
+        &self.inner.substrates
     }
 
     /// Marks the daemon as stopping: the reaper and lost-agent watchers stand down, so
     /// connections closing during shutdown are not mistaken for dead sandboxes. Sandboxes are
     /// left running for the next start to re-adopt.
     pub fn shutdown(&self) {
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        for r in &self.inner.runtimes {
-            r.shutdown();
-        }
-    }
-
-    fn stopping(&self) -> bool {
-        self.inner.stopping.load(Ordering::SeqCst)
+        self.inner.substrates.shutdown();
     }
 
     pub fn config(&self) -> &NodeConfig {
         &self.inner.cfg
     }
 
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
-    }
-
-    /// The substrates this node serves.
-    /// `function` is served wherever containers are (see `runtime_for`).
-    pub fn substrates(&self) -> Vec<Substrate> {
-        let mut out: Vec<Substrate> = self.inner.runtimes.iter().map(|r| r.substrate()).collect();
-        if out.contains(&Substrate::Container) && !out.contains(&Substrate::Function) {
-            out.push(Substrate::Function);
-        }
-        out
+    /// The parts it calls into (network, telemetry, trajectories, snapshots).
+    pub fn parts(&self) -> &Parts {
+        &self.inner.parts
     }
 
     pub(crate) fn journal(&self) -> &Journal {
         self.inner.store.journal()
     }
 
-    fn runtime_for(&self, s: Substrate) -> Result<Arc<dyn Runtime>, NodeError> {
-        // A `function` sandbox made through the sandbox API is a container started by the
-        // same runtime as the warm pools (its files and processes persist between its
-        // commands); one-shot calls that each start fresh go through `/v1/functions/call`.
-        let s = if s == Substrate::Function
-            && !self.inner.runtimes.iter().any(|r| r.substrate() == s)
-        {
-            Substrate::Container
-        } else {
-            s
-        };
-        self.inner
-            .runtimes
-            .iter()
-            .find(|r| r.substrate() == s)
-            .cloned()
-            .ok_or_else(|| NodeError::UnsupportedSubstrate {
-                requested: s,
-                served: self
-                    .substrates()
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-    }
-
-    fn map(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
-        self.inner.sandboxes.read().expect("sandbox map lock")
-    }
-
-    fn map_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
-        self.inner.sandboxes.write().expect("sandbox map lock")
-    }
-
     /// Finds a sandbox; a recently deleted one answers with why it went away.
     pub(crate) fn lookup(&self, id: &SandboxId) -> Result<Arc<Sandbox>, NodeError> {
-        if let Some(sb) = self.map().get(id) {
+        if let Some(sb) = self.inner.registry.map().get(id) {
             return Ok(sb.clone());
         }
-        let why = self
-            .inner
-            .tombstones
-            .lock()
-            .expect("tombstones lock")
-            .iter()
-            .rev()
-            .find(|(t, _, _)| t == id)
-            .map(|(_, w, _)| w.clone());
+        let why = self.inner.registry.why_gone(id, |_| true);
         Err(NodeError::SandboxNotFound {
             id: id.clone(),
             why,
@@ -453,19 +389,16 @@ impl Manager {
         if caller.is_admin() {
             return Ok(());
         }
-        let owner = self.map().get(id).map(|sb| sb.lock().info.tenant.clone());
+        let owner = self
+            .inner
+            .registry
+            .map()
+            .get(id)
+            .map(|sb| sb.lock().info.tenant.clone());
         let why = match owner {
             Some(owner) if caller.sees(owner.as_deref()) => return Ok(()),
             Some(_) => None,
-            None => self
-                .inner
-                .tombstones
-                .lock()
-                .expect("tombstones lock")
-                .iter()
-                .rev()
-                .find(|(t, _, owner)| t == id && caller.sees(owner.as_deref()))
-                .map(|(_, w, _)| w.clone()),
+            None => self.inner.registry.why_gone(id, |owner| caller.sees(owner)),
         };
         Err(NodeError::SandboxNotFound {
             id: id.clone(),
@@ -482,11 +415,7 @@ impl Manager {
             record: st.record.clone(),
         };
         self.inner.store.put_sandbox(&stored, None)?;
-        if self.inner.events.wanted() {
-            self.inner
-                .events
-                .publish(SandboxChange::Changed(Arc::new(st.info.clone())));
-        }
+        self.inner.parts.telemetry.changed(&st.info);
         Ok(())
     }
 
@@ -500,7 +429,7 @@ impl Manager {
 
     /// `GET /v1/sandboxes`: every sandbox matching `filter`, oldest first.
     pub fn list(&self, filter: &ListFilter) -> Vec<SandboxInfo> {
-        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let all: Vec<Arc<Sandbox>> = self.inner.registry.map().values().cloned().collect();
         let mut out: Vec<SandboxInfo> = all
             .iter()
             .filter_map(|sb| {
@@ -515,104 +444,14 @@ impl Manager {
 
     /// How many sandboxes this node holds.
     pub fn count(&self) -> usize {
-        self.map().len()
+        self.inner.registry.map().len()
     }
+}
 
-    /// Sandboxes per state (every state listed, zeros included).
-    pub fn count_by_state(&self) -> Vec<(SandboxState, u64)> {
-        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
-        let mut counts = [
-            (SandboxState::Creating, 0u64),
-            (SandboxState::Running, 0),
-            (SandboxState::Paused, 0),
-            (SandboxState::Stopped, 0),
-            (SandboxState::Failed, 0),
-        ];
-        for sb in all {
-            let s = sb.lock().info.state;
-            if let Some(c) = counts.iter_mut().find(|(st, _)| *st == s) {
-                c.1 += 1;
-            }
-        }
-        counts.to_vec()
-    }
-
-    /// The load summary a cluster gateway places by: sandboxes by state, memory reserved by
-    /// the limits of starting and running ones, host memory, CPU pressure.
-    pub fn load(&self) -> warren_types::NodeLoad {
-        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
-        let mem = self.inner.admission.memory();
-        let mut load = warren_types::NodeLoad {
-            memory_available_mb: mem.available_mb,
-            cpu_pressure: crate::pressure::cpu_some_avg10().unwrap_or(0.0),
-            ..Default::default()
-        };
-        for sb in all {
-            let st = sb.lock();
-            *load
-                .by_substrate
-                .entry(st.info.substrate.as_str().to_string())
-                .or_default() += 1;
-            match st.info.state {
-                SandboxState::Creating => load.creating += 1,
-                SandboxState::Running => load.running += 1,
-                SandboxState::Paused => load.paused += 1,
-                SandboxState::Stopped => load.stopped += 1,
-                SandboxState::Failed => load.failed += 1,
-            }
-            if matches!(
-                st.info.state,
-                SandboxState::Creating | SandboxState::Running
-            ) {
-                load.memory_reserved_mb += st.info.limits.memory_mb;
-            }
-        }
-        load
-    }
-
-    /// What this node admits at most.
-    pub fn capacity(&self) -> warren_types::NodeCapacity {
-        let cfg = &self.inner.cfg;
-        warren_types::NodeCapacity {
-            max_sandboxes: cfg.max_sandboxes as u64,
-            max_running: cfg.admission.max_running,
-            max_starting: cfg.admission.max_starting,
-            memory_total_mb: self.inner.admission.memory().total_mb,
-            min_free_memory_mb: cfg.admission.min_free_memory_mb,
-            max_sandbox_memory_mb: cfg.bounds.max_memory_mb,
-        }
-    }
-
-    /// The state file's size and its limit, in bytes.
-    pub fn state_usage(&self) -> (u64, u64) {
-        (self.journal().state_bytes(), self.config().state_max_bytes)
-    }
-
-    fn remember_deleted(&self, id: &SandboxId, why: &str, tenant: Option<String>) {
-        if self.inner.events.wanted() {
-            self.inner.events.publish(SandboxChange::Deleted {
-                id: id.clone(),
-                why: why.to_string(),
-                tenant: tenant.clone(),
-            });
-        }
-        let mut t = self.inner.tombstones.lock().expect("tombstones lock");
-        if t.len() >= TOMBSTONES {
-            t.pop_front();
-        }
-        t.push_back((id.clone(), why.to_string(), tenant));
-    }
-
-    /// (sandboxes, memory MiB, CPUs, function calls) counted against `tenant`'s quotas.
-    pub fn tenant_usage(&self, tenant: &str) -> (u64, u64, f64, u64) {
-        self.inner.tenants.usage(tenant)
-    }
-
-    /// The idempotency-key table's key: keys are per tenant (NUL is refused in keys).
-    pub(crate) fn scoped_key(tenant: Option<&str>, key: &str) -> String {
-        match tenant {
-            None => key.to_string(),
-            Some(t) => format!("{t}\0{key}"),
-        }
+/// The idempotency-key table's key: keys are per tenant (NUL is refused in keys).
+fn scoped_key(tenant: Option<&str>, key: &str) -> String {
+    match tenant {
+        None => key.to_string(),
+        Some(t) => format!("{t}\0{key}"),
     }
 }

@@ -1,34 +1,52 @@
 //! Network policy of sandboxes: applied at create (and to fork children), changed at run
 //! time (`PUT /v1/sandboxes/{id}/network`), re-applied after a daemon restart, removed with
 //! the sandbox. The links, rules and resolvers themselves belong to `warren_net::Network`;
-//! this file decides when, and writes the sandbox's `/etc/resolv.conf` through its agent.
+//! [`SandboxNetwork`] holds it and decides how a policy reaches an instance (and writes the
+//! sandbox's `/etc/resolv.conf` through its agent); the manager decides when.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tracing::warn;
 use warren_runtime::Instance;
 use warren_types::{NetworkPolicy, NetworkStatus, SandboxId};
 
-use super::{Manager, Sandbox};
+use super::Manager;
 use crate::error::NodeError;
 
-impl Manager {
-    /// Gives the manager the node's network (without one, only `none` is accepted).
-    pub fn set_network(&self, net: Arc<warren_net::Network>) {
-        let _ = self.inner.network.set(net);
+/// The sandboxes' network: owns the node's `warren_net::Network` (its links, rules and
+/// resolvers; none until the daemon gives it one, and then only policy `none` is accepted)
+/// and applies policies to instances. Knows nothing of the sandbox registry: the manager
+/// calls it at create, fork, delete and recovery. Cheap to clone; every clone is the same.
+#[derive(Clone, Default)]
+pub struct SandboxNetwork {
+    net: Arc<OnceLock<Arc<warren_net::Network>>>,
+}
+
+impl std::fmt::Debug for SandboxNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxNetwork")
+            .field("enabled", &self.net.get().is_some())
+            .finish()
+    }
+}
+
+impl SandboxNetwork {
+    /// Gives the node's network (without one, only `none` is accepted). Once only.
+    pub fn set(&self, net: Arc<warren_net::Network>) {
+        let _ = self.net.set(net);
     }
 
     /// The node's network, if it has one.
-    pub fn network(&self) -> Option<&Arc<warren_net::Network>> {
-        self.inner.network.get()
+    pub fn get(&self) -> Option<&Arc<warren_net::Network>> {
+        self.net.get()
     }
 
     /// Checks a policy's syntax and that this node can honour it.
-    pub(crate) fn check_network(&self, policy: &NetworkPolicy) -> Result<(), NodeError> {
+    pub(crate) fn check(&self, policy: &NetworkPolicy) -> Result<(), NodeError> {
         policy.validate()?;
         if policy.is_none() {
             return Ok(());
         }
-        match self.network() {
+        match self.get() {
             Some(n) => Ok(n.check(policy)?),
             None => Err(NodeError::Network(warren_net::NetError::Policy(
                 "network policies are unavailable on this node (it runs without a network)".into(),
@@ -39,18 +57,18 @@ impl Manager {
     /// Applies `policy` to a live instance: link, rules, resolver, resolv.conf (unless
     /// `resolv_written`: the sandbox started with the one of its reserved link). A `none`
     /// policy on a sandbox that never had a link costs nothing.
-    pub(crate) async fn apply_network(
+    pub(crate) async fn apply(
         &self,
         id: &SandboxId,
         instance: &Arc<dyn Instance>,
         policy: &NetworkPolicy,
         resolv_written: bool,
     ) -> Result<Option<warren_net::LinkInfo>, NodeError> {
-        let Some(net) = self.network() else {
+        let Some(net) = self.get() else {
             return if policy.is_none() {
                 Ok(None)
             } else {
-                Err(self.check_network(policy).unwrap_err())
+                Err(self.check(policy).unwrap_err())
             };
         };
         let had = net.link_of(id.as_str()).is_some();
@@ -103,8 +121,8 @@ impl Manager {
         if policy.is_none() || runtime.substrate() != warren_types::Substrate::Container {
             return Ok(None);
         }
-        let Some(net) = self.network() else {
-            return Err(self.check_network(policy).unwrap_err());
+        let Some(net) = self.get() else {
+            return Err(self.check(policy).unwrap_err());
         };
         Ok(Some(net.reserve(id.as_str(), policy)?))
     }
@@ -117,7 +135,7 @@ impl Manager {
         id: &SandboxId,
         policy: &NetworkPolicy,
     ) -> Option<(warren_runtime::NetnsHook, EarlyLink)> {
-        let net = self.network()?.clone();
+        let net = self.get()?.clone();
         if policy.is_none() {
             return None;
         }
@@ -142,16 +160,16 @@ impl Manager {
     }
 
     /// Removes a sandbox's link (if any). Errors are logged: the sandbox is gone anyway.
-    pub(crate) async fn drop_network(&self, id: &SandboxId) {
-        if let Some(net) = self.network() {
+    pub(crate) async fn detach(&self, id: &SandboxId) {
+        if let Some(net) = self.get() {
             if let Err(e) = net.detach(id.as_str()).await {
                 warn!(sandbox = %id, error = %e, "cannot remove the sandbox's network");
             }
         }
     }
 
-    fn network_status(&self, id: &SandboxId, policy: NetworkPolicy) -> NetworkStatus {
-        let link = self.network().and_then(|n| n.link_of(id.as_str()));
+    fn status(&self, id: &SandboxId, policy: NetworkPolicy) -> NetworkStatus {
+        let link = self.get().and_then(|n| n.link_of(id.as_str()));
         NetworkStatus {
             policy,
             address: link.as_ref().map(|l| l.address.to_string()),
@@ -159,98 +177,101 @@ impl Manager {
         }
     }
 
-    /// `GET /v1/sandboxes/{id}/network`.
-    pub fn get_network(&self, id: &SandboxId) -> Result<NetworkStatus, NodeError> {
-        let sb = self.lookup(id)?;
-        let policy = sb.lock().info.network.clone();
-        Ok(self.network_status(id, policy))
-    }
-
-    /// `PUT /v1/sandboxes/{id}/network`: replaces the policy; new connections follow it at
-    /// once (established ones keep going until they close).
-    pub async fn set_network_policy(
+    /// After a restart: gives every adopted sandbox (id, instance, policy) its link again.
+    pub(crate) async fn reattach_all(
         &self,
-        id: &SandboxId,
-        policy: NetworkPolicy,
-    ) -> Result<NetworkStatus, NodeError> {
-        self.check_network(&policy)?;
-        let sb = self.lookup(id)?;
-        let (instance, _info, _guard) = self.ready_sb(&sb).await?;
-        let _lifecycle = sb.lifecycle.lock().await;
-        let started_ms = super::now_ms();
-        self.apply_network(id, &instance, &policy, false).await?;
-        {
-            let mut st = sb.lock();
-            st.info.network = policy.clone();
-            self.persist(&sb, &st)?;
-        }
-        crate::metrics::Metrics::inc(&self.inner.metrics.network_changes);
-        self.log_lifecycle(
-            &sb,
-            warren_types::TrajectoryCall::Network {
-                policy: policy.clone(),
-            },
-            started_ms,
-        )
-        .await;
-        Ok(self.network_status(id, policy))
-    }
-
-    /// After a restart: gives every adopted sandbox its link again.
-    pub(crate) async fn reattach_networks(&self, adopted: &[SandboxId]) {
-        for id in adopted {
-            let Ok(sb) = self.lookup(id) else { continue };
-            let (instance, policy) = {
-                let st = sb.lock();
-                (st.instance.clone(), st.info.network.clone())
-            };
-            let Some(instance) = instance else { continue };
+        adopted: Vec<(SandboxId, Arc<dyn Instance>, NetworkPolicy)>,
+    ) {
+        for (id, instance, policy) in adopted {
             if policy.is_none() {
                 continue;
             }
-            if let Err(e) = self.reattach_one(&sb, &instance, &policy).await {
+            if let Err(e) = self.reattach(&id, &instance, &policy).await {
                 warn!(sandbox = %id, error = %e, "cannot restore the sandbox's network; it keeps loopback only");
             }
         }
     }
 
-    async fn reattach_one(
+    async fn reattach(
         &self,
-        sb: &Arc<Sandbox>,
+        id: &SandboxId,
         instance: &Arc<dyn Instance>,
         policy: &NetworkPolicy,
     ) -> Result<(), NodeError> {
         // A paused sandbox's netns is there; only the resolv.conf write needs the agent, and
         // the address is the same kind, so write it only when running.
         let net = self
-            .network()
+            .get()
             .ok_or_else(|| NodeError::Network(warren_net::NetError::Policy("no network".into())))?;
         let pid = instance.netns_pid().ok_or_else(|| {
             NodeError::Network(warren_net::NetError::Policy("no network namespace".into()))
         })?;
         let netns = warren_net::Netns::of_pid(pid)?;
         let link = net
-            .apply(sb.id.as_str(), &netns, instance.guest_tap(), policy)
+            .apply(id.as_str(), &netns, instance.guest_tap(), policy)
             .await?;
         if instance.guest_tap().is_some() && !instance.is_paused() {
             configure_guest(instance, link.as_ref())
                 .await
-                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+                .map_err(|e| NodeError::runtime(id, e))?;
         } else if !instance.is_paused() {
             let text = warren_net::resolv_conf(link.as_ref());
             let mut w = instance
                 .agent()
                 .write_file("/etc/resolv.conf", Some(0o644), None)
                 .await
-                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+                .map_err(|e| NodeError::runtime(id, e))?;
             w.write(bytes::Bytes::from(text))
                 .await
-                .map_err(|e| NodeError::runtime(&sb.id, e))?;
-            w.finish()
-                .await
-                .map_err(|e| NodeError::runtime(&sb.id, e))?;
+                .map_err(|e| NodeError::runtime(id, e))?;
+            w.finish().await.map_err(|e| NodeError::runtime(id, e))?;
         }
         Ok(())
+    }
+}
+
+impl SandboxNetwork {
+    /// `GET /v1/sandboxes/{id}/network` of sandbox `id` of `sandboxes`.
+    pub fn status_of(
+        &self,
+        sandboxes: &Manager,
+        id: &SandboxId,
+    ) -> Result<NetworkStatus, NodeError> {
+        let sb = sandboxes.lookup(id)?;
+        let policy = sb.lock().info.network.clone();
+        Ok(self.status(id, policy))
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: replaces the policy; new connections follow it at
+    /// once (established ones keep going until they close).
+    pub async fn set_policy(
+        &self,
+        sandboxes: &Manager,
+        id: &SandboxId,
+        policy: NetworkPolicy,
+    ) -> Result<NetworkStatus, NodeError> {
+        self.check(&policy)?;
+        let sb = sandboxes.lookup(id)?;
+        let (instance, _info, _guard) = sandboxes.ready_within(&sb, None).await?;
+        let _lifecycle = sb.lifecycle.lock().await;
+        let started_ms = super::now_ms();
+        self.apply(id, &instance, &policy, false).await?;
+        {
+            let mut st = sb.lock();
+            st.info.network = policy.clone();
+            sandboxes.persist(&sb, &st)?;
+        }
+        crate::metrics::Metrics::inc(&sandboxes.inner.parts.telemetry.metrics().network_changes);
+        sandboxes
+            .log_lifecycle(
+                &sb,
+                warren_types::TrajectoryCall::Network {
+                    policy: policy.clone(),
+                },
+                started_ms,
+            )
+            .await;
+        Ok(self.status(id, policy))
     }
 }
 
@@ -275,7 +296,7 @@ async fn configure_guest(
 type LinkTask = tokio::task::JoinHandle<Result<Option<warren_net::LinkInfo>, warren_net::NetError>>;
 
 /// The link of a starting container, being made since its network namespace appeared (see
-/// [`Manager::early_link`]).
+/// [`SandboxNetwork::early_link`]).
 #[derive(Clone)]
 pub(crate) struct EarlyLink(Arc<std::sync::Mutex<Option<LinkTask>>>);
 

@@ -100,10 +100,12 @@ impl Manager {
         }
         drop(pausing);
         if was == SandboxState::Running {
-            Metrics::inc(&self.inner.metrics.pauses);
-            self.inner
-                .metrics
-                .observe_change(Change::Pause, sb.substrate(), started.elapsed());
+            Metrics::inc(&self.inner.parts.telemetry.metrics().pauses);
+            self.inner.parts.telemetry.metrics().observe_change(
+                Change::Pause,
+                sb.substrate(),
+                started.elapsed(),
+            );
             let by = match by {
                 PauseBy::Call => "call",
                 PauseBy::Idle => "idle",
@@ -159,10 +161,12 @@ impl Manager {
                 warn!(sandbox = %sb.id, error = %e, "cannot record the resume");
             }
         }
-        Metrics::inc(&self.inner.metrics.resumes);
-        self.inner
-            .metrics
-            .observe_change(Change::Resume, sb.substrate(), started.elapsed());
+        Metrics::inc(&self.inner.parts.telemetry.metrics().resumes);
+        self.inner.parts.telemetry.metrics().observe_change(
+            Change::Resume,
+            sb.substrate(),
+            started.elapsed(),
+        );
         self.log_lifecycle(sb, TrajectoryCall::Resume {}, started_ms)
             .await;
         info!(sandbox = %sb.id, us = started.elapsed().as_micros() as u64, "sandbox resumed");
@@ -176,17 +180,10 @@ impl Manager {
         id: &SandboxId,
     ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
         let sb = self.lookup(id)?;
-        self.ready_sb(&sb).await
+        self.ready_within(&sb, None).await
     }
 
-    pub(crate) async fn ready_sb(
-        &self,
-        sb: &Arc<Sandbox>,
-    ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
-        self.ready_within(sb, None).await
-    }
-
-    /// [`Manager::ready_sb`] for a call with its own timeout: a sandbox still being created is
+    /// [`Manager::ready`] for a call with its own timeout: a sandbox still being created is
     /// waited for at most `limit` (without one, until its creation ends).
     pub(crate) async fn ready_within(
         &self,
@@ -220,24 +217,26 @@ impl Manager {
                 }
             };
             if creating {
-                self.wait_created(sb, limit).await?;
+                sb.wait_created(limit).await?;
                 continue;
             }
             // Paused, or a pause is under way: wait for it, then thaw.
             self.resume_sb(sb).await?;
         }
     }
+}
 
+impl Sandbox {
     /// Waits (at most `limit`) for a sandbox in `creating` to finish starting; a start that
     /// failed answers its error.
-    async fn wait_created(&self, sb: &Sandbox, limit: Option<Duration>) -> Result<(), NodeError> {
+    async fn wait_created(&self, limit: Option<Duration>) -> Result<(), NodeError> {
         let started = match limit {
-            None => sb.wait_started().await,
-            Some(limit) => match tokio::time::timeout(limit, sb.wait_started()).await {
+            None => self.wait_started().await,
+            Some(limit) => match tokio::time::timeout(limit, self.wait_started()).await {
                 Ok(r) => r,
                 Err(_) => {
                     return Err(NodeError::NotRunning {
-                        id: sb.id.clone(),
+                        id: self.id.clone(),
                         state: SandboxState::Creating,
                         reason: Some(format!(
                             "still being created after the call's timeout ({:.1} s)",

@@ -40,10 +40,10 @@ impl Manager {
     /// an idle sandbox is deleted. Returns what was done and why ([`TTL_EXPIRED`],
     /// [`IDLE_PAUSED`], [`IDLE_TIMEOUT`]).
     pub async fn reap(&self, now: u64) -> Vec<(SandboxId, &'static str)> {
-        if self.stopping() {
+        if self.inner.substrates.stopping() {
             return Vec::new();
         }
-        let all: Vec<Arc<Sandbox>> = self.map().values().cloned().collect();
+        let all: Vec<Arc<Sandbox>> = self.inner.registry.map().values().cloned().collect();
         let mut due = Vec::new();
         for sb in all {
             let st = sb.lock();
@@ -69,7 +69,7 @@ impl Manager {
             if why == IDLE_TIMEOUT {
                 match self.pause_sb(&sb, PauseBy::Idle).await {
                     Ok(Some(_)) => {
-                        Metrics::inc(&self.inner.metrics.paused_idle);
+                        Metrics::inc(&self.inner.parts.telemetry.metrics().paused_idle);
                         done.push((sb.id.clone(), IDLE_PAUSED));
                         continue;
                     }
@@ -88,9 +88,9 @@ impl Manager {
             match self.end(&sb, why).await {
                 Ok(()) => {
                     let c = if why == TTL_EXPIRED {
-                        &self.inner.metrics.reaped_ttl
+                        &self.inner.parts.telemetry.metrics().reaped_ttl
                     } else {
-                        &self.inner.metrics.reaped_idle
+                        &self.inner.parts.telemetry.metrics().reaped_idle
                     };
                     Metrics::inc(c);
                     done.push((sb.id.clone(), why));
@@ -120,7 +120,7 @@ impl Manager {
                 .instance
                 .as_ref()
                 .is_some_and(|i| Arc::ptr_eq(i, instance));
-            if st.deleting || !same || self.stopping() {
+            if st.deleting || !same || self.inner.substrates.stopping() {
                 return;
             }
             st.instance = None;
@@ -134,9 +134,9 @@ impl Manager {
                 warn!(sandbox = %sb.id, error = %e, "cannot record the lost sandbox");
             }
         }
-        Metrics::inc(&self.inner.metrics.lost);
+        Metrics::inc(&self.inner.parts.telemetry.metrics().lost);
         warn!(sandbox = %sb.id, reason = ?instance.lost_reason(), "the sandbox's agent exited; sandbox marked failed");
-        self.drop_network(&sb.id).await;
+        self.inner.parts.network.detach(&sb.id).await;
         match instance.destroy().await {
             Ok(()) => info!(sandbox = %sb.id, "lost sandbox cleaned up"),
             Err(e) => warn!(sandbox = %sb.id, error = %e, "cleanup of the lost sandbox failed"),

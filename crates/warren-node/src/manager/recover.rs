@@ -42,18 +42,15 @@ impl Manager {
         for stored in loaded.sandboxes {
             self.recover_one(stored, &mut report).await?;
         }
-        let leftovers = std::mem::take(
-            &mut *self
-                .inner
-                .snapshot_leftovers
-                .lock()
-                .expect("snapshot leftovers lock"),
-        );
-        self.remove_snapshot_leftovers(leftovers).await;
+        self.inner
+            .parts
+            .snapshots
+            .remove_leftovers(self.inner.substrates.runtimes())
+            .await;
 
         let mut keys: HashMap<String, KeyEntry> = HashMap::new();
         for (key, k) in loaded.keys {
-            if self.map().contains_key(&k.id) {
+            if self.inner.registry.map().contains_key(&k.id) {
                 keys.insert(
                     key,
                     KeyEntry {
@@ -65,10 +62,10 @@ impl Manager {
                 warn!(key, error = %e, "cannot drop a stale idempotency key");
             }
         }
-        *self.inner.keys.lock().expect("keys lock") = keys;
+        *self.inner.registry.keys() = keys;
 
         // Everything not adopted is dead by now, so only adopted sandboxes are "known".
-        for rt in &self.inner.runtimes {
+        for rt in self.inner.substrates.runtimes() {
             match rt.reconcile(&report.adopted).await {
                 Ok(removed) => {
                     for r in &removed {
@@ -81,7 +78,16 @@ impl Manager {
                 }
             }
         }
-        self.reattach_networks(&report.adopted).await;
+        let linked = report
+            .adopted
+            .iter()
+            .filter_map(|id| {
+                let sb = self.lookup(id).ok()?;
+                let st = sb.lock();
+                Some((id.clone(), st.instance.clone()?, st.info.network.clone()))
+            })
+            .collect();
+        self.inner.parts.network.reattach_all(linked).await;
         info!(
             adopted = report.adopted.len(),
             failed = report.failed.len(),
@@ -110,7 +116,7 @@ impl Manager {
                 return Ok(());
             }
         };
-        let runtime = match self.runtime_for(info.substrate) {
+        let runtime = match self.inner.substrates.runtime_for(info.substrate) {
             Ok(r) => r,
             Err(e) => {
                 // Not ours to touch with another runtime; keep it visible so a person notices.
@@ -184,7 +190,7 @@ impl Manager {
             }
             report.failed.push((id.clone(), reason));
         }
-        let mut map = self.map_mut();
+        let mut map = self.inner.registry.map_mut();
         {
             // Counted against its tenant's quotas again (never refused: it exists).
             let st = sb.lock();

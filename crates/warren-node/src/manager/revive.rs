@@ -14,7 +14,7 @@
 //! Each replayed call's outcome (success or error code, exit code and signal, sha256 of its
 //! stdout and stderr) is compared with the logged one; the first divergence is reported.
 //! The log is read through a [`LogSource`]: the node's own journal while the sandbox is
-//! here, else the source given to [`Manager::set_log_source`].
+//! here, else the source given to [`super::Trajectories::set_log_source`].
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -27,7 +27,7 @@ use warren_types::{
 };
 
 use super::runner::Begun;
-use super::Manager;
+use super::{Manager, Trajectories};
 use crate::error::{NodeError, StoreError};
 use crate::trajectory::source::LoggedSandbox;
 use crate::trajectory::{
@@ -309,6 +309,10 @@ impl Replay {
         blobs: &Blobs,
     ) -> Result<Action, NodeError> {
         let m = self.manager.clone();
+        let (procs, files) = (
+            super::Processes::new(m.clone()),
+            super::Files::new(m.clone()),
+        );
         let id = self.new.clone();
         let input = match &entry.input {
             Some(i) if i.omitted => {
@@ -325,11 +329,12 @@ impl Replay {
                 if c.stdin_sha256.is_some() && input.is_none() {
                     return Ok(Action::Ran(not_replayable("its stdin was not logged")));
                 }
-                m.exec(&id, exec_request(c, input.as_ref(), step))
+                procs
+                    .exec(&id, exec_request(c, input.as_ref(), step))
                     .await
                     .map(drop)
             }
-            TrajectoryCall::Spawn(c) => match m.spawn(&id, exec_request(c, None, step)).await {
+            TrajectoryCall::Spawn(c) => match procs.spawn(&id, exec_request(c, None, step)).await {
                 Ok((p, _)) => {
                     if let Some(StoredResult::Process(old)) = &entry.result {
                         self.pids.insert(old.pid, p.pid);
@@ -340,7 +345,7 @@ impl Replay {
             },
             TrajectoryCall::Kill { pid, signal } => {
                 let pid = self.pids.get(pid).copied().unwrap_or(*pid);
-                m.kill_proc(&id, pid, *signal, step).await.map(drop)
+                procs.kill_proc(&id, pid, *signal, step).await.map(drop)
             }
             TrajectoryCall::WriteFile {
                 path, mode, size, ..
@@ -349,7 +354,8 @@ impl Replay {
                     return Ok(Action::Ran(not_replayable("its content was not logged")));
                 };
                 let body = futures::stream::iter([Ok::<_, std::io::Error>(content)]);
-                m.write_file(&id, path, *mode, Some(*size), step, body)
+                files
+                    .write_file(&id, path, *mode, Some(*size), step, body)
                     .await
                     .map(drop)
             }
@@ -358,20 +364,28 @@ impl Replay {
                     return Ok(Action::Ran(not_replayable("its content was not logged")));
                 };
                 let body = futures::stream::iter([Ok::<_, std::io::Error>(content)]);
-                m.write_tar(&id, path, body).await
+                files.write_tar(&id, path, body).await
             }
             TrajectoryCall::Mkdir {
                 path,
                 parents,
                 mode,
-            } => m.mkdir(&id, path, *parents, *mode, step).await.map(drop),
+            } => files
+                .mkdir(&id, path, *parents, *mode, step)
+                .await
+                .map(drop),
             TrajectoryCall::Remove { path, recursive } => {
-                m.remove(&id, path, *recursive, step).await.map(drop)
+                files.remove(&id, path, *recursive, step).await.map(drop)
             }
-            TrajectoryCall::Chmod { path, mode } => m.chmod(&id, path, *mode, step).await.map(drop),
-            TrajectoryCall::Network { policy } => {
-                m.set_network_policy(&id, policy.clone()).await.map(drop)
+            TrajectoryCall::Chmod { path, mode } => {
+                files.chmod(&id, path, *mode, step).await.map(drop)
             }
+            TrajectoryCall::Network { policy } => m
+                .parts()
+                .network
+                .set_policy(&m, &id, policy.clone())
+                .await
+                .map(drop),
             TrajectoryCall::Fork {
                 children,
                 n,
@@ -429,36 +443,35 @@ impl Replay {
     }
 }
 
-impl Manager {
-    /// Sets where revive reads the logs of sandboxes this node does not hold (once).
-    pub fn set_log_source(&self, source: Arc<dyn LogSource>) {
-        let _ = self.inner.log_source.set(source);
-    }
-
-    /// `POST /v1/sandboxes/{id}/revive` by `caller`: see the module docs. Another tenant's
+impl Trajectories {
+    /// `POST /v1/sandboxes/{id}/revive` by `caller` into `sandboxes`: see the module docs. Another tenant's
     /// sandbox answers `not_found`, like a missing one; the new sandbox belongs to the old
     /// one's tenant and counts against its quotas.
     pub async fn revive_as(
         &self,
+        sandboxes: &Manager,
         caller: &Caller,
         id: &SandboxId,
         opts: ReviveOptions,
     ) -> Result<ReviveReport, NodeError> {
         let started = Instant::now();
         let local: Arc<dyn LogSource> = Arc::new(LocalLog {
-            manager: self.clone(),
+            manager: sandboxes.clone(),
         });
         let (source, old) = match local.sandbox(id).await? {
             Some(old) => {
-                self.authorize(caller, id)?;
+                sandboxes.authorize(caller, id)?;
                 (local, old)
             }
             None => {
-                let missing = self.lookup(id).err().unwrap_or(NodeError::SandboxNotFound {
-                    id: id.clone(),
-                    why: None,
-                });
-                let Some(src) = self.inner.log_source.get().cloned() else {
+                let missing = sandboxes
+                    .lookup(id)
+                    .err()
+                    .unwrap_or(NodeError::SandboxNotFound {
+                        id: id.clone(),
+                        why: None,
+                    });
+                let Some(src) = self.log_source() else {
                     return Err(missing);
                 };
                 match src.sandbox(id).await? {
@@ -483,8 +496,8 @@ impl Manager {
         } else {
             caller.clone()
         };
-        let max_ttl = self.inner.cfg.bounds.max_ttl_secs;
-        let created = self
+        let max_ttl = sandboxes.inner.cfg.bounds.max_ttl_secs;
+        let created = sandboxes
             .create_as(&owner, create_request(&old, max_ttl))
             .await?;
         let new: SandboxId = created.info.id.parse().map_err(|e| {
@@ -493,7 +506,7 @@ impl Manager {
             )))
         })?;
         let mut replay = Replay {
-            manager: self.clone(),
+            manager: sandboxes.clone(),
             new: new.clone(),
             opts,
             pids: HashMap::new(),
@@ -513,13 +526,13 @@ impl Manager {
         };
         if let Err(e) = replay.run(source, id.clone(), u64::MAX, true).await {
             // A revive that could not finish leaves nothing behind.
-            if let Err(d) = self.delete(&new).await {
+            if let Err(d) = sandboxes.delete(&new).await {
                 tracing::warn!(sandbox = %new, error = %d, "cannot delete a failed revive");
             }
             return Err(e);
         }
         let mut report = replay.report;
-        report.sandbox = self.get(&new).unwrap_or(report.sandbox);
+        report.sandbox = sandboxes.get(&new).unwrap_or(report.sandbox);
         report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::info!(
             from = %id, sandbox = %new, replayed = report.replayed,

@@ -105,7 +105,7 @@ impl<K: CallKind> Replay<K> {
     /// The recorded answer for a request with digest `own`; `step_conflict` when the
     /// request differs.
     pub(crate) fn answer(self, own: &Digest) -> Result<K::Answer, NodeError> {
-        let metrics = &self.manager.inner.metrics;
+        let metrics = &self.manager.inner.parts.telemetry.metrics();
         if *own != self.digest {
             Metrics::inc(&metrics.step_conflicts);
             return Err(conflict(
@@ -233,8 +233,12 @@ impl<K: CallKind> Run<K> {
             .log
             .append(m.journal(), entry, Some(digest), blobs)
             .await?;
-        m.inner.metrics.observe_append(t.elapsed());
-        Metrics::inc(&m.inner.metrics.trajectory_appends);
+        m.inner
+            .parts
+            .telemetry
+            .metrics()
+            .observe_append(t.elapsed());
+        Metrics::inc(&m.inner.parts.telemetry.metrics().trajectory_appends);
         if let (Some(g), Some(record)) = (self.guard, record) {
             g.finish(digest, Arc::new(record));
         }
@@ -310,7 +314,7 @@ impl Manager {
                 .claim(self.journal(), step, digest)
                 .inspect_err(|e| {
                     if matches!(e, NodeError::StepConflict { .. }) {
-                        Metrics::inc(&self.inner.metrics.step_conflicts);
+                        Metrics::inc(&self.inner.parts.telemetry.metrics().step_conflicts);
                     }
                 })?;
             match claim {
@@ -416,7 +420,7 @@ impl Manager {
         let mut entry = StoredEntry::new(call, None, started_ms);
         entry.cancelled = true;
         match sb.log.append(self.journal(), entry, None, Vec::new()).await {
-            Ok(_) => Metrics::inc(&self.inner.metrics.trajectory_appends),
+            Ok(_) => Metrics::inc(&self.inner.parts.telemetry.metrics().trajectory_appends),
             Err(e) => warn!(sandbox = %sb.id, error = %e, "cannot log a cancelled call"),
         }
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicU64;
 use warren_types::SandboxState;
 
 use super::stats::{share, window_start};
-use super::{now_ms, Manager};
+use super::{now_ms, Manager, Telemetry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -32,14 +32,15 @@ const STATES: [SandboxState; 5] = [
     SandboxState::Failed,
 ];
 
-impl Manager {
-    /// Adds the sandboxes' figures to a scrape's registry.
-    pub fn register_metrics(&self, reg: &mut Registry) {
-        self.inner.metrics.register(reg);
+impl Telemetry {
+    /// Adds the sandboxes' figures to a scrape's registry: the counters, and what `sandboxes`
+    /// holds now.
+    pub fn register_metrics(&self, reg: &mut Registry, sandboxes: &Manager) {
+        self.metrics().register(reg);
         let by_state: Family<StateLabels, Gauge> = Family::default();
         // Every state of every served substrate is listed, zero or not, so a series does not
         // vanish when its last sandbox goes.
-        for substrate in self.substrates() {
+        for substrate in sandboxes.substrates().served() {
             for state in STATES {
                 let _ = by_state.get_or_create(&StateLabels {
                     state: state.as_str(),
@@ -48,7 +49,7 @@ impl Manager {
             }
         }
         let mut requested_cpus = 0.0;
-        for sb in self.map().values() {
+        for sb in sandboxes.inner.registry.map().values() {
             let st = sb.lock();
             by_state
                 .get_or_create(&StateLabels {
@@ -72,7 +73,8 @@ impl Manager {
             "CPUs asked for by the running sandboxes' limits",
             requested,
         );
-        if let Some(cpu_us) = self
+        if let Some(cpu_us) = sandboxes
+            .substrates()
             .runtimes()
             .iter()
             .find_map(|r| r.node_usage())
@@ -93,7 +95,7 @@ impl Manager {
                 );
             }
         }
-        let (bytes, max) = self.state_usage();
+        let (bytes, max) = self.state_usage(sandboxes);
         reg.register(
             "warren_state_bytes",
             "Size of the node's state (state file and trajectory logs)",
@@ -111,7 +113,7 @@ impl Manager {
     /// on the first scrape and while nothing runs.
     fn idle_share(&self, cpu_us: u64, requested_cpus: f64) -> Option<f64> {
         let now = now_ms();
-        let mut last = self.inner.scraped_cpu.lock().expect("scraped cpu lock");
+        let mut last = self.scraped_cpu();
         let from = window_start(&mut last, now, cpu_us)?;
         if requested_cpus <= 0.0 {
             return None;

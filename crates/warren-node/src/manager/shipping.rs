@@ -1,8 +1,11 @@
-//! The manager's side of shipping trajectories ([`crate::ship`]): the shipper's thread,
-//! sealing a deleted sandbox's log, and reading a trajectory back from the store when the
-//! sandbox is not on this node.
+//! The sandboxes' trajectories once written, a part of its own beside the manager
+//! ([`Trajectories`]). Here: shipping them off the node (the shipper's thread, see
+//! [`crate::ship`]), sealing a deleted sandbox's log (the manager calls it at delete),
+//! reading a trajectory back from the store when the sandbox is not on this node, and where
+//! revive reads the logs of sandboxes this node no longer holds. Export is in
+//! `trajectory`, revive in `revive`.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tracing::warn;
 use warren_blob::trajectory::{TrajectoryPages as ShippedPages, TrajectoryStoreError};
@@ -12,24 +15,53 @@ use warren_types::{ApiError, Caller, SandboxId};
 use super::{Inner, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::ship::{Live, Shipper};
-use crate::trajectory::StoreLogSource;
+use crate::trajectory::{LogSource, StoreLogSource};
 
 /// Longest a delete waits for the sandbox's log to be shipped and sealed; past it the
 /// sandbox goes anyway (and the store may miss the end of its log).
 pub const SEAL_WAIT: Duration = Duration::from_secs(5);
 
-impl Manager {
-    /// Ships every sandbox's trajectory to `store` from now on, on a thread of its own (see
-    /// [`crate::ship`]), and reads logs back from it to revive sandboxes this node does not
-    /// hold (a [`StoreLogSource`], unless another source was set). Once only; later calls
-    /// are ignored.
-    pub fn ship_trajectories(&self, store: Arc<dyn BlobStore>) -> std::io::Result<()> {
-        let shipper = Shipper::with_metrics(store.clone(), self.inner.metrics.shipping.clone());
-        if self.inner.shipper.set(shipper.clone()).is_err() {
+/// The sandboxes' trajectories once written: export, shipping, revive. Owns the trajectory
+/// shipper (once a trajectory store is set) and the log source revive reads sandboxes this
+/// node no longer holds from; calls that need a sandbox are handed the manager. Cheap to
+/// clone; every clone is the same.
+#[derive(Clone, Default)]
+pub struct Trajectories {
+    state: Arc<State>,
+}
+
+#[derive(Default)]
+struct State {
+    shipper: OnceLock<Arc<Shipper>>,
+    /// Where revive reads logs of sandboxes this node no longer holds (none: only its own).
+    log_source: OnceLock<Arc<dyn LogSource>>,
+}
+
+impl std::fmt::Debug for Trajectories {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trajectories")
+            .field("ships", &self.ships_trajectories())
+            .finish()
+    }
+}
+
+impl Trajectories {
+    /// Ships the trajectory of every sandbox of `sandboxes` to `store` from now on, on a
+    /// thread of its own (see [`crate::ship`]), and reads logs back from it to revive
+    /// sandboxes this node does not hold (a [`StoreLogSource`], unless another source was
+    /// set). Once only; later calls are ignored.
+    pub fn ship_trajectories(
+        &self,
+        store: Arc<dyn BlobStore>,
+        sandboxes: &Manager,
+    ) -> std::io::Result<()> {
+        let metrics = sandboxes.parts().telemetry.metrics().shipping.clone();
+        let shipper = Shipper::with_metrics(store.clone(), metrics);
+        if self.state.shipper.set(shipper.clone()).is_err() {
             return Ok(());
         }
         self.set_log_source(Arc::new(StoreLogSource::new(store)));
-        let weak = Arc::downgrade(&self.inner);
+        let weak = Arc::downgrade(&sandboxes.inner);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -40,7 +72,17 @@ impl Manager {
     }
 
     pub(crate) fn shipper(&self) -> Option<&Arc<Shipper>> {
-        self.inner.shipper.get()
+        self.state.shipper.get()
+    }
+
+    /// Sets where revive reads the logs of sandboxes this node does not hold (once).
+    pub fn set_log_source(&self, source: Arc<dyn LogSource>) {
+        let _ = self.state.log_source.set(source);
+    }
+
+    /// Where revive reads the logs of sandboxes this node does not hold, if anywhere.
+    pub(crate) fn log_source(&self) -> Option<Arc<dyn LogSource>> {
+        self.state.log_source.get().cloned()
     }
 
     /// True when trajectories are shipped to a store (and read from it once a sandbox is
@@ -100,7 +142,7 @@ async fn ship_loop(manager: Weak<Inner>, shipper: Arc<Shipper>) {
         };
         let m = Manager { inner };
         let live_of = |id: &SandboxId| {
-            let sb = m.map().get(id).cloned()?;
+            let sb = m.inner.registry.map().get(id).cloned()?;
             let st = sb.lock();
             (!st.deleting).then(|| Live {
                 info: st.info.clone(),

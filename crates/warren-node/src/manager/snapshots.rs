@@ -65,18 +65,27 @@ fn not_found(id: &str) -> NodeError {
     NodeError::Api(ApiError::not_found(format!("snapshot {id} not found")))
 }
 
-/// The snapshots of a node: their directory and table.
+/// The snapshots of a node, a part of its own beside the manager: owns their directory, the
+/// table of them in memory, and the directories of saves a crash cut off (until
+/// [`Manager::recover`] has them removed). The manager reads it to create sandboxes from a
+/// snapshot; saving one reads the manager's sandbox. Cheap to clone; every clone is the same.
+#[derive(Clone, Debug)]
+pub struct Snapshots {
+    state: Arc<State>,
+}
+
 #[derive(Debug)]
-pub(crate) struct Snapshots {
+struct State {
     root: PathBuf,
     map: Mutex<BTreeMap<String, Arc<Held>>>,
+    leftovers: Mutex<Vec<PathBuf>>,
 }
 
 impl Snapshots {
     /// The snapshots kept under `root`. A directory without a readable `snapshot.json` is
-    /// a save cut off by a crash: it is returned as leftover, for [`Manager::recover`] to
+    /// a save cut off by a crash: it is kept as leftover, for [`Manager::recover`] to
     /// remove through the runtimes.
-    pub fn open(root: PathBuf) -> (Snapshots, Vec<PathBuf>) {
+    pub fn open(root: PathBuf) -> Snapshots {
         let mut map = BTreeMap::new();
         let mut leftovers = Vec::new();
         for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
@@ -100,22 +109,22 @@ impl Snapshots {
                 _ => leftovers.push(dir),
             }
         }
-        (
-            Snapshots {
+        Snapshots {
+            state: Arc::new(State {
                 root,
                 map: Mutex::new(map),
-            },
-            leftovers,
-        )
+                leftovers: Mutex::new(leftovers),
+            }),
+        }
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Held>>> {
-        self.map.lock().expect("snapshots lock")
+        self.state.map.lock().expect("snapshots lock")
     }
 
     /// The snapshot `id` when `caller` may see it; another tenant's answers like a missing
     /// one.
-    pub fn get(&self, caller: &Caller, id: &str) -> Result<Arc<Held>, NodeError> {
+    pub(crate) fn get(&self, caller: &Caller, id: &str) -> Result<Arc<Held>, NodeError> {
         self.map()
             .get(id)
             .filter(|h| caller.sees(h.info.tenant.as_deref()))
@@ -206,30 +215,31 @@ pub(crate) fn fill(
     Ok(req)
 }
 
-impl Manager {
-    /// `POST /v1/sandboxes/{id}/snapshot` by `caller`.
+impl Snapshots {
+    /// `POST /v1/sandboxes/{id}/snapshot` by `caller`: saves sandbox `id` of `sandboxes`.
     pub async fn snapshot_as(
         &self,
+        sandboxes: &Manager,
         caller: &Caller,
         id: &SandboxId,
         req: CreateSnapshotRequest,
     ) -> Result<SnapshotInfo, NodeError> {
         req.validate()?;
-        self.authorize(caller, id)?;
-        let sb = self.lookup(id)?;
+        sandboxes.authorize(caller, id)?;
+        let sb = sandboxes.lookup(id)?;
         let _busy = ActivityGuard::new(sb.clone());
         // No pause, resume, fork or delete of the sandbox meanwhile.
         let _lifecycle = sb.lifecycle.lock().await;
         let (instance, sinfo) = sb.live_instance()?;
-        let snaps = &self.inner.snapshots;
+        let snaps = self;
         if snaps.count() >= MAX_SNAPSHOTS {
             return Err(NodeError::Api(ApiError::new(
                 ErrorCode::LimitExceeded,
                 format!("this node keeps at most {MAX_SNAPSHOTS} snapshots: delete some first"),
             )));
         }
-        let sid = SnapshotId::generate(&self.inner.cfg.node);
-        let dir = snaps.root.join(sid.as_str());
+        let sid = SnapshotId::generate(&sandboxes.config().node);
+        let dir = snaps.state.root.join(sid.as_str());
         std::fs::create_dir_all(&dir).map_err(|e| {
             NodeError::Api(ApiError::internal(format!(
                 "cannot create {}: {e}",
@@ -299,23 +309,22 @@ impl Manager {
                 in_use: tokio::sync::RwLock::new(()),
             }),
         );
-        self.log_lifecycle(
-            &sb,
-            TrajectoryCall::Snapshot {
-                snapshot: sid.to_string(),
-            },
-            started_ms,
-        )
-        .await;
+        sandboxes
+            .log_lifecycle(
+                &sb,
+                TrajectoryCall::Snapshot {
+                    snapshot: sid.to_string(),
+                },
+                started_ms,
+            )
+            .await;
         info!(sandbox = %id, snapshot = %sid, ms = t0.elapsed().as_millis() as u64, bytes = info.size_bytes, "snapshot saved");
         Ok(info)
     }
 
     /// `GET /v1/snapshots`: what `caller` may see, oldest first.
-    pub fn snapshots_as(&self, caller: &Caller) -> Vec<SnapshotInfo> {
-        self.inner
-            .snapshots
-            .map()
+    pub fn list_as(&self, caller: &Caller) -> Vec<SnapshotInfo> {
+        self.map()
             .values()
             .filter(|h| caller.sees(h.info.tenant.as_deref()))
             .map(|h| h.info.clone())
@@ -323,22 +332,27 @@ impl Manager {
     }
 
     /// `GET /v1/snapshots/{id}`.
-    pub fn snapshot_info_as(&self, caller: &Caller, id: &str) -> Result<SnapshotInfo, NodeError> {
-        Ok(self.inner.snapshots.get(caller, id)?.info.clone())
+    pub fn info_as(&self, caller: &Caller, id: &str) -> Result<SnapshotInfo, NodeError> {
+        Ok(self.get(caller, id)?.info.clone())
     }
 
     /// `DELETE /v1/snapshots/{id}`: waits for creates from it that are under way. Sandboxes
     /// made from it are not affected.
-    pub async fn delete_snapshot_as(&self, caller: &Caller, id: &str) -> Result<(), NodeError> {
-        let held = self.inner.snapshots.get(caller, id)?;
+    pub async fn delete_as(
+        &self,
+        sandboxes: &Manager,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), NodeError> {
+        let held = self.get(caller, id)?;
         let _alone = held.in_use.write().await;
         // Another delete may have won while this one waited.
-        if self.inner.snapshots.map().remove(id).is_none() {
+        if self.map().remove(id).is_none() {
             return Err(not_found(id));
         }
         // Unrecorded first: a crash from here on leaves a directory the next start removes.
         let _ = std::fs::remove_file(held.dir.join("snapshot.json"));
-        match self.runtime_for(held.info.substrate) {
+        match sandboxes.substrates().runtime_for(held.info.substrate) {
             Ok(rt) => rt.remove_snapshot(&held.data(), &holder(id)).await,
             Err(e) => warn!(snapshot = id, error = %e, "no runtime for the snapshot's substrate"),
         }
@@ -349,14 +363,15 @@ impl Manager {
         Ok(())
     }
 
-    /// Removes the directories of saves a crash cut off (and what their runtimes kept).
-    pub(crate) async fn remove_snapshot_leftovers(&self, leftovers: Vec<PathBuf>) {
+    /// Removes the directories of saves a crash cut off (and what `runtimes` kept of them).
+    pub(crate) async fn remove_leftovers(&self, runtimes: &[Arc<dyn warren_runtime::Runtime>]) {
+        let leftovers = std::mem::take(&mut *self.state.leftovers.lock().expect("leftovers lock"));
         for dir in leftovers {
             let name = dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            for rt in self.runtimes() {
+            for rt in runtimes {
                 rt.remove_snapshot(&dir.join("data"), &holder(&name)).await;
             }
             let _ = std::fs::remove_dir_all(&dir);

@@ -3,7 +3,7 @@
 
 use warren_types::{SandboxId, SandboxStats};
 
-use super::{now_ms, Manager};
+use super::{now_ms, Manager, Telemetry};
 use crate::error::NodeError;
 
 /// A stats window shorter than this is too noisy: the previous sample stays the start.
@@ -39,10 +39,10 @@ pub(super) fn window_start(
     }
 }
 
-impl Manager {
-    /// What `id` uses now, against its limits.
-    pub fn stats(&self, id: &SandboxId) -> Result<SandboxStats, NodeError> {
-        let sb = self.lookup(id)?;
+impl Telemetry {
+    /// What sandbox `id` of `sandboxes` uses now, against its limits.
+    pub fn stats(&self, sandboxes: &Manager, id: &SandboxId) -> Result<SandboxStats, NodeError> {
+        let sb = sandboxes.lookup(id)?;
         let (info, instance) = {
             let st = sb.lock();
             (st.info.clone(), st.instance.clone())

@@ -1,5 +1,6 @@
-//! Terminal records: what is typed into a terminal and what it prints, logged in the
-//! sandbox's trajectory as `terminal` entries (no step; never replayed).
+//! Terminals, a part of its own above the manager ([`Terminals`]): opening one in a sandbox,
+//! and its record: what is typed into it and what it prints, logged in the sandbox's
+//! trajectory as `terminal` entries (no step; never replayed).
 //!
 //! The terminal's bridge hands each chunk to a [`TerminalLog`] as it passes (it never
 //! waits for the log); one task per terminal gathers them and appends a part of the session
@@ -8,12 +9,15 @@
 //! of one direction that follow each other within [`MERGE_MS`] are one chunk. The bytes are
 //! kept under the sandbox's trajectory budget like exec output; past it, digests and sizes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use warren_types::{TerminalStream, TrajectoryCall};
+use warren_types::{ApiError, ExecRequest, SandboxId, TerminalStream, TrajectoryCall};
 
+use super::exec::{exec_spec, PtyRequest, TerminalSession};
 use super::{now_ms, Manager, Sandbox};
+use crate::error::NodeError;
 use crate::trajectory::{Room, StoredEntry, StoredResult, StoredTerminal};
 
 /// A part is appended once its chunks hold this many bytes...
@@ -127,7 +131,9 @@ impl Recorder {
             .append(m.journal(), entry, None, blobs)
             .await
         {
-            Ok(_) => crate::metrics::Metrics::inc(&m.inner.metrics.trajectory_appends),
+            Ok(_) => {
+                crate::metrics::Metrics::inc(&m.inner.parts.telemetry.metrics().trajectory_appends)
+            }
             Err(e) => {
                 tracing::warn!(sandbox = %self.sandbox.id, error = %e, "cannot log a terminal")
             }
@@ -162,17 +168,67 @@ impl Recorder {
     }
 }
 
-impl Manager {
+/// Owns the node's terminal sessions: opens them in the sandboxes of the manager it is
+/// given, numbers them, and records them. Cheap to clone; every clone is the same.
+#[derive(Clone, Debug)]
+pub struct Terminals {
+    sandboxes: Manager,
+    /// The last session number given out.
+    sessions: Arc<AtomicU64>,
+}
+
+impl Terminals {
+    /// Terminals in the sandboxes of `sandboxes`.
+    pub fn new(sandboxes: Manager) -> Terminals {
+        Terminals {
+            sandboxes,
+            // Numbers stay unique across restarts of the daemon.
+            sessions: Arc::new(AtomicU64::new(now_ms() * 1000)),
+        }
+    }
+
+    /// `GET /v1/sandboxes/{id}/pty`: starts a terminal.
+    pub async fn pty(&self, id: &SandboxId, req: PtyRequest) -> Result<TerminalSession, NodeError> {
+        let exec = ExecRequest {
+            argv: Some(req.argv),
+            ..Default::default()
+        };
+        exec.validate()?;
+        if req.cols == 0 || req.rows == 0 {
+            return Err(ApiError::invalid("cols and rows must be at least 1").into());
+        }
+        let (instance, info, guard) = self.sandboxes.ready(id).await?;
+        let mut spec = exec_spec(&info, &exec)?;
+        if !spec.env.iter().any(|(k, _)| k == "TERM") {
+            spec.env.push(("TERM".into(), "xterm-256color".into()));
+        }
+        // A container mounts its devpts with its first terminal (docs/density.md).
+        instance
+            .prepare_terminal()
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        let argv = spec.argv.clone();
+        let session = instance
+            .agent()
+            .pty(spec, req.cols, req.rows)
+            .await
+            .map_err(|e| NodeError::runtime(id, e))?;
+        let (input, output) = session.split();
+        let log = self.record(guard.sandbox.clone(), argv);
+        Ok(TerminalSession {
+            input,
+            output,
+            guard,
+            log,
+        })
+    }
+
     /// Starts the record of a terminal running `argv` in `sandbox`.
-    pub(crate) fn terminal_log(&self, sandbox: Arc<Sandbox>, argv: Vec<String>) -> TerminalLog {
+    fn record(&self, sandbox: Arc<Sandbox>, argv: Vec<String>) -> TerminalLog {
         let (tx, rx) = mpsc::unbounded_channel();
-        let session = self
-            .inner
-            .terminals
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed) + 1;
         let rec = Recorder {
-            manager: self.clone(),
+            manager: self.sandboxes.clone(),
             sandbox,
             session,
             argv,

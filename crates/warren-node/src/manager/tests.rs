@@ -9,6 +9,7 @@ use warren_types::{
 };
 
 use super::*;
+use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with};
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -108,7 +109,7 @@ async fn failed_start_leaves_nothing() {
     // The key is free again.
     rt.fail_create.store(false, Ordering::SeqCst);
     assert!(m.create(req).await.unwrap().created);
-    assert_eq!(m.metrics().create_errors.get(), 1);
+    assert_eq!(m.parts().telemetry.metrics().create_errors.get(), 1);
 }
 
 #[tokio::test]
@@ -275,7 +276,11 @@ async fn a_dead_agent_marks_the_sandbox_failed_until_deleted() {
         m.inner.store.load().unwrap().sandboxes[0].info.state,
         SandboxState::Failed
     );
-    let e = m.exec(&id, ExecRequest::argv(["true"])).await.unwrap_err();
+    let e = m
+        .procs()
+        .exec(&id, ExecRequest::argv(["true"]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::SandboxLost);
     assert_eq!(
         m.list(&ListFilter {
@@ -321,7 +326,11 @@ async fn recovery_adopts_or_tears_down_and_never_leaks() {
         assert_eq!(adopted, expected);
         assert_eq!(report.orphans_removed, ["cgroup warren-n1/stray"]);
         assert_eq!(m.get(&a).unwrap().state, SandboxState::Running);
-        let out = m.exec(&a, ExecRequest::argv(["true"])).await.unwrap();
+        let out = m
+            .procs()
+            .exec(&a, ExecRequest::argv(["true"]))
+            .await
+            .unwrap();
         assert_eq!(out.exit_code, Some(3));
         m.shutdown();
     }
@@ -383,7 +392,7 @@ async fn exec_merges_sandbox_defaults_and_encodes_output() {
     exec.env = labels(&[("B", "request")]);
     exec.timeout_secs = Some(1.5);
     exec.max_output_bytes = Some(100);
-    let r = m.exec(&id, exec).await.unwrap();
+    let r = m.procs().exec(&id, exec).await.unwrap();
     assert_eq!(r.exit_code, Some(3));
     assert_eq!(r.stderr, "err");
     assert_eq!(r.duration_ms, 1.5);
@@ -406,7 +415,7 @@ async fn exec_merges_sandbox_defaults_and_encodes_output() {
     exec.user = Some("root".into());
     exec.stdin = Some("input".into());
     exec.encoding = OutputEncoding::Base64;
-    let r = m.exec(&id, exec).await.unwrap();
+    let r = m.procs().exec(&id, exec).await.unwrap();
     assert_eq!(r.encoding, OutputEncoding::Base64);
     use base64::Engine;
     let raw = base64::engine::general_purpose::STANDARD
@@ -418,11 +427,11 @@ async fn exec_merges_sandbox_defaults_and_encodes_output() {
     assert_eq!(spec.user.as_deref(), Some("root"));
     assert!(spec.stdin);
     assert_eq!(r.stderr, "ZXJy");
-    assert_eq!(m.metrics().execs.get(), 2);
+    assert_eq!(m.parts().telemetry.metrics().execs.get(), 2);
 
     let bad = ExecRequest::default();
     assert_eq!(
-        m.exec(&id, bad).await.unwrap_err().code(),
+        m.procs().exec(&id, bad).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
 }
@@ -437,7 +446,11 @@ async fn streamed_exec_ends_with_exit() {
             .unwrap()
             .info,
     );
-    let mut events = m.exec_stream(&id, ExecRequest::argv(["x"])).await.unwrap();
+    let mut events = m
+        .procs()
+        .exec_stream(&id, ExecRequest::argv(["x"]))
+        .await
+        .unwrap();
     let mut seen = Vec::new();
     while let Some(ev) = events.next().await {
         seen.push(ev);
@@ -470,57 +483,75 @@ async fn processes_and_files_reach_the_agent() {
     let mut with_stdin = ExecRequest::argv(["cat"]);
     with_stdin.stdin = Some("x".into());
     assert_eq!(
-        m.spawn(&id, with_stdin).await.unwrap_err().code(),
+        m.procs().spawn(&id, with_stdin).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
-    assert_eq!(m.get_proc(&id, 42).await.unwrap().pid, 42);
+    assert_eq!(m.procs().get_proc(&id, 42).await.unwrap().pid, 42);
     assert_eq!(
-        m.get_proc(&id, 43).await.unwrap_err().code(),
+        m.procs().get_proc(&id, 43).await.unwrap_err().code(),
         ErrorCode::NotFound
     );
     assert_eq!(
-        m.wait_proc(&id, 42, Some(0.1)).await.unwrap_err().code(),
+        m.procs()
+            .wait_proc(&id, 42, Some(0.1))
+            .await
+            .unwrap_err()
+            .code(),
         ErrorCode::Timeout
     );
-    m.kill_proc(&id, 42, 15, None).await.unwrap();
+    m.procs().kill_proc(&id, 42, 15, None).await.unwrap();
     assert_eq!(
-        m.kill_proc(&id, 42, 0, None).await.unwrap_err().code(),
+        m.procs()
+            .kill_proc(&id, 42, 0, None)
+            .await
+            .unwrap_err()
+            .code(),
         ErrorCode::InvalidRequest
     );
 
-    assert_eq!(m.stat(&id, "/a/../b").await.unwrap().name, "/b");
+    assert_eq!(m.files().stat(&id, "/a/../b").await.unwrap().name, "/b");
     assert_eq!(
-        m.stat(&id, "/missing").await.unwrap_err().code(),
+        m.files().stat(&id, "/missing").await.unwrap_err().code(),
         ErrorCode::NotFound
     );
     assert_eq!(
-        m.stat(&id, "/../etc").await.unwrap_err().code(),
+        m.files().stat(&id, "/../etc").await.unwrap_err().code(),
         ErrorCode::InvalidPath
     );
     assert_eq!(
-        m.remove(&id, "/", true, None).await.unwrap_err().code(),
+        m.files()
+            .remove(&id, "/", true, None)
+            .await
+            .unwrap_err()
+            .code(),
         ErrorCode::InvalidPath
     );
     let chunks = futures::stream::iter(
         (0..3).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"abc"))),
     );
-    m.write_file(&id, "/f", Some(0o644), None, None, chunks)
+    m.files()
+        .write_file(&id, "/f", Some(0o644), None, None, chunks)
         .await
         .unwrap();
-    let mut dl = m.read_file(&id, "/f").await.unwrap();
+    let mut dl = m.files().read_file(&id, "/f").await.unwrap();
     assert_eq!(dl.next().await.unwrap().unwrap(), "hello");
     assert!(dl.next().await.is_none());
-    m.mkdir(&id, "/d", true, None, None).await.unwrap();
-    m.chmod(&id, "/d", 0o755, None).await.unwrap();
+    m.files().mkdir(&id, "/d", true, None, None).await.unwrap();
+    m.files().chmod(&id, "/d", 0o755, None).await.unwrap();
     assert_eq!(
-        m.chmod(&id, "/d", 0o17777, None).await.unwrap_err().code(),
+        m.files()
+            .chmod(&id, "/d", 0o17777, None)
+            .await
+            .unwrap_err()
+            .code(),
         ErrorCode::InvalidRequest
     );
-    let page = m.list_dir(&id, "/d", None, None).await.unwrap();
+    let page = m.files().list_dir(&id, "/d", None, None).await.unwrap();
     assert_eq!((page.entries.len(), page.next), (1, None));
     for (after, limit) in [(Some("a/b"), None), (Some(""), None), (None, Some(0))] {
         assert_eq!(
-            m.list_dir(&id, "/d", after, limit)
+            m.files()
+                .list_dir(&id, "/d", after, limit)
                 .await
                 .unwrap_err()
                 .code(),
@@ -537,7 +568,8 @@ async fn unknown_sandboxes_are_not_found() {
     assert_eq!(m.get(&id).unwrap_err().code(), ErrorCode::NotFound);
     assert_eq!(m.delete(&id).await.unwrap_err().code(), ErrorCode::NotFound);
     assert_eq!(
-        m.exec(&id, ExecRequest::argv(["true"]))
+        m.procs()
+            .exec(&id, ExecRequest::argv(["true"]))
             .await
             .unwrap_err()
             .code(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use warren_types::{CreateSandboxRequest, ErrorCode, ExecRequest, SandboxId, SandboxState};
 
+use crate::testing::Calls as _;
 use crate::testing::{manager_in, FakeRuntime};
 use crate::Manager;
 
@@ -58,14 +59,15 @@ async fn a_repeated_create_waits_for_the_first_and_answers_the_running_sandbox()
     let m3 = m.clone();
     let id3 = id.clone();
     let exec = tokio::spawn(async move {
-        m3.exec(
-            &id3,
-            ExecRequest {
-                argv: Some(vec!["true".into()]),
-                ..Default::default()
-            },
-        )
-        .await
+        m3.procs()
+            .exec(
+                &id3,
+                ExecRequest {
+                    argv: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
     });
     // Neither may answer while the first create is in flight.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -97,7 +99,7 @@ async fn a_repeated_create_of_a_failed_start_answers_the_same_error() {
     let again = tokio::spawn(async move { m2.create(keyed("resume-2")).await });
     let m3 = m.clone();
     let id3 = id.clone();
-    let stat = tokio::spawn(async move { m3.stat(&id3, "/workspace").await });
+    let stat = tokio::spawn(async move { m3.files().stat(&id3, "/workspace").await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!again.is_finished() && !stat.is_finished());
 
@@ -123,6 +125,7 @@ async fn an_exec_waits_for_a_create_only_within_its_own_timeout() {
     let gate = hold(&rt);
     let (first, id) = start_held(&m, &rt, CreateSandboxRequest::default()).await;
     let e = m
+        .procs()
         .exec(
             &id,
             ExecRequest {

@@ -4,6 +4,7 @@
 use warren_types::{CreateSandboxRequest, ErrorCode, ExecRequest, OutputEncoding, SandboxId};
 
 use crate::testing::manager_in;
+use crate::testing::Calls as _;
 
 fn id_of(info: &warren_types::SandboxInfo) -> SandboxId {
     info.id.parse().unwrap()
@@ -105,11 +106,15 @@ async fn the_default_exec_timeout_applies_when_a_request_names_none() {
     let spec = |r: warren_types::ExecResult| -> warren_proto::ExecSpec {
         serde_json::from_str(&r.stdout).unwrap()
     };
-    let r = m.exec(&id, ExecRequest::argv(["true"])).await.unwrap();
+    let r = m
+        .procs()
+        .exec(&id, ExecRequest::argv(["true"]))
+        .await
+        .unwrap();
     assert_eq!(spec(r).timeout_ms, Some(90_000));
     let mut own = ExecRequest::argv(["true"]);
     own.timeout_secs = Some(2.0);
-    let r = m.exec(&id, own).await.unwrap();
+    let r = m.procs().exec(&id, own).await.unwrap();
     assert_eq!(spec(r).timeout_ms, Some(2_000));
 }
 
@@ -127,7 +132,7 @@ async fn stdin_may_be_any_bytes_in_base64() {
     req.stdin = Some("/wAB".into()); // ff 00 01
     req.stdin_encoding = OutputEncoding::Base64;
     req.encoding = OutputEncoding::Base64;
-    let r = m.exec(&id, req).await.unwrap();
+    let r = m.procs().exec(&id, req).await.unwrap();
     use base64::Engine as _;
     let raw = base64::engine::general_purpose::STANDARD
         .decode(&r.stdout)
@@ -138,7 +143,7 @@ async fn stdin_may_be_any_bytes_in_base64() {
     bad.stdin = Some("not base64!".into());
     bad.stdin_encoding = OutputEncoding::Base64;
     assert_eq!(
-        m.exec(&id, bad).await.unwrap_err().code(),
+        m.procs().exec(&id, bad).await.unwrap_err().code(),
         ErrorCode::InvalidRequest
     );
 }

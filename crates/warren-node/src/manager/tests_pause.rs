@@ -7,6 +7,7 @@ use warren_types::{
 };
 
 use super::*;
+use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with, FakeRuntime};
 
 fn id_of(info: &SandboxInfo) -> SandboxId {
@@ -48,19 +49,23 @@ async fn idle_sandboxes_pause_and_a_call_resumes_them() {
     // Paused sandboxes are not paused again.
     assert!(m.reap(now_ms() + 60_000).await.is_empty());
 
-    let r = m.exec(&id, ExecRequest::argv(["true"])).await.unwrap();
+    let r = m
+        .procs()
+        .exec(&id, ExecRequest::argv(["true"]))
+        .await
+        .unwrap();
     assert_eq!(r.exit_code, Some(3));
     assert_eq!(rt.shared.resumes.load(Ordering::SeqCst), 1);
     assert_eq!(m.get(&id).unwrap().state, SandboxState::Running);
     assert_eq!(stored_state(&m, &id), SandboxState::Running);
     // Files resume it too.
     m.pause(&id).await.unwrap();
-    assert_eq!(m.stat(&id, "/x").await.unwrap().name, "/x");
+    assert_eq!(m.files().stat(&id, "/x").await.unwrap().name, "/x");
     assert_eq!(rt.shared.resumes.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().paused_idle.get(), 1);
+    assert_eq!(m.parts().telemetry.metrics().paused_idle.get(), 1);
     // Every pause and resume is in the trajectory, with who paused it.
     let calls: Vec<TrajectoryCall> = m
-        .trajectory_entries(&id, 1)
+        .entries(&id, 1)
         .await
         .unwrap()
         .into_iter()
@@ -101,9 +106,9 @@ async fn pause_and_resume_by_call() {
         step: Some(0),
         ..ExecRequest::argv(["true"])
     };
-    m.exec(&id, req.clone()).await.unwrap();
+    m.procs().exec(&id, req.clone()).await.unwrap();
     m.pause(&id).await.unwrap();
-    assert!(m.exec(&id, req).await.unwrap().replayed);
+    assert!(m.procs().exec(&id, req).await.unwrap().replayed);
     assert_eq!(m.get(&id).unwrap().state, SandboxState::Paused);
     // Deleting a paused sandbox works.
     m.delete(&id).await.unwrap();
@@ -139,7 +144,10 @@ async fn a_restart_keeps_paused_sandboxes_paused() {
     assert_eq!(m.get(&paused).unwrap().state, SandboxState::Paused);
     assert_eq!(m.get(&running).unwrap().state, SandboxState::Running);
     assert_eq!(stored_state(&m, &paused), SandboxState::Paused);
-    m.exec(&paused, ExecRequest::argv(["true"])).await.unwrap();
+    m.procs()
+        .exec(&paused, ExecRequest::argv(["true"]))
+        .await
+        .unwrap();
     assert_eq!(m.get(&paused).unwrap().state, SandboxState::Running);
 }
 
@@ -160,15 +168,16 @@ async fn fork_makes_children_that_start_from_the_parent() {
         .info;
     let pid = id_of(&parent);
     for i in 0..3 {
-        m.exec(
-            &pid,
-            ExecRequest {
-                step: Some(i),
-                ..ExecRequest::argv(["true"])
-            },
-        )
-        .await
-        .unwrap();
+        m.procs()
+            .exec(
+                &pid,
+                ExecRequest {
+                    step: Some(i),
+                    ..ExecRequest::argv(["true"])
+                },
+            )
+            .await
+            .unwrap();
     }
     m.pause(&pid).await.unwrap();
     let kids = m
@@ -197,7 +206,7 @@ async fn fork_makes_children_that_start_from_the_parent() {
         assert!(k.expires_at_ms.is_some());
         let kid = id_of(k);
         assert!(forked[0].1.contains(&kid));
-        let log = m.trajectory_entries(&kid, 1).await.unwrap();
+        let log = m.entries(&kid, 1).await.unwrap();
         assert_eq!(log.len(), 1);
         assert_eq!(
             log[0].call,
@@ -209,6 +218,7 @@ async fn fork_makes_children_that_start_from_the_parent() {
         );
         // Children have their own steps.
         let r = m
+            .procs()
             .exec(
                 &kid,
                 ExecRequest {
@@ -222,7 +232,7 @@ async fn fork_makes_children_that_start_from_the_parent() {
         assert_eq!(stored_state(&m, &kid), SandboxState::Running);
     }
     // Three execs and the pause come first.
-    let plog = m.trajectory_entries(&pid, 5).await.unwrap();
+    let plog = m.entries(&pid, 5).await.unwrap();
     assert!(matches!(&plog[0].call, TrajectoryCall::Fork { children, .. } if children.len() == 3));
     assert_eq!(m.count(), 4);
 
@@ -287,7 +297,7 @@ async fn a_fork_naming_a_step_runs_once() {
     assert_eq!(m.count(), 3);
 
     // The parent's entry carries the step and the request.
-    let log = m.trajectory_entries(&pid, 1).await.unwrap();
+    let log = m.entries(&pid, 1).await.unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].step, Some(5));
     match &log[0].call {

@@ -11,6 +11,7 @@ use warren_types::{
 
 use crate::error::StoreError;
 use crate::testing::manager_in;
+use crate::testing::Calls as _;
 use crate::trajectory::source::LoggedSandbox;
 use crate::trajectory::{LogPage, LogSource};
 
@@ -41,15 +42,22 @@ async fn episode(m: &Manager, caller: &Caller) -> SandboxId {
         stdin: Some("fed in".into()),
         ..step("cat", 1)
     };
-    m.exec(&id, with_stdin).await.unwrap();
-    m.write_file(&id, "/w/a", Some(0o640), None, Some(2), bytes_of(b"abc"))
+    m.procs().exec(&id, with_stdin).await.unwrap();
+    m.files()
+        .write_file(&id, "/w/a", Some(0o640), None, Some(2), bytes_of(b"abc"))
         .await
         .unwrap();
-    m.mkdir(&id, "/w/d", true, None, Some(3)).await.unwrap();
-    m.chmod(&id, "/w/a", 0o600, Some(4)).await.unwrap();
+    m.files()
+        .mkdir(&id, "/w/d", true, None, Some(3))
+        .await
+        .unwrap();
+    m.files().chmod(&id, "/w/a", 0o600, Some(4)).await.unwrap();
     // A call without a step is replayed too.
-    m.exec(&id, ExecRequest::shell("echo free")).await.unwrap();
-    m.remove(&id, "/w/d", true, Some(6)).await.unwrap();
+    m.procs()
+        .exec(&id, ExecRequest::shell("echo free"))
+        .await
+        .unwrap();
+    m.files().remove(&id, "/w/d", true, Some(6)).await.unwrap();
     id
 }
 
@@ -76,7 +84,7 @@ async fn a_revive_runs_every_change_again_and_continues_the_steps() {
     let sandboxes = m.count();
 
     let r = m
-        .revive_as(&Caller::admin(), &old, ReviveOptions::default())
+        .revive(&Caller::admin(), &old, ReviveOptions::default())
         .await
         .unwrap();
     assert_eq!(r.revived_from, old.to_string());
@@ -97,8 +105,8 @@ async fn a_revive_runs_every_change_again_and_continues_the_steps() {
     // The new log holds the same calls with the same steps and outcomes.
     let new: SandboxId = r.sandbox.id.parse().unwrap();
     let (a, b) = (
-        m.trajectory_entries(&old, 0).await.unwrap(),
-        m.trajectory_entries(&new, 0).await.unwrap(),
+        m.entries(&old, 0).await.unwrap(),
+        m.entries(&new, 0).await.unwrap(),
     );
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {
@@ -127,13 +135,14 @@ async fn a_revive_runs_every_change_again_and_continues_the_steps() {
 
     // A trainer goes on with the same indices: old steps answer from the log, a lower step
     // with another request conflicts, the next step runs.
-    let again = m.exec(&new, step("cat", 1)).await;
+    let again = m.procs().exec(&new, step("cat", 1)).await;
     assert_eq!(
         again.unwrap_err().to_api().code,
         ErrorCode::StepConflict,
         "stdin differs"
     );
     let replayed = m
+        .procs()
         .exec(
             &new,
             ExecRequest {
@@ -144,14 +153,28 @@ async fn a_revive_runs_every_change_again_and_continues_the_steps() {
         .await
         .unwrap();
     assert!(replayed.replayed);
-    assert!(m.mkdir(&new, "/w/d", true, None, Some(3)).await.unwrap());
-    let low = m.exec(&new, step("echo late", 5)).await.unwrap_err();
+    assert!(m
+        .files()
+        .mkdir(&new, "/w/d", true, None, Some(3))
+        .await
+        .unwrap());
+    let low = m
+        .procs()
+        .exec(&new, step("echo late", 5))
+        .await
+        .unwrap_err();
     assert_eq!(low.to_api().code, ErrorCode::StepConflict);
-    assert!(!m.exec(&new, step("echo next", 8)).await.unwrap().replayed);
+    assert!(
+        !m.procs()
+            .exec(&new, step("echo next", 8))
+            .await
+            .unwrap()
+            .replayed
+    );
 
     // stop_on_divergence with nothing diverging replays everything.
     let all = m
-        .revive_as(
+        .revive(
             &Caller::admin(),
             &old,
             ReviveOptions {
@@ -175,20 +198,17 @@ async fn a_user_revives_its_own_tenants_sandboxes_only_within_its_quotas() {
     let b = Caller::tenant("b", Role::User, Quotas::default());
     let old = episode(&m, &a).await;
     let refused = m
-        .revive_as(&b, &old, ReviveOptions::default())
+        .revive(&b, &old, ReviveOptions::default())
         .await
         .unwrap_err()
         .to_api();
     assert_eq!(refused.code, ErrorCode::NotFound);
     assert_eq!(m.count(), 1, "nothing was made for b");
 
-    let r = m
-        .revive_as(&a, &old, ReviveOptions::default())
-        .await
-        .unwrap();
+    let r = m.revive(&a, &old, ReviveOptions::default()).await.unwrap();
     assert_eq!(r.sandbox.tenant.as_deref(), Some("a"));
     let over = m
-        .revive_as(&a, &old, ReviveOptions::default())
+        .revive(&a, &old, ReviveOptions::default())
         .await
         .unwrap_err()
         .to_api();
@@ -198,7 +218,7 @@ async fn a_user_revives_its_own_tenants_sandboxes_only_within_its_quotas() {
     let new: SandboxId = r.sandbox.id.parse().unwrap();
     m.delete(&new).await.unwrap();
     let by_admin = m
-        .revive_as(&Caller::admin(), &old, ReviveOptions::default())
+        .revive(&Caller::admin(), &old, ReviveOptions::default())
         .await
         .unwrap();
     assert_eq!(by_admin.sandbox.tenant.as_deref(), Some("a"));
@@ -253,7 +273,7 @@ async fn a_deleted_sandbox_revives_from_another_log_source() {
     }
     m.delete(&old).await.unwrap();
     let gone = m
-        .revive_as(&a, &old, ReviveOptions::default())
+        .revive(&a, &old, ReviveOptions::default())
         .await
         .unwrap_err();
     assert_eq!(
@@ -262,18 +282,15 @@ async fn a_deleted_sandbox_revives_from_another_log_source() {
         "no source holds it yet"
     );
 
-    m.set_log_source(kept);
+    m.parts().trajectories.set_log_source(kept);
     let b = Caller::tenant("b", Role::User, Quotas::default());
     let foreign = m
-        .revive_as(&b, &old, ReviveOptions::default())
+        .revive(&b, &old, ReviveOptions::default())
         .await
         .unwrap_err();
     assert_eq!(foreign.to_api().code, ErrorCode::NotFound);
     let execs = rt.shared.execs.load(Ordering::SeqCst);
-    let r = m
-        .revive_as(&a, &old, ReviveOptions::default())
-        .await
-        .unwrap();
+    let r = m.revive(&a, &old, ReviveOptions::default()).await.unwrap();
     assert_eq!((r.replayed, r.divergences, r.last_step), (6, 0, Some(6)));
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), execs + 2);
 }
@@ -299,7 +316,7 @@ async fn a_revive_of_a_sandbox_whose_lifetime_grew_keeps_within_the_bound() {
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     m.extend(&old, max).await.unwrap();
     let r = m
-        .revive_as(&Caller::admin(), &old, ReviveOptions::default())
+        .revive(&Caller::admin(), &old, ReviveOptions::default())
         .await
         .expect("a revive of a sandbox whose lifetime was extended");
     let new = r.sandbox;

@@ -10,6 +10,7 @@ use warren_types::{Caller, ErrorCode, ExecRequest, Quotas, ReviveOptions, Role, 
 
 use super::Manager;
 use crate::testing::manager_in;
+use crate::testing::Calls as _;
 use crate::trajectory::{LogSource, StoreLogSource, INLINE_MAX};
 
 fn bytes_of(
@@ -37,19 +38,27 @@ async fn episode(m: &Manager, caller: &Caller) -> SandboxId {
         stdin,
         ..ExecRequest::shell(cmd)
     };
-    m.exec(&id, exec("echo hi", 1, None)).await.unwrap();
+    m.procs().exec(&id, exec("echo hi", 1, None)).await.unwrap();
     let big = vec![b'u'; INLINE_MAX * 3];
-    m.write_file(&id, "/w/a", Some(0o640), None, Some(2), bytes_of(big))
+    m.files()
+        .write_file(&id, "/w/a", Some(0o640), None, Some(2), bytes_of(big))
         .await
         .unwrap();
-    m.mkdir(&id, "/w/d", true, None, Some(3)).await.unwrap();
-    m.chmod(&id, "/w/a", 0o600, Some(4)).await.unwrap();
-    m.remove(&id, "/w/d", true, Some(5)).await.unwrap();
-    m.exec(&id, exec("cat", 6, Some("small".into())))
+    m.files()
+        .mkdir(&id, "/w/d", true, None, Some(3))
+        .await
+        .unwrap();
+    m.files().chmod(&id, "/w/a", 0o600, Some(4)).await.unwrap();
+    m.files().remove(&id, "/w/d", true, Some(5)).await.unwrap();
+    m.procs()
+        .exec(&id, exec("cat", 6, Some("small".into())))
         .await
         .unwrap();
     let big_stdin = "s".repeat(INLINE_MAX * 2);
-    m.exec(&id, exec("cat", 7, Some(big_stdin))).await.unwrap();
+    m.procs()
+        .exec(&id, exec("cat", 7, Some(big_stdin)))
+        .await
+        .unwrap();
     id
 }
 
@@ -84,7 +93,10 @@ async fn a_deleted_sandbox_revives_on_another_node_from_the_store() {
     let old = {
         std::fs::create_dir_all(dir.path().join("n1")).unwrap();
         let (m, _rt) = manager_in(&dir.path().join("n1"), |_| {});
-        m.ship_trajectories(store.clone()).unwrap();
+        m.parts()
+            .trajectories
+            .ship_trajectories(store.clone(), &m)
+            .unwrap();
         let old = episode(&m, &a).await;
         // The delete ships what is left and seals the log.
         m.delete(&old).await.unwrap();
@@ -124,17 +136,17 @@ async fn a_deleted_sandbox_revives_on_another_node_from_the_store() {
     // Another node sharing the store revives it.
     std::fs::create_dir_all(dir.path().join("n2")).unwrap();
     let (m, rt) = manager_in(&dir.path().join("n2"), |_| {});
-    m.ship_trajectories(store.clone()).unwrap();
+    m.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m)
+        .unwrap();
     let b = Caller::tenant("b", Role::User, Quotas::default());
     let foreign = m
-        .revive_as(&b, &old, ReviveOptions::default())
+        .revive(&b, &old, ReviveOptions::default())
         .await
         .unwrap_err();
     assert_eq!(foreign.to_api().code, ErrorCode::NotFound);
-    let r = m
-        .revive_as(&a, &old, ReviveOptions::default())
-        .await
-        .unwrap();
+    let r = m.revive(&a, &old, ReviveOptions::default()).await.unwrap();
     assert_eq!(
         (r.replayed, r.divergences, r.last_step),
         (7, 0, Some(7)),
@@ -150,9 +162,12 @@ async fn a_deleted_sandbox_revives_on_another_node_from_the_store() {
         std::fs::create_dir_all(dir.path().join("n3")).unwrap();
         manager_in(&dir.path().join("n3"), |_| {}).0
     };
-    m2.ship_trajectories(store.clone()).unwrap();
+    m2.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m2)
+        .unwrap();
     let e = m2
-        .revive_as(&a, &old, ReviveOptions::default())
+        .revive(&a, &old, ReviveOptions::default())
         .await
         .unwrap_err();
     assert_eq!(e.to_api().code, ErrorCode::InvalidState, "{e}");

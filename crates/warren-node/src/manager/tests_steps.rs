@@ -9,6 +9,7 @@ use warren_types::{
 };
 
 use super::*;
+use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with, FakeRuntime};
 
 fn id_of(info: &SandboxInfo) -> SandboxId {
@@ -42,11 +43,11 @@ async fn a_logged_step_answers_its_record_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (m, rt) = manager_in(dir.path(), |_| {});
     let id = sandbox(&m).await;
-    let first = m.exec(&id, step("echo a", 0)).await.unwrap();
+    let first = m.procs().exec(&id, step("echo a", 0)).await.unwrap();
     assert!(!first.replayed);
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 1);
     for _ in 0..3 {
-        let again = m.exec(&id, step("echo a", 0)).await.unwrap();
+        let again = m.procs().exec(&id, step("echo a", 0)).await.unwrap();
         assert!(again.replayed);
         assert_eq!(
             ExecResult {
@@ -60,21 +61,34 @@ async fn a_logged_step_answers_its_record_and_runs_nothing() {
 
     // File changes replay too, and run nothing.
     assert!(!m
+        .files()
         .write_file(&id, "/f", None, None, Some(1), bytes_of(b"abc"))
         .await
         .unwrap());
-    assert!(!m.mkdir(&id, "/d", true, None, Some(2)).await.unwrap());
+    assert!(!m
+        .files()
+        .mkdir(&id, "/d", true, None, Some(2))
+        .await
+        .unwrap());
     let changes = rt.shared.changes.load(Ordering::SeqCst);
     assert!(m
+        .files()
         .write_file(&id, "/f", None, None, Some(1), bytes_of(b"abc"))
         .await
         .unwrap());
-    assert!(m.mkdir(&id, "/d", true, None, Some(2)).await.unwrap());
+    assert!(m
+        .files()
+        .mkdir(&id, "/d", true, None, Some(2))
+        .await
+        .unwrap());
     assert_eq!(rt.shared.changes.load(Ordering::SeqCst), changes);
     // Calls without a step always run.
-    m.exec(&id, ExecRequest::shell("echo a")).await.unwrap();
+    m.procs()
+        .exec(&id, ExecRequest::shell("echo a"))
+        .await
+        .unwrap();
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().replays.get(), 5);
+    assert_eq!(m.parts().telemetry.metrics().replays.get(), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,29 +96,35 @@ async fn a_different_request_at_a_logged_step_is_a_conflict() {
     let dir = tempfile::tempdir().unwrap();
     let (m, rt) = manager_in(dir.path(), |_| {});
     let id = sandbox(&m).await;
-    m.exec(&id, step("echo a", 0)).await.unwrap();
-    let e = m.exec(&id, step("echo b", 0)).await.unwrap_err();
+    m.procs().exec(&id, step("echo a", 0)).await.unwrap();
+    let e = m.procs().exec(&id, step("echo b", 0)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     assert_eq!(e.code().http_status(), 409);
     assert!(e.to_string().contains("step 0"), "{e}");
     // Another kind of call at that step conflicts too.
-    let e = m.mkdir(&id, "/d", false, None, Some(0)).await.unwrap_err();
+    let e = m
+        .files()
+        .mkdir(&id, "/d", false, None, Some(0))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     // A write with other content at a logged write step.
-    m.write_file(&id, "/f", None, None, Some(1), bytes_of(b"one"))
+    m.files()
+        .write_file(&id, "/f", None, None, Some(1), bytes_of(b"one"))
         .await
         .unwrap();
     let e = m
+        .files()
         .write_file(&id, "/f", None, None, Some(1), bytes_of(b"two"))
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     // Steps may skip, but never go back to one that was not logged.
-    m.exec(&id, step("echo c", 5)).await.unwrap();
-    let e = m.exec(&id, step("echo d", 3)).await.unwrap_err();
+    m.procs().exec(&id, step("echo c", 5)).await.unwrap();
+    let e = m.procs().exec(&id, step("echo d", 3)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::StepConflict);
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 2);
-    assert_eq!(m.metrics().step_conflicts.get(), 4);
+    assert_eq!(m.parts().telemetry.metrics().step_conflicts.get(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,15 +135,16 @@ async fn concurrent_calls_of_one_step_run_it_once() {
     let calls = (0..16).map(|_| {
         let (m, id) = (m.clone(), id.clone());
         tokio::spawn(async move {
-            m.exec(
-                &id,
-                ExecRequest {
-                    step: Some(1),
-                    ..ExecRequest::argv(["slow"])
-                },
-            )
-            .await
-            .unwrap()
+            m.procs()
+                .exec(
+                    &id,
+                    ExecRequest {
+                        step: Some(1),
+                        ..ExecRequest::argv(["slow"])
+                    },
+                )
+                .await
+                .unwrap()
         })
     });
     let results: Vec<ExecResult> = futures::future::join_all(calls)
@@ -148,15 +169,15 @@ async fn a_step_whose_caller_went_away_runs_on_and_answers_the_retry() {
         ..ExecRequest::argv(["slow"])
     };
     let (m2, id2, req2) = (m.clone(), id.clone(), req.clone());
-    let caller = tokio::spawn(async move { m2.exec(&id2, req2).await });
+    let caller = tokio::spawn(async move { m2.procs().exec(&id2, req2).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // The client is killed between request and response.
     caller.abort();
-    let retry = m.exec(&id, req).await.unwrap();
+    let retry = m.procs().exec(&id, req).await.unwrap();
     assert!(retry.replayed);
     assert_eq!(retry.exit_code, Some(3));
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 1);
-    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    let log = m.entries(&id, 1).await.unwrap();
     assert_eq!(log.len(), 1);
     assert!(!log[0].cancelled);
 }
@@ -169,22 +190,35 @@ async fn steps_and_the_log_survive_a_restart() {
         let m = manager_with(dir.path(), rt.clone(), |_| {});
         let id = sandbox(&m).await;
         for i in 0..4 {
-            m.exec(&id, step(&format!("echo {i}"), i)).await.unwrap();
+            m.procs()
+                .exec(&id, step(&format!("echo {i}"), i))
+                .await
+                .unwrap();
         }
         m.shutdown();
         id
     };
     let m = manager_with(dir.path(), rt.clone(), |_| {});
     m.recover().await.unwrap();
-    let again = m.exec(&id, step("echo 2", 2)).await.unwrap();
+    let again = m.procs().exec(&id, step("echo 2", 2)).await.unwrap();
     assert!(again.replayed);
     assert_eq!(rt.shared.execs.load(Ordering::SeqCst), 4);
     assert_eq!(
-        m.exec(&id, step("echo x", 3)).await.unwrap_err().code(),
+        m.procs()
+            .exec(&id, step("echo x", 3))
+            .await
+            .unwrap_err()
+            .code(),
         ErrorCode::StepConflict
     );
-    assert!(!m.exec(&id, step("echo 4", 4)).await.unwrap().replayed);
-    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    assert!(
+        !m.procs()
+            .exec(&id, step("echo 4", 4))
+            .await
+            .unwrap()
+            .replayed
+    );
+    let log = m.entries(&id, 1).await.unwrap();
     let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4, 5]);
     assert_eq!(log[4].step, Some(4));
@@ -202,28 +236,34 @@ async fn the_export_says_what_ran_and_stores_big_output_once() {
         step: Some(0),
         ..ExecRequest::argv(["cat"])
     };
-    let r = m.exec(&id, with_stdin.clone()).await.unwrap();
+    let r = m.procs().exec(&id, with_stdin.clone()).await.unwrap();
     assert!(r.stdout.ends_with(&big));
-    m.exec(
-        &id,
-        ExecRequest {
-            step: Some(1),
-            ..with_stdin.clone()
-        },
-    )
-    .await
-    .unwrap();
-    m.write_file(&id, "/f", Some(0o600), None, Some(2), bytes_of(b"abc"))
+    m.procs()
+        .exec(
+            &id,
+            ExecRequest {
+                step: Some(1),
+                ..with_stdin.clone()
+            },
+        )
         .await
         .unwrap();
-    m.mkdir(&id, "/d", true, None, None).await.unwrap();
-    m.chmod(&id, "/d", 0o700, None).await.unwrap();
-    m.remove(&id, "/d", true, None).await.unwrap();
-    m.kill_proc(&id, 42, 15, None).await.unwrap();
+    m.files()
+        .write_file(&id, "/f", Some(0o600), None, Some(2), bytes_of(b"abc"))
+        .await
+        .unwrap();
+    m.files().mkdir(&id, "/d", true, None, None).await.unwrap();
+    m.files().chmod(&id, "/d", 0o700, None).await.unwrap();
+    m.files().remove(&id, "/d", true, None).await.unwrap();
+    m.procs().kill_proc(&id, 42, 15, None).await.unwrap();
     // Refused before it reaches the sandbox: not logged.
-    assert!(m.mkdir(&id, "/d", true, Some(0o17777), None).await.is_err());
+    assert!(m
+        .files()
+        .mkdir(&id, "/d", true, Some(0o17777), None)
+        .await
+        .is_err());
 
-    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    let log = m.entries(&id, 1).await.unwrap();
     let kinds: Vec<&str> = log.iter().map(|e| e.call.kind()).collect();
     assert_eq!(
         kinds,
@@ -267,7 +307,7 @@ async fn the_export_says_what_ran_and_stores_big_output_once() {
     assert_eq!(log[2].step, Some(2));
     assert!(log.iter().all(|e| e.request_sha256.len() == 64));
     // From a position on.
-    assert_eq!(m.trajectory_entries(&id, 6).await.unwrap().len(), 2);
+    assert_eq!(m.entries(&id, 6).await.unwrap().len(), 2);
     // The two identical outputs share one blob, the stdin (kept for revive) is another;
     // deleting the sandbox drops them.
     assert_eq!(m.journal().read().unwrap().blob_count().unwrap(), 2);
@@ -294,12 +334,12 @@ async fn a_streamed_step_replays_its_output() {
         step: Some(0),
         ..ExecRequest::argv(["x"])
     };
-    let mut s = m.exec_stream(&id, req.clone()).await.unwrap();
+    let mut s = m.procs().exec_stream(&id, req.clone()).await.unwrap();
     let mut first = Vec::new();
     while let Some(ev) = s.next().await {
         first.push(ev);
     }
-    let mut s = m.exec_stream(&id, req.clone()).await.unwrap();
+    let mut s = m.procs().exec_stream(&id, req.clone()).await.unwrap();
     let mut again = Vec::new();
     while let Some(ev) = s.next().await {
         again.push(ev);
@@ -316,7 +356,7 @@ async fn a_streamed_step_replays_its_output() {
         other => panic!("{other:?}"),
     }
     // One-shot and streamed execs of one command are the same step.
-    assert!(m.exec(&id, req).await.unwrap().replayed);
+    assert!(m.procs().exec(&id, req).await.unwrap().replayed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,7 +372,7 @@ async fn a_delete_leaves_no_trajectory_behind_even_with_calls_in_flight() {
                     step: (i % 2 == 0).then_some(i),
                     ..ExecRequest::argv(["slow"])
                 };
-                m.exec(&id, req).await
+                m.procs().exec(&id, req).await
             })
         })
         .collect();
@@ -353,12 +393,13 @@ async fn a_stream_dropped_by_its_caller_stops_at_once_and_is_logged_cancelled() 
     let (m, _) = manager_in(dir.path(), |_| {});
     let id = sandbox(&m).await;
     let events = m
+        .procs()
         .exec_stream(&id, ExecRequest::argv(["slow"]))
         .await
         .unwrap();
     drop(events);
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    let log = m.entries(&id, 1).await.unwrap();
     assert_eq!(log.len(), 1, "{log:?}");
     assert!(log[0].cancelled && log[0].result.is_none());
 }
@@ -376,7 +417,7 @@ async fn the_export_shows_text_as_text_and_only_binary_as_base64() {
         encoding: OutputEncoding::Base64,
         ..ExecRequest::argv(["cat"])
     };
-    let answered = m.exec(&id, text).await.unwrap();
+    let answered = m.procs().exec(&id, text).await.unwrap();
     assert_eq!(
         answered.encoding,
         OutputEncoding::Base64,
@@ -388,9 +429,9 @@ async fn the_export_shows_text_as_text_and_only_binary_as_base64() {
         stdin_encoding: OutputEncoding::Base64,
         ..ExecRequest::argv(["cat"])
     };
-    m.exec(&id, binary).await.unwrap();
+    m.procs().exec(&id, binary).await.unwrap();
 
-    let log = m.trajectory_entries(&id, 1).await.unwrap();
+    let log = m.entries(&id, 1).await.unwrap();
     let outcome = |i: usize| match &log[i].result {
         Some(TrajectoryResult::Exec(o)) => o.result.clone(),
         other => panic!("result {other:?}"),
@@ -418,11 +459,17 @@ async fn every_logged_step_is_read_back_where_its_record_starts() {
     for s in 0..40 {
         // Calls without a step between them: a step's record is not at a fixed stride.
         if s % 3 == 0 {
-            m.exec(&id, ExecRequest::shell("echo between"))
+            m.procs()
+                .exec(&id, ExecRequest::shell("echo between"))
                 .await
                 .unwrap();
         }
-        first.push(m.exec(&id, step(&format!("echo {s}"), s)).await.unwrap());
+        first.push(
+            m.procs()
+                .exec(&id, step(&format!("echo {s}"), s))
+                .await
+                .unwrap(),
+        );
     }
     let r = m.journal().read().unwrap();
     for s in 0..40 {
@@ -437,6 +484,7 @@ async fn every_logged_step_is_read_back_where_its_record_starts() {
     drop(r);
     for (s, was) in first.into_iter().enumerate() {
         let again = m
+            .procs()
             .exec(&id, step(&format!("echo {s}"), s as u64))
             .await
             .unwrap();

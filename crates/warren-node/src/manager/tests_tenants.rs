@@ -1,6 +1,7 @@
 //! Tenancy and quotas in the manager (fake runtime): ownership, per-tenant listings and keys,
 //! exact quotas under concurrent creates, reservations given back, tenants surviving restarts.
 
+use crate::testing::Calls as _;
 use std::collections::BTreeMap;
 
 use warren_types::{Caller, CreateSandboxRequest, ErrorCode, ForkRequest, Quotas, Role, SandboxId};
@@ -88,7 +89,11 @@ async fn idempotency_keys_are_per_tenant_and_tenants_survive_restarts() {
     assert_eq!((again.created, again.info.id), (false, sb.info.id.clone()));
     let info = m.get(&sa.info.id.parse().unwrap()).unwrap();
     assert_eq!(info.tenant.as_deref(), Some("a"));
-    assert_eq!(m.tenant_usage("a").0, 1, "adopted sandboxes count again");
+    assert_eq!(
+        m.inner.tenants.usage("a").0,
+        1,
+        "adopted sandboxes count again"
+    );
     // The key of a deleted sandbox is free again for its tenant only.
     m.delete(&sa.info.id.parse().unwrap()).await.unwrap();
     assert!(m.create_as(&a, req.clone()).await.unwrap().created);
@@ -126,7 +131,7 @@ async fn the_sandbox_quota_holds_exactly_under_200_concurrent_creates() {
     }
     assert_eq!(ok, 7);
     assert_eq!(m.count(), 7);
-    assert_eq!(m.tenant_usage("q").0, 7);
+    assert_eq!(m.inner.tenants.usage("q").0, 7);
 }
 
 #[tokio::test]
@@ -149,14 +154,14 @@ async fn failed_creates_and_deletes_give_the_reservation_back() {
             .await
             .is_err());
     }
-    assert_eq!(m.tenant_usage("q"), (0, 0, 0.0, 0));
+    assert_eq!(m.inner.tenants.usage("q"), (0, 0, 0.0, 0));
     rt.fail_create
         .store(false, std::sync::atomic::Ordering::SeqCst);
     let s = m
         .create_as(&q, CreateSandboxRequest::default())
         .await
         .unwrap();
-    assert_eq!(m.tenant_usage("q"), (1, 512, 1.0, 0));
+    assert_eq!(m.inner.tenants.usage("q"), (1, 512, 1.0, 0));
     // A fork of 2 would make 3: refused whole; a fork of 1 fits.
     let id: SandboxId = s.info.id.parse().unwrap();
     let two = ForkRequest {
@@ -175,7 +180,7 @@ async fn failed_creates_and_deletes_give_the_reservation_back() {
         Some("q"),
         "children belong to the parent's tenant"
     );
-    assert_eq!(m.tenant_usage("q"), (2, 1024, 2.0, 0));
+    assert_eq!(m.inner.tenants.usage("q"), (2, 1024, 2.0, 0));
     m.delete(&id).await.unwrap();
-    assert_eq!(m.tenant_usage("q"), (1, 512, 1.0, 0));
+    assert_eq!(m.inner.tenants.usage("q"), (1, 512, 1.0, 0));
 }

@@ -3,7 +3,7 @@
 
 use warren_types::{SandboxId, TrajectoryCall, TrajectoryEntry};
 
-use super::{Manager, Sandbox};
+use super::{Manager, Sandbox, Trajectories};
 use crate::error::NodeError;
 
 /// Most entries read per page.
@@ -70,32 +70,41 @@ impl TrajectoryPages {
     }
 }
 
-impl Manager {
-    /// `GET /v1/sandboxes/{id}/trajectory`: the sandbox's log from `from_seq` on.
-    pub fn trajectory(&self, id: &SandboxId, from_seq: u64) -> Result<TrajectoryPages, NodeError> {
-        self.lookup(id)?;
+impl Trajectories {
+    /// `GET /v1/sandboxes/{id}/trajectory`: the log of sandbox `id` of `sandboxes` from
+    /// `from_seq` on.
+    pub fn trajectory(
+        &self,
+        sandboxes: &Manager,
+        id: &SandboxId,
+        from_seq: u64,
+    ) -> Result<TrajectoryPages, NodeError> {
+        sandboxes.lookup(id)?;
         Ok(TrajectoryPages {
-            manager: self.clone(),
+            manager: sandboxes.clone(),
             id: id.clone(),
             next_seq: from_seq.max(1),
             done: false,
         })
     }
 
-    /// The whole log of a sandbox (tests and small logs).
-    pub async fn trajectory_entries(
+    /// The whole log of sandbox `id` of `sandboxes` (tests and small logs).
+    pub async fn entries(
         &self,
+        sandboxes: &Manager,
         id: &SandboxId,
         from_seq: u64,
     ) -> Result<Vec<TrajectoryEntry>, NodeError> {
-        let mut pages = self.trajectory(id, from_seq)?;
+        let mut pages = self.trajectory(sandboxes, id, from_seq)?;
         let mut out = Vec::new();
         while let Some(p) = pages.next_page().await {
             out.extend(p?);
         }
         Ok(out)
     }
+}
 
+impl Manager {
     /// Logs a lifecycle change (pause, resume, network) that has happened: no step, nothing
     /// to replay. The change stands whatever the log says: a failed append is a warning.
     pub(crate) async fn log_lifecycle(&self, sb: &Sandbox, call: TrajectoryCall, started_ms: u64) {

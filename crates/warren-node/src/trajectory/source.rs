@@ -3,7 +3,7 @@
 //! A node reads the logs of its own sandboxes from its [`super::Journal`] (the manager's
 //! local source, while the sandbox exists here). A source that keeps logs elsewhere (a store
 //! the logs are shipped to, read after the sandbox or its node is gone) implements the same
-//! trait and is handed to the manager (`Manager::set_log_source`); revive asks it for
+//! trait and is handed to the node's shipping part (`Trajectories::set_log_source`); revive asks it for
 //! sandboxes the node no longer holds.
 
 use warren_types::{SandboxId, SandboxInfo};
