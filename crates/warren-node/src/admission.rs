@@ -139,22 +139,18 @@ fn busy(message: String, retry_after: u64) -> ApiError {
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`.
 pub fn meminfo() -> Option<MemInfo> {
-    parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+    from_fields(&warren_runtime::procfs::MemInfo::read().ok()?)
 }
 
+#[cfg(test)]
 fn parse_meminfo(text: &str) -> Option<MemInfo> {
-    let field = |name: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(name))?;
-        line[name.len()..]
-            .split_whitespace()
-            .next()?
-            .parse::<u64>()
-            .ok()
-            .map(|kib| kib / 1024)
-    };
+    from_fields(&warren_runtime::procfs::MemInfo::parse(text))
+}
+
+fn from_fields(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
     Some(MemInfo {
-        total_mb: field("MemTotal:")?,
-        available_mb: field("MemAvailable:")?,
+        total_mb: m.kib("MemTotal")? / 1024,
+        available_mb: m.kib("MemAvailable")? / 1024,
     })
 }
 

@@ -518,14 +518,9 @@ impl CgroupSet {
 
 /// The host's swap in bytes (`SwapTotal`): without it anonymous memory cannot leave RAM.
 pub fn swap_total_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+    crate::procfs::MemInfo::read()
         .ok()
-        .and_then(|m| {
-            m.lines().find_map(|l| {
-                l.strip_prefix("SwapTotal:")
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-        })
+        .and_then(|m| m.kib("SwapTotal"))
         .unwrap_or(0)
         * 1024
 }

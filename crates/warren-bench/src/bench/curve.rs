@@ -38,13 +38,13 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
+    #[cfg(test)]
     pub fn parse(text: &str) -> Option<MemInfo> {
-        let field = |name: &str| {
-            text.lines().find_map(|l| {
-                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-                rest.split_whitespace().next()?.parse::<u64>().ok()
-            })
-        };
+        MemInfo::from_fields(&warren_runtime::procfs::MemInfo::parse(text))
+    }
+
+    fn from_fields(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
+        let field = |name: &str| m.kib(name);
         Some(MemInfo {
             total_kib: field("MemTotal")?,
             available_kib: field("MemAvailable")?,
@@ -59,8 +59,9 @@ impl MemInfo {
     }
 
     fn read() -> anyhow::Result<MemInfo> {
-        let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-        MemInfo::parse(&text).context("/proc/meminfo lacks MemTotal/MemAvailable/Slab/SUnreclaim")
+        let m = warren_runtime::procfs::MemInfo::read().context("reading /proc/meminfo")?;
+        MemInfo::from_fields(&m)
+            .context("/proc/meminfo lacks MemTotal/MemAvailable/Slab/SUnreclaim")
     }
 
     fn used_kib(&self) -> u64 {

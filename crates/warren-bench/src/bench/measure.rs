@@ -301,19 +301,18 @@ pub struct Density {
 }
 
 /// `MemTotal - MemAvailable` in KiB, from the text of `/proc/meminfo`.
+#[cfg(test)]
 pub fn used_kib(meminfo: &str) -> Option<u64> {
-    let field = |name: &str| {
-        meminfo.lines().find_map(|l| {
-            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-            rest.split_whitespace().next()?.parse::<u64>().ok()
-        })
-    };
-    Some(field("MemTotal")?.saturating_sub(field("MemAvailable")?))
+    used_of(&warren_runtime::procfs::MemInfo::parse(meminfo))
+}
+
+fn used_of(m: &warren_runtime::procfs::MemInfo) -> Option<u64> {
+    Some(m.kib("MemTotal")?.saturating_sub(m.kib("MemAvailable")?))
 }
 
 fn host_used_kib() -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    used_kib(&text).context("/proc/meminfo has no MemTotal/MemAvailable")
+    let m = warren_runtime::procfs::MemInfo::read().context("reading /proc/meminfo")?;
+    used_of(&m).context("/proc/meminfo has no MemTotal/MemAvailable")
 }
 
 /// Creates `n` idle sandboxes (stopping at the first refusal), measures host memory, then

@@ -251,11 +251,9 @@ fn cgroup_bytes(pid: u32) -> u64 {
 }
 
 fn mem_available_kib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    warren_runtime::procfs::MemInfo::read()
+        .ok()
+        .and_then(|m| m.kib("MemAvailable"))
         .unwrap_or(0)
 }
 

@@ -345,13 +345,9 @@ impl VmRuntime {
 /// vCPUs for a sandbox: its CPU limit rounded up.
 /// The host's memory in MiB (`MemTotal`), 0 when unknown.
 fn host_memory_mb() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+    crate::procfs::MemInfo::read()
         .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
+        .and_then(|m| m.kib("MemTotal"))
         .map_or(0, |kib| kib / 1024)
 }
 
