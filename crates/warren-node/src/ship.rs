@@ -85,7 +85,7 @@ impl Live {
 struct SealJob {
     id: SandboxId,
     live: Live,
-    done: oneshot::Sender<Result<u64, String>>,
+    done: oneshot::Sender<Result<u64, ShipError>>,
 }
 
 #[derive(Default)]
@@ -114,8 +114,30 @@ impl std::fmt::Debug for Shipper {
 }
 
 /// A store error as the shipper reports it.
-fn store_err(e: impl std::fmt::Display) -> String {
-    e.to_string()
+/// Why shipping or sealing a trajectory failed (the shipper retries a pass with backoff; a
+/// seal that fails is a warning of the delete).
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// The trajectory store failed a listing or a write.
+    #[error("trajectory store: {0}")]
+    Store(#[from] warren_blob::BlobError),
+    /// The node's journal could not be read.
+    #[error("reading the journal: {0}")]
+    Journal(#[from] crate::error::StoreError),
+    /// A record could not be encoded.
+    #[error("encoding the {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The shipper's thread went away before the seal was done.
+    #[error("the trajectory shipper stopped")]
+    Stopped,
+}
+
+fn encode<T: serde::Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>, ShipError> {
+    serde_json::to_vec(v).map_err(|source| ShipError::Encode { what, source })
 }
 
 impl Shipper {
@@ -150,7 +172,7 @@ impl Shipper {
 
     /// Asks for `id` to be sealed (its log is closed: nothing more is appended) and waits
     /// for it; answers the last seq shipped. `live` is its last record.
-    pub async fn seal(&self, id: &SandboxId, live: Live) -> Result<u64, String> {
+    pub async fn seal(&self, id: &SandboxId, live: Live) -> Result<u64, ShipError> {
         let (done, rx) = oneshot::channel();
         self.seals.lock().expect("shipper lock").push(SealJob {
             id: id.clone(),
@@ -158,8 +180,7 @@ impl Shipper {
             done,
         });
         self.wake.notify_one();
-        rx.await
-            .unwrap_or_else(|_| Err("the trajectory shipper stopped".into()))
+        rx.await.unwrap_or(Err(ShipError::Stopped))
     }
 
     /// Waits until a seal is asked for or `TICK` passed.
@@ -246,31 +267,28 @@ impl Shipper {
     }
 
     /// The last seq of `id` in the store: known, or read from the store's listing.
-    async fn shipped(&self, id: &SandboxId) -> Result<u64, String> {
+    async fn shipped(&self, id: &SandboxId) -> Result<u64, ShipError> {
         if let Some(s) = self.lock().tracks.get(id).and_then(|t| t.shipped) {
             return Ok(s);
         }
-        let s = shipped::last_shipped(self.store.as_ref(), id)
-            .await
-            .map_err(store_err)?;
+        let s = shipped::last_shipped(self.store.as_ref(), id).await?;
         self.lock().tracks.entry(id.clone()).or_default().shipped = Some(s);
         Ok(s)
     }
 
     /// Writes the record of `id` (idempotent: the same object again).
-    async fn record(&self, id: &SandboxId, live: &Live) -> Result<(), String> {
-        let bytes = serde_json::to_vec(&live.record()).map_err(store_err)?;
+    async fn record(&self, id: &SandboxId, live: &Live) -> Result<(), ShipError> {
+        let bytes = encode("sandbox record", &live.record())?;
         self.store
             .put(&shipped::record_key(id), bytes.into())
-            .await
-            .map_err(store_err)?;
+            .await?;
         self.lock().tracks.entry(id.clone()).or_default().recorded = true;
         Ok(())
     }
 
     /// Ships every committed entry of `id` past what the store holds, in segments (its
     /// record first, once); answers the last seq shipped.
-    async fn ship(&self, journal: &Journal, id: &SandboxId, live: &Live) -> Result<u64, String> {
+    async fn ship(&self, journal: &Journal, id: &SandboxId, live: &Live) -> Result<u64, ShipError> {
         let tenant = &live.info.tenant;
         let mut last = self.shipped(id).await?;
         if !self.lock().tracks.get(id).is_some_and(|t| t.recorded) {
@@ -279,8 +297,7 @@ impl Shipper {
         loop {
             let (entries, blobs, more) = journal
                 .read()
-                .and_then(|r| r.entries_within(id, last + 1, SEGMENT_ENTRIES, SEGMENT_BYTES))
-                .map_err(store_err)?;
+                .and_then(|r| r.entries_within(id, last + 1, SEGMENT_ENTRIES, SEGMENT_BYTES))?;
             let (Some(first), Some(end)) = (entries.first(), entries.last()) else {
                 return Ok(last);
             };
@@ -293,8 +310,7 @@ impl Shipper {
                     if let Some(bytes) = blobs.get(d) {
                         self.store
                             .put(&shipped::output_key(d), bytes.clone())
-                            .await
-                            .map_err(store_err)?;
+                            .await?;
                     }
                     let mut st = self.lock();
                     if st.sent_blobs.len() >= SENT_BLOBS {
@@ -315,8 +331,7 @@ impl Shipper {
             let size = segment.len() as u64;
             self.store
                 .put(&shipped::segment_key(id, first, end), segment)
-                .await
-                .map_err(store_err)?;
+                .await?;
             let oldest = entries.iter().map(|e| e.ended_at_ms).min().unwrap_or(0);
             self.metrics
                 .shipped(size, Duration::from_millis(now_ms().saturating_sub(oldest)));
@@ -335,7 +350,7 @@ impl Shipper {
         journal: &Journal,
         id: &SandboxId,
         live: &Live,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, ShipError> {
         let last = self.ship(journal, id, live).await?;
         // The last record (the first one is in the store since the first segment).
         self.record(id, live).await?;
@@ -347,11 +362,8 @@ impl Shipper {
             last_seq: last,
             sealed_at_ms: now_ms(),
         };
-        let bytes = serde_json::to_vec(&seal).map_err(store_err)?;
-        self.store
-            .put(&shipped::seal_key(id), bytes.into())
-            .await
-            .map_err(store_err)?;
+        let bytes = encode("seal", &seal)?;
+        self.store.put(&shipped::seal_key(id), bytes.into()).await?;
         self.lock().tracks.remove(id);
         Ok(last)
     }
