@@ -29,8 +29,12 @@ pub enum StoreError {
         source: serde_json::Error,
     },
     /// A trajectory append was not committed.
-    #[error("trajectory ({path}): {message}")]
-    Append { path: PathBuf, message: String },
+    #[error("trajectory ({path}): {cause}")]
+    Append {
+        path: PathBuf,
+        #[source]
+        cause: AppendFailure,
+    },
     /// An output blob file could not be written, read or listed.
     #[error("trajectory blob {what} ({path}): {source}")]
     Blob {
@@ -46,6 +50,17 @@ pub enum StoreError {
         code: warren_types::ErrorCode,
         message: String,
     },
+}
+
+/// Why a trajectory append was not committed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppendFailure {
+    /// Its group's transaction failed (every append of the group shares the cause).
+    #[error("append: {0}")]
+    Commit(std::sync::Arc<redb::Error>),
+    /// The journal's writer is gone (the node is stopping).
+    #[error("the trajectory writer stopped")]
+    Stopped,
 }
 
 impl StoreError {

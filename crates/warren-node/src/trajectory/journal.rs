@@ -35,7 +35,7 @@ use warren_types::SandboxId;
 use super::blobs::BlobDir;
 use super::logs::{self, LogDir};
 use super::{Blob, Blobs, Digest, StoredEntry};
-use crate::error::StoreError;
+use crate::error::{AppendFailure, StoreError};
 
 const ENTRIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory");
 const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory_steps");
@@ -64,8 +64,11 @@ struct Job {
     append: Option<Append>,
     /// A log to make ahead of its first entry ([`Journal::start_log`]).
     start: Option<SandboxId>,
-    done: oneshot::Sender<Result<(), String>>,
+    done: oneshot::Sender<Result<(), AppendFailure>>,
 }
+
+/// Answers once a queued job is committed, or why it was not (see [`Journal::committed`]).
+pub type Commit = oneshot::Receiver<Result<(), AppendFailure>>;
 
 /// The trajectory side of the state file.
 pub struct Journal {
@@ -415,7 +418,7 @@ fn writer(
             }
         }
         let result = write_group(&db, &files, &logs, &group, false)
-            .map_err(|e| format!("append ({}): {e}", path.display()));
+            .map_err(|e| AppendFailure::Commit(Arc::new(e)));
         groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match &result {
             Ok(true) => {
@@ -426,7 +429,9 @@ fn writer(
                 volatile_since = None;
                 volatile = 0;
             }
-            Err(e) => tracing::warn!(error = %e, entries = group.len(), "trajectory append failed"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, entries = group.len(), "trajectory append failed")
+            }
         }
         for job in group {
             let _ = job.done.send(result.clone().map(|_| ()));
@@ -556,16 +561,12 @@ impl Journal {
     fn gone(&self) -> StoreError {
         StoreError::Append {
             path: self.path.clone(),
-            message: "the trajectory writer stopped".into(),
+            cause: AppendFailure::Stopped,
         }
     }
 
     /// Hands a job to the writer; the receiver answers once it is committed.
-    fn send(
-        &self,
-        append: Option<Append>,
-        start: Option<SandboxId>,
-    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+    fn send(&self, append: Option<Append>, start: Option<SandboxId>) -> Result<Commit, StoreError> {
         let (done, rx) = oneshot::channel();
         let jobs = self.jobs.lock().expect("journal lock");
         jobs.as_ref()
@@ -581,10 +582,7 @@ impl Journal {
 
     /// Queues an append; the receiver answers once it is committed. Queue order is commit
     /// order, so a caller that queues under a lock keeps its entries in sequence.
-    pub fn queue(
-        &self,
-        append: Append,
-    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+    pub fn queue(&self, append: Append) -> Result<Commit, StoreError> {
         self.send(Some(append), None)
     }
 
@@ -592,10 +590,7 @@ impl Journal {
     /// grown and synced, its directory entry and its index row, committed durably. The first
     /// append is then an ordinary one (one sync of the data) instead of paying for all of
     /// that. The receiver answers once done; a log that exists already is left as it is.
-    pub fn start_log(
-        &self,
-        id: &SandboxId,
-    ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
+    pub fn start_log(&self, id: &SandboxId) -> Result<Commit, StoreError> {
         self.send(None, Some(id.clone()))
     }
 
@@ -606,15 +601,12 @@ impl Journal {
     }
 
     /// Waits for a queued append to be committed.
-    pub async fn committed(
-        &self,
-        rx: oneshot::Receiver<Result<(), String>>,
-    ) -> Result<(), StoreError> {
+    pub async fn committed(&self, rx: Commit) -> Result<(), StoreError> {
         match rx.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(message)) => Err(StoreError::Append {
+            Ok(Err(cause)) => Err(StoreError::Append {
                 path: self.path.clone(),
-                message,
+                cause,
             }),
             Err(_) => Err(self.gone()),
         }
