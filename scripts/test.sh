@@ -5,8 +5,8 @@
 #   ./scripts/test.sh
 #
 # Phases: setup (node packages and rootfs: scripts/setup.sh; then what only tests need:
-# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy -> nextest ->
-# python SDK -> API contract (Schemathesis against a private node) -> leak check. A failure in
+# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy (lints the
+# workspace while it builds the tests) -> nextest (runs them) -> python SDK -> API contract (Schemathesis against a private node) -> leak check. A failure in
 # the first three stops the run; the others all run and are reported together. Exits non-zero
 # when any phase failed.
 #
@@ -128,6 +128,44 @@ python_sdk_tests() {
     return $rc
 }
 
+# Clippy lints every target of the workspace while the dev-profile build the tests run from
+# is compiled: clippy-driver is the workspace's rustc wrapper (what `cargo clippy` sets up over
+# a check build), so each dependency is compiled once, for the tests, instead of once more as
+# check metadata. A warning of a workspace crate fails the phase, as `-D warnings` would (the
+# dependencies' lints are capped), without stopping the tests from building and running.
+with_clippy() {
+    RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" "$@"
+}
+
+clippy_build() {
+    command -v clippy-driver > /dev/null || { echo "clippy: clippy-driver not found"; return 1; }
+    local out="$REPO/target/clippy.json" rc=0
+    with_clippy cargo build --workspace --all-targets \
+        --message-format=json-diagnostic-rendered-ansi > "$out" || rc=$?
+    python3 - "$out" << 'PY' || rc=1
+import json, sys
+found, seen = False, set()
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-message":
+        continue
+    msg = m["message"]
+    text = msg.get("rendered") or msg.get("message", "") + "\n"
+    # A target built twice (a lib and its unit tests) reports the same lint twice.
+    if msg.get("level") in ("warning", "error") and text not in seen:
+        seen.add(text)
+        found |= msg.get("level") == "warning"
+        sys.stdout.write(text)
+if found:
+    print("clippy: the workspace has warnings (denied, as by -D warnings)")
+    sys.exit(1)
+PY
+    return $rc
+}
+
 finish() {
     summary
     [[ ${#FAILED[@]} -eq 0 ]]
@@ -144,10 +182,11 @@ if ! phase image scripts/build-default-image.sh; then
     finish; exit 1
 fi
 phase fmt cargo fmt --all -- --check || true
-phase clippy cargo clippy --workspace --all-targets -- -D warnings || true
+phase clippy clippy_build || true
 # Tests build in the dev profile (dependencies optimised, see Cargo.toml): far quicker to
 # compile than release test binaries; the daemon and agent they drive are the release ones.
-phase nextest cargo nextest run --workspace --no-fail-fast || true
+# The clippy phase has built them (same wrapper, so nothing is compiled again here).
+phase nextest with_clippy cargo nextest run --workspace --no-fail-fast || true
 if [[ -d sdk/python/tests ]]; then
     phase python python_sdk_tests || true
 else
