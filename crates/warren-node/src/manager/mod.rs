@@ -40,20 +40,6 @@ mod telemetry;
 mod terminal;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_create;
-#[cfg(test)]
-mod tests_lifetime;
-#[cfg(test)]
-mod tests_pause;
-#[cfg(test)]
-mod tests_revive;
-#[cfg(test)]
-mod tests_revive_store;
-#[cfg(test)]
-mod tests_steps;
-#[cfg(test)]
-mod tests_tenants;
 mod trajectory;
 
 pub use events::{Event, SandboxChange, Subscription};

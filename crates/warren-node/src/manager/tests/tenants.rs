@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use warren_types::{Caller, CreateSandboxRequest, ErrorCode, ForkRequest, Quotas, Role, SandboxId};
 
-use super::ListFilter;
+use crate::manager::ListFilter;
 use crate::testing::{manager_in, manager_with};
 
 fn user(name: &str, q: Quotas) -> Caller {

@@ -8,7 +8,7 @@ use warren_types::{
     TrajectoryCall, TrajectoryResult,
 };
 
-use super::*;
+use crate::manager::*;
 use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with, FakeRuntime};
 

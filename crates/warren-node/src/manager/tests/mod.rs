@@ -1,5 +1,13 @@
 //! Manager tests against the fake runtime and fake agent of [`crate::testing`].
 
+mod create;
+mod lifetime;
+mod pause;
+mod revive;
+mod revive_store;
+mod steps;
+mod tenants;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -8,7 +16,7 @@ use warren_types::{
     Substrate,
 };
 
-use super::*;
+use crate::manager::*;
 use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with};
 

@@ -8,7 +8,7 @@ use warren_blob::trajectory as shipped;
 use warren_blob::BlobStore;
 use warren_types::{Caller, ErrorCode, ExecRequest, Quotas, ReviveOptions, Role, SandboxId};
 
-use super::Manager;
+use crate::manager::Manager;
 use crate::testing::manager_in;
 use crate::testing::Calls as _;
 use crate::trajectory::{LogSource, StoreLogSource, INLINE_MAX};

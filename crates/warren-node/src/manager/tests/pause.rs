@@ -6,7 +6,7 @@ use warren_types::{
     Caller, CreateSandboxRequest, ErrorCode, ExecRequest, ForkRequest, SandboxId, TrajectoryCall,
 };
 
-use super::*;
+use crate::manager::*;
 use crate::testing::Calls as _;
 use crate::testing::{manager_in, manager_with, FakeRuntime};
 

@@ -15,7 +15,7 @@ use crate::testing::Calls as _;
 use crate::trajectory::source::LoggedSandbox;
 use crate::trajectory::{LogPage, LogSource};
 
-use super::Manager;
+use crate::manager::Manager;
 
 fn bytes_of(
     s: &'static [u8],
