@@ -110,7 +110,9 @@ python_sdk_tests() {
         rm -rf "$venv"
         python3 -m venv "$venv" || return 1
     fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "${sdk}[test]" || return 1
+    # The SDK with its test tools and the upstream packages of the compatibility tests, pinned.
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -c "$sdk/constraints.txt" -e "${sdk}[test]" || return 1
     if ! "$venv/bin/python" -c 'import pytest' 2> /dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest || return 1
     fi

@@ -20,6 +20,16 @@ impl Client {
         .await
     }
 
+    /// `POST /run_code`: SandboxFusion's code runner, with the protocol's JSON as it is
+    /// (the answer's `status` says whether the program succeeded).
+    pub async fn run_code(
+        &self,
+        req: &serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.call_json(Method::POST, "/run_code", Some(req), "the run_code answer")
+            .await
+    }
+
     /// `GET /v1/functions/pools`.
     pub async fn function_pools(&self) -> Result<PoolsInfo, ClientError> {
         self.call_json(Method::GET, "/v1/functions/pools", None::<&()>, "the pools")

@@ -27,6 +27,7 @@ mod cluster;
 pub mod error;
 mod events;
 mod fanout;
+mod fusion;
 mod inflight;
 mod liveness;
 mod metrics;

@@ -11,7 +11,7 @@ use warren_types::http::CheckedRouter;
 
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
-use crate::{cluster, events, fanout, revive, sandboxes, Gateway};
+use crate::{cluster, events, fanout, fusion, revive, sandboxes, Gateway};
 
 /// The gateway's own routes, beside the node API's ([`warren_types::routes::NODE_API`]).
 pub const CLUSTER_ROUTES: &[(&str, &str)] = &[
@@ -61,6 +61,7 @@ pub fn router(gw: Gateway) -> Router {
         .add("POST", "/v1/images/import", fanout::import)
         .add("POST", "/v1/functions/call", sandboxes::call)
         .add("GET", "/v1/functions/pools", fanout::pools)
+        .add("POST", "/run_code", fusion::run_code)
         .add("GET", "/v1/cluster", cluster::info)
         .add("POST", "/v1/cluster/nodes/{id}/drain", cluster::drain)
         .add("POST", "/v1/cluster/nodes/{id}/undrain", cluster::undrain)

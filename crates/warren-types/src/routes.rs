@@ -51,4 +51,5 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("POST", "/v1/images/pull"),
     ("POST", "/v1/functions/call"),
     ("GET", "/v1/functions/pools"),
+    ("POST", "/run_code"),
 ];

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ class Node:
         self.name = name
         self.tmp = tmp
         self.log = log
+        self.http_url = ""  # set when the node also listens on loopback TCP
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -132,6 +134,13 @@ def remove_node_cgroups(name: str) -> None:
             pass
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def node_name(prefix: str = "py") -> str:
     return prefix + secrets.token_hex(4)
 
@@ -145,7 +154,12 @@ def node() -> Iterator[Node]:
     tmp = Path(tempfile.mkdtemp(prefix="warren-py-"))
     # The example network configuration the README points at, so its `pypi` examples run.
     net = REPO / "docs" / "examples" / "network.toml"
-    n = start_node(tmp, node_name(), "--max-sandboxes", "2000", "--network-config", str(net))
+    # Also on loopback TCP, for clients of other protocols (SandboxFusion's use `requests`).
+    port = free_port()
+    n = start_node(
+        tmp, node_name(), "--max-sandboxes", "2000", "--network-config", str(net), "--listen", f"127.0.0.1:{port}"
+    )
+    n.http_url = f"http://127.0.0.1:{port}"
     try:
         yield n
     finally:
@@ -198,3 +212,16 @@ def agent_pids(sandbox_id: str) -> List[int]:
         except OSError:
             continue
     return pids
+
+
+def need(module: str, why: str = "scripts/test.sh installs it from sdk/python/constraints.txt"):  # type: ignore[no-untyped-def]
+    """Imports an upstream package a compatibility test runs against: skipped when missing,
+    failed when missing under CI (where the suite's set-up installs it)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{module} is not installed ({why}): {e}")
+        pytest.skip(f"{module} is not installed ({why})")

@@ -17,6 +17,8 @@
 //! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
 //! | call | `call true` from 16 clients | ≥ 500/s |
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
+//! | fusion | SandboxFusion `/run_code` of one python line, p50 / `call` of the same program | ≤ 1.5× |
+//! | fusion | `/run_code` from 16 clients | ≥ 400/s |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
@@ -35,6 +37,7 @@ mod baselines;
 mod call;
 mod cluster;
 mod curve;
+mod fusion;
 mod hostile;
 mod images;
 mod images_gen;
@@ -79,6 +82,8 @@ pub enum Which {
     Images,
     /// Function calls through warm pools (not part of `all`)
     Call,
+    /// SandboxFusion's `/run_code` vs the function call it becomes (not part of `all`)
+    Fusion,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
@@ -216,6 +221,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<fusion::FusionBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<pause::PauseBench>,
@@ -346,6 +353,9 @@ impl Report {
         }
         if let Some(c) = &self.call {
             checks.extend(c.checks());
+        }
+        if let Some(f) = &self.fusion {
+            checks.extend(f.checks());
         }
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
@@ -498,6 +508,12 @@ impl Report {
             }
             out.push_str(&c.render());
         }
+        if let Some(f) = &self.fusion {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&f.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -638,6 +654,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if args.which == Which::Call {
         report.call = Some(call::call(setup, n(1000), c(16)).await?);
+    }
+    if args.which == Which::Fusion {
+        report.fusion = Some(fusion::fusion(setup, n(500), c(16)).await?);
     }
     if args.which == Which::Neighbour {
         stop.check()?;

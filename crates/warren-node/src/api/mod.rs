@@ -14,6 +14,7 @@ mod exec;
 mod extract;
 mod files;
 mod functions;
+mod fusion;
 mod images;
 mod network;
 pub mod parse;
@@ -101,6 +102,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/images/pull", images::pull)
         .add("POST", "/v1/functions/call", functions::call)
         .add("GET", "/v1/functions/pools", functions::pools)
+        .add("POST", "/run_code", fusion::run_code)
         .finish()
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

@@ -28,6 +28,7 @@ async fn placement_routing_listing_drain_and_admission() {
     assert!(h.is_ok());
     assert_eq!(h.extra["gateway"]["nodes_ready"], 3, "{h:?}");
     import_through_a_gateway_reaches_every_node(&c).await;
+    run_code_through_a_gateway(&c).await;
 
     // Placement spreads sandboxes over the nodes.
     let run = format!("r{}", std::process::id());
@@ -248,6 +249,33 @@ async fn placement_routing_listing_drain_and_admission() {
 
 /// `warren image import` through a gateway: the archive is sent once and every node has the
 /// image; a sandbox on it can be created through either gateway; removed, it is gone from all.
+/// `POST /run_code` (SandboxFusion's protocol) is placed like a function call and answered
+/// by the node that ran it; a request that does not validate is refused in the protocol's
+/// shape by the gateway itself.
+async fn run_code_through_a_gateway(c: &Cluster) {
+    let port = c.gateways[0].port;
+    let (status, body) = http(
+        port,
+        "POST",
+        "/run_code",
+        r#"{"code": "print(int(input()) * 6)", "language": "python", "stdin": "7"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "Success", "{v}");
+    assert_eq!(v["run_result"]["stdout"], "42\n", "{v}");
+    let node = v["executor_pod_name"].as_str().unwrap().to_string();
+    assert!(
+        c.nodes.iter().any(|d| d.node == node),
+        "ran on {node}, not a node of the cluster"
+    );
+    let (status, body) = http(port, "POST", "/run_code", r#"{"language": "python"}"#).await;
+    assert_eq!(status, 422, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["detail"][0]["loc"][0], "body", "{v}");
+}
+
 async fn import_through_a_gateway_reaches_every_node(c: &Cluster) {
     let t = crate::layers::scratch("gateway-import");
     let tag = format!("gwimport{}:1", std::process::id());

@@ -1,0 +1,169 @@
+//! `warren-bench fusion`: SandboxFusion's `POST /run_code` next to the function call it
+//! becomes, measured in the same run.
+//!
+//! - `/run_code` of a one-line python program, sequential p50 (after warm-up);
+//! - the same program as a plain `call` (the `CallRequest` the node makes of it: same pool,
+//!   same warm interpreter), sequential p50: the protocol's own cost is the difference;
+//! - `/run_code` calls/s from 16 (`-c`) concurrent clients.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use warren_client::{Client, ImageRef};
+
+use super::measure::Setup;
+use crate::commands::run_tasks;
+use crate::stats::Latency;
+
+/// Everything `bench fusion` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct FusionBench {
+    pub run_code: Latency,
+    pub call: Latency,
+    pub run_code_per_sec: f64,
+    pub concurrency: usize,
+    pub throughput_calls: usize,
+    pub throughput_busy: usize,
+}
+
+const PROGRAM: &str = "print(6 * 7)";
+
+fn body(image: &str) -> serde_json::Value {
+    serde_json::json!({"code": PROGRAM, "language": "python", "image": image})
+}
+
+async fn run_ok(client: &Client, b: &serde_json::Value) -> anyhow::Result<()> {
+    let v = client.run_code(b).await.context("run_code")?;
+    anyhow::ensure!(v["status"] == "Success", "run_code answered {v}");
+    Ok(())
+}
+
+async fn concurrent(
+    s: &Setup,
+    b: &serde_json::Value,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<(usize, usize)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers = (0..concurrency.max(1)).map(|_| {
+        let (client, b, next, busy, done, stop) = (
+            s.client.clone(),
+            b.clone(),
+            next.clone(),
+            busy.clone(),
+            done.clone(),
+            s.stop.clone(),
+        );
+        async move {
+            while !stop.is_set() && next.fetch_add(1, Ordering::Relaxed) < total {
+                match client.run_code(&b).await {
+                    Ok(v) if v["status"] == "Success" => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(v) => anyhow::bail!("run_code answered {v}"),
+                    Err(e) if e.status() == Some(429) => {
+                        busy.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e).context("run_code"),
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        }
+    });
+    for w in run_tasks(workers).await {
+        w??;
+    }
+    Ok((done.load(Ordering::Relaxed), busy.load(Ordering::Relaxed)))
+}
+
+pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<FusionBench> {
+    let b = body(&s.image);
+    let req: warren_fusion::RunCodeRequest = serde_json::from_value(b.clone())?;
+    let (_, mut call) = warren_fusion::Plan::new(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
+    call.image = ImageRef::Name(s.image.clone());
+    s.note("fusion: warming the pool (50 of each)");
+    for _ in 0..50 {
+        s.stop.check()?;
+        run_ok(&s.client, &b).await?;
+        s.client.call(&call).await.context("call")?;
+    }
+    s.note(format!(
+        "fusion: {n} `/run_code` and {n} `call`, interleaved"
+    ));
+    let (mut rc, mut cl) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        s.stop.check()?;
+        let t = Instant::now();
+        run_ok(&s.client, &b).await?;
+        rc.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        let out = s.client.call(&call).await.context("call")?;
+        anyhow::ensure!(out.success(), "call failed: {}", out.stderr);
+        cl.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let warm_up = concurrency * 20;
+    s.note(format!(
+        "fusion: warming the pool for {concurrency} clients ({warm_up} calls)"
+    ));
+    concurrent(s, &b, warm_up, concurrency).await?;
+    let total = (n * 2).max(concurrency * 10);
+    s.note(format!(
+        "fusion: {total} `/run_code` from {concurrency} clients"
+    ));
+    let t0 = Instant::now();
+    let (throughput_calls, throughput_busy) = concurrent(s, &b, total, concurrency).await?;
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(FusionBench {
+        run_code: Latency::from_samples(rc),
+        call: Latency::from_samples(cl),
+        run_code_per_sec: throughput_calls as f64 / secs,
+        concurrency,
+        throughput_calls,
+        throughput_busy,
+    })
+}
+
+impl FusionBench {
+    pub fn render(&self) -> String {
+        use crate::table::{ms, Table};
+        let mut t = Table::new([
+            "BENCH", "N", "P50 ms", "P99 ms", "MEAN ms", "MIN ms", "MAX ms",
+        ]);
+        for (name, l) in [
+            ("run_code python (SandboxFusion)", &self.run_code),
+            ("call, same program and pool", &self.call),
+        ] {
+            t.row([
+                name.to_string(),
+                l.n.to_string(),
+                ms(l.p50_ms),
+                ms(l.p99_ms),
+                ms(l.mean_ms),
+                ms(l.min_ms),
+                ms(l.max_ms),
+            ]);
+        }
+        format!(
+            "{}\nrun_code throughput: {} calls from {} clients = {:.1}/s ({} refused busy)\n",
+            t.render(),
+            self.throughput_calls,
+            self.concurrency,
+            self.run_code_per_sec,
+            self.throughput_busy
+        )
+    }
+
+    pub fn checks(&self) -> Vec<super::Check> {
+        use super::Check;
+        let ratio = self.run_code.p50_ms / self.call.p50_ms.max(1e-9);
+        vec![
+            Check::at_most("run_code p50 / call p50", ratio, "x", 1.5),
+            Check::at_least("run_code calls/s", self.run_code_per_sec, "/s", 400.0),
+        ]
+    }
+}

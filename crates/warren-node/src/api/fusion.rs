@@ -1,0 +1,75 @@
+//! `POST /run_code`: SandboxFusion's code runner, served by the function pools.
+//!
+//! The body is parsed and planned by `warren_fusion` into one function call, which runs
+//! exactly as a `POST /v1/functions/call` of the same caller would (tenant pools, image
+//! rights, limits, queueing); the result goes back in the protocol's shape. Refusals are in
+//! the protocol's shape too (`{"detail": ...}` with Warren's `code` beside).
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use warren_fusion::{FusionError, Plan};
+
+use super::extract::{Auth, MAX_JSON_BODY};
+use crate::functions::Functions;
+use crate::images::{Images, Usage};
+use crate::Manager;
+
+fn json(status: u16, body: Vec<u8>, retry_after: Option<u64>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    if let Some(r) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(r));
+    }
+    resp
+}
+
+fn refused(e: FusionError) -> Response {
+    json(e.status(), e.body(), e.retry_after())
+}
+
+pub async fn run_code(
+    State(f): State<Functions>,
+    State(images): State<Images>,
+    State(m): State<Manager>,
+    Auth(caller): Auth,
+    req: Request,
+) -> Response {
+    let body = match axum::body::to_bytes(req.into_body(), MAX_JSON_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return refused(FusionError::invalid(
+                &["body"],
+                format!("cannot read the body (at most {MAX_JSON_BODY} bytes): {e}"),
+                "value_error",
+            ))
+        }
+    };
+    let (plan, call) = match warren_fusion::parse(&body).and_then(|r| Plan::new(&r)) {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    if let Err(e) = images
+        .check_usable(&caller, &call.image.refs(), Usage::Call)
+        .await
+    {
+        return refused(FusionError::from_api(e.to_api()));
+    }
+    match f.call_as(&caller, call).await {
+        Ok(r) => {
+            let node = m.config().node.to_string();
+            let answer = plan.answer(&r, Some(&node));
+            json(200, serde_json::to_vec(&answer).unwrap_or_default(), None)
+        }
+        Err(e) => refused(FusionError::from_api(e.to_api())),
+    }
+}
