@@ -120,3 +120,22 @@ test_root_leftovers() {
         echo "$entry"
     done
 }
+
+# find_python_312: prints a CPython interpreter of version 3.12 or newer, or fails. Harbor
+# needs one and Debian 12's python3 is 3.11; machines of this kind have pyenv builds (called
+# by their full path: pyenv's shims fail unless a version is selected).
+find_python_312() {
+    local c root
+    local -a cands=(python3.13 python3.12 python3)
+    root="$(pyenv root 2> /dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+    for c in "$root"/versions/3.1[2-9]*/bin/python3 "$root"/versions/3.[2-9][0-9]*/bin/python3; do
+        [[ -x "$c" ]] && cands+=("$c")
+    done
+    for c in "${cands[@]}"; do
+        if "$c" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2> /dev/null; then
+            command -v "$c"
+            return 0
+        fi
+    done
+    return 1
+}

@@ -110,9 +110,25 @@ python_sdk_tests() {
         rm -rf "$venv"
         python3 -m venv "$venv" || return 1
     fi
-    # The SDK with its test tools and the upstream packages of the compatibility tests, pinned.
+    # The SDK with its test tools and the harness adapters' upstream packages, pinned.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -c "$sdk/constraints.txt" -e "${sdk}[test]" || return 1
+        -c "$sdk/constraints.txt" -e "${sdk}[test,minisweagent]" || return 1
+    # Harbor needs Python >= 3.12: its adapter's test runs trials in a venv of its own.
+    local py312 hvenv="$REPO/target/venv-harbor"
+    if py312="$(find_python_312)"; then
+        if ! "$hvenv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' > /dev/null 2>&1; then
+            rm -rf "$hvenv"
+            "$py312" -m venv "$hvenv" || return 1
+        fi
+        "$hvenv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            -c "$sdk/constraints.txt" -e "${sdk}[harbor]" || return 1
+        export WARREN_HARBOR_PYTHON="$hvenv/bin/python"
+    elif [[ "${CI:-}" == true ]]; then
+        echo "python: no CPython >= 3.12 found (pyenv versions, python3.12, python3.13): Harbor's test cannot run"
+        return 1
+    else
+        echo "python: no CPython >= 3.12 found; Harbor's test will be skipped"
+    fi
     if ! "$venv/bin/python" -c 'import pytest' 2> /dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest || return 1
     fi
