@@ -6,8 +6,6 @@
 use serde_json::json;
 use warren_types::{ApiError, ErrorCode};
 
-use crate::wire::RunCodeResponse;
-
 /// Why a `/run_code` request got no run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FusionError {
@@ -83,10 +81,15 @@ impl FusionError {
                 "detail": error.message,
                 "code": error.code,
             }),
-            FusionError::Sandbox(m) => {
-                return serde_json::to_vec(&RunCodeResponse::sandbox_error(m.clone()))
-                    .unwrap_or_default()
-            }
+            // `RunCodeResponse::sandbox_error`, written here so errors need nothing of `wire`.
+            FusionError::Sandbox(m) => json!({
+                "status": "SandboxError",
+                "message": m,
+                "compile_result": null,
+                "run_result": null,
+                "executor_pod_name": null,
+                "files": {},
+            }),
         };
         v.to_string().into_bytes()
     }
@@ -114,5 +117,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&lost.body()).unwrap();
         assert_eq!(v["status"], "SandboxError");
         assert_eq!(v["message"], "agent died");
+        let typed: crate::RunCodeResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(typed, crate::RunCodeResponse::sandbox_error("agent died"));
     }
 }
