@@ -8,11 +8,11 @@ alternating step by step so drift hits both alike. Prints p50/p90 per environmen
 Warren environment's p50 as a fraction of the podman one (target <= 0.1).
 
 The podman side needs an image: ``--podman-image`` (present in podman's store), or
-``--rootfs DIR`` (default: the default image's rootfs, /var/lib/warren/rootfs-default),
+``--rootfs DIR`` (default: the default image's rootfs, $WARREN_CACHE/rootfs-default),
 imported once as ``warren-bench-rootfs``. podman runs with ``--runtime runc`` and explicit
 ulimits (see MACHINE.md); ``--podman`` names the executable.
 
-    python bench/minisweagent.py --steps 60
+    python bench/msa_overhead.py --steps 60
 """
 
 from __future__ import annotations
@@ -42,8 +42,22 @@ def podman_image(podman: str, image: str, rootfs: str) -> str:
         return image
     have = subprocess.run([podman, "image", "exists", PODMAN_IMAGE])
     if have.returncode != 0:
+        if not os.path.isdir(os.path.join(rootfs, "usr", "bin")):
+            raise SystemExit(f"{rootfs} is not a root file system: give --rootfs or --podman-image")
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run([podman, "import", "-", PODMAN_IMAGE], stdin=tar.stdout, check=True, capture_output=True)
+        subprocess.run(
+            [
+                podman,
+                "import",
+                "--change",
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-",
+                PODMAN_IMAGE,
+            ],
+            stdin=tar.stdout,
+            check=True,
+            capture_output=True,
+        )
         tar.wait()
     return PODMAN_IMAGE
 
@@ -59,7 +73,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=60, help="steps per environment")
     p.add_argument("--podman", default="podman")
     p.add_argument("--podman-image", default="")
-    p.add_argument("--rootfs", default="/var/lib/warren/rootfs-default")
+    p.add_argument(
+        "--rootfs", default=os.path.join(os.environ.get("WARREN_CACHE", "/var/cache/warren"), "rootfs-default")
+    )
     a = p.parse_args()
 
     from minisweagent.environments.docker import DockerEnvironment
@@ -67,9 +83,11 @@ def main() -> int:
     from warren.integrations.minisweagent import WarrenEnvironment
 
     image = podman_image(a.podman, a.podman_image, a.rootfs)
-    envs: Dict[str, object] = {
-        "warren": WarrenEnvironment(url=a.url, cwd="/", interpreter=["bash", "-c"]),
-        "podman": DockerEnvironment(
+    envs: Dict[str, object] = {}
+    # Each environment is cleaned up even when the next one fails to start.
+    envs["warren"] = WarrenEnvironment(url=a.url, cwd="/", interpreter=["bash", "-c"])
+    try:
+        envs["podman"] = DockerEnvironment(
             image=image,
             cwd="/",
             executable=a.podman,
@@ -85,8 +103,10 @@ def main() -> int:
                 "--ulimit",
                 "nproc=1024:1024",
             ],
-        ),
-    }
+        )
+    except BaseException:
+        envs["warren"].cleanup()  # type: ignore[attr-defined]
+        raise
     times: Dict[str, List[float]] = {k: [] for k in envs}
     try:
         for env in envs.values():
