@@ -5,9 +5,9 @@
 //! tokens, while the test harness keeps its root client on the Unix socket (root there is the
 //! node's administrator), which also deletes every sandbox when the daemon is dropped.
 
-#[path = "../../../crates/warren-tests/tests/common/mod.rs"]
+#[path = "../../common/mod.rs"]
 mod common;
-#[path = "../../../crates/warren-tests/tests/common/etcd.rs"]
+#[path = "../../common/etcd.rs"]
 mod etcd;
 
 mod gateway;

@@ -3,7 +3,7 @@
 //! then that the host and a neighbour sandbox are unaffected ([`Scene::assert_unaffected`]).
 //! One file per attack family; `docs/threat-model.md` links each claim to its case.
 
-#[path = "../../crates/warren-tests/tests/common/mod.rs"]
+#[path = "../common/mod.rs"]
 mod common;
 
 mod agent;

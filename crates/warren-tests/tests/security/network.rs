@@ -16,7 +16,7 @@
 //! sandbox's address on its own virtio-net interface, bridged to the same link inside its
 //! VMM's network namespace, so the same rules must hold.
 
-#[path = "../../crates/warren-tests/tests/common/mod.rs"]
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::fs::File;
