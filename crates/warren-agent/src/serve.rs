@@ -256,6 +256,7 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
             config,
             resolv_conf,
         } => crate::guest_net::configure(config.as_ref(), resolv_conf.as_deref()),
+        Call::Connect { port, window } => crate::ports::relay(port, window, id, inbox, out).await,
         Call::Invoke { .. } => Event::error(
             ErrorCode::InvalidRequest,
             "calls run only in function containers",

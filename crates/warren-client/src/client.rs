@@ -556,6 +556,54 @@ impl Client {
         Ok(Sent::Failed(err, attempt))
     }
 
+    /// Sends one request to the preferred URL (moving on only when it cannot be sent) and
+    /// hands back the answer whatever its status, with its connection slot: for routes
+    /// whose answers are not Warren's own (a sandbox's ports).
+    pub(crate) async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &hyper::HeaderMap,
+        body: Body,
+    ) -> Result<Reply, ClientError> {
+        let permit = self
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the slot semaphore is never closed");
+        let target = &self.inner.targets[self.preferred()];
+        let uri = format!("http://{}{}", target.authority, path);
+        let mut req = Request::builder().method(method.clone()).uri(uri);
+        for (k, v) in headers {
+            if k != AUTHORIZATION {
+                req = req.header(k, v);
+            }
+        }
+        if let Some(auth) = &self.inner.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let req = req
+            .body(body)
+            .map_err(|e| ClientError::transport(format!("building request {method} {path}"), e))?;
+        let fut = target.http.request(req);
+        let result = match self.inner.request_timeout {
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ClientError::Timeout(t))?,
+            None => fut.await,
+        };
+        let response = result.map_err(|e| {
+            if e.is_connect() {
+                connect_error(&target.endpoint, e)
+            } else {
+                ClientError::transport(format!("{method} {path} failed at {}", target.endpoint), e)
+            }
+        })?;
+        Ok(Reply { response, permit })
+    }
+
     /// A call with an optional JSON body that answers JSON.
     pub(crate) async fn call_json<T: DeserializeOwned>(
         &self,

@@ -19,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tracing::debug;
+use warren_types::http::{is_upgrade, strip_hop_by_hop};
 
 /// How long connecting to a node may take before it is called unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -85,44 +86,6 @@ fn system_roots() -> rustls::ClientConfig {
             .with_no_client_auth()
         }
     }
-}
-
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    // Headers the Connection header names are hop-by-hop too.
-    let named: Vec<String> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
-        .collect();
-    for n in named {
-        h.remove(n.as_str());
-    }
-    for n in HOP_BY_HOP {
-        h.remove(*n);
-    }
-    h.remove(header::HOST);
-}
-
-fn is_upgrade(h: &HeaderMap) -> bool {
-    h.get(header::UPGRADE).is_some()
-        && h.get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .map(|s| s.to_ascii_lowercase().contains("upgrade"))
-                .unwrap_or(false)
-        })
 }
 
 impl Proxy {
@@ -314,19 +277,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_go_authorization_stays() {
-        let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, "Bearer x".parse().unwrap());
-        h.insert(header::CONNECTION, "keep-alive, x-private".parse().unwrap());
-        h.insert("x-private", "1".parse().unwrap());
-        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
-        h.insert(header::HOST, "gw".parse().unwrap());
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[header::AUTHORIZATION], "Bearer x");
-    }
 
     #[tokio::test]
     async fn a_closed_port_is_unreachable_at_once() {

@@ -131,6 +131,7 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                     Call::Pty { .. }
                     | Call::Network { .. }
                     | Call::Invoke { .. }
+                    | Call::Connect { .. }
                     | Call::ReadTar { .. }
                     | Call::WriteTar { .. } => ev(
                         &mut out,
@@ -270,6 +271,17 @@ impl Instance for FakeInstance {
     }
     fn is_paused(&self) -> bool {
         self.shared.paused.lock().unwrap().contains(&self.id)
+    }
+    async fn connect_port(&self, port: u16) -> Result<warren_runtime::PortStream, RuntimeError> {
+        if port != FAKE_HTTP_PORT {
+            return Err(RuntimeError::PortUnreachable {
+                port,
+                message: format!("nothing listens on port {port} inside the sandbox"),
+            });
+        }
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        tokio::spawn(fake_http(theirs));
+        Ok(Box::new(ours))
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -478,4 +490,66 @@ impl Calls for Manager {
             .revive_as(self, caller, id, opts)
             .await
     }
+}
+
+/// The one port of a fake sandbox where an HTTP server listens ([`fake_http`]).
+pub const FAKE_HTTP_PORT: u16 = 8000;
+
+/// A one-request HTTP/1.1 server: answers `200` with the request's head (request line and
+/// headers, as received) then its body as the answer's body; `GET /upgrade` switches
+/// protocols and echoes bytes.
+async fn fake_http(mut io: tokio::io::DuplexStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_string();
+    if head.starts_with("GET /upgrade ") {
+        let _ = io
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+            )
+            .await;
+        loop {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if io.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = got[head_end..].to_vec();
+    while body.len() < len {
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+    let mut answer = head.into_bytes();
+    answer.extend_from_slice(&body);
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\n\r\n",
+        answer.len()
+    );
+    let _ = io.write_all(reply.as_bytes()).await;
+    let _ = io.write_all(&answer).await;
 }

@@ -107,6 +107,12 @@ pub enum Call {
     /// then the command's stdin, ended by EOF. → `Started`, STDOUT/STDERR frames, one
     /// `Collected` per requested path, then `Exited`.
     Invoke { spec: InvokeSpec },
+    /// Connects to TCP `127.0.0.1:port` inside the sandbox and relays bytes: STDIN frames
+    /// go to the connection (EOF half-closes it), what it sends comes back as STDOUT frames
+    /// (credit-limited, `window` bytes at first). → `Connected` (not final), then `Done`
+    /// when the connection's far end has closed, or `Error{code: port_unreachable}` when
+    /// nothing listens.
+    Connect { port: u16, window: u32 },
 }
 
 /// The network of a VM guest's one interface: its MAC, address and gateway.
@@ -201,6 +207,8 @@ pub enum Event {
         next: Option<String>,
     },
     Done,
+    /// A `Connect` reached its port; the relay starts (not final).
+    Connected,
     /// A file read back after an `Invoke` (not final). `data` is base64.
     Collected {
         path: String,
@@ -221,7 +229,10 @@ impl Event {
     pub fn is_final(&self) -> bool {
         !matches!(
             self,
-            Event::Started { .. } | Event::Collected { .. } | Event::CellWaited { .. }
+            Event::Started { .. }
+                | Event::Collected { .. }
+                | Event::CellWaited { .. }
+                | Event::Connected
         )
     }
 

@@ -339,6 +339,41 @@ impl AgentConn {
         Ok((ExecStream { s, owed: 0 }, sink))
     }
 
+    /// Connects to TCP `127.0.0.1:port` inside the sandbox through the agent (see
+    /// [`Call::Connect`]): what goes into the sink reaches the port, what it answers comes
+    /// out of the stream as stdout, which ends when the port's side closes.
+    pub async fn connect_port(&self, port: u16) -> Result<(ExecStream, StdinSink), RuntimeError> {
+        let mut s = self
+            .open(&Call::Connect {
+                port,
+                window: WINDOW,
+            })
+            .await?;
+        loop {
+            let f = s.next_frame().await?;
+            if f.kind != Kind::Event {
+                continue;
+            }
+            match f
+                .parse::<Event>()
+                .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+            {
+                Event::Connected => break,
+                Event::Error { code, message } => {
+                    s.done = true;
+                    return Err(from_event_error(code, message));
+                }
+                other => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+            }
+        }
+        let sink = StdinSink {
+            id: s.id,
+            conn: self.clone(),
+            closed: false,
+        };
+        Ok((ExecStream { s, owed: 0 }, sink))
+    }
+
     /// Starts a background process and returns its pid inside the sandbox.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<u32, RuntimeError> {
         // `Started` is the last event of a spawn (the process outlives the call).

@@ -30,6 +30,10 @@ pub enum RuntimeError {
     Unsupported(String),
     #[error("virtual machine monitor: {0}")]
     Vmm(String),
+    /// A TCP port inside the sandbox cannot be reached; the message says why (nothing
+    /// listens, a timeout).
+    #[error("{message}")]
+    PortUnreachable { port: u16, message: String },
 }
 
 impl RuntimeError {
@@ -49,6 +53,7 @@ impl RuntimeError {
             RuntimeError::AgentLost => ErrorCode::SandboxLost,
             RuntimeError::Agent { code, .. } => *code,
             RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
+            RuntimeError::PortUnreachable { .. } => ErrorCode::PortUnreachable,
             RuntimeError::Protocol(_)
             | RuntimeError::Sys(_)
             | RuntimeError::Io { .. }

@@ -12,6 +12,7 @@ pub mod container;
 pub mod error;
 mod leases;
 mod pageout;
+pub mod ports;
 pub mod procfs;
 pub mod program;
 pub mod reaper;
@@ -28,6 +29,7 @@ pub use agent::{
     InvokeOutput, PtySession, StdinSink, StreamItem,
 };
 pub use error::RuntimeError;
+pub use ports::PortStream;
 
 /// Everything a runtime needs to build a sandbox (already validated by the API edge).
 #[derive(Debug, Clone)]
@@ -276,6 +278,15 @@ pub trait Instance: Send + Sync + 'static {
     /// sandboxes that have one (containers; VMs created with a network policy: their VMM's).
     fn netns_pid(&self) -> Option<u32> {
         None
+    }
+
+    /// A connection to TCP port `port` of the sandbox's loopback (`127.0.0.1` as the
+    /// sandbox sees it). Nothing listening there is [`RuntimeError::PortUnreachable`].
+    async fn connect_port(&self, port: u16) -> Result<PortStream, RuntimeError> {
+        let _ = port;
+        Err(RuntimeError::Unsupported(
+            "ports inside sandboxes of this substrate cannot be reached".into(),
+        ))
     }
 
     /// A VM sandbox with a network interface: the VMM's tap inside [`Instance::netns_pid`]'s

@@ -154,3 +154,17 @@ pub fn configure(name: &str, cfg: Option<&InterfaceConfig>) -> Result<()> {
     }
     Ok(())
 }
+
+/// A new IPv4 TCP socket (non-blocking, close-on-exec), not yet connected, in the calling
+/// thread's network namespace. A socket keeps the namespace it was made in: made on a thread
+/// that joined a sandbox's namespace, it connects to that sandbox's loopback from anywhere.
+pub fn tcp_socket() -> Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| SysError::errno("socket(AF_INET, SOCK_STREAM)", e))
+}

@@ -52,6 +52,9 @@ pub enum ErrorCode {
     /// Cluster gateway: the sandbox's node does not answer. The sandbox may come back when
     /// its node does; nothing was moved.
     NodeUnreachable,
+    /// Nothing accepts connections on the sandbox's port (HTTP 502), or what does closed the
+    /// connection without an HTTP answer.
+    PortUnreachable,
 }
 
 impl ErrorCode {
@@ -68,7 +71,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
-            ErrorCode::StartFailed | ErrorCode::SandboxLost => 502,
+            ErrorCode::StartFailed | ErrorCode::SandboxLost | ErrorCode::PortUnreachable => 502,
             ErrorCode::Internal => 500,
         }
     }
@@ -96,11 +99,12 @@ impl ErrorCode {
             ErrorCode::CapacityUnavailable => "capacity_unavailable",
             ErrorCode::Unschedulable => "unschedulable",
             ErrorCode::NodeUnreachable => "node_unreachable",
+            ErrorCode::PortUnreachable => "port_unreachable",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -121,6 +125,7 @@ impl ErrorCode {
         ErrorCode::CapacityUnavailable,
         ErrorCode::Unschedulable,
         ErrorCode::NodeUnreachable,
+        ErrorCode::PortUnreachable,
     ];
 }
 

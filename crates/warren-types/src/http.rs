@@ -2,7 +2,7 @@
 //! with the code's status and `Retry-After` when it has one. One type for every server of the
 //! API (the node and the cluster gateway), so both answer errors byte for byte alike.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::{ApiError, ErrorBody, ErrorCode};
@@ -108,6 +108,9 @@ impl<S: Clone + Send + Sync + 'static> CheckedRouter<S> {
             "POST" => MethodFilter::POST,
             "PUT" => MethodFilter::PUT,
             "DELETE" => MethodFilter::DELETE,
+            "PATCH" => MethodFilter::PATCH,
+            "HEAD" => MethodFilter::HEAD,
+            "OPTIONS" => MethodFilter::OPTIONS,
             other => panic!("method {other} not used by the API"),
         };
         self.router = self.router.route(path, on(filter, handler));
@@ -124,5 +127,73 @@ impl<S: Clone + Send + Sync + 'static> CheckedRouter<S> {
             );
         }
         self.router
+    }
+}
+
+/// Headers that concern one connection only, never passed on by a proxy.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers (those listed by HTTP/1.1 and those the `Connection`
+/// header names) and `Host`, as a proxy does before passing a message on.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for n in named {
+        h.remove(n.as_str());
+    }
+    for n in HOP_BY_HOP {
+        h.remove(*n);
+    }
+    h.remove(header::HOST);
+}
+
+/// True when the headers ask for a protocol upgrade (`Connection: upgrade` and `Upgrade`).
+pub fn is_upgrade(h: &HeaderMap) -> bool {
+    h.get(header::UPGRADE).is_some()
+        && h.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .map(|s| s.to_ascii_lowercase().contains("upgrade"))
+                .unwrap_or(false)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_authorization_stays() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        h.insert(header::CONNECTION, "keep-alive, x-private".parse().unwrap());
+        h.insert("x-private", "1".parse().unwrap());
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        h.insert(header::HOST, "gw".parse().unwrap());
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::AUTHORIZATION], "Bearer x");
+    }
+
+    #[test]
+    fn upgrades_need_both_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, "websocket".parse().unwrap());
+        assert!(!is_upgrade(&h));
+        h.insert(header::CONNECTION, "keep-alive, Upgrade".parse().unwrap());
+        assert!(is_upgrade(&h));
     }
 }

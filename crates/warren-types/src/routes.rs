@@ -2,6 +2,9 @@
 //! by `warrend` and forwarded by the cluster gateway (which adds its own cluster routes). Both
 //! routers are checked against it when built, and their tests check it against
 //! `api/openapi.yaml`.
+//!
+//! A path may end in a wildcard, `{*name}`, which matches the rest of the path, slashes
+//! included; OpenAPI has no such syntax and spells it `{name}` ([`openapi_path`]).
 
 /// Every route of the node API.
 pub const NODE_API: &[(&str, &str)] = &[
@@ -40,6 +43,13 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/files/list"),
     ("POST", "/v1/sandboxes/{id}/files/mkdir"),
     ("POST", "/v1/sandboxes/{id}/files/chmod"),
+    ("GET", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("HEAD", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("POST", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("PUT", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("PATCH", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("DELETE", "/v1/sandboxes/{id}/ports/{*target}"),
+    ("OPTIONS", "/v1/sandboxes/{id}/ports/{*target}"),
     ("GET", "/v1/snapshots"),
     ("GET", "/v1/snapshots/{id}"),
     ("DELETE", "/v1/snapshots/{id}"),
@@ -53,3 +63,31 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("GET", "/v1/functions/pools"),
     ("POST", "/run_code"),
 ];
+
+/// The path of a sandbox's port, `/v1/sandboxes/{id}/ports/{port}`: whatever follows it (a
+/// path and a query) is sent to the HTTP server listening on that port inside the sandbox.
+/// The route is one wildcard, `/v1/sandboxes/{id}/ports/{*target}` (`target` = `<port>`,
+/// `<port>/` or `<port>/<path>`), so the bare port and a trailing slash match it too.
+pub fn port_prefix(sandbox: &str, port: u16) -> String {
+    format!("/v1/sandboxes/{sandbox}/ports/{port}")
+}
+
+/// `path` as OpenAPI spells it: a wildcard `{*name}` becomes `{name}`.
+pub fn openapi_path(path: &str) -> String {
+    path.replace("{*", "{")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_in_openapi_syntax() {
+        assert_eq!(
+            openapi_path("/v1/sandboxes/{id}/ports/{*target}"),
+            "/v1/sandboxes/{id}/ports/{target}"
+        );
+        assert_eq!(openapi_path("/v1/health"), "/v1/health");
+        assert_eq!(port_prefix("n1-x", 8000), "/v1/sandboxes/n1-x/ports/8000");
+    }
+}

@@ -319,6 +319,29 @@ async def test_pty(asb: warren.AsyncSandbox) -> None:
         await asb.pty("   ")
 
 
+async def test_http_to_a_port_inside(asb: warren.AsyncSandbox) -> None:
+    await asb.exec("mkdir -p /srv && echo served > /srv/f.txt", check=True)
+    await spawn(asb, "python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv")
+    resp = None
+    for _ in range(300):
+        try:
+            resp = await asb.http(8000, "/f.txt")
+            break
+        except warren.PortUnreachable:
+            await asyncio.sleep(0.1)
+    assert resp is not None, "the server never listened"
+    assert resp.status_code == 200 and resp.text == "served\n"
+    assert resp.headers["warren-port"] == "8000"
+    # The server's own errors come back as answers; Warren's are exceptions.
+    missing = await asb.http(8000, "missing.txt")
+    assert missing.status_code == 404
+    with pytest.raises(warren.PortUnreachable):
+        await asb.http(8001)
+    with pytest.raises(ValueError):
+        asb.port_path(0)
+    assert asb.url(8000, "/a?b=1").endswith(f"/v1/sandboxes/{asb.id}/ports/8000/a?b=1")
+
+
 # -- lifecycle features the node is gaining ---------------------------------------------------
 
 

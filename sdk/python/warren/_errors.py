@@ -30,6 +30,7 @@ __all__ = [
     "Unschedulable",
     "CapacityUnavailable",
     "NodeUnreachable",
+    "PortUnreachable",
     "ConnectionError",
     "CommandError",
     "error_from_body",
@@ -210,6 +211,13 @@ class NodeUnreachable(WarrenError):
     default_code = "node_unreachable"
 
 
+class PortUnreachable(WarrenError):
+    """Nothing listens on the sandbox's port, or it closed the connection without an HTTP
+    answer (``port_unreachable``, HTTP 502)."""
+
+    default_code = "port_unreachable"
+
+
 class ServerError(WarrenError):
     """A bug or an unexpected host failure on the node (``internal``, HTTP 500, or any other 5xx)."""
 
@@ -267,6 +275,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "unschedulable": Unschedulable,
     "capacity_unavailable": CapacityUnavailable,
     "node_unreachable": NodeUnreachable,
+    "port_unreachable": PortUnreachable,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {

@@ -456,6 +456,60 @@ class AsyncSandbox:
         self.info.network = data.get("policy", body) if not _is_none_policy(data.get("policy")) else "none"
         return data
 
+    def port_path(self, port: int, path: str = "/") -> str:
+        """The API path that reaches ``path`` on the HTTP server listening on TCP ``port``
+        inside the sandbox (``127.0.0.1:port`` as the sandbox sees it):
+        ``/v1/sandboxes/<id>/ports/<port><path>``."""
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise ValueError(f"port must be an integer 1-65535, got {port!r}")
+        if not path.startswith("/"):
+            path = "/" + path
+        return f"{self._path}/ports/{port}{path}"
+
+    def url(self, port: int, path: str = "/") -> str:
+        """The URL of ``path`` on the HTTP server listening on ``port`` inside the sandbox,
+        through this client's node or gateway. Requests to it need the client's token
+        (``Authorization: Bearer``); the server never sees that header. A node reached over
+        its Unix socket has no such URL for other programs: use :meth:`http`."""
+        return self._client._http.base_url + self.port_path(port, path)
+
+    async def http(
+        self,
+        port: int,
+        path: str = "/",
+        *,
+        method: str = "GET",
+        content: Any = None,
+        json: Any = None,
+        params: Any = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = 60.0,
+    ) -> Any:
+        """Sends one HTTP request to the server listening on ``port`` inside the sandbox and
+        returns its answer (an ``httpx.Response``, read whole), whatever its status (the
+        server's answers carry a ``Warren-Port`` header). A paused sandbox is resumed first.
+        Nothing listening raises :class:`~warren.PortUnreachable`; a sandbox that does not
+        exist raises :class:`~warren.NotFound`."""
+        http = self._client._http
+        resp = await http.client.request(
+            method,
+            self.port_path(port, path),
+            content=content,
+            json=json,
+            params=params,
+            headers=dict(headers or {}),
+            timeout=http.call_timeout(timeout),
+        )
+        # Answers of the server inside carry ``Warren-Port``; an error without it is Warren's
+        # own (bad port, no such sandbox, nothing listening).
+        if resp.status_code >= 400 and "warren-port" not in resp.headers:
+            try:
+                body: Any = resp.json()
+            except ValueError:
+                body = resp.text
+            raise error_from_body(resp.status_code, body, resp.headers.get("Retry-After"))
+        return resp
+
     async def delete(self, missing_ok: bool = True) -> None:
         """Deletes the sandbox and frees all it held. A sandbox already gone is fine
         unless ``missing_ok=False``."""

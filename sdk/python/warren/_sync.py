@@ -353,6 +353,15 @@ class Sandbox:
     trajectory = _sync(AsyncSandbox.trajectory)
     snapshot = _sync(AsyncSandbox.snapshot)
     delete = _sync(AsyncSandbox.delete)
+    http = _sync(AsyncSandbox.http)
+
+    @functools.wraps(AsyncSandbox.port_path)
+    def port_path(self, port: int, path: str = "/") -> str:
+        return self._async.port_path(port, path)
+
+    @functools.wraps(AsyncSandbox.url)
+    def url(self, port: int, path: str = "/") -> str:
+        return self._async.url(port, path)
 
     @functools.wraps(AsyncSandbox.trajectory_session)
     def trajectory_session(self, start: int = 0) -> Trajectory:

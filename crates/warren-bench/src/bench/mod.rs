@@ -14,6 +14,7 @@
 //! | replay | trajectory commit wait per call (fsync included), p50 | ≤ 0.3 ms |
 //! | revive | revive of a 100-call SWE-style episode / sum of its recorded call durations | ≤ 1.1× |
 //! | net | create → first exec p50, allow-list policy − policy none (same run) | ≤ 5 ms |
+//! | ports | `GET` of a file through `/ports/{port}` vs `exec cat` of it, p50 each (same run) | reported |
 //! | call | `call true` through a warm function pool, p50 / p99 | ≤ 3 ms / ≤ 10 ms |
 //! | call | `call true` from 16 clients | ≥ 500/s |
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
@@ -46,6 +47,7 @@ mod neighbour;
 mod net;
 mod pause;
 mod phases;
+mod ports;
 mod replay;
 mod report;
 mod revive;
@@ -89,6 +91,8 @@ pub enum Which {
     /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
     Pause,
     Net,
+    /// A GET through a sandbox's ports route vs an exec (not part of `all`)
+    Ports,
     All,
     /// microVMs: cold boot vs template restore, snapshot, memory (own daemons; not in `all`)
     Vm,
@@ -109,8 +113,8 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
-    /// neighbour 200 per phase, pause 5, net 100, vm 8, hostile 10000, tls 1000 per mode,
-    /// ship 1000]
+    /// neighbour 200 per phase, pause 5, net 100, ports 500, vm 8, hostile 10000, tls 1000 per
+    /// mode, ship 1000]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -227,6 +231,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<pause::PauseBench>,
     pub net: Option<net::NetBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<ports::PortsBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostile: Option<hostile::Hostile>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -502,6 +508,12 @@ impl Report {
             }
             out.push_str(&n.render());
         }
+        if let Some(p) = &self.ports {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&p.render());
+        }
         if let Some(c) = &self.call {
             if !out.is_empty() {
                 out.push('\n');
@@ -651,6 +663,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Net {
         stop.check()?;
         report.net = Some(net::net(setup, n(100)).await?);
+    }
+    if args.which == Which::Ports {
+        stop.check()?;
+        report.ports = Some(ports::ports(setup, n(500)).await?);
     }
     if args.which == Which::Call {
         report.call = Some(call::call(setup, n(1000), c(16)).await?);

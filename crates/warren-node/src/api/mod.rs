@@ -18,6 +18,7 @@ mod fusion;
 mod images;
 mod network;
 pub mod parse;
+mod ports;
 mod pty;
 mod sandboxes;
 mod snapshots;
@@ -25,6 +26,8 @@ mod snapshots;
 mod tests;
 #[cfg(test)]
 mod tests_events;
+#[cfg(test)]
+mod tests_ports;
 mod trajectory;
 
 use axum::extract::Request;
@@ -90,7 +93,8 @@ pub fn router(node: Node) -> Router {
         .add("GET", "/v1/sandboxes/{id}/files/stat", files::stat)
         .add("GET", "/v1/sandboxes/{id}/files/list", files::list)
         .add("POST", "/v1/sandboxes/{id}/files/mkdir", files::mkdir)
-        .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod)
+        .add("POST", "/v1/sandboxes/{id}/files/chmod", files::chmod);
+    let routes = port_routes(routes)
         .add("GET", "/v1/snapshots", snapshots::list)
         .add("GET", "/v1/snapshots/{id}", snapshots::get)
         .add("DELETE", "/v1/snapshots/{id}", snapshots::delete)
@@ -110,6 +114,16 @@ pub fn router(node: Node) -> Router {
         .layer(axum::middleware::from_fn(log_request));
     // Outermost, so refused and failed requests are counted with the status they got.
     node.http.layer(routes).with_state(node)
+}
+
+/// Every method of `/v1/sandboxes/{id}/ports/{*target}` is forwarded to the sandbox's port.
+fn port_routes(mut r: CheckedRouter<Node>) -> CheckedRouter<Node> {
+    for (method, path) in ROUTES.iter().copied() {
+        if path.starts_with("/v1/sandboxes/{id}/ports/") {
+            r = r.add(method, path, ports::forward);
+        }
+    }
+    r
 }
 
 async fn no_route(req: Request) -> HttpError {

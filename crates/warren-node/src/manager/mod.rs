@@ -9,7 +9,8 @@
 //! per sandbox that notices when its agent dies. Each verb lives in its own file: `create`,
 //! `delete`, `pause` (pause, resume, and the transparent resume of every call), `fork`,
 //! `lifetime`, `runner` (the step runner every call that changes a sandbox goes through:
-//! once per step, logged), `recover`, `reaper`. The parts' files: `network`, `telemetry`
+//! once per step, logged), `recover`, `reaper`, `ports` (connections to ports inside a
+//! sandbox). The parts' files: `network`, `telemetry`
 //! (with `events`, `scrape`, `stats`), `trajectory` (export), `shipping`, `revive`,
 //! `snapshots`, `terminal`, `exec` and `files` (the [`Processes`] and [`Files`] parts).
 //!
@@ -26,6 +27,7 @@ mod fork;
 mod lifetime;
 mod network;
 mod pause;
+mod ports;
 mod reaper;
 mod recover;
 mod registry;
@@ -60,6 +62,7 @@ pub use create::Created;
 pub use exec::{ExecEvents, Processes, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::{FileDownload, Files};
 pub use network::SandboxNetwork;
+pub use ports::PortConnection;
 pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
 pub use shipping::Trajectories;

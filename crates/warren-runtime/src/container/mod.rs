@@ -18,6 +18,7 @@ mod create;
 mod destroy;
 mod fork;
 mod pause;
+mod ports;
 mod record;
 mod snapshot;
 mod spares;
@@ -431,6 +432,10 @@ impl Instance for Container {
 
     fn netns_pid(&self) -> Option<u32> {
         Some(self.record.agent_pid)
+    }
+
+    async fn connect_port(&self, port: u16) -> Result<crate::PortStream, RuntimeError> {
+        ports::connect(self, port).await
     }
 
     async fn prepare_terminal(&self) -> Result<(), RuntimeError> {

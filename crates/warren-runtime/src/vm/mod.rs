@@ -460,6 +460,13 @@ impl Instance for Vm {
         self.key.nic.then_some(qemu::TAP_NAME)
     }
 
+    /// Through the agent's connection: the guest's loopback is out of the host's reach
+    /// (with or without a network interface).
+    async fn connect_port(&self, port: u16) -> Result<crate::PortStream, RuntimeError> {
+        let (from, sink) = self.agent().connect_port(port).await?;
+        Ok(crate::ports::relayed(from, sink))
+    }
+
     async fn configure_guest_link(
         &self,
         link: Option<crate::GuestLink>,

@@ -90,6 +90,8 @@ async fn placement_routing_listing_drain_and_admission() {
         assert!(String::from_utf8_lossy(&term).contains("via-gw"));
     }
 
+    ports_through_gateways(g0, g1, &spread.values().next().unwrap()[0]).await;
+
     // The label listing merges every node's sandboxes, in creation order, paginated.
     let labels: BTreeMap<String, String> = [("run".to_string(), run.clone())].into();
     let listed: Vec<String> = g1
@@ -320,4 +322,68 @@ async fn import_through_a_gateway_reaches_every_node(c: &Cluster) {
         let (status, body) = http(*port, "GET", &format!("/v1/images/{tag}"), "").await;
         assert_eq!(status, 404, "node on port {port}: {body}");
     }
+}
+
+/// `/v1/sandboxes/{id}/ports/{port}/...` through a gateway: the wildcard path and query reach
+/// the node, bodies larger than the gateway reads whole stream both ways, and the node's 502
+/// for a port nothing listens on comes back as it is.
+async fn ports_through_gateways(g0: &warren_client::Client, g1: &warren_client::Client, id: &str) {
+    use hyper::{HeaderMap, Method};
+    let server = r#"mkdir -p /srv/a && echo deep > /srv/a/f.txt && cat > /tmp/echo.py <<'EOF'
+import http.server
+class H(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Seen-Path", self.path)
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.0.1", 8000), lambda *a: H(*a, directory="/srv")).serve_forever()
+EOF"#;
+    g0.exec(id, &ExecRequest::shell(server)).await.unwrap();
+    g0.spawn(id, &ExecRequest::shell("python3 /tmp/echo.py"))
+        .await
+        .unwrap();
+    let none = HeaderMap::new();
+    let mut up = None;
+    for _ in 0..300 {
+        match g1
+            .port_request(
+                id,
+                8000,
+                Method::GET,
+                "/a/f.txt",
+                &none,
+                bytes::Bytes::new(),
+            )
+            .await
+        {
+            Ok(a) => {
+                up = Some(a);
+                break;
+            }
+            Err(e) if e.code() == Some(ErrorCode::PortUnreachable) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("GET through a gateway: {e}"),
+        }
+    }
+    let got = up.expect("the server listened within 30 s");
+    assert_eq!(got.status, 200);
+    assert_eq!(&got.body.collect_bytes().await.unwrap()[..], b"deep\n");
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    let put = g0
+        .port_request(id, 8000, Method::PUT, "/x/y?z=1", &none, big.clone().into())
+        .await
+        .unwrap();
+    assert_eq!(put.status, 200);
+    assert_eq!(put.headers["x-seen-path"], "/x/y?z=1");
+    assert_eq!(&put.body.collect_bytes().await.unwrap()[..], &big[..]);
+    let e = g1
+        .port_request(id, 8001, Method::GET, "/", &none, bytes::Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::PortUnreachable), "{e}");
 }

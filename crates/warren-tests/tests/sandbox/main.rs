@@ -10,5 +10,6 @@ mod files;
 mod isolation;
 mod limits;
 mod mounts;
+mod ports;
 mod snapshots;
 mod stats;

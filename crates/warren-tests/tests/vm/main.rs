@@ -8,6 +8,7 @@
 mod common;
 mod fork;
 mod memory;
+mod ports;
 mod snapshots;
 
 use std::path::PathBuf;
