@@ -7,6 +7,7 @@
 #   - nftables tables named warren-* (one per daemon node with sandbox links);
 #   - host links of sandbox networks (wn<4 hex><hex index>) and of the test mirrors (wtm<n>);
 #   - processes named warren-agent;
+#   - writable layers on disk (subvolumes under the image store's mnt/writable) of gone sandboxes;
 #   - files the test harness left in its test root (WARREN_TEST_DIR, default /tmp/warren-tests):
 #     a daemon's, gateway's or etcd's directory or log is kept only for a failed test; the run
 #     registry (runs/) and the VM image cache (vm-runtime/) stay by design.
@@ -81,6 +82,12 @@ collect() {
 
     test_root_leftovers | sed 's/^/file\t/'
 
+    # Writable layers on disk (one subvolume per sandbox) of sandboxes that are gone.
+    local layers="$STORE/mnt/writable"
+    if [[ -d "$layers" ]]; then
+        find "$layers" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | sed 's/^/layer\t/'
+    fi
+
     local pid
     for pid in $(pgrep -x warren-agent || true); do
         printf 'process\t%s %s\n' "$pid" "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)"
@@ -121,6 +128,12 @@ clean() {
     awk -F'\t' '$1 == "file" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: removing $item"
         rm -rf --one-file-system "$item" 2>/dev/null || true
+    done
+    awk -F'\t' '$1 == "layer" {print $2}' <<< "$1" | while read -r item; do
+        echo "check-leaks: deleting writable layer $item"
+        if command -v btrfs > /dev/null; then
+            btrfs subvolume delete "$item" > /dev/null 2>&1 || true
+        fi
     done
     awk -F'\t' '$1 == "nft" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: deleting nftables table $item"

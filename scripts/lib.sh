@@ -28,7 +28,7 @@ detect_os() {
 $(basename "$0"): this host is ${OS_ID:-unknown} ${OS_VERSION:-?} (from $file).
 Supported: $SUPPORTED_HOSTS.
 On another distribution, install by hand what scripts/setup.sh lists (a Rust toolchain 1.80+,
-erofs-utils, e2fsprogs, debootstrap, nftables, iproute2, fuse3, curl, protobuf-compiler; QEMU 10
+erofs-utils, e2fsprogs, btrfs-progs, debootstrap, nftables, iproute2, fuse3, curl, protobuf-compiler; QEMU 10
 for VMs), then build with \`cargo build --release\` and start target/release/warrend.
 Set WARREN_ANY_OS=1 to run this script anyway.
 EOT

@@ -30,6 +30,7 @@ PACKAGES=(
     build-essential pkg-config          # Rust crates that build C
     erofs-utils                         # mkfs.erofs for image layers
     e2fsprogs                           # mkfs.ext4 for VM disks
+    btrfs-progs                         # mkfs.btrfs for the writable-layer file system
     debootstrap                         # the default image's rootfs
     nftables iproute2                   # sandbox networking
     procps psmisc util-linux            # pgrep, fuser, mount, flock, nsenter

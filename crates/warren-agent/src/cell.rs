@@ -37,6 +37,8 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     // call adds no sysfs superblock, and no devpts (calls get no terminal).
     c.sysfs = Some("/sys".into());
     c.devpts = false;
+    // A call's writable layer is a tmpfs of its own (a function container has no disk one).
+    c.writable_dir = None;
     c
 }
 

@@ -47,6 +47,7 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
     let cfg = ContainerInit {
         lowerdirs: vec!["/var/lib/warren/a".into(), "/var/lib/warren/b".into()],
         disk_mb: 64,
+        writable_dir: None,
         hostname: "fn".into(),
         masked_paths: vec!["/proc/kcore".into()],
         readonly_paths: vec![],
@@ -305,6 +306,7 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
     let cfg = ContainerInit {
         lowerdirs: vec!["/lower/0".into()],
         disk_mb: 8,
+        writable_dir: None,
         hostname: "h".into(),
         masked_paths: vec![],
         readonly_paths: vec![],

@@ -51,11 +51,21 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
 }
 
 fn build_root(cfg: &ContainerInit) -> R<()> {
-    let t = private_stage()?;
     if cfg.function.is_some() {
+        let t = private_stage()?;
         let root = agent_root(cfg, &t)?;
         enter(&root)?;
     } else {
+        // On disk, the sandbox's own directory of the node's writable-layer file system is the
+        // staging directory (no tmpfs at all); in memory, a tmpfs mounted on the staging
+        // directory is.
+        let t = match &cfg.writable_dir {
+            Some(dir) => {
+                make_private()?;
+                PathBuf::from(dir)
+            }
+            None => private_stage()?,
+        };
         let root = stage_root(cfg, &cfg.lowerdirs, &t, EtcFiles::Write)?;
         keep_upper_handle(&t.join("upper"))?;
         enter(&root)?;
@@ -65,8 +75,8 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
     Ok(())
 }
 
-/// Makes every mount private to this mount namespace and returns the staging directory.
-pub fn private_stage() -> R<PathBuf> {
+/// Makes every mount private to this mount namespace.
+fn make_private() -> R<()> {
     mount(
         None,
         Path::new("/"),
@@ -74,6 +84,12 @@ pub fn private_stage() -> R<PathBuf> {
         Flags::MS_REC | Flags::MS_PRIVATE,
         None,
     )?;
+    Ok(())
+}
+
+/// Makes every mount private to this mount namespace and returns the staging directory.
+pub fn private_stage() -> R<PathBuf> {
+    make_private()?;
     // The staging directory is private to this mount namespace: a tmpfs holding the writable
     // layer (its size is the disk limit) and the merged root.
     let stage = PathBuf::from("/tmp");
@@ -118,28 +134,32 @@ pub enum EtcFiles {
     InLayer,
 }
 
-/// Builds a sandbox root in `t`: a tmpfs writable layer (the disk limit) over `lowerdirs`,
-/// with /proc, /dev, /sys, masks and /etc basics. Returns the merged root.
+/// Builds a sandbox root in `t`: a writable layer over `lowerdirs`, with /proc, /dev, /sys,
+/// masks and /etc basics. Returns the merged root. The writable layer is a tmpfs mounted on
+/// `t` (its size is the disk limit), or, with [`ContainerInit::writable_dir`], `t` itself: a
+/// directory of the node's writable-layer file system that its quota holds to the limit.
 ///
 /// Every superblock mounted here costs the kernel a shrinker, and each memory cgroup's shrinker
 /// table grows with the number of shrinkers on the host (see docs/density.md): so /dev,
 /// /dev/shm and every mask are directories of the one writable tmpfs, bind-mounted, /sys is
 /// the node's one shared read-only sysfs, devpts is mounted only when asked for (or by the
-/// daemon at the first terminal), and the sandbox owns only the tmpfs, the overlay and proc
-/// (mqueue is the superblock its IPC namespace has anyway).
+/// daemon at the first terminal), and the sandbox owns only the overlay, proc (mqueue is the
+/// superblock its IPC namespace has anyway) and, in memory, the tmpfs.
 pub fn stage_root(
     cfg: &ContainerInit,
     lowerdirs: &[String],
     t: &Path,
     etc: EtcFiles,
 ) -> R<PathBuf> {
-    mount(
-        Some("tmpfs"),
-        t,
-        Some("tmpfs"),
-        Flags::MS_NOSUID | Flags::MS_NODEV,
-        Some(&format!("size={}m,mode=755", cfg.disk_mb)),
-    )?;
+    if cfg.writable_dir.is_none() {
+        mount(
+            Some("tmpfs"),
+            t,
+            Some("tmpfs"),
+            Flags::MS_NOSUID | Flags::MS_NODEV,
+            Some(&format!("size={}m,mode=755", cfg.disk_mb)),
+        )?;
+    }
     for d in ["upper", "work", "root", DEV_DIR, EMPTY_DIR] {
         std::fs::create_dir(t.join(d)).map_err(AgentError::io("mkdir in writable layer"))?;
     }

@@ -377,23 +377,35 @@ impl ImageStore {
         userns: &OwnedFd,
     ) -> Result<PathBuf, ImageError> {
         let target = self.idmapped_path(digest, base)?;
+        if warren_sys::mount::is_mount_point(&target) {
+            return Ok(target);
+        }
+        let plain = self.ensure_mounted(digest)?;
         let _g = self.mount_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _flock = self.mount_flock()?;
         if warren_sys::mount::is_mount_point(&target) {
             return Ok(target);
         }
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.root.join("mnt/.lock"))
-            .map_err(|e| ImageError::io("mount lock", e))?;
-        let _flock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| ImageError::io("mount lock", e.into()))?;
-        if warren_sys::mount::is_mount_point(&target) {
-            return Ok(target);
-        }
+        std::fs::create_dir_all(&target).map_err(|e| ImageError::io("create mount point", e))?;
+        warren_sys::mount::idmapped_clone(&plain, userns, &target).map_err(|source| {
+            ImageError::Mount {
+                digest: digest.to_string(),
+                source,
+            }
+        })?;
+        Ok(target)
+    }
+
+    /// Makes sure `digest` is mounted read-only (once per host, at `mnt/<hex>`, shared by
+    /// every sandbox and every daemon of the store) and returns where. Idempotent.
+    pub fn ensure_mounted(&self, digest: &str) -> Result<PathBuf, ImageError> {
         let hex = hex_of(digest)?;
         let plain = self.root.join("mnt").join(hex);
+        if warren_sys::mount::is_mount_point(&plain) {
+            return Ok(plain);
+        }
+        let _g = self.mount_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _flock = self.mount_flock()?;
         if !warren_sys::mount::is_mount_point(&plain) {
             std::fs::create_dir_all(&plain).map_err(|e| ImageError::io("create mount point", e))?;
             let local = self.blob_path(digest)?;
@@ -412,14 +424,19 @@ impl ImageStore {
                 }
             })?;
         }
-        std::fs::create_dir_all(&target).map_err(|e| ImageError::io("create mount point", e))?;
-        warren_sys::mount::idmapped_clone(&plain, userns, &target).map_err(|source| {
-            ImageError::Mount {
-                digest: digest.to_string(),
-                source,
-            }
-        })?;
-        Ok(target)
+        Ok(plain)
+    }
+
+    /// The store's cross-process mount lock (held while mounting).
+    fn mount_flock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, ImageError> {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join("mnt/.lock"))
+            .map_err(|e| ImageError::io("mount lock", e))?;
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| ImageError::io("mount lock", e.into()))
     }
 
     /// Checks a blob against its digest.

@@ -94,6 +94,13 @@ impl Node {
         self.functions.register_metrics(&mut reg);
         self.images.register_metrics(&mut reg);
         crate::metrics::host::register(&mut reg);
+        let disk = self
+            .sandboxes
+            .substrates()
+            .runtimes()
+            .iter()
+            .find_map(|r| r.writable_space());
+        crate::metrics::host::register_writable(&mut reg, disk);
         crate::metrics::encode(&reg)
     }
 

@@ -181,6 +181,7 @@ fn schemas_name_the_serialized_fields() {
                 trajectory_mb: Some(1),
                 pty: true,
                 snapshot: Some(String::new()),
+                disk_medium: Some(warren_types::DiskMedium::Disk),
                 ..CreateSandboxRequest::default()
             }),
         ),

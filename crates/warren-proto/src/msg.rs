@@ -250,8 +250,14 @@ impl Event {
 pub struct ContainerInit {
     /// Read-only lower layers as host paths, **topmost first** (overlayfs order).
     pub lowerdirs: Vec<String>,
-    /// Size limit of the writable layer (a tmpfs inside the sandbox's mount namespace).
+    /// Size limit of the writable layer (a tmpfs inside the sandbox's mount namespace, unless
+    /// `writable_dir` is given).
     pub disk_mb: u64,
+    /// The host directory that holds the writable layer on disk (its owner is the sandbox's
+    /// root, its quota is `disk_mb`): the agent makes `upper`, `work`, the overlay's mount
+    /// point and `/dev` in it instead of in a tmpfs. Not sent when absent (memory medium).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_dir: Option<String>,
     pub hostname: String,
     /// Paths bind-masked with an empty file/dir (e.g. /proc/kpagecgroup).
     pub masked_paths: Vec<String>,

@@ -34,6 +34,9 @@ pub enum RuntimeError {
     /// listens, a timeout).
     #[error("{message}")]
     PortUnreachable { port: u16, message: String },
+    /// The node's writable-layer space cannot hold the sandbox now.
+    #[error("{0}")]
+    NoDisk(String),
 }
 
 impl RuntimeError {
@@ -54,6 +57,7 @@ impl RuntimeError {
             RuntimeError::Agent { code, .. } => *code,
             RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
             RuntimeError::PortUnreachable { .. } => ErrorCode::PortUnreachable,
+            RuntimeError::NoDisk(_) => ErrorCode::Busy,
             RuntimeError::Protocol(_)
             | RuntimeError::Sys(_)
             | RuntimeError::Io { .. }

@@ -86,10 +86,17 @@ pub trait Runtime: Send + Sync + 'static {
     fn substrate(&self) -> Substrate;
 
     /// Refuses, before anything starts, limits this substrate can never run on this host
-    /// (e.g. a VM with more memory than the machine). The message says what fits.
-    fn admit(&self, limits: &Limits) -> Result<(), String> {
+    /// (e.g. a VM with more memory than the machine; `invalid_request`) or cannot hold now
+    /// (the node's writable-layer space is committed; `busy`). The message says what fits.
+    fn admit(&self, limits: &Limits) -> Result<(), warren_types::ApiError> {
         let _ = limits;
         Ok(())
+    }
+
+    /// The node's writable-layer space on disk, where this runtime keeps writable layers
+    /// there (containers).
+    fn writable_space(&self) -> Option<container::WritableSpace> {
+        None
     }
 
     /// True when network policies other than `none` apply to this substrate's sandboxes.
@@ -338,4 +345,6 @@ pub struct Usage {
     /// Memory held by tmpfs and shared memory (`shmem` of `memory.stat`): where the writable
     /// layer lives in memory, what its files take.
     pub shmem_bytes: Option<u64>,
+    /// Bytes the writable layer holds where it lives on disk (its quota's count).
+    pub disk_bytes: Option<u64>,
 }

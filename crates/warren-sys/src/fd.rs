@@ -89,3 +89,84 @@ pub fn dup_to(fd: &impl AsRawFd, target: RawFd) -> Result<()> {
     }
     Ok(())
 }
+
+/// Most descriptors [`send_fds`] sends (and [`recv_fds`] takes) in one message.
+pub const MAX_PASSED_FDS: usize = 64;
+
+/// Sends `fds` over the unix stream socket `sock` with one byte of data (`SCM_RIGHTS`). The
+/// receiver takes them with [`recv_fds`] before it reads anything else the sender wrote after.
+pub fn send_fds(sock: &impl AsRawFd, fds: &[RawFd]) -> Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(SysError::new(
+            "send descriptors",
+            std::io::Error::other(format!(
+                "{} descriptors, at most {MAX_PASSED_FDS}",
+                fds.len()
+            )),
+        ));
+    }
+    let iov = [std::io::IoSlice::new(b"F")];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
+            Ok(1) => return Ok(()),
+            Ok(_) => {
+                return Err(SysError::new(
+                    "send descriptors",
+                    std::io::Error::other("short send"),
+                ))
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            // A non-blocking socket whose buffer is full: wait until it can be written.
+            Err(nix::errno::Errno::EAGAIN) => {
+                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                // SAFETY: `sock` is borrowed for the duration of this call and outlives the
+                // poll below.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(sock.as_raw_fd()) };
+                let mut p = [PollFd::new(fd, PollFlags::POLLOUT)];
+                let _ = poll(&mut p, PollTimeout::from(1000u16));
+            }
+            Err(e) => return Err(SysError::errno("send descriptors", e)),
+        }
+    }
+}
+
+/// Receives the descriptors one [`send_fds`] sent over `sock` (a blocking unix stream
+/// socket), close-on-exec. Fails when the next byte carries none.
+pub fn recv_fds(sock: &impl AsRawFd) -> Result<Vec<OwnedFd>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+    let msg = loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other.map_err(|e| SysError::errno("receive descriptors", e))?,
+        }
+    };
+    let mut out = Vec::new();
+    let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+    for c in msg
+        .cmsgs()
+        .map_err(|e| SysError::errno("receive descriptors", e))?
+    {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            // SAFETY: the kernel installed these descriptors in our table for us just now;
+            // nothing else owns them.
+            out.extend(fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+        }
+    }
+    if msg.bytes != 1 || truncated {
+        return Err(SysError::new(
+            "receive descriptors",
+            std::io::Error::other("no descriptors where they were expected"),
+        ));
+    }
+    Ok(out)
+}

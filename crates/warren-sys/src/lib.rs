@@ -6,6 +6,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod btrfs;
 pub mod caps;
 pub mod children;
 pub mod clone;

@@ -81,8 +81,17 @@ struct MountAttr {
 /// shifted through `userns`'s id maps (an idmapped mount). All sandboxes that share the same
 /// id range can share this one mount.
 pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<()> {
+    let tree = idmapped_tree(source, userns)?;
+    attach_tree(&tree, target)
+}
+
+/// A detached, read-only clone of the mount at `source` whose file ownership is shifted
+/// through `userns`'s id maps: an idmapped mount that belongs to no mount namespace until
+/// [`attach_tree`] puts it somewhere (in any mount namespace whose owner may mount: a
+/// sandbox's agent can attach a tree the host's root made for it). It shares the source's
+/// superblock and page cache.
+pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> Result<OwnedFd> {
     let src = cstr(source)?;
-    let dst = cstr(target)?;
     // SAFETY: open_tree with a valid C string and flags; returns a new fd or -1.
     let tree = unsafe {
         libc::syscall(
@@ -122,6 +131,14 @@ pub fn idmapped_clone(source: &Path, userns: &OwnedFd, target: &Path) -> Result<
             source.display()
         )));
     }
+    Ok(tree)
+}
+
+/// Attaches the detached mount `tree` (from [`idmapped_tree`]) at `target` in the caller's
+/// mount namespace.
+pub fn attach_tree(tree: &impl AsRawFd, target: &Path) -> Result<()> {
+    let dst = cstr(target)?;
+    let empty = c"";
     // SAFETY: move_mount with a valid detached tree fd and C string target.
     let r = unsafe {
         libc::syscall(

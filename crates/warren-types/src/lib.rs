@@ -38,8 +38,8 @@ pub use id::{NodeId, SandboxId};
 pub use image::{GcReport, ImageDeleted, ImageImported, ImageInfo, LayerInfo, PullRequest};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
-    CpuClass, CreateSandboxRequest, ForkRequest, ForkResult, ImageRef, Limits, PauseStats,
-    SandboxInfo, SandboxState, Substrate,
+    CpuClass, CreateSandboxRequest, DiskMedium, ForkRequest, ForkResult, ImageRef, Limits,
+    PauseStats, SandboxInfo, SandboxState, Substrate,
 };
 pub use snapshot::{CreateSnapshotRequest, SnapshotId, SnapshotInfo, SnapshotList};
 pub use stats::SandboxStats;

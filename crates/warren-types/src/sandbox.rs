@@ -64,10 +64,14 @@ impl ImageRef {
 pub struct Limits {
     /// CPU cores (fractional allowed), enforced as a CFS quota.
     pub cpus: f64,
-    /// Memory limit in MiB (processes + writable layer, which lives in memory).
+    /// Memory limit in MiB (processes, and the writable layer where it lives in memory).
     pub memory_mb: u64,
     /// Size limit of the writable layer in MiB.
     pub disk_mb: u64,
+    /// Where a container's writable layer lives. Records written before it existed had their
+    /// layers in memory.
+    #[serde(default = "DiskMedium::legacy")]
+    pub disk_medium: DiskMedium,
     /// Maximum number of processes/threads.
     pub pids: u64,
     /// CPU class: `best_effort` sandboxes yield the CPU to every `normal` one.
@@ -87,10 +91,46 @@ fn default_trajectory_mb() -> u64 {
 }
 
 impl Substrate {
-    /// True when the writable layer lives in memory (a tmpfs charged to the memory limit),
-    /// so it can never hold more than `memory_mb`.
-    pub fn layer_in_memory(self) -> bool {
-        matches!(self, Substrate::Container | Substrate::Function)
+    /// True when the writable layer lives in memory (a tmpfs charged to the memory limit)
+    /// with `medium` asked for, so it can never hold more than `memory_mb`: a function
+    /// container's call environments always, a container with the memory medium.
+    pub fn layer_in_memory(self, medium: DiskMedium) -> bool {
+        match self {
+            Substrate::Function => true,
+            Substrate::Container => medium == DiskMedium::Memory,
+            _ => false,
+        }
+    }
+}
+
+/// Where a container sandbox's writable layer lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskMedium {
+    /// Node-local disk, held to `disk_mb` by a quota of its own; independent of `memory_mb`.
+    #[default]
+    Disk,
+    /// A tmpfs charged to the sandbox's memory (`disk_mb` at most `memory_mb`).
+    Memory,
+}
+
+impl DiskMedium {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskMedium::Disk => "disk",
+            DiskMedium::Memory => "memory",
+        }
+    }
+
+    /// What a record without the field meant.
+    pub fn legacy() -> DiskMedium {
+        DiskMedium::Memory
+    }
+}
+
+impl std::fmt::Display for DiskMedium {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -112,6 +152,7 @@ impl Default for Limits {
             cpus: 1.0,
             memory_mb: 512,
             disk_mb: 512,
+            disk_medium: DiskMedium::Disk,
             pids: 512,
             cpu_class: CpuClass::Normal,
             trajectory_mb: DEFAULT_TRAJECTORY_MB,
@@ -133,6 +174,10 @@ pub struct CreateSandboxRequest {
     pub memory_mb: Option<u64>,
     #[serde(default)]
     pub disk_mb: Option<u64>,
+    /// Containers: `disk` (node-local disk with a quota; the node's default where it has one)
+    /// or `memory` (a tmpfs charged to `memory_mb`). Not sent when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_medium: Option<DiskMedium>,
     #[serde(default)]
     pub pids: Option<u64>,
     /// `normal` (default) or `best_effort`.
@@ -229,7 +274,19 @@ impl CreateSandboxRequest {
                 bounds.max_memory_mb
             )));
         }
-        let in_memory = self.substrate.layer_in_memory();
+        let disk_medium = match self.substrate {
+            Substrate::Container => self.disk_medium.unwrap_or(defaults.disk_medium),
+            Substrate::Function => DiskMedium::Memory,
+            _ => DiskMedium::Disk,
+        };
+        if self.disk_medium.is_some_and(|m| m != disk_medium) {
+            return Err(ApiError::invalid(format!(
+                "disk_medium applies to containers only: a {} sandbox's writable layer is on {}",
+                self.substrate.as_str(),
+                disk_medium.as_str()
+            )));
+        }
+        let in_memory = self.substrate.layer_in_memory(disk_medium);
         // A writable layer in memory cannot hold more than the memory limit: the default
         // shrinks to it, an explicit larger one is refused (it could only end in the OOM
         // killer instead of ENOSPC).
@@ -247,7 +304,7 @@ impl CreateSandboxRequest {
         if in_memory && disk_mb > memory_mb {
             return Err(ApiError::invalid(format!(
                 "disk_mb ({disk_mb}) must be at most memory_mb ({memory_mb}): the writable \
-                 layer of a {} sandbox lives in memory",
+                 layer of a {} sandbox with disk_medium memory lives in memory",
                 self.substrate.as_str()
             )));
         }
@@ -307,6 +364,7 @@ impl CreateSandboxRequest {
             cpus,
             memory_mb,
             disk_mb,
+            disk_medium,
             pids,
             cpu_class: self.cpu_class.unwrap_or(defaults.cpu_class),
             trajectory_mb,
@@ -438,6 +496,28 @@ mod tests {
     }
 
     #[test]
+    fn disk_medium_sets_whether_disk_is_bounded_by_memory() {
+        // On disk (the default) the layer is independent of the memory.
+        let l = v(r#"{"memory_mb":128,"disk_mb":4096}"#).unwrap();
+        assert_eq!((l.disk_mb, l.disk_medium), (4096, DiskMedium::Disk));
+        // In memory it is not, and its default shrinks to the memory.
+        let e = v(r#"{"memory_mb":128,"disk_mb":4096,"disk_medium":"memory"}"#).unwrap_err();
+        assert!(e.contains("at most memory_mb"), "{e}");
+        let l = v(r#"{"memory_mb":128,"disk_medium":"memory"}"#).unwrap();
+        assert_eq!((l.disk_mb, l.disk_medium), (128, DiskMedium::Memory));
+        // A function's calls are always in memory; a VM's disk is a disk.
+        let l = v(r#"{"substrate":"function","memory_mb":128}"#).unwrap();
+        assert_eq!(l.disk_medium, DiskMedium::Memory);
+        assert!(v(r#"{"substrate":"microvm","memory_mb":256,"disk_medium":"memory"}"#).is_err());
+        assert!(v(r#"{"disk_medium":"floppy"}"#).is_err());
+        // Records from before the field had their layers in memory.
+        let old: Limits =
+            serde_json::from_str(r#"{"cpus":1.0,"memory_mb":512,"disk_mb":512,"pids":512}"#)
+                .unwrap();
+        assert_eq!(old.disk_medium, DiskMedium::Memory);
+    }
+
+    #[test]
     fn pty_is_sent_only_when_asked_for() {
         // Nodes that predate `pty` refuse unknown fields: a plain request must not carry it.
         let plain = serde_json::to_value(CreateSandboxRequest::default()).unwrap();
@@ -459,7 +539,10 @@ mod tests {
         let l = v(r#"{"image":["a:1","b"],"cpus":0.5,"memory_mb":64}"#).unwrap();
         assert_eq!(l.cpus, 0.5);
         assert_eq!(l.memory_mb, 64);
-        // The in-memory writable layer follows a smaller memory limit; a VM's disk does not.
+        // On disk (the default) the writable layer keeps its size; in memory it follows a
+        // smaller memory limit; a VM's disk does not.
+        assert_eq!(l.disk_mb, 512);
+        let l = v(r#"{"memory_mb":64,"disk_medium":"memory"}"#).unwrap();
         assert_eq!(l.disk_mb, 64);
         let l = v(r#"{"substrate":"microvm","memory_mb":256,"disk_mb":2048}"#).unwrap();
         assert_eq!(l.disk_mb, 2048);
@@ -482,7 +565,7 @@ mod tests {
             r#"{"ttl_secs":0}"#,
             r#"{"substrate":"lambda"}"#,
             r#"{"labels":{"":"x"}}"#,
-            r#"{"memory_mb":64,"disk_mb":1024}"#,
+            r#"{"memory_mb":64,"disk_mb":1024,"disk_medium":"memory"}"#,
             r#"{"trajectory_mb":0}"#,
             r#"{"trajectory_mb":100000}"#,
         ] {

@@ -159,6 +159,24 @@ struct Args {
     /// cost of slightly slower forks and exits.
     #[arg(long)]
     keep_cgroup_options: bool,
+    /// Where containers' writable layers live on disk: a directory of a btrfs with quotas
+    /// on, or the mount point of the file-backed btrfs the daemon makes beside it
+    /// (`DIR.img`). Default: `<image store>/mnt/writable`.
+    #[arg(long)]
+    writable_dir: Option<PathBuf>,
+    /// Size of the file-backed writable-layer file system the daemon makes where DIR cannot
+    /// hold quotas, in MiB (a sparse file; only made once).
+    #[arg(long, default_value_t = warren_runtime::container::DEFAULT_WRITABLE_MB)]
+    writable_size_mb: u64,
+    /// The disk quotas of all sandboxes on disk may add up to this many times the
+    /// writable-layer file system's size; a create beyond it is refused (busy).
+    #[arg(long, default_value_t = 1.0, value_parser = overcommit_ratio)]
+    disk_overcommit: f64,
+    /// Where a container's writable layer lives when its create request does not say:
+    /// `disk` (with a quota) or `memory` (a tmpfs charged to its memory). `memory` also
+    /// turns the writable-layer file system off.
+    #[arg(long, default_value = "disk", value_parser = disk_medium)]
+    disk_medium: warren_types::DiskMedium,
     /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
@@ -168,6 +186,21 @@ struct Args {
     /// still allow raw networks and domains (pool 10.200.0.0/16).
     #[arg(long)]
     network_config: Option<PathBuf>,
+}
+
+fn overcommit_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && (0.01..=1000.0).contains(&r) => Ok(r),
+        _ => Err(format!("{s:?} is not a ratio between 0.01 and 1000")),
+    }
+}
+
+fn disk_medium(s: &str) -> Result<warren_types::DiskMedium, String> {
+    match s {
+        "disk" => Ok(warren_types::DiskMedium::Disk),
+        "memory" => Ok(warren_types::DiskMedium::Memory),
+        _ => Err(format!("{s:?}: the medium is `disk` or `memory`")),
+    }
 }
 
 fn main() -> Result<()> {
@@ -391,6 +424,13 @@ async fn run(args: Args) -> Result<()> {
     container.landlock = !args.no_landlock;
     container.agent_spares = args.agent_spares.into();
     container.favor_cgroup_moves = !args.keep_cgroup_options;
+    container.writable = (args.disk_medium == warren_types::DiskMedium::Disk).then(|| {
+        warren_runtime::container::WritableConfig {
+            dir: args.writable_dir.clone().unwrap_or_default(),
+            size_mb: args.writable_size_mb,
+            overcommit: args.disk_overcommit,
+        }
+    });
     let security = SecurityReport::detect(container.seccomp, container.landlock);
     if security.apparmor.enforced {
         container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());
@@ -402,11 +442,18 @@ async fn run(args: Args) -> Result<()> {
     let runtime = ContainerRuntime::new(container, images.clone())
         .with_context(|| format!("starting the container runtime (agent {})", agent.display()))?;
     info!(host = %runtime.describe(), "container runtime ready");
+    // Writable layers on disk by default where the node has them; else in memory.
+    let disk_default = if runtime.writable().is_some() {
+        warren_types::DiskMedium::Disk
+    } else {
+        warren_types::DiskMedium::Memory
+    };
     let mut runtimes: Vec<Arc<dyn warren_runtime::Runtime>> = vec![Arc::new(runtime)];
     runtimes.extend(vm_runtimes(&args, &agent, &images));
     let mut cfg = NodeConfig::new(args.node.clone());
     cfg.max_sandboxes = args.max_sandboxes;
     cfg.defaults.trajectory_mb = args.trajectory_mb;
+    cfg.defaults.disk_medium = disk_default;
     cfg.state_max_bytes = args.state_max_mb << 20;
     if let (Some(d), Some(m)) = (args.default_ttl, args.max_ttl) {
         if d > m {

@@ -23,6 +23,9 @@ pub const BENCH_LABEL: &str = "warren.bench";
 pub struct Setup {
     pub client: Client,
     pub image: String,
+    /// The sandboxes' writable-layer medium and size (`None`: the node's defaults).
+    pub disk_medium: Option<warren_types::DiskMedium>,
+    pub disk_mb: Option<u64>,
     pub run_id: String,
     /// Print progress to stderr.
     pub progress: bool,
@@ -34,6 +37,8 @@ impl Setup {
     pub(super) fn request(&self, kind: &str) -> CreateSandboxRequest {
         CreateSandboxRequest {
             image: ImageRef::Name(self.image.clone()),
+            disk_medium: self.disk_medium,
+            disk_mb: self.disk_mb,
             labels: BTreeMap::from([
                 (BENCH_LABEL.to_string(), self.run_id.clone()),
                 (format!("{BENCH_LABEL}.kind"), kind.to_string()),

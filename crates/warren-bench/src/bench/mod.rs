@@ -135,6 +135,14 @@ pub struct Args {
     /// Image of the benchmark sandboxes
     #[arg(long, default_value = "default")]
     pub image: String,
+    /// Where the benchmark containers' writable layers live (`disk` or `memory`) [default: the
+    /// node's]
+    #[arg(long, value_name = "MEDIUM", value_parser = ["disk", "memory"])]
+    pub disk_medium: Option<String>,
+    /// Writable layer size of the benchmark sandboxes, in MiB [default: the node's]; a
+    /// density run of thousands on disk needs small ones (or the node's --disk-overcommit)
+    #[arg(long, value_name = "MIB")]
+    pub disk_mb: Option<u64>,
     /// Print one JSON document instead of tables
     #[arg(long)]
     pub json: bool,
@@ -720,6 +728,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     let setup = Setup {
         client: client.clone(),
         image: args.image.clone(),
+        disk_medium: args.disk_medium.as_deref().map(|m| match m {
+            "memory" => warren_types::DiskMedium::Memory,
+            _ => warren_types::DiskMedium::Disk,
+        }),
+        disk_mb: args.disk_mb,
         run_id: crate::table::now_ms().to_string(),
         progress: true,
         stop: Stop::default(),

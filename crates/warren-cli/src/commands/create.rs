@@ -21,10 +21,14 @@ pub struct Args {
     /// Memory limit: 512M, 1G, 1.5GiB (a plain number is MiB)
     #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
     pub memory: Option<u64>,
-    /// Writable layer size: 512M, 10G (a plain number is MiB; a container's lives in memory:
-    /// at most --memory)
+    /// Writable layer size: 512M, 10G (a plain number is MiB; with --disk-medium memory at
+    /// most --memory)
     #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
     pub disk: Option<u64>,
+    /// Where a container's writable layer lives: `disk` (node-local disk with a quota, the
+    /// node's default where it has one) or `memory` (a tmpfs charged to --memory)
+    #[arg(long, value_name = "MEDIUM", value_parser = ["disk", "memory"])]
+    pub disk_medium: Option<String>,
     /// Trajectory budget in MiB: output of later calls is logged as sha256 and size only
     #[arg(long)]
     pub trajectory_mb: Option<u64>,
@@ -95,6 +99,10 @@ pub fn request(args: &Args) -> anyhow::Result<CreateSandboxRequest> {
         cpus: args.cpus,
         memory_mb: args.memory,
         disk_mb: args.disk,
+        disk_medium: args.disk_medium.as_deref().map(|m| match m {
+            "memory" => warren_types::DiskMedium::Memory,
+            _ => warren_types::DiskMedium::Disk,
+        }),
         trajectory_mb: args.trajectory_mb,
         pids: args.pids,
         cpu_class: args.best_effort.then_some(CpuClass::BestEffort),

@@ -34,6 +34,9 @@ pub struct Health {
     pub load: warren_types::NodeLoad,
     /// The host: memory and CPU time so far (a client takes two readings for a CPU share).
     pub host: HostUsage,
+    /// The writable-layer space on disk of the node's containers; `null` where the node
+    /// keeps writable layers in memory only.
+    pub disk: Option<warren_runtime::container::WritableSpace>,
     /// Who the node took the caller for (the dashboard offers changes to admins only).
     pub caller: warren_types::CallerSummary,
 }
@@ -135,6 +138,11 @@ pub async fn health(
         },
         load: telemetry.load(&m),
         host: HostUsage::read(telemetry.capacity(&m).memory_total_mb),
+        disk: m
+            .substrates()
+            .runtimes()
+            .iter()
+            .find_map(|r| r.writable_space()),
         caller: caller.summary(),
     })
 }

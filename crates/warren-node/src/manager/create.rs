@@ -48,7 +48,7 @@ impl Manager {
         }
         let runtime = self.inner.substrates.runtime_for(req.substrate)?;
         // What can never run here is refused before anything starts.
-        runtime.admit(&limits).map_err(ApiError::invalid)?;
+        runtime.admit(&limits)?;
         if !req.network.is_none() && !runtime.network_policies() {
             return Err(ApiError::invalid(format!(
                 "{} sandboxes take no network policy yet: create it with network \"none\"",

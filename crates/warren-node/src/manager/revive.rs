@@ -121,6 +121,8 @@ fn create_request(old: &LoggedSandbox, max_ttl_secs: u64) -> CreateSandboxReques
         cpus: Some(info.limits.cpus),
         memory_mb: Some(info.limits.memory_mb),
         disk_mb: Some(info.limits.disk_mb),
+        disk_medium: (info.substrate == warren_types::Substrate::Container)
+            .then_some(info.limits.disk_medium),
         pids: Some(info.limits.pids),
         cpu_class: Some(info.limits.cpu_class),
         trajectory_mb: Some(info.limits.trajectory_mb),

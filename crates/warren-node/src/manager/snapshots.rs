@@ -184,6 +184,9 @@ pub(crate) fn fill(
     same(&mut req.cpus, l.cpus, "cpus", &differs)?;
     same(&mut req.memory_mb, l.memory_mb, "memory_mb", &differs)?;
     same(&mut req.disk_mb, l.disk_mb, "disk_mb", &differs)?;
+    if s.substrate == warren_types::Substrate::Container {
+        same(&mut req.disk_medium, l.disk_medium, "disk_medium", &differs)?;
+    }
     same(&mut req.pids, l.pids, "pids", &differs)?;
     same(
         &mut req.trajectory_mb,

@@ -61,10 +61,10 @@ impl Telemetry {
             }
             None => (None, None),
         };
-        let disk_bytes = if info.substrate.layer_in_memory() {
+        let disk_bytes = if info.substrate.layer_in_memory(limits.disk_medium) {
             usage.shmem_bytes
         } else {
-            None
+            usage.disk_bytes
         };
         Ok(SandboxStats {
             id: info.id.clone(),

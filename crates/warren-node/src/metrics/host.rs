@@ -59,6 +59,46 @@ pub fn register(reg: &mut Registry) {
     }
 }
 
+/// Adds the node's writable-layer space on disk (where its containers have one) to `reg`.
+pub fn register_writable(
+    reg: &mut Registry,
+    space: Option<warren_runtime::container::WritableSpace>,
+) {
+    let Some(s) = space else {
+        return;
+    };
+    let gauges: [(&str, &str, u64); 5] = [
+        (
+            "warren_writable_size_bytes",
+            "Size of the node's writable-layer file system",
+            s.total_bytes,
+        ),
+        (
+            "warren_writable_used_bytes",
+            "Bytes in use on the node's writable-layer file system",
+            s.used_bytes,
+        ),
+        (
+            "warren_writable_committed_bytes",
+            "Sum of the disk quotas of the node's sandboxes with writable layers on disk",
+            s.committed_bytes,
+        ),
+        (
+            "warren_writable_capacity_bytes",
+            "What the disk quotas may add up to (size times --disk-overcommit)",
+            s.capacity_bytes,
+        ),
+        (
+            "warren_writable_sandboxes",
+            "Sandboxes whose writable layer is on disk",
+            s.sandboxes,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        reg.register(name, help, ConstGauge::new(v as i64));
+    }
+}
+
 /// The daemon's resident memory (`VmRSS`).
 fn resident_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")

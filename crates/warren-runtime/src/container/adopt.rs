@@ -49,6 +49,24 @@ pub async fn adopt(
         cgroups.freeze(true).await?;
     }
     let stream = result?;
+    // Its writable layer on disk counts against the node's space again, under its quota.
+    let writable = match (&rec.writable_dir, &rt.writable) {
+        (Some(_), Some(w)) => {
+            let (w2, id, bytes) = (w.clone(), spec.id.to_string(), spec.limits.disk_mb << 20);
+            tokio::task::spawn_blocking(move || w2.adopt(&id, bytes))
+                .await
+                .map_err(|e| RuntimeError::Adopt(format!("writable layer task: {e}")))?
+                .map_err(|e| RuntimeError::Adopt(format!("its writable layer: {e}")))?;
+            Some(w.clone())
+        }
+        (Some(d), None) => {
+            return Err(RuntimeError::Adopt(format!(
+                "its writable layer is on disk ({}) and this daemon has no writable-layer store",
+                d.display()
+            )))
+        }
+        _ => None,
+    };
     // Sandboxes started before layers were leased get their lease now.
     crate::leases::lease(&rt.images, &spec.id, &rec.layers).await;
     Ok(Container {
@@ -63,6 +81,7 @@ pub async fn adopt(
         // Looked at again (and mounted if missing) by the first terminal.
         devpts: tokio::sync::Mutex::new(false),
         agent_bin: rt.cfg.agent_bin.clone(),
+        writable,
     })
 }
 

@@ -43,7 +43,21 @@ pub async fn create(
         return Err(e);
     }
     let t_cg = t0.elapsed();
-    match start(rt, spec, &cgroups, &layers, t0, pins, function).await {
+    // A writable layer on disk: the sandbox's own subvolume with its quota, made before the
+    // agent builds its root in it. A function container's calls keep theirs in memory.
+    let writable = match writable_layer(rt, spec, function.is_some()).await {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = destroy::kill_and_remove(&cgroups).await;
+            crate::leases::release(&rt.images, &spec.id).await;
+            return Err(e);
+        }
+    };
+    let own = Own {
+        function,
+        writable_dir: writable.clone(),
+    };
+    match start(rt, spec, &cgroups, &layers, t0, pins, own).await {
         Ok(mut c) => {
             tracing::debug!(sandbox = %spec.id, cgroups_us = t_cg.as_micros() as u64, total_us = t0.elapsed().as_micros() as u64, "container created");
             // `start` measured the layer mounts (image) and the agent's start-up.
@@ -59,13 +73,42 @@ pub async fn create(
             if let Err(ce) = destroy::kill_and_remove(&cgroups).await {
                 tracing::error!(sandbox = %spec.id, error = %ce, "cleanup after failed start");
             }
+            if let (Some(w), Some(_)) = (&rt.writable, &writable) {
+                destroy::remove_writable(w, &spec.id).await;
+            }
             crate::leases::release(&rt.images, &spec.id).await;
             Err(match e {
-                RuntimeError::StartFailed(_) | RuntimeError::ImageNotFound(_) => e,
+                RuntimeError::StartFailed(_)
+                | RuntimeError::ImageNotFound(_)
+                | RuntimeError::NoDisk(_) => e,
                 other => RuntimeError::StartFailed(other.to_string()),
             })
         }
     }
+}
+
+/// Makes the sandbox's directory on the node's writable-layer file system when its layer
+/// lives on disk; `None` when it lives in memory.
+async fn writable_layer(
+    rt: &ContainerRuntime,
+    spec: &SandboxSpec,
+    function: bool,
+) -> Result<Option<std::path::PathBuf>, RuntimeError> {
+    if function || spec.limits.disk_medium != warren_types::DiskMedium::Disk {
+        return Ok(None);
+    }
+    let Some(w) = rt.writable.clone() else {
+        return Err(RuntimeError::Unsupported(
+            "this node keeps writable layers in memory only: ask for disk_medium memory".into(),
+        ));
+    };
+    let id = spec.id.to_string();
+    let bytes = spec.limits.disk_mb << 20;
+    let owner = rt.cfg.id_base;
+    let dir = tokio::task::spawn_blocking(move || w.prepare(&id, bytes, owner))
+        .await
+        .map_err(|e| RuntimeError::StartFailed(format!("writable layer task: {e}")))??;
+    Ok(Some(dir))
 }
 
 async fn recv(stream: &mut UnixStream, what: &str) -> Result<InitReply, RuntimeError> {
@@ -89,6 +132,14 @@ async fn send(stream: &mut UnixStream, msg: &Init) -> Result<(), RuntimeError> {
         .map_err(|e| RuntimeError::StartFailed(format!("agent start-up: {e}")))
 }
 
+/// What a sandbox's start gets beyond its spec.
+struct Own {
+    /// Set for a function container.
+    function: Option<FunctionInit>,
+    /// Its directory on the node's writable-layer file system (layer on disk).
+    writable_dir: Option<std::path::PathBuf>,
+}
+
 async fn start(
     rt: &ContainerRuntime,
     spec: &SandboxSpec,
@@ -96,8 +147,12 @@ async fn start(
     layers: &[String],
     t0: std::time::Instant,
     pins: warren_image::LayerPins,
-    function: Option<FunctionInit>,
+    own: Own,
 ) -> Result<Container, RuntimeError> {
+    let Own {
+        function,
+        writable_dir,
+    } = own;
     let base = rt.cfg.id_base;
     let lowerdirs = layers
         .iter()
@@ -144,6 +199,7 @@ async fn start(
     let config = ContainerInit {
         lowerdirs,
         disk_mb: spec.limits.disk_mb,
+        writable_dir: writable_dir.as_ref().map(|d| d.display().to_string()),
         hostname: spec.hostname.clone(),
         masked_paths: rt.cfg.masked_paths.clone(),
         readonly_paths: rt.cfg.readonly_paths.clone(),
@@ -231,6 +287,7 @@ async fn start(
         agent_pid,
         agent_start_time: start_time(agent_pid).unwrap_or(0),
         layers: layers.to_vec(),
+        writable_dir: writable_dir.clone(),
     };
     Ok(Container {
         id: spec.id.clone(),
@@ -243,5 +300,6 @@ async fn start(
         phases: vec![("image", mounted), ("agent", t_agent.elapsed())],
         devpts: tokio::sync::Mutex::new(spec.devpts),
         agent_bin: rt.cfg.agent_bin.clone(),
+        writable: writable_dir.and(rt.writable.clone()),
     })
 }

@@ -15,6 +15,13 @@ pub async fn kill_and_remove(cgroups: &CgroupSet) -> Result<(), RuntimeError> {
     cgroups.remove().await
 }
 
+/// Deletes the sandbox's writable layer on disk (after its processes are gone).
+pub async fn remove_writable(store: &std::sync::Arc<super::WritableStore>, id: &SandboxId) {
+    let store = store.clone();
+    let id = id.to_string();
+    let _ = tokio::task::spawn_blocking(move || store.remove(&id)).await;
+}
+
 /// Tears down every sandbox group not in `known`.
 pub async fn reconcile(h: &Hierarchy, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
     let mut removed = Vec::new();

@@ -11,7 +11,8 @@
 //!
 //! Files: `create.rs` (start-up handshake), `spares.rs` (agents started ahead of creates),
 //! `destroy.rs` (kill by cgroup, cleanup), `adopt.rs` (re-attach after a daemon restart),
-//! `record.rs` (what is persisted).
+//! `record.rs` (what is persisted), `writable.rs` (writable layers on disk: one file system,
+//! a subvolume with a quota per sandbox).
 
 mod adopt;
 mod create;
@@ -22,6 +23,7 @@ mod ports;
 mod record;
 mod snapshot;
 mod spares;
+pub mod writable;
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -34,6 +36,7 @@ use crate::cgroup::{CgroupSet, Hierarchy};
 use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
 
 pub use record::ContainerRecord;
+pub use writable::{WritableConfig, WritableSpace, WritableStore};
 
 /// Configuration of the container substrate.
 #[derive(Debug, Clone)]
@@ -58,6 +61,9 @@ pub struct ContainerConfig {
     /// Set the cgroup v2 option `favordynmods` (see [`crate::cgroup::favor_moves`]) so that
     /// moving an agent into its groups does not wait for an RCU grace period.
     pub favor_cgroup_moves: bool,
+    /// Writable layers on disk (see [`writable`]); `None` keeps every writable layer in
+    /// memory. Its `dir` defaults to `<image store>/mnt/writable` when empty.
+    pub writable: Option<WritableConfig>,
 }
 
 impl ContainerConfig {
@@ -95,9 +101,18 @@ impl ContainerConfig {
             apparmor_profile: None,
             agent_spares: 2,
             favor_cgroup_moves: true,
+            writable: Some(WritableConfig {
+                dir: PathBuf::new(),
+                size_mb: DEFAULT_WRITABLE_MB,
+                overcommit: 1.0,
+            }),
         }
     }
 }
+
+/// Size of the file-backed writable-layer file system a node makes by default (sparse: it
+/// takes what its sandboxes write).
+pub const DEFAULT_WRITABLE_MB: u64 = 64 * 1024;
 
 /// The container runtime.
 pub struct ContainerRuntime {
@@ -113,6 +128,8 @@ pub struct ContainerRuntime {
     sysfs: Option<PathBuf>,
     /// Agents started ahead for the next creates.
     spares: Arc<spares::Spares>,
+    /// Writable layers on disk; `None` where the node keeps them in memory only.
+    writable: Option<Arc<WritableStore>>,
 }
 
 impl ContainerRuntime {
@@ -170,6 +187,31 @@ impl ContainerRuntime {
                 None
             }
         };
+        // Before any agent starts: their mount namespaces are copies of the host's.
+        let writable = match &cfg.writable {
+            Some(w) => {
+                let mut w = w.clone();
+                if w.dir.as_os_str().is_empty() {
+                    w.dir = images.root().join("mnt").join("writable");
+                }
+                match WritableStore::open(&w) {
+                    Ok(s) => {
+                        tracing::info!(how = s.describe(), "writable layers on disk");
+                        Some(Arc::new(s))
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            error = %e,
+                            "writable layers on disk are not available: every container's \
+                             writable layer lives in memory (disk_medium memory, disk_mb at \
+                             most memory_mb)"
+                        );
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         let spares = spares::Spares::new(cfg.clone(), cfg.agent_spares);
         Ok(ContainerRuntime {
             cfg,
@@ -178,6 +220,7 @@ impl ContainerRuntime {
             idmap,
             sysfs,
             spares,
+            writable,
         })
     }
 
@@ -189,6 +232,11 @@ impl ContainerRuntime {
     /// What the host offers (for logs and /v1/health).
     pub fn describe(&self) -> String {
         self.hierarchy.describe()
+    }
+
+    /// The node's writable-layer file system, where it has one.
+    pub fn writable(&self) -> Option<&Arc<WritableStore>> {
+        self.writable.as_ref()
     }
 }
 
@@ -380,6 +428,17 @@ pub struct Container {
     /// terminals from mounting two.
     devpts: tokio::sync::Mutex<bool>,
     agent_bin: PathBuf,
+    /// The store holding its writable layer, where that is on disk.
+    writable: Option<Arc<WritableStore>>,
+}
+
+impl Container {
+    /// The host directory holding the sandbox's writable layer on disk (see [`writable`] for
+    /// its layout: the overlay's upper directory is `upper` in it); `None` for a writable
+    /// layer in memory, which only the agent's handle reaches.
+    pub fn writable_dir(&self) -> Option<&std::path::Path> {
+        self.record.writable_dir.as_deref()
+    }
 }
 
 #[async_trait]
@@ -398,6 +457,9 @@ impl Instance for Container {
 
     async fn destroy(&self) -> Result<(), RuntimeError> {
         destroy::kill_and_remove(&self.cgroups).await?;
+        if let Some(w) = &self.writable {
+            destroy::remove_writable(w, &self.id).await;
+        }
         crate::leases::release(&self.images, &self.id).await;
         Ok(())
     }
@@ -407,7 +469,11 @@ impl Instance for Container {
     }
 
     fn usage(&self) -> Usage {
-        self.cgroups.usage()
+        let mut u = self.cgroups.usage();
+        if let Some(w) = &self.writable {
+            u.disk_bytes = w.used(self.id.as_str());
+        }
+        u
     }
 
     fn oom_kills(&self) -> Option<u64> {
@@ -466,6 +532,31 @@ impl Runtime for ContainerRuntime {
         Substrate::Container
     }
 
+    fn admit(&self, limits: &warren_types::Limits) -> Result<(), warren_types::ApiError> {
+        if limits.disk_medium != warren_types::DiskMedium::Disk {
+            return Ok(());
+        }
+        let Some(w) = &self.writable else {
+            return Err(warren_types::ApiError::invalid(
+                "this node keeps writable layers in memory only (its log says why): ask for \
+                 disk_medium memory",
+            ));
+        };
+        w.fits(limits.disk_mb << 20).map_err(|(why, never)| {
+            if never {
+                warren_types::ApiError::invalid(why)
+            } else {
+                let mut e = warren_types::ApiError::new(warren_types::ErrorCode::Busy, why);
+                e.retry_after = Some(5);
+                e
+            }
+        })
+    }
+
+    fn writable_space(&self) -> Option<WritableSpace> {
+        self.writable.as_ref().map(|w| w.space())
+    }
+
     async fn create(&self, spec: &SandboxSpec) -> Result<Arc<dyn Instance>, RuntimeError> {
         Ok(Arc::new(create::create(self, spec, None).await?))
     }
@@ -495,11 +586,15 @@ impl Runtime for ContainerRuntime {
     ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
         destroy::kill_and_remove(&set).await?;
+        if let Some(w) = &self.writable {
+            destroy::remove_writable(w, id).await;
+        }
         crate::leases::release(&self.images, id).await;
         Ok(())
     }
 
     async fn reconcile(&self, known: &[SandboxId]) -> Result<Vec<String>, RuntimeError> {
+        let known_ids = known;
         let mut removed = destroy::reconcile(&self.hierarchy, known).await?;
         // Leases of this node's sandboxes that no longer exist.
         let images = self.images.clone();
@@ -512,6 +607,17 @@ impl Runtime for ContainerRuntime {
         .await
         .map_err(|e| RuntimeError::io("release leases", std::io::Error::other(e.to_string())))??;
         removed.extend(released.0.into_iter().map(|h| format!("layer lease {h}")));
+        if let Some(w) = self.writable.clone() {
+            let prefix = format!("{}-", self.cfg.node);
+            let known: Vec<String> = known_ids.iter().map(|k| k.to_string()).collect();
+            let gone = tokio::task::spawn_blocking(move || {
+                let k: Vec<&str> = known.iter().map(String::as_str).collect();
+                w.reconcile(&prefix, &k)
+            })
+            .await
+            .unwrap_or_default();
+            removed.extend(gone);
+        }
         Ok(removed)
     }
 

@@ -14,4 +14,8 @@ pub struct ContainerRecord {
     pub agent_start_time: u64,
     /// Layer digests, lowest first.
     pub layers: Vec<String>,
+    /// The host directory of its writable layer on disk (see `writable.rs`); absent for a
+    /// writable layer in memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_dir: Option<std::path::PathBuf>,
 }

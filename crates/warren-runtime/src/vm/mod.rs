@@ -497,16 +497,16 @@ impl Runtime for VmRuntime {
         self.substrate
     }
 
-    fn admit(&self, limits: &warren_types::Limits) -> Result<(), String> {
+    fn admit(&self, limits: &warren_types::Limits) -> Result<(), warren_types::ApiError> {
         let host_mb = host_memory_mb();
         if host_mb > 0 && limits.memory_mb + VMM_OVERHEAD_MB > host_mb {
-            return Err(format!(
+            return Err(warren_types::ApiError::invalid(format!(
                 "memory_mb {} cannot fit this host: it has {host_mb} MiB and a {} sandbox \
                  needs its memory plus {VMM_OVERHEAD_MB} MiB for the VMM (at most {} here)",
                 limits.memory_mb,
                 self.substrate.as_str(),
                 host_mb.saturating_sub(VMM_OVERHEAD_MB)
-            ));
+            )));
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod disk;
 mod exec;
 mod files;
 mod isolation;

@@ -8,10 +8,14 @@ use warren_client::CreateSandboxRequest;
 
 use crate::common::Daemon;
 
-/// The superblocks a container sandbox owns: the writable layer's tmpfs, the overlay, proc and
-/// the mqueue superblock of its IPC namespace. `/sys` is the node's one shared read-only sysfs;
-/// devpts comes with the first terminal (or at start with `pty`).
-const OWN_SUPERBLOCKS: usize = 4;
+/// The superblocks a container sandbox owns with its writable layer on disk (the default):
+/// the overlay, proc and the mqueue superblock of its IPC namespace. The writable layer is a
+/// directory of the node's one writable-layer file system, `/dev` and the masks directories of
+/// it; `/sys` is the node's one shared read-only sysfs; devpts comes with the first terminal
+/// (or at start with `pty`).
+const OWN_SUPERBLOCKS: usize = 3;
+/// With its writable layer in memory, the tmpfs holding it too.
+const OWN_SUPERBLOCKS_IN_MEMORY: usize = 4;
 
 /// `major:minor` → file system type of every entry of a mountinfo text.
 fn devices(mountinfo: &str) -> BTreeMap<String, String> {
@@ -41,7 +45,34 @@ async fn mounts_few_superblocks_of_its_own() {
     let Some(d) = Daemon::start().await else {
         return;
     };
-    let id = d.sandbox().await;
+    let on_disk = few_superblocks(&d, CreateSandboxRequest::default(), OWN_SUPERBLOCKS).await;
+    assert!(
+        !on_disk.values().any(|t| t == "tmpfs"),
+        "a sandbox on disk owns a tmpfs: {on_disk:?}"
+    );
+    let in_memory = few_superblocks(
+        &d,
+        CreateSandboxRequest {
+            disk_medium: Some(warren_types::DiskMedium::Memory),
+            ..Default::default()
+        },
+        OWN_SUPERBLOCKS_IN_MEMORY,
+    )
+    .await;
+    assert!(
+        in_memory.values().any(|t| t == "tmpfs"),
+        "a sandbox in memory has no tmpfs: {in_memory:?}"
+    );
+}
+
+/// Checks a sandbox made by `req` owns at most `most` superblocks and shares none with a
+/// second one; returns its own (device → type).
+async fn few_superblocks(
+    d: &Daemon,
+    req: CreateSandboxRequest,
+    most: usize,
+) -> BTreeMap<String, String> {
+    let id = d.create(&req).await.id;
     let inside = d.sh_ok(&id, "cat /proc/self/mountinfo").await;
     // /sys is the shared sysfs: read-only, and the same superblock in every sandbox.
     let sys: Vec<&str> = inside
@@ -63,8 +94,8 @@ async fn mounts_few_superblocks_of_its_own() {
         .filter(|(dev, _)| !host.contains_key(dev))
         .collect();
     assert!(
-        own.len() <= OWN_SUPERBLOCKS,
-        "the sandbox has {} superblocks of its own (at most {OWN_SUPERBLOCKS}): {own:?}\n{inside}",
+        own.len() <= most,
+        "the sandbox has {} superblocks of its own (at most {most}): {own:?}\n{inside}",
         own.len()
     );
     let types: BTreeSet<&str> = own.values().map(String::as_str).collect();
@@ -74,7 +105,7 @@ async fn mounts_few_superblocks_of_its_own() {
         "one file system type mounted twice: {own:?}"
     );
     // A second sandbox shares none of them.
-    let other = d.sandbox().await;
+    let other = d.create(&req).await.id;
     let theirs = devices(&d.sh_ok(&other, "cat /proc/self/mountinfo").await);
     for dev in own.keys() {
         assert!(
@@ -82,6 +113,7 @@ async fn mounts_few_superblocks_of_its_own() {
             "device {dev} is in two sandboxes"
         );
     }
+    own
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,8 +284,9 @@ os.waitpid(pid, 0)
             "dd if=/dev/zero of=/dev/shm/big bs=1M count=64 2>&1; rm -f /dev/shm/big",
         )
         .await;
+    // (ENOSPC from a tmpfs in memory, EDQUOT from the quota of a layer on disk.)
     assert!(
-        r.stdout.contains("No space left"),
+        r.stdout.contains("No space left") || r.stdout.contains("quota exceeded"),
         "64 MiB fit into /dev/shm of a 32 MiB disk: {r:?}"
     );
 }

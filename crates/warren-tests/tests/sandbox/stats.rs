@@ -14,6 +14,8 @@ async fn stats_show_cpu_memory_disk_and_pids_against_the_limits() {
             memory_mb: Some(128),
             disk_mb: Some(64),
             cpus: Some(1.0),
+            // In memory: the layer's bytes show in the memory figure too (checked below).
+            disk_medium: Some(warren_types::DiskMedium::Memory),
             ..Default::default()
         })
         .await

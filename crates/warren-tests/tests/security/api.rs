@@ -161,7 +161,7 @@ async fn requests_that_can_never_fit_the_node_are_refused_before_anything_starts
             host_mb + 1024
         ),
         // A writable layer in memory larger than the memory limit.
-        r#"{"memory_mb":64,"disk_mb":4096}"#.to_string(),
+        r#"{"memory_mb":64,"disk_mb":4096,"disk_medium":"memory"}"#.to_string(),
     ];
     // The VM directory of this daemon: a VM that booted leaves its template there.
     let vm_dir = std::env::var_os("WARREN_VM_DIR")

@@ -22,6 +22,7 @@ async fn running_out_of_memory_never_kills_the_agent() {
     let Some(s) = Scene::with(CreateSandboxRequest {
         memory_mb: Some(64),
         disk_mb: Some(64),
+        disk_medium: Some(warren_types::DiskMedium::Memory),
         ..Default::default()
     })
     .await
@@ -75,6 +76,7 @@ async fn a_writable_layer_larger_than_memory_is_refused() {
             .create(&CreateSandboxRequest {
                 memory_mb: Some(64),
                 disk_mb: Some(1024),
+                disk_medium: Some(warren_types::DiskMedium::Memory),
                 ..Default::default()
             })
             .await

@@ -174,8 +174,11 @@ async fn concurrent_exports_of_a_large_trajectory_stream_in_bounded_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_that_cannot_fit_is_refused_up_front_and_leaves_no_partial_file() {
+    // In memory: the agent sees the layer's free space in statfs (a quota on disk is not in
+    // it; there an upload that does not fit fails when the quota stops it).
     let Some(s) = Scene::with(CreateSandboxRequest {
         disk_mb: Some(32),
+        disk_medium: Some(warren_types::DiskMedium::Memory),
         ..Default::default()
     })
     .await
