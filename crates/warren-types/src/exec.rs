@@ -333,3 +333,57 @@ mod tests {
         );
     }
 }
+
+/// The first line of `POST /v1/sandboxes/{id}/pty/attach`: the terminal's command and size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtyAttachRequest {
+    /// The program and its arguments (default: the sandbox's shell).
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default = "default_cols")]
+    pub cols: u16,
+    #[serde(default = "default_rows")]
+    pub rows: u16,
+}
+
+fn default_cols() -> u16 {
+    80
+}
+
+fn default_rows() -> u16 {
+    24
+}
+
+/// A line a client of an attached terminal sends after the request line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PtyClientLine {
+    /// Bytes typed into the terminal, base64.
+    Input { data: String },
+    /// The window changed.
+    Resize { cols: u16, rows: u16 },
+}
+
+/// A line of an attached terminal's answer: output (base64) while it runs, then `exit` or
+/// `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PtyServerLine {
+    Output {
+        data: String,
+    },
+    Exit {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
+    Error {
+        error: ApiError,
+    },
+}

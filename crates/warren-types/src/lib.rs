@@ -31,6 +31,7 @@ pub use cluster::{
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use exec::{
     ExecEvent, ExecRequest, ExecResult, ExitInfo, OutputEncoding, ProcessInfo, ProcessState,
+    PtyAttachRequest, PtyClientLine, PtyServerLine,
 };
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};

@@ -34,6 +34,7 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/processes/{pid}/wait"),
     ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
     ("GET", "/v1/sandboxes/{id}/pty"),
+    ("POST", "/v1/sandboxes/{id}/pty/attach"),
     ("GET", "/v1/sandboxes/{id}/files"),
     ("PUT", "/v1/sandboxes/{id}/files"),
     ("DELETE", "/v1/sandboxes/{id}/files"),

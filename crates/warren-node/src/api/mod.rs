@@ -85,6 +85,7 @@ pub fn router(node: Node) -> Router {
             exec::kill_proc,
         )
         .add("GET", "/v1/sandboxes/{id}/pty", pty::pty)
+        .add("POST", "/v1/sandboxes/{id}/pty/attach", pty::pty_attach)
         .add("GET", "/v1/sandboxes/{id}/files", files::download)
         .add("PUT", "/v1/sandboxes/{id}/files", files::upload)
         .add("DELETE", "/v1/sandboxes/{id}/files", files::remove)

@@ -33,7 +33,14 @@ pub(crate) fn pty_request(q: &QueryPairs) -> HttpResult<PtyRequest> {
     };
     let cols = q.parsed::<u16>("cols", "a number 1-65535")?.unwrap_or(80);
     let rows = q.parsed::<u16>("rows", "a number 1-65535")?.unwrap_or(24);
-    Ok(PtyRequest { argv, cols, rows })
+    Ok(PtyRequest {
+        argv,
+        cols,
+        rows,
+        cwd: None,
+        env: Default::default(),
+        user: None,
+    })
 }
 
 pub async fn pty(
@@ -122,4 +129,194 @@ async fn bridge(socket: WebSocket, session: TerminalSession) {
     }
     drop(log);
     drop(guard);
+}
+
+/// The longest line an attached terminal's client may send.
+const MAX_PTY_LINE: usize = 4 << 20;
+
+/// Splits a body into lines as its chunks arrive.
+struct Lines {
+    body: axum::body::BodyDataStream,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    /// The next line without its newline; `Ok(None)` when the body ended (a last line without
+    /// a newline counts).
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, HttpError> {
+        loop {
+            if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+                let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.buf.len() > MAX_PTY_LINE {
+                return Err(HttpError::invalid(format!(
+                    "a line of an attached terminal is longer than {MAX_PTY_LINE} bytes"
+                )));
+            }
+            match self.body.next().await {
+                Some(Ok(c)) => self.buf.extend_from_slice(&c),
+                Some(Err(e)) => return Err(HttpError::invalid(format!("reading the body: {e}"))),
+                None if self.buf.is_empty() => return Ok(None),
+                None => return Ok(Some(std::mem::take(&mut self.buf))),
+            }
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/pty/attach`: a terminal over plain HTTP. The body is a
+/// `PtyAttachRequest` line, then `PtyClientLine`s (input, resize) for as long as the client
+/// likes; the answer is `PtyServerLine`s (output, then exit or error), sent as they come.
+/// Dropping the answer ends the terminal; the body ending does not.
+pub async fn pty_attach(
+    State(terminals): State<Terminals>,
+    SandboxParam(id): SandboxParam,
+    body: super::extract::RawBody,
+) -> HttpResult<Response> {
+    use axum::body::{Body, Bytes};
+    use axum::response::IntoResponse;
+    use base64::Engine;
+    use warren_types::{PtyAttachRequest, PtyClientLine, PtyServerLine};
+
+    let mut lines = Lines {
+        body: body.into_data_stream(),
+        buf: Vec::new(),
+    };
+    let head = lines.next().await?.ok_or_else(|| {
+        HttpError::invalid("the body must start with the terminal's request as one JSON line")
+    })?;
+    let req: PtyAttachRequest = serde_json::from_slice(&head)
+        .map_err(|e| HttpError::invalid(format!("the terminal request line is not valid: {e}")))?;
+    let session = terminals
+        .pty(
+            &id,
+            PtyRequest {
+                argv: req.argv.unwrap_or_else(|| vec![DEFAULT_SHELL.to_string()]),
+                cols: req.cols,
+                rows: req.rows,
+                cwd: req.cwd,
+                env: req.env,
+                user: req.user,
+            },
+        )
+        .await?;
+    let TerminalSession {
+        input,
+        output,
+        guard,
+        log,
+    } = session;
+    let log = std::sync::Arc::new(log);
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<warren_types::ApiError>();
+    let in_log = log.clone();
+    let inbound = tokio::spawn(async move {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        loop {
+            let line = match lines.next().await {
+                Ok(Some(l)) if l.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(Some(l)) => l,
+                Ok(None) => return,
+                Err(e) => {
+                    let _ = fail_tx.send(e.error);
+                    return;
+                }
+            };
+            let sent = match serde_json::from_slice::<PtyClientLine>(&line) {
+                Ok(PtyClientLine::Input { data }) => match b64.decode(data.as_bytes()) {
+                    Ok(d) => {
+                        let d = Bytes::from(d);
+                        in_log.input(&d);
+                        input.input(d).await
+                    }
+                    Err(e) => {
+                        let _ = fail_tx.send(warren_types::ApiError::invalid(format!(
+                            "input is not base64: {e}"
+                        )));
+                        return;
+                    }
+                },
+                Ok(PtyClientLine::Resize { cols, rows }) if cols > 0 && rows > 0 => {
+                    input.resize(cols, rows).await
+                }
+                Ok(PtyClientLine::Resize { .. }) => {
+                    let _ = fail_tx.send(warren_types::ApiError::invalid(
+                        "cols and rows must be at least 1",
+                    ));
+                    return;
+                }
+                Err(e) => {
+                    let _ = fail_tx.send(warren_types::ApiError::invalid(format!(
+                        "a terminal line is not valid: {e}"
+                    )));
+                    return;
+                }
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+    });
+    struct Out {
+        output: warren_runtime::agent::PtyOutput,
+        fail: tokio::sync::oneshot::Receiver<warren_types::ApiError>,
+        log: std::sync::Arc<crate::manager::TerminalLog>,
+        guard: crate::manager::ActivityGuard,
+        inbound: tokio::task::JoinHandle<()>,
+        done: bool,
+    }
+    impl Drop for Out {
+        fn drop(&mut self) {
+            self.inbound.abort();
+        }
+    }
+    let st = Out {
+        output,
+        fail: fail_rx,
+        log,
+        guard,
+        inbound,
+        done: false,
+    };
+    let stream = futures::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let line = tokio::select! {
+            item = st.output.next() => match item {
+                Some(Ok(StreamItem::Stdout(b) | StreamItem::Stderr(b))) => {
+                    st.log.output(&b);
+                    PtyServerLine::Output { data: b64.encode(&b) }
+                }
+                Some(Ok(StreamItem::Exit(e))) => {
+                    st.log.exit(e.exit_code, e.signal);
+                    st.done = true;
+                    PtyServerLine::Exit { exit_code: e.exit_code, signal: e.signal }
+                }
+                Some(Err(e)) => {
+                    st.done = true;
+                    PtyServerLine::Error {
+                        error: crate::NodeError::runtime(st.guard.sandbox_id(), e).to_api(),
+                    }
+                }
+                None => {
+                    st.done = true;
+                    PtyServerLine::Exit { exit_code: None, signal: None }
+                }
+            },
+            Ok(error) = &mut st.fail => {
+                st.done = true;
+                PtyServerLine::Error { error }
+            }
+        };
+        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+        bytes.push(b'\n');
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(bytes)), st))
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
 }

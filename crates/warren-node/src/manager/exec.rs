@@ -238,6 +238,12 @@ pub struct PtyRequest {
     pub argv: Vec<String>,
     pub cols: u16,
     pub rows: u16,
+    /// Default: the sandbox's workdir.
+    pub cwd: Option<String>,
+    /// Added to the sandbox's environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Default: the sandbox's user.
+    pub user: Option<String>,
 }
 
 /// Commands in the sandboxes of the manager it holds: one-shot, streamed and attached exec,

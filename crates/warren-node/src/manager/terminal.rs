@@ -191,6 +191,9 @@ impl Terminals {
     pub async fn pty(&self, id: &SandboxId, req: PtyRequest) -> Result<TerminalSession, NodeError> {
         let exec = ExecRequest {
             argv: Some(req.argv),
+            cwd: req.cwd,
+            env: req.env,
+            user: req.user,
             ..Default::default()
         };
         exec.validate()?;
