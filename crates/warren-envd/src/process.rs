@@ -16,11 +16,14 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use warren_types::{ExecEvent, ExecRequest, ExecResult};
+use warren_types::{
+    ExecEvent, ExecRequest, ExecResult, PtyAttachRequest, PtyClientLine, PtyServerLine,
+};
 
 use crate::connect::{self, CallKind, Code, Codec, ConnectError, EnvelopeReader};
 use crate::pb::json::b64;
@@ -45,6 +48,8 @@ struct Proc {
     pid: u32,
     tag: Option<String>,
     config: pb::ProcessConfig,
+    /// A terminal: its body carries `PtyClientLine`s, its answer `PtyServerLine`s.
+    pty: bool,
     /// The command's stdin (the attached call's body), `None` once closed or never opened.
     stdin: tokio::sync::Mutex<Option<mpsc::Sender<Bytes>>>,
     /// Who listens to the command's events.
@@ -165,10 +170,7 @@ impl Call<'_> {
             "StreamInput" => self.stream_input().await,
             "SendSignal" => self.send_signal().await,
             "CloseStdin" => self.close_stdin().await,
-            "Update" => Err(ConnectError::new(
-                Code::Unimplemented,
-                "process.Process/Update: terminals (PTY) are not served through this API yet",
-            )),
+            "Update" => self.update().await,
             other => Err(ConnectError::new(
                 Code::Unimplemented,
                 format!("process.Process/{other} is not a method of this service"),
@@ -225,12 +227,7 @@ impl Call<'_> {
 
     async fn start(mut self) -> Result<Response, ConnectError> {
         let (codec, req): (_, pb::StartRequest) = self.single().await?;
-        if req.pty.is_some() {
-            return Err(ConnectError::new(
-                Code::Unimplemented,
-                "terminals (PTY) are not served through this API yet; run commands without one",
-            ));
-        }
+
         let config = req
             .process
             .ok_or_else(|| ConnectError::invalid("StartRequest.process is missing"))?;
@@ -246,25 +243,51 @@ impl Call<'_> {
         let mut argv = Vec::with_capacity(1 + config.args.len());
         argv.push(config.cmd.clone());
         argv.extend(config.args.iter().cloned());
-        let exec = ExecRequest {
-            argv: Some(argv),
-            cwd: config.cwd.clone().filter(|c| !c.is_empty()),
-            env: config
-                .envs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            timeout_secs: timeout.map(|t| t.as_secs_f64().clamp(0.001, 604_800.0)),
-            user,
-            encoding: warren_types::exec::OutputEncoding::Base64,
-            ..Default::default()
+        let cwd = config.cwd.clone().filter(|c| !c.is_empty());
+        let env = config
+            .envs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let pty = req.pty.map(|p| p.size.unwrap_or_default());
+        let (route, mut head, deadline) = match pty {
+            None => {
+                let exec = ExecRequest {
+                    argv: Some(argv),
+                    cwd,
+                    env,
+                    timeout_secs: timeout.map(|t| t.as_secs_f64().clamp(0.001, 604_800.0)),
+                    user,
+                    encoding: warren_types::exec::OutputEncoding::Base64,
+                    ..Default::default()
+                };
+                (
+                    "/exec/attach",
+                    serde_json::to_vec(&exec).map_err(|e| ConnectError::internal(e.to_string()))?,
+                    None,
+                )
+            }
+            Some(size) => {
+                let term = PtyAttachRequest {
+                    argv: Some(argv),
+                    cwd,
+                    env,
+                    user,
+                    cols: size.cols.clamp(1, 65_535) as u16,
+                    rows: size.rows.clamp(1, 65_535) as u16,
+                };
+                (
+                    "/pty/attach",
+                    serde_json::to_vec(&term).map_err(|e| ConnectError::internal(e.to_string()))?,
+                    timeout.map(|t| tokio::time::Instant::now() + t),
+                )
+            }
         };
-        let mut head =
-            serde_json::to_vec(&exec).map_err(|e| ConnectError::internal(e.to_string()))?;
         head.push(b'\n');
         // The body: the request line, then stdin as it is sent (closed at once without stdin).
         let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(16);
-        let wants_stdin = req.stdin.unwrap_or(true);
+        // A terminal always takes input; a command when asked (envd's default is yes).
+        let wants_stdin = pty.is_some() || req.stdin.unwrap_or(true);
         let body_stream =
             futures::stream::once(
                 async move { Ok::<_, std::convert::Infallible>(Bytes::from(head)) },
@@ -274,7 +297,7 @@ impl Call<'_> {
             .sandbox
             .call(
                 Method::POST,
-                "/exec/attach",
+                route,
                 Some("application/octet-stream"),
                 Body::from_stream(body_stream),
             )
@@ -284,6 +307,7 @@ impl Call<'_> {
             pid,
             tag: req.tag,
             config,
+            pty: pty.is_some(),
             stdin: tokio::sync::Mutex::new(wants_stdin.then_some(stdin_tx)),
             subs: Mutex::new(Vec::new()),
             kill: CancellationToken::new(),
@@ -295,6 +319,7 @@ impl Call<'_> {
             self.sandbox.id.clone(),
             proc,
             resp.into_body(),
+            deadline,
         ));
         Ok(event_stream(codec, pid, rx, keepalive))
     }
@@ -378,9 +403,37 @@ impl Call<'_> {
         Ok(connect::unary_ok(codec, &Empty {}))
     }
 
+    async fn update(mut self) -> Result<Response, ConnectError> {
+        let (codec, req): (_, pb::UpdateRequest) = self.unary().await?;
+        let proc = self.procs.get(&self.sandbox.id, req.process.as_ref())?;
+        if let Some(size) = req.pty.and_then(|p| p.size) {
+            if !proc.pty {
+                return Err(ConnectError::new(
+                    Code::FailedPrecondition,
+                    format!("process {} has no terminal to resize", proc.pid),
+                ));
+            }
+            if size.cols == 0 || size.rows == 0 {
+                return Err(ConnectError::invalid("cols and rows must be at least 1"));
+            }
+            let line = PtyClientLine::Resize {
+                cols: size.cols.min(65_535) as u16,
+                rows: size.rows.min(65_535) as u16,
+            };
+            send_line(&proc, &line).await?;
+        }
+        Ok(connect::unary_ok(codec, &Empty {}))
+    }
+
     async fn close_stdin(mut self) -> Result<Response, ConnectError> {
         let (codec, req): (_, pb::SelectorOnly) = self.unary().await?;
         let proc = self.procs.get(&self.sandbox.id, req.process.as_ref())?;
+        if proc.pty {
+            return Err(ConnectError::new(
+                Code::FailedPrecondition,
+                "a terminal's input is not closed; send Ctrl-D (0x04) instead",
+            ));
+        }
         proc.stdin.lock().await.take();
         Ok(connect::unary_ok(codec, &Empty {}))
     }
@@ -398,15 +451,22 @@ fn keepalive(h: &HeaderMap) -> Option<Duration> {
 }
 
 async fn write_input(proc: &Proc, input: Option<pb::ProcessInput>) -> Result<(), ConnectError> {
-    let data = match input.and_then(|i| i.input) {
-        Some(pb::Input::Stdin(d)) => d,
-        Some(pb::Input::Pty(_)) => {
+    let data = match (input.and_then(|i| i.input), proc.pty) {
+        (Some(pb::Input::Stdin(d)), false) => d,
+        (Some(pb::Input::Pty(d) | pb::Input::Stdin(d)), true) => {
+            if d.is_empty() {
+                return Ok(());
+            }
+            let data = base64::engine::general_purpose::STANDARD.encode(&d);
+            return send_line(proc, &PtyClientLine::Input { data }).await;
+        }
+        (Some(pb::Input::Pty(_)), false) => {
             return Err(ConnectError::new(
                 Code::FailedPrecondition,
                 format!("process {} has no terminal", proc.pid),
             ))
         }
-        None => return Err(ConnectError::invalid("the request carries no input")),
+        (None, _) => return Err(ConnectError::invalid("the request carries no input")),
     };
     let guard = proc.stdin.lock().await;
     let tx = guard.as_ref().ok_or_else(|| {
@@ -426,19 +486,42 @@ async fn write_input(proc: &Proc, input: Option<pb::ProcessInput>) -> Result<(),
         .map_err(|_| ConnectError::new(Code::NotFound, format!("process {} has ended", proc.pid)))
 }
 
+/// Sends a terminal its control line.
+async fn send_line(proc: &Proc, line: &PtyClientLine) -> Result<(), ConnectError> {
+    let mut b = serde_json::to_vec(line).map_err(|e| ConnectError::internal(e.to_string()))?;
+    b.push(b'\n');
+    let guard = proc.stdin.lock().await;
+    let tx = guard.as_ref().ok_or_else(|| {
+        ConnectError::new(Code::NotFound, format!("process {} has ended", proc.pid))
+    })?;
+    tx.send(Bytes::from(b))
+        .await
+        .map_err(|_| ConnectError::new(Code::NotFound, format!("process {} has ended", proc.pid)))
+}
+
 fn tokio_stream(mut rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Bytes> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// Owns a command's attached call: turns its NDJSON events into process events for the
 /// listeners until it ends or is killed (dropping the call kills the command's tree).
-async fn drive(procs: Arc<Procs>, sandbox: String, proc: Arc<Proc>, body: Body) {
+async fn drive(
+    procs: Arc<Procs>,
+    sandbox: String,
+    proc: Arc<Proc>,
+    body: Body,
+    deadline: Option<tokio::time::Instant>,
+) {
     let mut data = body.into_data_stream();
     let mut buf = BytesMut::new();
     let last: Item = 'outer: loop {
         let chunk = tokio::select! {
             biased;
-            _ = proc.kill.cancelled() => break Ok(killed(9)),
+                        _ = proc.kill.cancelled() => break Ok(killed(9)),
+            _ = sleep_until(deadline) => break Err(ConnectError::new(
+                Code::DeadlineExceeded,
+                "the terminal's timeout passed; it was ended",
+            )),
             c = data.next() => c,
         };
         let chunk = match chunk {
@@ -459,23 +542,45 @@ async fn drive(procs: Arc<Procs>, sandbox: String, proc: Arc<Proc>, body: Body) 
         buf.extend_from_slice(&chunk);
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
             let line = buf.split_to(nl + 1);
-            let ev: ExecEvent = match serde_json::from_slice(&line[..nl]) {
-                Ok(ev) => ev,
-                Err(e) => {
-                    break 'outer Err(ConnectError::internal(format!(
-                        "the node's event did not parse: {e}"
-                    )))
+            let output = if proc.pty {
+                match serde_json::from_slice::<PtyServerLine>(&line[..nl]) {
+                    Ok(PtyServerLine::Output { data }) => {
+                        pb::Output::Pty(b64::decode(&data).unwrap_or_default())
+                    }
+                    Ok(PtyServerLine::Exit { exit_code, signal }) => {
+                        break 'outer end_of(&ExecResult {
+                            exit_code,
+                            signal,
+                            ..Default::default()
+                        })
+                    }
+                    Ok(PtyServerLine::Error { error }) => {
+                        break 'outer Err(crate::v1::from_api(&error))
+                    }
+                    Err(e) => {
+                        break 'outer Err(ConnectError::internal(format!(
+                            "the node's line did not parse: {e}"
+                        )))
+                    }
                 }
-            };
-            let output = match ev {
-                ExecEvent::Stdout { data } => {
-                    pb::Output::Stdout(b64::decode(&data).unwrap_or_default())
+            } else {
+                match serde_json::from_slice::<ExecEvent>(&line[..nl]) {
+                    Ok(ExecEvent::Stdout { data }) => {
+                        pb::Output::Stdout(b64::decode(&data).unwrap_or_default())
+                    }
+                    Ok(ExecEvent::Stderr { data }) => {
+                        pb::Output::Stderr(b64::decode(&data).unwrap_or_default())
+                    }
+                    Ok(ExecEvent::Exit { result }) => break 'outer end_of(&result),
+                    Ok(ExecEvent::Error { error }) => {
+                        break 'outer Err(crate::v1::from_api(&error))
+                    }
+                    Err(e) => {
+                        break 'outer Err(ConnectError::internal(format!(
+                            "the node's event did not parse: {e}"
+                        )))
+                    }
                 }
-                ExecEvent::Stderr { data } => {
-                    pb::Output::Stderr(b64::decode(&data).unwrap_or_default())
-                }
-                ExecEvent::Exit { result } => break 'outer end_of(&result),
-                ExecEvent::Error { error } => break 'outer Err(crate::v1::from_api(&error)),
             };
             let ev = pb::ProcessEvent {
                 event: Some(pb::Event::Data(pb::DataEvent {
@@ -492,6 +597,13 @@ async fn drive(procs: Arc<Procs>, sandbox: String, proc: Arc<Proc>, body: Body) 
     // A listener that stopped reading does not keep this task: the end waits a while only.
     let _ = tokio::time::timeout(Duration::from_secs(30), proc.publish(last)).await;
     proc.subs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn killed(signal: i32) -> pb::ProcessEvent {

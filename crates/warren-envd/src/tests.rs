@@ -70,8 +70,70 @@ async fn attach(Path(_id): Path<String>, req: Request) -> Response {
     Response::new(Body::from_stream(events))
 }
 
+/// A terminal that echoes what is typed, says when it is resized and exits on `exit`.
+async fn pty_attach(Path(_id): Path<String>, req: Request) -> Response {
+    use warren_types::{PtyAttachRequest, PtyClientLine, PtyServerLine};
+    let body = req.into_body().into_data_stream();
+    let lines =
+        futures::stream::unfold((body, Vec::<u8>::new()), |(mut body, mut buf)| async move {
+            loop {
+                if let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    return Some((line, (body, buf)));
+                }
+                buf.extend_from_slice(&body.next().await?.ok()?);
+            }
+        });
+    let mut lines = Box::pin(lines);
+    let head: PtyAttachRequest = serde_json::from_slice(&lines.next().await.unwrap()).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let out = |l: &PtyServerLine| {
+        let mut v = serde_json::to_vec(l).unwrap();
+        v.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(v))
+    };
+    let hello = format!(
+        "{}x{} {}\n",
+        head.cols,
+        head.rows,
+        head.argv.unwrap().join(" ")
+    );
+    let first = out(&PtyServerLine::Output {
+        data: b64.encode(hello),
+    });
+    let rest = lines
+        .map(
+            move |l| match serde_json::from_slice::<PtyClientLine>(&l).unwrap() {
+                PtyClientLine::Input { data } if b64.decode(&data).unwrap() == b"exit\n" => {
+                    PtyServerLine::Exit {
+                        exit_code: Some(0),
+                        signal: None,
+                    }
+                }
+                PtyClientLine::Input { data } => PtyServerLine::Output { data },
+                PtyClientLine::Resize { cols, rows } => PtyServerLine::Output {
+                    data: b64.encode(format!("resized {cols}x{rows}\n")),
+                },
+            },
+        )
+        .scan(false, move |ended, l| {
+            if *ended {
+                return futures::future::ready(None);
+            }
+            *ended = matches!(l, PtyServerLine::Exit { .. });
+            futures::future::ready(Some(out(&l)))
+        });
+    Response::new(Body::from_stream(
+        futures::stream::once(async { first }).chain(rest),
+    ))
+}
+
 fn envd() -> Envd {
-    Envd::new(axum::Router::new().route("/v1/sandboxes/{id}/exec/attach", post(attach)))
+    Envd::new(
+        axum::Router::new()
+            .route("/v1/sandboxes/{id}/exec/attach", post(attach))
+            .route("/v1/sandboxes/{id}/pty/attach", post(pty_attach)),
+    )
 }
 
 fn rpc(path: &str, ct: &str, body: impl Into<Body>) -> Request {
@@ -310,4 +372,88 @@ async fn protobuf_calls_are_answered_in_protobuf() {
     ));
     // The end-of-stream message is JSON in every encoding.
     assert!(bytes.ends_with(b"\x02\x00\x00\x00\x02{}"));
+}
+
+#[tokio::test]
+async fn a_terminal_takes_input_and_resizes() {
+    let e = envd();
+    let msg = serde_json::json!({
+        "process": {"cmd": "/bin/bash", "args": ["-i", "-l"]},
+        "pty": {"size": {"cols": 100, "rows": 30}},
+    });
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/Start",
+            "application/connect+json",
+            envelope(0, msg.to_string().as_bytes()),
+        ),
+    )
+    .await;
+    let mut body = r.into_body().into_data_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&first[5..]).unwrap();
+    let pid = v["event"]["start"]["pid"].as_u64().unwrap();
+    let input = |d: &str| {
+        let b = base64::engine::general_purpose::STANDARD.encode(d);
+        serde_json::json!({"process": {"pid": pid}, "input": {"pty": b}}).to_string()
+    };
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/SendInput",
+            "application/json",
+            input("ls\n"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let resize =
+        serde_json::json!({"process": {"pid": pid}, "pty": {"size": {"cols": 120, "rows": 40}}});
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/Update",
+            "application/json",
+            resize.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // A terminal's input is not closed (Ctrl-D is how).
+    let close = serde_json::json!({"process": {"pid": pid}}).to_string();
+    let r = serve(
+        &e,
+        rpc("/process.Process/CloseStdin", "application/json", close),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = serve(
+        &e,
+        rpc(
+            "/process.Process/SendInput",
+            "application/json",
+            input("exit\n"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let rest: Vec<u8> = body.map(|c| c.unwrap().to_vec()).concat().await;
+    let mut m = Vec::new();
+    let mut b = &rest[..];
+    while b.len() >= 5 {
+        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        m.push(serde_json::from_slice::<serde_json::Value>(&b[5..5 + len]).unwrap());
+        b = &b[5 + len..];
+    }
+    let screen: String = m
+        .iter()
+        .filter_map(|v| v["event"]["data"]["pty"].as_str())
+        .map(|d| {
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(d).unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(screen, "100x30 /bin/bash -i -l\nls\nresized 120x40\n");
+    assert_eq!(m[m.len() - 2]["event"]["end"]["exitCode"], 0);
+    assert_eq!(m[m.len() - 1], serde_json::json!({}));
 }
