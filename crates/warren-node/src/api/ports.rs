@@ -176,11 +176,15 @@ async fn send(
         });
         let (mut parts, _) = resp.into_parts();
         parts.headers.insert(PORT_HEADER, HeaderValue::from(port));
+        parts.version = Version::HTTP_11;
         return Ok(Response::from_parts(parts, Body::empty()));
     }
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(PORT_HEADER, HeaderValue::from(port));
+    // The server's HTTP version is its own connection's business (an HTTP/1.0 server must
+    // not turn the caller's connection into a 1.0 one).
+    parts.version = Version::HTTP_11;
     Ok(Response::from_parts(parts, Body::new(body)))
 }
 
