@@ -195,7 +195,7 @@ async fn http_reaches_servers_inside_containers_with_and_without_a_network() {
 
     // With a network policy (a link, its own sysfs), the same: `python3 -m http.server`.
     let policy = serde_json::from_value(serde_json::json!({
-        "mode": "allow", "allow": [{"cidr": "192.0.2.1/32", "ports": [80], "protocol": "tcp"}]
+        "mode": "allow", "allow": [{"cidr": "192.0.2.1/32", "ports": 80, "protocol": "tcp"}]
     }))
     .unwrap();
     let linked = d
