@@ -114,7 +114,6 @@ async fn http_reaches_servers_inside_containers_with_and_without_a_network() {
     let bare = d.sandbox().await;
     serve(&d, &bare, "python3 /tmp/server.py 8000", 8000).await;
     let pid = d.pid().unwrap();
-    let (_, fds_before) = daemon_threads_elsewhere_and_fds(pid);
 
     // GET a file, and the bare port path (the server's root: a directory listing).
     let (status, _, body) =
@@ -219,7 +218,9 @@ async fn http_reaches_servers_inside_containers_with_and_without_a_network() {
     let (status, _, _) = request(&d, "GET", &port_path(&linked, 8000, "/"), &[], "").await;
     assert_eq!(status, 502);
 
-    // Nothing stays behind: no daemon thread in a sandbox's namespace, no descriptor.
+    // Nothing stays behind: no daemon thread in a sandbox's namespace, no descriptor (counted
+    // once both sandboxes exist: each holds descriptors of its own).
+    let (_, fds_before) = daemon_threads_elsewhere_and_fds(pid);
     for _ in 0..20 {
         let (status, _, _) =
             request(&d, "GET", &port_path(&bare, 8000, "/hello.txt"), &[], "").await;
