@@ -59,6 +59,8 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         sysfs: Some("/var/lib/warren/images/mnt/sysfs".into()),
         devpts: true,
         resolv_conf: None,
+        owner_uid: None,
+        user_limits: vec![],
     };
     let c = cell_config(&cfg);
     assert_eq!(
@@ -318,6 +320,8 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
         sysfs: None,
         devpts: false,
         resolv_conf: None,
+        owner_uid: None,
+        user_limits: vec![],
     };
     let init = Init::Container {
         version: PROTOCOL_VERSION,

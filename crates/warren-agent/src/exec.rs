@@ -56,6 +56,11 @@ const DRAIN_GRACE: Duration = Duration::from_millis(100);
 const CHUNK: usize = 64 * 1024;
 /// Finished background processes remembered for `wait`.
 const MAX_FINISHED: usize = 1024;
+/// Bytes of output the agent keeps for all background processes together (their buffers'
+/// capacity, counted as they grow). The agent's memory is the sandbox's plus a small margin:
+/// output past this is dropped and counted (the process's result says `truncated`), however
+/// many noisy processes a sandbox starts.
+pub const BACKGROUND_KEPT_MAX: usize = 16 << 20;
 
 /// The sandbox is of the best-effort CPU class: commands start under `SCHED_IDLE`.
 static BEST_EFFORT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -307,6 +312,8 @@ struct Proc {
 #[derive(Default)]
 pub struct Procs {
     map: RefCell<HashMap<u32, Rc<Proc>>>,
+    /// Capacity of every kept output buffer together (at most [`BACKGROUND_KEPT_MAX`]).
+    kept: Cell<usize>,
 }
 
 impl Procs {
@@ -358,24 +365,39 @@ impl Procs {
         if finished.len() > MAX_FINISHED {
             finished.sort();
             for (_, pid) in &finished[..finished.len() - MAX_FINISHED] {
-                map.remove(pid);
+                if let Some(p) = map.remove(pid) {
+                    let held = p.out.borrow().capacity() + p.err.borrow().capacity();
+                    self.kept.set(self.kept.get().saturating_sub(held));
+                }
             }
         }
     }
 }
 
-async fn collect(mut r: pipe::Receiver, p: Rc<Proc>, is_err: bool) {
+async fn collect(mut r: pipe::Receiver, p: Rc<Proc>, is_err: bool, state: Rc<Commands>) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
+                let store = if is_err { &p.err } else { &p.out };
+                let mut store = store.borrow_mut();
+                let kept = &state.procs.kept;
+                let (len, cap) = (store.len(), store.capacity());
+                // Room left for all background output: the free part of this buffer plus
+                // what the sandbox's total still allows it to grow by.
+                let room = (cap - len) + BACKGROUND_KEPT_MAX.saturating_sub(kept.get());
                 let (mut o, mut e) = p.pumps.get();
                 let pump = if is_err { &mut e } else { &mut o };
-                let keep = pump.take(n);
+                let keep = pump.take_within(n, room as u64);
                 p.pumps.set((o, e));
-                let store = if is_err { &p.err } else { &p.out };
-                store.borrow_mut().extend_from_slice(&buf[..keep]);
+                if len + keep > cap {
+                    // Grow by doubling, but never past what the total allows.
+                    let want = (len + keep).max(cap * 2).min(len + room);
+                    store.reserve_exact(want - len);
+                }
+                store.extend_from_slice(&buf[..keep]);
+                kept.set(kept.get() + (store.capacity() - cap));
             }
         }
     }
@@ -406,6 +428,7 @@ pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
     let exit_rx = state.reaper.watch(pid);
     let since = start_ticks(pid);
     let kill_tree_at_exit = spec.kill_tree.then(|| state.clone());
+    let collector = state.clone();
     let p = Rc::new(Proc {
         argv: spec.argv.clone(),
         started_at_ms: now_ms(),
@@ -426,10 +449,10 @@ pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
     tokio::task::spawn_local(async move {
         let readers = async {
             if let Some(o) = o {
-                tokio::task::spawn_local(collect(o, p.clone(), false));
+                tokio::task::spawn_local(collect(o, p.clone(), false, collector.clone()));
             }
             if let Some(e) = e {
-                tokio::task::spawn_local(collect(e, p.clone(), true));
+                tokio::task::spawn_local(collect(e, p.clone(), true, collector));
             }
         };
         readers.await;
@@ -490,13 +513,19 @@ pub async fn wait(
         }
     }
     for (kind, buf) in [(Kind::Stdout, &p.out), (Kind::Stderr, &p.err)] {
-        let data = buf.borrow().clone();
-        for chunk in data.chunks(warren_proto::MAX_PAYLOAD) {
-            if out
-                .send(Frame::new(id, kind, chunk.to_vec()))
-                .await
-                .is_err()
-            {
+        // One frame's copy at a time (the kept output is never copied whole).
+        let mut at = 0;
+        loop {
+            let chunk = {
+                let b = buf.borrow();
+                let end = b.len().min(at + warren_proto::MAX_PAYLOAD);
+                b[at.min(end)..end].to_vec()
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            at += chunk.len();
+            if out.send(Frame::new(id, kind, chunk)).await.is_err() {
                 return Event::Done;
             }
         }

@@ -35,6 +35,14 @@ impl Pump {
         self.total += n as u64;
         keep as usize
     }
+    /// The part of `n` new bytes to keep when at most `room` more may be kept anywhere; the
+    /// rest is counted as dropped.
+    pub fn take_within(&mut self, n: usize, room: u64) -> usize {
+        let keep = (self.cap - self.kept).min(n as u64).min(room);
+        self.kept += keep;
+        self.total += n as u64;
+        keep as usize
+    }
     pub fn full(&self) -> bool {
         self.kept >= self.cap
     }

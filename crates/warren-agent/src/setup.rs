@@ -10,7 +10,13 @@ use crate::error::{AgentError, Result as R};
 
 /// Runs the whole start-up. Returns only in PID 1 of the new sandbox; the first stage exits.
 pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
+    // The namespaces' owner: the kernel charges what the sandbox makes (inotify instances and
+    // watches, ...) to this uid in the host's namespace, so each sandbox has counts of its own.
+    if let Some(uid) = cfg.owner_uid {
+        warren_sys::caps::become_owner(uid, uid)?;
+    }
     warren_sys::ns::unshare(warren_sys::ns::container_namespaces())?;
+    set_user_limits(&cfg.user_limits)?;
     crate::wire::send_init(
         ctl,
         &InitReply::Unshared {
@@ -47,6 +53,20 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
     }
     build_root(cfg)?;
     harden(cfg)?;
+    Ok(())
+}
+
+/// Writes the limits of the sandbox's own user namespace (`/proc/sys/user/<name>` shows and
+/// sets the counts of the opener's namespace; the agent holds every capability in it now).
+fn set_user_limits(limits: &[warren_proto::UserLimit]) -> R<()> {
+    for l in limits {
+        if l.name.contains('/') || l.name.starts_with('.') {
+            return Err(AgentError::Protocol(format!("bad user limit {:?}", l.name)));
+        }
+        let path = format!("/proc/sys/user/{}", l.name);
+        std::fs::write(&path, l.value.to_string())
+            .map_err(AgentError::io(format!("write {path}")))?;
+    }
     Ok(())
 }
 

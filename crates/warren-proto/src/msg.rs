@@ -292,6 +292,53 @@ pub struct ContainerInit {
     /// `None`: the sandbox starts with no network and a resolv.conf that says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolv_conf: Option<String>,
+    /// Host uid (and gid) that makes, so owns, the sandbox's user namespace. The kernel
+    /// charges the per-user counts of a namespace (`/proc/sys/user/*`: inotify instances and
+    /// watches, fanotify groups and marks, namespaces) to its owner in the parent namespace:
+    /// one uid per sandbox gives each sandbox counts of its own, where host root would
+    /// share root's with every sandbox and the host. `None`: made as host root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_uid: Option<u32>,
+    /// Limits of the sandbox's own user namespace, written to `/proc/sys/user/<name>` once
+    /// it exists (at most the host's per-user limit applies on top, through the owner).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_limits: Vec<UserLimit>,
+}
+
+/// One count of `/proc/sys/user/` (e.g. `max_inotify_watches`) and its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserLimit {
+    pub name: String,
+    pub value: u64,
+}
+
+impl UserLimit {
+    /// Parses `NAME=VALUE` where NAME is a count of `/proc/sys/user/` (lower-case letters and
+    /// underscores, starting with `max_`).
+    pub fn parse(s: &str) -> Result<UserLimit, String> {
+        let (name, value) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected NAME=VALUE"))?;
+        let name = name.trim();
+        if !name.starts_with("max_")
+            || name.len() > 64
+            || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        {
+            return Err(format!(
+                "{name:?} is not a count of /proc/sys/user (e.g. max_inotify_watches)"
+            ));
+        }
+        let value = value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|v| *v <= i32::MAX as u64)
+            .ok_or_else(|| format!("{name}: the value must be a number up to {}", i32::MAX))?;
+        Ok(UserLimit {
+            name: name.to_string(),
+            value,
+        })
+    }
 }
 
 /// Daemon → agent on stream 0 during start-up.

@@ -42,3 +42,32 @@ pub fn restrict_to(keep: &[Capability]) -> Result<()> {
     caps::set(None, CapSet::Permitted, &keep_set).map_err(|e| err("set permitted caps", e))?;
     Ok(())
 }
+
+/// Takes host uid/gid `uid`/`gid` (all of real, effective and saved; no supplementary
+/// groups) while keeping every capability the process has, so that a user namespace it
+/// makes next is *owned* by `uid`: the kernel charges the per-user counts of that namespace
+/// (`/proc/sys/user/*`: inotify instances and watches, fanotify groups, namespaces) to
+/// `uid` in the parent namespace, not to root. The capabilities stay effective, so the
+/// namespace is made as a privileged process would make it.
+pub fn become_owner(uid: u32, gid: u32) -> Result<()> {
+    keep_caps(true)?;
+    nix::unistd::setgroups(&[]).map_err(|e| SysError::errno("setgroups", e))?;
+    nix::unistd::setresgid(gid.into(), gid.into(), gid.into())
+        .map_err(|e| SysError::errno("setresgid", e))?;
+    nix::unistd::setresuid(uid.into(), uid.into(), uid.into())
+        .map_err(|e| SysError::errno("setresuid", e))?;
+    // Leaving uid 0 cleared the effective set (the permitted set was kept).
+    let permitted =
+        caps::read(None, CapSet::Permitted).map_err(|e| err("read permitted caps", e))?;
+    caps::set(None, CapSet::Effective, &permitted).map_err(|e| err("raise effective caps", e))?;
+    keep_caps(false)
+}
+
+fn keep_caps(on: bool) -> Result<()> {
+    // SAFETY: prctl(PR_SET_KEEPCAPS) takes plain integers and touches no memory of ours.
+    let r = unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, libc::c_ulong::from(on), 0, 0, 0) };
+    if r < 0 {
+        return Err(SysError::last("prctl(PR_SET_KEEPCAPS)"));
+    }
+    Ok(())
+}

@@ -177,6 +177,21 @@ struct Args {
     /// turns the writable-layer file system off.
     #[arg(long, default_value = "disk", value_parser = disk_medium)]
     disk_medium: warren_types::DiskMedium,
+    /// First host uid of the range (2^30 uids) that owns sandboxes' user namespaces, one uid
+    /// per sandbox (a hash of its id): the kernel charges the counts of `/proc/sys/user/*`
+    /// (inotify instances and watches, ...) per owner, so each sandbox has its own instead
+    /// of sharing host root's. 0 makes them as host root (shared counts).
+    #[arg(long, default_value_t = 1 << 31)]
+    sandbox_owner_uid_base: u32,
+    /// A limit of each sandbox's own user namespace, `NAME=VALUE` with NAME a count of
+    /// `/proc/sys/user/` (e.g. `max_inotify_watches=65536`); repeatable. The host's per-user
+    /// limit applies to each sandbox on top.
+    #[arg(long, value_parser = warren_runtime::container::UserLimit::parse)]
+    sandbox_user_limit: Vec<warren_runtime::container::UserLimit>,
+    /// Admit container sandboxes whose memory exceeds the host's (by default such a create is
+    /// refused, as for VMs: `invalid_request`).
+    #[arg(long)]
+    memory_overcommit: bool,
     /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
@@ -431,6 +446,10 @@ async fn run(args: Args) -> Result<()> {
             overcommit: args.disk_overcommit,
         }
     });
+    container.owner_uid_base =
+        (args.sandbox_owner_uid_base != 0).then_some(args.sandbox_owner_uid_base);
+    container.user_limits = args.sandbox_user_limit.clone();
+    container.memory_overcommit = args.memory_overcommit;
     let security = SecurityReport::detect(container.seccomp, container.landlock);
     if security.apparmor.enforced {
         container.apparmor_profile = Some(warren_runtime::security::APPARMOR_PROFILE.into());

@@ -215,6 +215,11 @@ async fn start(
             .map(|p| p.display().to_string()),
         devpts: spec.devpts,
         resolv_conf: spec.resolv_conf.clone(),
+        owner_uid: rt
+            .cfg
+            .owner_uid_base
+            .map(|base| super::owner_uid(base, spec.id.as_str())),
+        user_limits: rt.cfg.user_limits.clone(),
     };
     send(
         &mut stream,

@@ -36,6 +36,7 @@ use crate::cgroup::{CgroupSet, Hierarchy};
 use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
 
 pub use record::ContainerRecord;
+pub use warren_proto::UserLimit;
 pub use writable::{WritableConfig, WritableSpace, WritableStore};
 
 /// Configuration of the container substrate.
@@ -64,6 +65,30 @@ pub struct ContainerConfig {
     /// Writable layers on disk (see [`writable`]); `None` keeps every writable layer in
     /// memory. Its `dir` defaults to `<image store>/mnt/writable` when empty.
     pub writable: Option<WritableConfig>,
+    /// First host uid of the range sandboxes' user namespaces are made by (see
+    /// [`owner_uid`]); `None` makes them as host root, whose per-user counts every sandbox
+    /// and the host then share.
+    pub owner_uid_base: Option<u32>,
+    /// Limits of each sandbox's own user namespace (`/proc/sys/user/*`).
+    pub user_limits: Vec<warren_proto::UserLimit>,
+    /// Admit sandboxes whose memory exceeds the host's (deliberate overcommit).
+    pub memory_overcommit: bool,
+}
+
+/// Size of the owner uid range: sandboxes' owners are spread over it by a hash of their id,
+/// so two live sandboxes share one (and so their counts) only by a rare collision.
+pub const OWNER_UIDS: u32 = 1 << 30;
+
+/// The host uid that makes (owns) sandbox `id`'s user namespace: `base` plus a hash of the
+/// id (FNV-1a) within [`OWNER_UIDS`]. A uid no process of the host runs as: it only names
+/// whose per-user counts (`/proc/sys/user/*`) the sandbox's kernel objects are charged to.
+pub fn owner_uid(base: u32, id: &str) -> u32 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in id.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    base.saturating_add(h % OWNER_UIDS)
 }
 
 impl ContainerConfig {
@@ -106,6 +131,9 @@ impl ContainerConfig {
                 size_mb: DEFAULT_WRITABLE_MB,
                 overcommit: 1.0,
             }),
+            owner_uid_base: Some(1 << 31),
+            user_limits: Vec::new(),
+            memory_overcommit: false,
         }
     }
 }
@@ -526,6 +554,30 @@ impl Instance for Container {
     }
 }
 
+impl ContainerRuntime {
+    /// The same rule as for VMs: a sandbox whose memory (plus its agent's) exceeds the
+    /// host's is refused, unless the node overcommits on purpose
+    /// ([`ContainerConfig::memory_overcommit`]).
+    fn admit_memory(&self, limits: &warren_types::Limits) -> Result<(), warren_types::ApiError> {
+        if self.cfg.memory_overcommit {
+            return Ok(());
+        }
+        let host_mb = crate::vm::host_memory_mb();
+        let need = limits.memory_mb.saturating_add(create::AGENT_MEMORY_MB);
+        if host_mb > 0 && need > host_mb {
+            return Err(warren_types::ApiError::invalid(format!(
+                "memory_mb {} cannot fit this host: it has {host_mb} MiB and a container \
+                 needs its memory plus {} MiB for its agent (at most {} here; the node \
+                 admits more only with --memory-overcommit)",
+                limits.memory_mb,
+                create::AGENT_MEMORY_MB,
+                host_mb.saturating_sub(create::AGENT_MEMORY_MB)
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Runtime for ContainerRuntime {
     fn substrate(&self) -> Substrate {
@@ -533,6 +585,7 @@ impl Runtime for ContainerRuntime {
     }
 
     fn admit(&self, limits: &warren_types::Limits) -> Result<(), warren_types::ApiError> {
+        self.admit_memory(limits)?;
         if limits.disk_medium != warren_types::DiskMedium::Disk {
             return Ok(());
         }

@@ -344,7 +344,7 @@ impl VmRuntime {
 
 /// vCPUs for a sandbox: its CPU limit rounded up.
 /// The host's memory in MiB (`MemTotal`), 0 when unknown.
-fn host_memory_mb() -> u64 {
+pub(crate) fn host_memory_mb() -> u64 {
     crate::procfs::MemInfo::read()
         .ok()
         .and_then(|m| m.kib("MemTotal"))

@@ -344,3 +344,80 @@ async fn limits_commands_get_the_default_time_slice_and_the_agent_a_short_one() 
         "a command's slice (the kernel's default): {out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_a_container_bigger_than_the_host_is_refused_unless_the_node_overcommits() {
+    let huge = CreateSandboxRequest {
+        memory_mb: Some(200 * 1024),
+        ..Default::default()
+    };
+    let Some(mut d) = Daemon::start().await else {
+        return;
+    };
+    let e = d.client().create(&huge).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(warren_types::ErrorCode::InvalidRequest),
+        "{e}"
+    );
+    assert!(e.to_string().contains("cannot fit this host"), "{e}");
+    assert!(d.list().await.is_empty(), "a refused create left a sandbox");
+    d.stop().await;
+    // Deliberate overcommit: the node admits it (nothing is allocated up front).
+    let Some(d) = Daemon::start_with(|_| vec!["--memory-overcommit".into()]).await else {
+        return;
+    };
+    let id = d.create(&huge).await.id;
+    assert_eq!(d.sh_ok(&id, "echo ok").await, "ok\n");
+    d.client().delete(&id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_noisy_background_processes_cannot_fill_the_agent() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    // 128 MiB for the commands; each process may keep 16 MiB per stream and prints 24 MiB,
+    // so twelve of them would have the agent hold 192 MiB of output if each kept its cap
+    // (the commands themselves are small: head and tr).
+    let id = d
+        .create(&CreateSandboxRequest {
+            memory_mb: Some(128),
+            ..Default::default()
+        })
+        .await
+        .id;
+    let mut pids = Vec::new();
+    for _ in 0..12 {
+        let mut req = ExecRequest::shell("head -c 25165824 /dev/zero | tr '\\0' x");
+        req.max_output_bytes = Some(16 << 20);
+        pids.push(d.client().spawn(&id, &req).await.unwrap().pid);
+    }
+    let mut kept = 0u64;
+    for pid in pids {
+        let r = d
+            .client()
+            .wait_process(&id, pid, Some(Duration::from_secs(120)))
+            .await
+            .expect("the agent stopped answering while keeping background output");
+        assert_eq!(r.exit_code, Some(0), "{:?}", r.stderr);
+        assert_eq!(r.stdout_bytes, 24 << 20, "every byte is counted");
+        kept += r.stdout.len() as u64;
+        if (r.stdout.len() as u64) < r.stdout_bytes {
+            assert!(r.stdout_truncated, "dropped output not marked");
+        }
+    }
+    // All of it together stays within the agent's bound for background output.
+    assert!(
+        kept <= 16 << 20,
+        "the agent kept {kept} bytes of background output"
+    );
+    assert_eq!(d.sh_ok(&id, "echo alive").await, "alive\n");
+    let stats = d.client().stats(&id).await.unwrap();
+    assert_eq!(
+        stats.oom_kills.unwrap_or(0),
+        0,
+        "something was OOM-killed: {stats:?}"
+    );
+    d.client().delete(&id).await.unwrap();
+}

@@ -16,6 +16,7 @@ mod floods;
 mod image;
 mod kernel;
 mod kernel_apis;
+mod kernel_counts;
 mod landlock;
 mod messages;
 mod mounts;
