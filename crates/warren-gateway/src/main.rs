@@ -65,6 +65,8 @@ struct Args {
     edge: warren_edge::EdgeArgs,
     #[command(flatten)]
     log: warren_edge::logging::LogArgs,
+    #[command(flatten)]
+    e2b: warren_e2b::E2bArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -153,7 +155,19 @@ async fn serve(args: Args) -> Result<()> {
     let listener = edge.bind_tcp(args.listen).await?;
     let _reloader = edge.reload_on_sighup();
     info!(listen = %args.listen, etcd = ?endpoints, tokens = edge.authenticator().enabled(), "gateway serving");
-    let app = edge.protect(gw.router()).merge(warren_ui::router());
+    let mut app = edge.protect(gw.router()).merge(warren_ui::router());
+    if args.e2b.e2b {
+        // Creates and listings go through the gateway's API; per-sandbox E2B requests go to
+        // the sandbox's node, which must run with --e2b too (docs/e2b.md).
+        app = warren_e2b::E2b::gateway(
+            gw.router(),
+            edge.authenticator().clone(),
+            Arc::new(gw.clone()),
+            args.e2b.e2b_domain.clone(),
+        )
+        .wrap(app);
+        info!(domain = ?args.e2b.e2b_domain, "serving E2B's API");
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = edge.serve_tcp(listener, app, async {
         let _ = stop_rx.await;

@@ -110,7 +110,9 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
             .to_string()
     };
     let bad = |e: warren_types::id::IdError| GatewayError::invalid(e.to_string());
-    let (node, id) = if let Some(from) = req.extensions().get::<FromSnapshot>() {
+    let (node, id) = if let Some(owner) = req.extensions().get::<OwnerOf>() {
+        (owner.0.node(), format!("sandbox {}", owner.0))
+    } else if let Some(from) = req.extensions().get::<FromSnapshot>() {
         (from.0.node(), format!("snapshot {}", from.0))
     } else if path.starts_with("/v1/snapshots/") {
         let id: SnapshotId = id_of("/v1/snapshots/").parse().map_err(bad)?;
@@ -145,6 +147,24 @@ fn bad_json(e: serde_json::Error) -> GatewayError {
 /// A create from a snapshot: it goes to the snapshot's node.
 #[derive(Debug, Clone)]
 struct FromSnapshot(SnapshotId);
+
+/// Marks a request whose path names no sandbox (E2B's data plane and control routes) as one
+/// for this sandbox's node.
+#[derive(Clone)]
+struct OwnerOf(SandboxId);
+
+/// Forwards E2B's per-sandbox requests unchanged to the sandbox's node, like any
+/// per-sandbox call (the node, running with `--e2b`, checks and answers them).
+impl warren_e2b::Owners for Gateway {
+    fn forward(
+        &self,
+        sandbox: &SandboxId,
+        mut req: Request,
+    ) -> futures::future::BoxFuture<'static, Response> {
+        req.extensions_mut().insert(OwnerOf(sandbox.clone()));
+        Box::pin(forward(self.clone(), req))
+    }
+}
 
 /// `/v1/snapshots/{id}`: the snapshot's node answers.
 pub async fn snapshot_to_node(State(gw): State<Gateway>, req: Request) -> Response {

@@ -53,6 +53,8 @@ struct Args {
     edge: warren_edge::EdgeArgs,
     #[command(flatten)]
     log: warren_edge::logging::LogArgs,
+    #[command(flatten)]
+    e2b: warren_e2b::E2bArgs,
     /// Directory of the durable state (state.redb).
     #[arg(long, default_value = "/var/lib/warren")]
     state_dir: PathBuf,
@@ -539,9 +541,23 @@ async fn run(args: Args) -> Result<()> {
     let trimmer = spawn_heap_trimmer(manager.clone());
 
     // The dashboard's static files take no token; the API calls the page makes do.
-    let app = edge
-        .protect(warren_node::router(node.clone()))
-        .merge(warren_ui::router());
+    let native = warren_node::router(node.clone());
+    let mut app = edge.protect(native.clone()).merge(warren_ui::router());
+    if args.e2b.e2b {
+        // E2B's API in front of everything: it authenticates API keys and envd tokens
+        // itself and calls the v1 router in-process (docs/e2b.md).
+        let secret = args.state_dir.join(warren_e2b::SECRET_FILE);
+        let tokens = warren_e2b::Tokens::load_or_create(&secret)
+            .with_context(|| format!("the E2B token secret {}", secret.display()))?;
+        app = warren_e2b::E2b::node(
+            native,
+            edge.authenticator().clone(),
+            tokens,
+            args.e2b.e2b_domain.clone(),
+        )
+        .wrap(app);
+        info!(domain = ?args.e2b.e2b_domain, "serving E2B's API");
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

@@ -1,0 +1,293 @@
+//! The dispatch and authentication of the front, over a stand-in for the v1 router (the
+//! end-to-end tests with E2B's SDKs run a real node: sdk/python/tests/e2b).
+
+use super::*;
+use axum::routing::get;
+use axum::Json;
+use warren_edge::{token_sha256, AuthFile};
+
+fn auth(on: bool) -> Arc<Authenticator> {
+    if !on {
+        return Arc::new(Authenticator::open());
+    }
+    let text = format!(
+        "[[tenant]]\nname = \"a\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n",
+        token_sha256("good")
+    );
+    Arc::new(Authenticator::from_parsed(AuthFile::parse(&text).unwrap()))
+}
+
+/// A v1 router that knows one sandbox, owned by tenant `a`, and says who called.
+fn stand_in(id: &SandboxId) -> Router {
+    let info = serde_json::json!({
+        "id": id.as_str(), "substrate": "container", "state": "running",
+        "image": ["default"],
+        "limits": {"cpus": 1.0, "memory_mb": 512, "disk_mb": 512, "pids": 512},
+        "labels": {"run": "7"}, "env": {}, "workdir": null, "user": null,
+        "network": {"mode": "none"}, "created_at_ms": 1_700_000_000_000u64,
+        "expires_at_ms": 1_700_000_300_000u64, "idle_timeout_secs": null,
+        "last_activity_ms": 0, "reason": null, "idempotency_key": null, "tenant": "a"
+    });
+    let one = info.clone();
+    let known = id.to_string();
+    Router::new()
+        .route(
+            "/v1/sandboxes",
+            get(move || {
+                let info = info.clone();
+                async move { Json(serde_json::json!({ "sandboxes": [info] })) }
+            }),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(move |axum::extract::Path(id): axum::extract::Path<String>| {
+                let (one, known) = (one.clone(), known.clone());
+                async move {
+                    if id == known {
+                        Json(one).into_response()
+                    } else {
+                        (
+                            StatusCode::NOT_FOUND,
+                            Json(serde_json::json!({"error": {"code": "sandbox_not_found", "message": format!("sandbox {id} not found")}})),
+                        )
+                            .into_response()
+                    }
+                }
+            }),
+        )
+        .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", get(port_echo))
+        .route("/v1/sandboxes/{id}/ports/{port}", get(port_echo))
+}
+
+async fn port_echo(req: Request) -> String {
+    let who = req.extensions().get::<Caller>().cloned().unwrap();
+    format!(
+        "{} as {} token={:?}",
+        req.uri(),
+        who.name(),
+        req.headers().get(ACCESS_TOKEN_HEADER)
+    )
+}
+
+fn front(on: bool, id: &SandboxId) -> (E2b, Router) {
+    let e2b = E2b::node(
+        stand_in(id),
+        auth(on),
+        Tokens::from_secret([1; 32]),
+        Some("sb.example".into()),
+    );
+    let app = Router::new().route("/v1/health", get(|| async { "warren" }));
+    let wrapped = e2b.wrap(app);
+    (e2b, wrapped)
+}
+
+async fn send(app: &Router, req: Request) -> (StatusCode, String) {
+    let r = oneshot(app.clone(), req).await;
+    let s = r.status();
+    let b = r.into_body().collect().await.unwrap().to_bytes();
+    (s, String::from_utf8_lossy(&b).into_owned())
+}
+
+fn req(method: &str, uri: &str, headers: &[(&str, &str)]) -> Request {
+    let mut b = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+fn sandbox() -> SandboxId {
+    SandboxId::generate(&"n1".parse().unwrap())
+}
+
+#[tokio::test]
+async fn warren_routes_pass_unchanged() {
+    let (_, app) = front(true, &sandbox());
+    assert_eq!(
+        send(&app, req("GET", "/v1/health", &[])).await,
+        (StatusCode::OK, "warren".into())
+    );
+}
+
+#[tokio::test]
+async fn api_keys_are_warren_tokens() {
+    let id = sandbox();
+    let (_, app) = front(true, &id);
+    let (s, b) = send(&app, req("GET", "/v2/sandboxes", &[])).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{b}");
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["code"], 401);
+    let (s, _) = send(&app, req("GET", "/v2/sandboxes", &[("X-API-Key", "bad")])).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, b) = send(
+        &app,
+        req(
+            "GET",
+            "/v2/sandboxes?metadata=run%3D7",
+            &[("X-API-Key", "good")],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v[0]["sandboxID"], id.as_str());
+    assert_eq!(v[0]["templateID"], "base");
+    assert_eq!(v[0]["metadata"]["run"], "7");
+    // Without --auth any key, or none, is the administrator.
+    let (_, open) = front(false, &id);
+    let (s, _) = send(&open, req("GET", "/v2/sandboxes", &[])).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_detail_carries_the_sandboxs_own_token() {
+    let id = sandbox();
+    let (e2b, app) = front(true, &id);
+    let (s, b) = send(
+        &app,
+        req("GET", &format!("/sandboxes/{id}"), &[("X-API-Key", "good")]),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    let token = v["envdAccessToken"].as_str().unwrap();
+    assert_eq!(
+        Some(token.to_string()),
+        e2b.extras(id.as_str()).envd_access_token
+    );
+    assert_eq!(v["domain"], "sb.example");
+    assert_eq!(v["state"], "running");
+    let other = sandbox();
+    let (s, b) = send(
+        &app,
+        req(
+            "GET",
+            &format!("/sandboxes/{other}"),
+            &[("X-API-Key", "good")],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+    assert!(b.contains("\"code\":404"), "{b}");
+}
+
+#[tokio::test]
+async fn envd_requests_need_the_sandboxs_token_under_auth() {
+    let id = sandbox();
+    let (e2b, app) = front(true, &id);
+    let sid = ("E2b-Sandbox-Id", id.as_str());
+    let (s, _) = send(&app, req("GET", "/health", &[sid])).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let wrong = e2b.extras(sandbox().as_str()).envd_access_token.unwrap();
+    let (s, _) = send(
+        &app,
+        req("GET", "/health", &[sid, ("X-Access-Token", &wrong)]),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let right = e2b.extras(id.as_str()).envd_access_token.unwrap();
+    let (s, _) = send(
+        &app,
+        req("GET", "/health", &[sid, ("X-Access-Token", &right)]),
+    )
+    .await;
+    assert_ne!(s, StatusCode::UNAUTHORIZED);
+    // An unknown sandbox is E2B's 404.
+    let other = sandbox();
+    let t = e2b.extras(other.as_str()).envd_access_token.unwrap();
+    let (s, b) = send(
+        &app,
+        req(
+            "GET",
+            "/health",
+            &[("E2b-Sandbox-Id", other.as_str()), ("X-Access-Token", &t)],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+}
+
+#[tokio::test]
+async fn other_ports_go_to_the_port_proxy_as_the_owner() {
+    let id = sandbox();
+    let (_, app) = front(true, &id);
+    let host = format!("8000-{id}.sb.example");
+    let (s, b) = send(
+        &app,
+        req(
+            "GET",
+            "/a/b?c=d",
+            &[("Host", &host), ("X-Access-Token", "x")],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(
+        b,
+        format!("/v1/sandboxes/{id}/ports/8000/a/b?c=d as a token=None")
+    );
+    let (s, b) = send(
+        &app,
+        req(
+            "GET",
+            "/",
+            &[
+                ("E2b-Sandbox-Id", id.as_str()),
+                ("E2b-Sandbox-Port", "3000"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert!(
+        b.starts_with(&format!("/v1/sandboxes/{id}/ports/3000 as a")),
+        "{b}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_refused_routes_answer_in_e2bs_shape() {
+    let (_, app) = front(false, &sandbox());
+    let (s, b) = send(&app, req("GET", "/volumes", &[])).await;
+    assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{b}");
+    assert!(b.contains("\"code\":501"));
+    let (s, _) = send(&app, req("GET", "/no/such/thing", &[])).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, b) = send(&app, req("PATCH", "/sandboxes", &[])).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "{b}");
+    let (s, b) = send(&app, req("POST", "/v2/sandboxes", &[])).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+}
+
+#[test]
+fn basic_auth_names_the_user() {
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Basic cm9vdDo="),
+    );
+    assert_eq!(basic_user(&h).as_deref(), Some("root"));
+    h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic !!"));
+    assert_eq!(basic_user(&h), None);
+    h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer x"));
+    assert_eq!(basic_user(&h), None);
+}
+
+#[test]
+fn control_routes_name_their_sandbox() {
+    assert_eq!(control_sandbox("/sandboxes/n1-x/pause"), Some("n1-x"));
+    assert_eq!(control_sandbox("/v2/sandboxes/n1-x/connect"), Some("n1-x"));
+    assert_eq!(control_sandbox("/sandboxes"), None);
+    assert_eq!(control_sandbox("/sandboxes/"), None);
+}
+
+#[test]
+fn the_docs_list_every_route() {
+    let docs = include_str!("../../../docs/e2b.md");
+    for (method, path, _) in ROUTES {
+        assert!(
+            docs.contains(&format!("`{method} {path}`")),
+            "docs/e2b.md does not list {method} {path}"
+        );
+    }
+}
