@@ -66,7 +66,7 @@ pub struct E2bArgs {
 }
 
 /// The envd version answered in `envdVersion`: the SDKs enable features by it.
-pub const ENVD_VERSION: &str = "0.5.7";
+pub use warren_envd::ENVD_VERSION;
 
 /// The file in a node's state directory that holds the envd token secret.
 pub const SECRET_FILE: &str = "e2b-secret";
@@ -237,9 +237,12 @@ impl E2b {
         })
     }
 
-    /// Drops what is cached about a sandbox that was deleted.
+    /// Drops what is kept about a sandbox that was deleted (here and in envd).
     pub fn forget(&self, id: &str) {
         self.inner.tenants.lock().expect("tenant cache").remove(id);
+        if let Place::Local { envd, .. } = &self.inner.place {
+            envd.forget(id);
+        }
     }
 
     /// Who a request acts as, from its `X-API-Key`.

@@ -33,7 +33,7 @@ def test_create_get_and_kill(opts: Dict[str, Any], e2b_node: Any) -> None:
         # It is a Warren sandbox: its env is the sandbox's default for every command.
         with warren.Client(e2b_node.node.url) as c:
             w = c.get(sb.sandbox_id)
-            assert w.info().labels == {"run": run}
+            assert w.info.labels == {"run": run}
             assert w.exec(["sh", "-c", "echo $GREETING"]).stdout.strip() == "hi"
     finally:
         assert sb.kill() is True
