@@ -71,16 +71,22 @@ pub fn classify(headers: &HeaderMap, uri: &Uri, domain: Option<&str>) -> Result<
             });
         }
     }
-    let path = uri.path();
-    if path.starts_with("/v1/")
-        || path == "/v1"
-        || path == "/metrics"
-        || path == "/ui"
-        || path.starts_with("/ui/")
-    {
+    if is_native(uri.path()) {
         return Ok(Target::Native);
     }
     Ok(Target::Control)
+}
+
+/// Warren's own paths: `/v1/…`, the dashboard, and every other literal route of the node API
+/// (`/metrics`, `/run_code`, ...).
+fn is_native(path: &str) -> bool {
+    path.starts_with("/v1/")
+        || path == "/v1"
+        || path == "/ui"
+        || path.starts_with("/ui/")
+        || warren_types::routes::NODE_API
+            .iter()
+            .any(|(_, p)| !p.contains('{') && *p == path)
 }
 
 fn sandbox_id(s: &str) -> Result<SandboxId, E2bError> {
@@ -214,6 +220,7 @@ mod tests {
         for (p, t) in [
             ("/v1/sandboxes", Target::Native),
             ("/metrics", Target::Native),
+            ("/run_code", Target::Native),
             ("/ui", Target::Native),
             ("/ui/app.js", Target::Native),
             ("/sandboxes", Target::Control),
