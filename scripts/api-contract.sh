@@ -62,7 +62,7 @@ for _ in $(seq 100); do
 done
 
 # The terminal route is a WebSocket upgrade, which Schemathesis does not speak. Tar bodies
-# (directory uploads, image archives) have no generator. A pull would reach out to a public
+# (directory uploads, image archives, build contexts) have no generator. A pull would reach out to a public
 # registry: the contract run talks to its own daemon on loopback only. The cluster routes
 # are the gateway's: a node does not serve them. The event stream never ends, so it has no
 # response to check (the API tests read it and check its refusals). A sandbox's ports answer
@@ -77,6 +77,7 @@ PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=schemat
     --phases examples,coverage,fuzzing --max-examples 50 --max-time "$MAX_TIME" --seed "$SEED" \
     --request-timeout 60 --workers 1 --exclude-path '/v1/sandboxes/{id}/pty' \
     --exclude-path '/v1/images/pull' --exclude-path '/v1/images/import' \
+    --exclude-path '/v1/images/build' \
     --exclude-path '/v1/events' \
     --exclude-operation-id writeTar --exclude-path-regex '^/v1/cluster' \
     --exclude-path-regex '/ports/'

@@ -48,6 +48,7 @@ mod transport;
 pub use client::{Client, ClientBuilder, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RETRIES, TOKEN_ENV};
 pub use dirs::{pack_dir, unpack_into};
 pub use error::{BoxError, ClientError};
+pub use images::BuildStream;
 pub use ports::{PortAnswer, PORT_HEADER};
 pub use pty::{resize_frame, PtyEvent, PtyReader, PtySession, PtyWriter};
 pub use sandboxes::Health;
@@ -56,10 +57,11 @@ pub use tls::{client_config, CA_ENV};
 pub use transport::{Endpoint, RawStream, DEFAULT_URL, URL_ENV};
 
 pub use warren_types::{
-    ApiError, CallFile, CallFileResult, CallRequest, CallResult, ChmodRequest, CpuClass,
-    CreateSandboxRequest, CreateSnapshotRequest, ErrorBody, ErrorCode, ExecEvent, ExecRequest,
-    ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageDeleted, ImageImported, ImageInfo,
-    ImageRef, LayerInfo, Limits, MkdirRequest, OutputEncoding, PauseStats, PoolStats, PoolsInfo,
-    ProcessInfo, ProcessState, PullRequest, ReviveReport, SandboxInfo, SandboxState, SandboxStats,
-    SnapshotInfo, Substrate, TrajectoryCall, TrajectoryEntry,
+    ApiError, BuildEvent, BuildOptions, CallFile, CallFileResult, CallRequest, CallResult,
+    ChmodRequest, CpuClass, CreateSandboxRequest, CreateSnapshotRequest, ErrorBody, ErrorCode,
+    ExecEvent, ExecRequest, ExecResult, FileKind, FileStat, ForkRequest, GcReport, ImageConfig,
+    ImageDeleted, ImageImported, ImageInfo, ImageRef, LayerInfo, Limits, MkdirRequest,
+    OutputEncoding, PauseStats, PoolStats, PoolsInfo, ProcessInfo, ProcessState, PullRequest,
+    ReviveReport, SandboxInfo, SandboxState, SandboxStats, SnapshotInfo, Substrate, TrajectoryCall,
+    TrajectoryEntry,
 };

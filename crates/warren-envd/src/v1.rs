@@ -168,7 +168,9 @@ pub fn from_api(e: &ApiError) -> ConnectError {
     let code = match e.code {
         ErrorCode::InvalidRequest | ErrorCode::InvalidPath => Code::InvalidArgument,
         ErrorCode::NotFound => Code::NotFound,
-        ErrorCode::InvalidState | ErrorCode::Unschedulable => Code::FailedPrecondition,
+        ErrorCode::InvalidState | ErrorCode::Unschedulable | ErrorCode::BuildFailed => {
+            Code::FailedPrecondition
+        }
         ErrorCode::Conflict => Code::AlreadyExists,
         ErrorCode::StepConflict => Code::Aborted,
         ErrorCode::LimitExceeded

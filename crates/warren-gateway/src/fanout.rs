@@ -332,3 +332,27 @@ pub async fn pools(State(gw): State<Gateway>, req: Request) -> Response {
     }))
     .into_response()
 }
+
+/// `POST /v1/images/build`: placed on one live, undrained node serving containers — the one
+/// with the most memory available — and streamed through. The image is that node's (with a
+/// blob store configured, other nodes start from its layers as they do from any layer).
+pub async fn build(State(gw): State<Gateway>, req: Request) -> Response {
+    let view = gw.view().snapshot();
+    let node = view
+        .live()
+        .filter(|m| !view.drained.contains(&m.record.id))
+        .filter(|m| {
+            m.record
+                .substrates
+                .contains(&warren_types::Substrate::Container)
+        })
+        .max_by_key(|m| m.record.load.memory_available_mb)
+        .map(|m| m.record.address.clone());
+    let Some(address) = node else {
+        return no_nodes();
+    };
+    match gw.proxy().forward(&address, req).await {
+        Ok(resp) => resp,
+        Err(e) => crate::error::unreachable(format!("the build's node: {e}")).into_response(),
+    }
+}

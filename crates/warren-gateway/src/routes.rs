@@ -59,6 +59,7 @@ pub fn router(gw: Gateway) -> Router {
         .add("POST", "/v1/images/gc", fanout::everywhere)
         .add("POST", "/v1/images/pull", fanout::pull)
         .add("POST", "/v1/images/import", fanout::import)
+        .add("POST", "/v1/images/build", fanout::build)
         .add("POST", "/v1/functions/call", sandboxes::call)
         .add("GET", "/v1/functions/pools", fanout::pools)
         .add("POST", "/run_code", fusion::run_code)

@@ -107,6 +107,9 @@ impl ImageStore {
             report.freed_bytes += self.delete_layer(&d, &mounts)?;
             report.removed.push(d);
         }
+        if !report.removed.is_empty() {
+            self.cache_forget(&report.removed);
+        }
         Ok(report)
     }
 

@@ -57,6 +57,16 @@ impl Lease {
         write_atomic(&self.path, &serde_json::to_vec(&f).expect("serializes"))
     }
 
+    /// Adds a stored layer to the lease (under the store's shared lock); `NotFound` if the
+    /// layer is not (or no longer) in the store.
+    pub fn hold(&self, store: &ImageStore, digest: &str) -> Result<(), ImageError> {
+        let _shared = store.gc_lock(false)?;
+        if !store.blob_path(digest)?.exists() {
+            return Err(ImageError::NotFound(digest.to_string()));
+        }
+        self.add(store, digest)
+    }
+
     /// The layers added so far.
     pub fn layers(&self) -> Vec<String> {
         self.layers

@@ -12,6 +12,7 @@
 //! layers/<hex>.json           its metadata (synthesized from the blob when missing)
 //! images/<name>/<tag>.json    an image: {"layers": ["sha256:<hex>", ...], "stack": [...], ...}
 //! index/<hex>                 OCI layer digest or diff id → the layer it was converted to
+//! build-cache/<hex>         a build step's key → the layer it made (see `cache`)
 //! leases/<holder>.json        layers a live sandbox, fork or import holds (never collected)
 //! mnt/<hex>                   the layer mounted read-only (shared by every sandbox)
 //! mnt/<hex>.idmap-<base>      the same, idmapped for sandboxes whose root is host uid <base>
@@ -26,6 +27,7 @@
 //! never removes a layer in use; releasing a lease collects the layers it held that nothing
 //! else references (fork snapshots, layers of images removed while in use).
 
+mod cache;
 mod fetch;
 mod files;
 mod gc;

@@ -29,6 +29,10 @@ pub struct ImageManifest {
     /// `None` for the node's own images, which every tenant may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// How its sandboxes run (environment, working directory, user, command, ...): from the
+    /// imported image's config or the Dockerfile it was built from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<warren_types::ImageConfig>,
 }
 
 /// A layer store rooted at a directory.
@@ -130,9 +134,23 @@ impl ImageStore {
             size_bytes: size,
             stack: Vec::new(),
             owner: None,
+            config: None,
         };
         self.put_manifest(&m)?;
         Ok(m)
+    }
+
+    /// Packs a directory into a layer of the store (`mkfs.erofs`; owners, modes, times and
+    /// xattrs as they are in `dir`), held by `lease`; returns its digest. Nothing is tagged.
+    pub fn add_dir_layer(
+        &self,
+        dir: &Path,
+        source: &str,
+        lease: &crate::Lease,
+    ) -> Result<String, ImageError> {
+        let tmp = self.tmp_path("layer");
+        crate::files::mkfs(dir, &tmp)?;
+        self.add_layer(&tmp, source, None, Some(lease))
     }
 
     /// Refuses to let `owner` (a tenant, or `None` for the node's administrator) write tag
@@ -241,9 +259,28 @@ impl ImageStore {
                 refs.to_vec()
             },
             owner: None,
+            config: self.stack_config(refs)?,
         };
         self.put_manifest(&m)?;
         Ok(m)
+    }
+
+    /// The run configuration of a stack of refs: each image's over the ones below it (layer
+    /// digests carry none); `None` when no image of the stack has one.
+    pub fn stack_config(
+        &self,
+        refs: &[String],
+    ) -> Result<Option<warren_types::ImageConfig>, ImageError> {
+        let mut out: Option<warren_types::ImageConfig> = None;
+        for r in refs.iter().filter(|r| !r.starts_with("sha256:")) {
+            if let Some(c) = self.manifest(r)?.config {
+                out = Some(match out {
+                    Some(below) => below.overlay(&c),
+                    None => c,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Reads an image by `name[:tag]`.
@@ -277,6 +314,7 @@ impl ImageStore {
             layers,
             created_ms: m.created_ms,
             source: m.source,
+            config: m.config,
         })
     }
 
@@ -484,6 +522,7 @@ mod tests {
             size_bytes: 16,
             stack: vec![],
             owner: None,
+            config: None,
         };
         let before = store.changes();
         store.put_manifest(&m).unwrap();

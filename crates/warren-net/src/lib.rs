@@ -173,6 +173,11 @@ impl Network {
     }
 
     /// Interface name prefix of this node's links.
+    /// The names of the node's configured services.
+    pub fn service_names(&self) -> Vec<String> {
+        self.cfg.services.keys().cloned().collect()
+    }
+
     pub fn link_prefix(&self) -> &str {
         &self.table.prefix
     }

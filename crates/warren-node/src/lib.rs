@@ -20,6 +20,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod builds;
 pub mod clock;
 pub mod config;
 pub mod error;

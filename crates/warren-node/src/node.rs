@@ -15,6 +15,7 @@
 //! - [`Terminals`] owns the terminal sessions it opens in the manager's sandboxes;
 //! - [`Processes`] and [`Files`] own nothing: they serve the commands and file calls into
 //!   the manager's sandboxes, through its step runner.
+//! - [`Builds`] runs image builds (each `RUN` a sandbox of the [`Manager`]).
 //!
 //! They reach each other in one direction only. The manager holds the parts it calls into
 //! ([`crate::manager::Parts`]: network, telemetry, trajectories, snapshots), whose own calls
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use warren_image::ImageStore;
 use warren_types::Substrate;
 
+use crate::builds::Builds;
 use crate::functions::{FunctionPools, Functions, NoBackend, RuntimeBackend, WarmBackend};
 use crate::images::Images;
 use crate::manager::{
@@ -46,6 +48,7 @@ pub struct Node {
     pub terminals: Terminals,
     pub processes: Processes,
     pub files: Files,
+    pub builds: Builds,
     /// Requests answered by the node's API router, by route and status.
     pub http: warren_edge::HttpMetrics,
 }
@@ -69,7 +72,11 @@ impl Node {
         };
         let pools = FunctionPools::new(cfg.functions.clone(), backend);
         let functions = Functions::new(pools, cfg.defaults.clone(), cfg.bounds.clone());
+        if let Some(s) = &images {
+            sandboxes.set_image_store(s.clone());
+        }
         Node {
+            builds: Builds::new(sandboxes.clone(), images.clone()),
             images: Images::new(images),
             network: sandboxes.parts().network.clone(),
             telemetry: sandboxes.parts().telemetry.clone(),
@@ -137,4 +144,5 @@ served_parts!(
     Terminals => terminals,
     Processes => processes,
     Files => files,
+    Builds => builds,
 );

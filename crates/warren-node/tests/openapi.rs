@@ -186,6 +186,21 @@ fn schemas_name_the_serialized_fields() {
             }),
         ),
         (
+            "ImageConfig",
+            fields_of(&warren_types::ImageConfig {
+                env: vec!["A=b".into()],
+                working_dir: Some("/w".into()),
+                user: Some("u".into()),
+                cmd: Some(vec![]),
+                entrypoint: Some(vec![]),
+                labels: [("a".to_string(), "b".to_string())].into(),
+                exposed_ports: vec!["80/tcp".into()],
+                stop_signal: Some("SIGTERM".into()),
+                healthcheck: Some(Default::default()),
+                shell: Some(vec![]),
+            }),
+        ),
+        (
             "CreateSnapshotRequest",
             fields_of(&warren_types::CreateSnapshotRequest::default()),
         ),

@@ -184,6 +184,24 @@ pub trait Runtime: Send + Sync + 'static {
         )))
     }
 
+    /// Packs what `instance`'s commands changed (its writable layer: new and changed files,
+    /// deletions as whiteouts, opaque directories, owners as the sandbox sees them) into a
+    /// layer of the image store, leaving out `exclude` (paths relative to its root). Returns
+    /// the layer's digest and the temporary lease that holds it. The sandbox is left as it
+    /// was. Used by image builds.
+    async fn capture_layer(
+        &self,
+        instance: &Arc<dyn Instance>,
+        exclude: &[String],
+        source: &str,
+    ) -> Result<(String, warren_image::Lease), RuntimeError> {
+        let _ = (instance, exclude, source);
+        Err(RuntimeError::Unsupported(format!(
+            "{} sandboxes cannot be captured as a layer",
+            self.substrate().as_str()
+        )))
+    }
+
     /// Creates a sandbox from a snapshot [`Runtime::save_snapshot`] made (`record` is its
     /// [`SavedSnapshot::record`]); the snapshot stays as it is. A spec the snapshot cannot
     /// take (another machine shape) is [`RuntimeError::Unsupported`], saying why.

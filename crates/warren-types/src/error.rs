@@ -55,6 +55,9 @@ pub enum ErrorCode {
     /// Nothing accepts connections on the sandbox's port (HTTP 502), or what does closed the
     /// connection without an HTTP answer.
     PortUnreachable,
+    /// An image build failed at one of its steps (a `RUN` that exited non-zero or timed
+    /// out, a `COPY` of a missing file); the message names the step. Nothing was tagged.
+    BuildFailed,
 }
 
 impl ErrorCode {
@@ -64,7 +67,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
-            ErrorCode::FileError | ErrorCode::Unschedulable => 422,
+            ErrorCode::FileError | ErrorCode::Unschedulable | ErrorCode::BuildFailed => 422,
             ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
             ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
             ErrorCode::Unauthorized => 401,
@@ -100,11 +103,12 @@ impl ErrorCode {
             ErrorCode::Unschedulable => "unschedulable",
             ErrorCode::NodeUnreachable => "node_unreachable",
             ErrorCode::PortUnreachable => "port_unreachable",
+            ErrorCode::BuildFailed => "build_failed",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -126,6 +130,7 @@ impl ErrorCode {
         ErrorCode::Unschedulable,
         ErrorCode::NodeUnreachable,
         ErrorCode::PortUnreachable,
+        ErrorCode::BuildFailed,
     ];
 }
 

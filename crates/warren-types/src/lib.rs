@@ -36,7 +36,10 @@ pub use exec::{
 pub use files::{ChmodRequest, FileKind, FileStat, MkdirRequest};
 pub use function::{CallFile, CallFileResult, CallRequest, CallResult, PoolStats, PoolsInfo};
 pub use id::{NodeId, SandboxId};
-pub use image::{GcReport, ImageDeleted, ImageImported, ImageInfo, LayerInfo, PullRequest};
+pub use image::{
+    BuildEvent, BuildOptions, GcReport, Healthcheck, ImageConfig, ImageDeleted, ImageImported,
+    ImageInfo, LayerInfo, PullRequest,
+};
 pub use network::{AllowRule, NetworkMode, NetworkPolicy, NetworkStatus, Ports, Protocol};
 pub use sandbox::{
     CpuClass, CreateSandboxRequest, DiskMedium, ForkRequest, ForkResult, ImageRef, Limits,

@@ -60,6 +60,7 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("POST", "/v1/images/gc"),
     ("POST", "/v1/images/import"),
     ("POST", "/v1/images/pull"),
+    ("POST", "/v1/images/build"),
     ("POST", "/v1/functions/call"),
     ("GET", "/v1/functions/pools"),
     ("POST", "/run_code"),

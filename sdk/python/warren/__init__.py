@@ -13,6 +13,7 @@ node's address comes from ``url``, else ``WARREN_URL``, else ``unix:///run/warre
 
 from ._client import AsyncClient
 from ._errors import (
+    BuildFailed,
     Busy,
     CommandError,
     Conflict,
@@ -67,6 +68,7 @@ __all__ = [
     "AsyncPty",
     "AsyncSandbox",
     "AsyncTrajectory",
+    "BuildFailed",
     "Busy",
     "CallResult",
     "Client",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 from ._errors import CommandError
@@ -321,6 +321,55 @@ class AsyncClient:
         """Collects every layer no image and no live sandbox references."""
         resp = await self._http.request("POST", "/v1/images/gc")
         return dict(resp.json())
+
+    async def build_image(
+        self,
+        context: str,
+        tag: str,
+        *,
+        dockerfile: Optional[str] = None,
+        build_args: Optional[Mapping[str, str]] = None,
+        target: Optional[str] = None,
+        no_cache: bool = False,
+        network: Optional[str] = None,
+        memory: Union[int, str, None] = None,
+        cpus: Optional[float] = None,
+        disk: Union[int, str, None] = None,
+        step_timeout: Optional[float] = None,
+        on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
+        log: bool = False,
+    ) -> Dict[str, Any]:
+        """Builds image ``tag`` from a Dockerfile (``POST /v1/images/build``).
+
+        ``context`` is a directory (sent as a tar; ``.dockerignore`` applies on the node);
+        ``dockerfile`` defaults to ``context/Dockerfile`` and may lie outside it. Every
+        ``RUN`` runs in a sandbox of the node (``memory``, ``cpus``, ``disk`` and
+        ``step_timeout`` bound each one; ``network="none"`` forbids the network). Each event
+        of the build's log (dicts: ``step``, ``cached``, ``output``, ``step_done``, ...) goes
+        to ``on_event`` as it comes; ``log=True`` prints them like ``warren image build``.
+        Returns the image (as :meth:`image` does); a failed step raises
+        :class:`~warren.BuildFailed` with the step, its exit status and its last output lines.
+        """
+        from ._build import build_image, print_event
+
+        cb = on_event
+        if log and on_event is None:
+            cb = print_event
+        return await build_image(
+            self._http,
+            context,
+            tag,
+            dockerfile=dockerfile,
+            build_args=build_args,
+            target=target,
+            no_cache=no_cache,
+            network=network,
+            memory_mb=parse_mib(memory) if memory is not None else None,
+            cpus=cpus,
+            disk_mb=parse_mib(disk) if disk is not None else None,
+            step_timeout=step_timeout,
+            on_event=cb,
+        )
 
     async def cluster(self) -> Dict[str, Any]:
         """The cluster as a gateway sees it (``GET /v1/cluster``, gateways only): ``nodes``

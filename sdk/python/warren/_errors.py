@@ -218,6 +218,23 @@ class PortUnreachable(WarrenError):
     default_code = "port_unreachable"
 
 
+class BuildFailed(WarrenError):
+    """An image build failed at one of its steps; nothing was tagged (422).
+
+    Attributes:
+        step: The failing step's number (1-based), when known.
+        instruction: The failing instruction, after argument substitution.
+        exit_code: The exit status of a failing ``RUN``.
+        output_tail: The last lines of the failing command's output.
+    """
+
+    default_code = "build_failed"
+    step = None
+    instruction = None
+    exit_code = None
+    output_tail: list = []
+
+
 class ServerError(WarrenError):
     """A bug or an unexpected host failure on the node (``internal``, HTTP 500, or any other 5xx)."""
 
@@ -276,6 +293,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "capacity_unavailable": CapacityUnavailable,
     "node_unreachable": NodeUnreachable,
     "port_unreachable": PortUnreachable,
+    "build_failed": BuildFailed,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {

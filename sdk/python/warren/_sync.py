@@ -418,6 +418,7 @@ class Client:
     image = _sync(AsyncClient.image)
     delete_image = _sync(AsyncClient.delete_image)
     gc_images = _sync(AsyncClient.gc_images)
+    build_image = _sync(AsyncClient.build_image)
     cluster = _sync(AsyncClient.cluster)
     drain = _sync(AsyncClient.drain)
     undrain = _sync(AsyncClient.undrain)

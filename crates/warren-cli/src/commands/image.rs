@@ -34,6 +34,9 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Cmd {
+    /// Build an image from a Dockerfile on the daemon: every RUN runs in a sandbox, every
+    /// step becomes a layer, unchanged steps come from the build cache.
+    Build(super::image_build::BuildArgs),
     /// Build a read-only EROFS layer from a directory and tag it as a one-layer image.
     BuildLayer {
         dir: PathBuf,
@@ -100,6 +103,9 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if let Cmd::Build(b) = &args.cmd {
+        return super::image_build::run(ctx, b, args.json).await;
+    }
     if let Cmd::Import {
         path,
         registry,
@@ -128,6 +134,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("open image store {}", args.store.display()))?,
     );
     match args.cmd {
+        Cmd::Build(_) => unreachable!("handled above"),
         Cmd::BuildLayer { dir, tag } => {
             let started = std::time::Instant::now();
             let s = store.clone();

@@ -14,6 +14,7 @@ pub mod extend;
 pub mod fork;
 pub mod health;
 pub mod image;
+pub mod image_build;
 pub mod inspect;
 pub mod ls;
 pub mod net;

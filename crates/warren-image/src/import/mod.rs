@@ -200,6 +200,7 @@ impl ImageStore {
                 size_bytes: size,
                 stack: Vec::new(),
                 owner: owner.map(str::to_string),
+                config: plan.config.clone(),
             };
             self.put_claimed_manifest(&m)?;
             Ok::<_, ImageError>((m, report))

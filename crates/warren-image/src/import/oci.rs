@@ -79,6 +79,69 @@ pub(crate) struct PlannedLayer {
 pub(crate) struct Plan {
     pub layers: Vec<PlannedLayer>,
     pub suggested_tag: Option<String>,
+    /// The image's run configuration (`config` of the OCI image config), when it has one.
+    pub config: Option<warren_types::ImageConfig>,
+}
+
+/// The run configuration of an OCI or docker image config (`config`: `Env`, `WorkingDir`,
+/// `User`, `Cmd`, `Entrypoint`, `Labels`, `ExposedPorts`, `StopSignal`, `Healthcheck`,
+/// `Shell`). Read leniently: a field of the wrong shape is left out, never an error (the
+/// layers are what an import must get right).
+pub(crate) fn run_config(config: &[u8]) -> Option<warren_types::ImageConfig> {
+    let v: Value = serde_json::from_slice(config).ok()?;
+    let c = v.get("config").or_else(|| v.get("Config"))?;
+    let strings = |k: &str| -> Option<Vec<String>> {
+        c.get(k)?
+            .as_array()?
+            .iter()
+            .map(|x| x.as_str().map(str::to_string))
+            .collect()
+    };
+    let text = |k: &str| {
+        c.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let mut out = warren_types::ImageConfig {
+        env: strings("Env").unwrap_or_default(),
+        working_dir: text("WorkingDir"),
+        user: text("User"),
+        cmd: strings("Cmd"),
+        entrypoint: strings("Entrypoint"),
+        stop_signal: text("StopSignal"),
+        shell: strings("Shell"),
+        ..Default::default()
+    };
+    if let Some(l) = c.get("Labels").and_then(Value::as_object) {
+        for (k, v) in l {
+            if let Some(v) = v.as_str() {
+                out.labels.insert(k.clone(), v.to_string());
+            }
+        }
+    }
+    if let Some(p) = c.get("ExposedPorts").and_then(Value::as_object) {
+        out.exposed_ports = p.keys().cloned().collect();
+    }
+    if let Some(h) = c.get("Healthcheck").and_then(Value::as_object) {
+        let ms = |k: &str| h.get(k).and_then(Value::as_u64).map(|ns| ns / 1_000_000);
+        out.healthcheck = Some(warren_types::Healthcheck {
+            test: h
+                .get("Test")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            interval_ms: ms("Interval"),
+            timeout_ms: ms("Timeout"),
+            start_period_ms: ms("StartPeriod"),
+            retries: h.get("Retries").and_then(Value::as_u64).map(|r| r as u32),
+        });
+    }
+    (out != warren_types::ImageConfig::default()).then_some(out)
 }
 
 /// One image of `docker save`'s `manifest.json`, a format oci-spec does not model.
@@ -221,6 +284,7 @@ fn plan_docker(src: &Source) -> Result<Plan, ImageError> {
     Ok(Plan {
         layers,
         suggested_tag: e.repo_tags.as_ref().and_then(|t| t.first().cloned()),
+        config: run_config(&config),
     })
 }
 
@@ -298,6 +362,7 @@ fn plan_oci(src: &Source) -> Result<Plan, ImageError> {
     Ok(Plan {
         layers,
         suggested_tag: suggested,
+        config: run_config(&config),
     })
 }
 

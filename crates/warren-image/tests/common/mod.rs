@@ -307,11 +307,11 @@ pub fn zstd(data: &[u8]) -> Vec<u8> {
     zstd::encode_all(data, 3).unwrap()
 }
 
-fn config_json(diff_ids: &[String]) -> Vec<u8> {
+fn config_json(diff_ids: &[String], run: serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": {},
+        "config": run,
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }))
     .unwrap()
@@ -320,11 +320,22 @@ fn config_json(diff_ids: &[String]) -> Vec<u8> {
 /// A `docker save` archive (classic layout: `<id>/layer.tar`, `<config-hex>.json`,
 /// `manifest.json`) of uncompressed layer tars, lowest first.
 pub fn docker_archive(layers: &[Vec<u8>], repo_tag: &str, out: &Path) {
+    docker_archive_with_config(layers, repo_tag, out, serde_json::json!({}));
+}
+
+/// [`docker_archive`] whose image config's `config` (Env, WorkingDir, User, Cmd, ...) is `run`.
+#[allow(dead_code)]
+pub fn docker_archive_with_config(
+    layers: &[Vec<u8>],
+    repo_tag: &str,
+    out: &Path,
+    run: serde_json::Value,
+) {
     let diff_ids: Vec<String> = layers
         .iter()
         .map(|l| format!("sha256:{}", sha256_hex(l)))
         .collect();
-    let config = config_json(&diff_ids);
+    let config = config_json(&diff_ids, run);
     let config_name = format!("{}.json", sha256_hex(&config));
     let mut b = tar::Builder::new(std::fs::File::create(out).unwrap());
     let mut names = Vec::new();
@@ -397,7 +408,7 @@ pub struct OciImage {
 
 pub fn oci_image(layers: &[OciLayer]) -> OciImage {
     let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
-    let config = config_json(&diff_ids);
+    let config = config_json(&diff_ids, serde_json::json!({}));
     let config_digest = format!("sha256:{}", sha256_hex(&config));
     let mut blobs = vec![(config_digest.clone(), config.clone())];
     let mut descs = Vec::new();

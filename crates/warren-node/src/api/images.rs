@@ -9,6 +9,7 @@ use warren_types::{GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest
 
 use super::error::{HttpError, HttpResult};
 use super::extract::{Auth, JsonBody, QueryPairs, RawBody};
+use crate::builds::Builds;
 use crate::images::Images;
 
 /// `{ref}` of `/v1/images/{ref}`: `name[:tag]` (layer digests are not images).
@@ -95,4 +96,78 @@ pub async fn pull(
     JsonBody(req): JsonBody<PullRequest>,
 ) -> HttpResult<Json<ImageImported>> {
     Ok(Json(images.pull(&caller, req).await?))
+}
+
+/// `POST /v1/images/build?tag=…[&dockerfile=…][&build_arg=K=V]…[&target=…][&no_cache=true]
+/// [&network=none][&memory_mb=…][&cpus=…][&disk_mb=…][&step_timeout_secs=…]`: the body is
+/// the build context as a tar; the answer streams the build's log as NDJSON
+/// ([`warren_types::BuildEvent`]), ending with `result` or `error`.
+pub async fn build(
+    State(builds): State<Builds>,
+    Auth(caller): Auth,
+    q: QueryPairs,
+    body: RawBody,
+) -> HttpResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    q.only(
+        &[
+            "tag",
+            "dockerfile",
+            "build_arg",
+            "target",
+            "no_cache",
+            "network",
+            "memory_mb",
+            "cpus",
+            "disk_mb",
+            "step_timeout_secs",
+        ],
+        &["build_arg"],
+    )?;
+    let num = |k: &str| -> Result<Option<f64>, HttpError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| {
+                        HttpError::invalid(format!("{k}={v:?} is not a positive number"))
+                    })
+            })
+            .transpose()
+    };
+    let mut build_args = std::collections::BTreeMap::new();
+    for a in q.all("build_arg") {
+        let (k, v) = a
+            .split_once('=')
+            .ok_or_else(|| HttpError::invalid(format!("build_arg={a:?}: expected KEY=VALUE")))?;
+        build_args.insert(k.to_string(), v.to_string());
+    }
+    let opts = warren_types::BuildOptions {
+        tag: q.required("tag")?.to_string(),
+        dockerfile: q.get("dockerfile").map(str::to_string),
+        build_args,
+        target: q.get("target").map(str::to_string),
+        no_cache: q.flag("no_cache")?,
+        network: q.get("network").map(str::to_string),
+        memory_mb: num("memory_mb")?.map(|x| x as u64),
+        cpus: num("cpus")?,
+        disk_mb: num("disk_mb")?.map(|x| x as u64),
+        step_timeout_secs: num("step_timeout_secs")?,
+    };
+    let rx = builds.build(&caller, opts, body.into_data_stream()).await?;
+    let lines = futures::stream::unfold(rx, |mut rx| async move {
+        let ev = rx.recv().await?;
+        let mut line = serde_json::to_vec(&ev).unwrap_or_default();
+        line.push(b'\n');
+        Some((
+            Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line)),
+            rx,
+        ))
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response())
 }

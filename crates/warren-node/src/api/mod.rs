@@ -105,6 +105,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/images/gc", images::gc)
         .add("POST", "/v1/images/import", images::import)
         .add("POST", "/v1/images/pull", images::pull)
+        .add("POST", "/v1/images/build", images::build)
         .add("POST", "/v1/functions/call", functions::call)
         .add("GET", "/v1/functions/pools", functions::pools)
         .add("POST", "/run_code", fusion::run_code)

@@ -18,6 +18,7 @@
 //! [`NodeError`]. Locks are plain mutexes held only for map/record updates (and the store
 //! write of a transition), never across an await.
 
+mod capture;
 mod create;
 mod delete;
 mod events;
@@ -276,6 +277,8 @@ pub(crate) struct Inner {
     admission: crate::admission::Admission,
     /// The parts it calls into.
     parts: Parts,
+    /// The node's layer store, read for the run configuration of images at create.
+    images: std::sync::OnceLock<Arc<warren_image::ImageStore>>,
 }
 
 /// The parts of the node the manager calls into, each owning its own state (see
@@ -330,6 +333,7 @@ impl Manager {
                     trajectories: Trajectories::default(),
                     snapshots,
                 },
+                images: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -82,6 +82,18 @@ pub async fn snapshot(
     rt: &ContainerRuntime,
     parent: &Container,
 ) -> Result<(String, warren_image::Lease), RuntimeError> {
+    pack(rt, parent, &[], &format!("fork snapshot of {}", parent.id)).await
+}
+
+/// [`snapshot`] leaving out `exclude` (paths relative to the sandbox's root, whatever they
+/// are in the writable layer: a file, a whiteout, a directory), with `source` as the layer's
+/// recorded origin.
+pub async fn pack(
+    rt: &ContainerRuntime,
+    parent: &Container,
+    exclude: &[String],
+    source: &str,
+) -> Result<(String, warren_image::Lease), RuntimeError> {
     let pid = parent.record.agent_pid;
     let pidfd = warren_sys::pidfd::open(pid)?;
     let upper = warren_sys::pidfd::get_fd(&pidfd, warren_proto::UPPER_FD).map_err(|e| {
@@ -118,6 +130,22 @@ pub async fn snapshot(
             &[(upper.as_raw_fd(), 3)],
         )
         .await?;
+        for rel in exclude {
+            let rel = rel.trim_start_matches('/');
+            if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+                continue;
+            }
+            let p = staging.join(rel);
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::remove_dir_all(&p);
+                }
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&p);
+                }
+                Err(_) => {}
+            }
+        }
         run_helper(
             rt,
             &[
@@ -149,7 +177,7 @@ pub async fn snapshot(
         let _ = std::fs::set_permissions(&image, std::fs::Permissions::from_mode(0o644));
     }
     let images = rt.images.clone();
-    let source = format!("fork snapshot of {}", parent.id);
+    let source = source.to_string();
     let stored = tokio::task::spawn_blocking(move || {
         let lease = images.temp_lease("fork")?;
         let d = images.add_layer(&image, &source, None, Some(&lease))?;

@@ -711,6 +711,28 @@ impl Runtime for ContainerRuntime {
         snapshot::save(self, c, dir, holder).await
     }
 
+    async fn capture_layer(
+        &self,
+        instance: &Arc<dyn Instance>,
+        exclude: &[String],
+        source: &str,
+    ) -> Result<(String, warren_image::Lease), RuntimeError> {
+        let Some(c) = instance.as_any().downcast_ref::<Container>() else {
+            return Err(RuntimeError::Unsupported(
+                "a container runtime captures containers only".into(),
+            ));
+        };
+        let was_paused = c.is_paused();
+        if !was_paused {
+            c.cgroups.freeze(true).await?;
+        }
+        let packed = fork::pack(self, c, exclude, source).await;
+        if !was_paused {
+            c.cgroups.freeze(false).await?;
+        }
+        packed
+    }
+
     async fn restore_snapshot(
         &self,
         _dir: &std::path::Path,

@@ -1,0 +1,323 @@
+//! Image builds on this node (`POST /v1/images/build`): the context is received into the
+//! store's scratch space, the build runs in a task of its own (`warren_build::build`) and its
+//! log goes out as it happens.
+//!
+//! This part owns only the glue: every `RUN` is an ordinary sandbox of the node's
+//! [`Manager`] (created for the caller, so quotas hold; limits and network of the build),
+//! whose command is run with a streamed exec and whose writable layer is captured
+//! ([`Manager::capture_layer`]) before the sandbox is deleted — whatever happens, the
+//! sandbox goes.
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use warren_build::{BuildError, BuildRequest, Host, RunEvent, RunResult, RunSpec};
+use warren_image::{ImageManifest, ImageStore};
+use warren_types::{
+    ApiError, BuildEvent, BuildOptions, Caller, CreateSandboxRequest, ErrorCode, ExecEvent,
+    ExecRequest, ImageRef, NetworkMode, NetworkPolicy, SandboxId,
+};
+
+use crate::error::NodeError;
+use crate::manager::{Manager, Processes};
+
+/// Longest Dockerfile and context the node takes (the context is spooled to disk).
+const MAX_CONTEXT_BYTES: u64 = 8 << 30;
+
+/// The build routes' owner. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Builds {
+    manager: Manager,
+    store: Option<Arc<ImageStore>>,
+}
+
+impl Builds {
+    pub fn new(manager: Manager, store: Option<Arc<ImageStore>>) -> Builds {
+        Builds { manager, store }
+    }
+
+    /// Starts a build of the context `body` (a tar) for `caller`; the log comes on the
+    /// returned channel, ending with a `result` or an `error` event. Errors before anything
+    /// ran (bad options, no store, an unreadable context) are returned here.
+    pub async fn build<S, E>(
+        &self,
+        caller: &Caller,
+        opts: BuildOptions,
+        mut body: S,
+    ) -> Result<mpsc::Receiver<BuildEvent>, NodeError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        warren_types::validate::image_ref(&opts.tag)?;
+        let store = self.store.clone().ok_or_else(|| {
+            NodeError::Api(ApiError::new(
+                ErrorCode::NotFound,
+                "this node has no image store",
+            ))
+        })?;
+        if let Some(n) = opts.network.as_deref() {
+            if n != "none" && n != "default" {
+                return Err(ApiError::invalid(format!(
+                    "network {n:?}: use \"none\" or \"default\""
+                ))
+                .into());
+            }
+        }
+        let owner = if caller.is_admin() {
+            None
+        } else {
+            caller.tenant.clone()
+        };
+        // Receive the context.
+        let spool = store.tmp_path("build-context.tar");
+        let dir = store.tmp_path("build-context");
+        let received = async {
+            let mut f = tokio::fs::File::create(&spool).await?;
+            let mut n = 0u64;
+            while let Some(chunk) = body.next().await {
+                let chunk =
+                    chunk.map_err(|e| std::io::Error::other(format!("upload interrupted: {e}")))?;
+                n += chunk.len() as u64;
+                if n > MAX_CONTEXT_BYTES {
+                    return Err(std::io::Error::other(format!(
+                        "the context is larger than {MAX_CONTEXT_BYTES} bytes"
+                    )));
+                }
+                f.write_all(&chunk).await?;
+            }
+            f.flush().await
+        }
+        .await;
+        let unpacked = match received {
+            Ok(()) => {
+                let (spool, dir) = (spool.clone(), dir.clone());
+                tokio::task::spawn_blocking(move || unpack_context(&spool, &dir))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r)
+            }
+            Err(e) => Err(format!("receiving the context: {e}")),
+        };
+        let _ = tokio::fs::remove_file(&spool).await;
+        let dockerfile = unpacked.and_then(|()| {
+            let name = opts.dockerfile.as_deref().unwrap_or("Dockerfile");
+            let rel = warren_build::stack::clean(std::path::Path::new(name));
+            std::fs::read_to_string(dir.join(&rel))
+                .map_err(|e| format!("reading {name} from the context: {e}"))
+        });
+        let dockerfile = match dockerfile {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(ApiError::invalid(e).into());
+            }
+        };
+        let host: Arc<dyn Host> = Arc::new(NodeHost {
+            manager: self.manager.clone(),
+            store: store.clone(),
+            caller: caller.clone(),
+        });
+        let req = BuildRequest {
+            dockerfile,
+            context: dir.clone(),
+            options: opts,
+            owner,
+        };
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let last = match warren_build::build(host, req, tx.clone()).await {
+                Ok(b) => BuildEvent::Result {
+                    image: b.image,
+                    steps_run: b.steps_run,
+                    steps_cached: b.steps_cached,
+                    seconds: b.seconds,
+                },
+                Err(e) => {
+                    tracing::info!(error = %e, "image build failed");
+                    e.event()
+                }
+            };
+            // The context goes before the last event: a client that sees the end sees no
+            // scratch file of the build.
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+            let _ = tx.send(last).await;
+        });
+        Ok(rx)
+    }
+}
+
+/// Unpacks the context tar into `dir` (nothing outside it; owners as root's).
+fn unpack_context(tar: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let f = std::fs::File::open(tar).map_err(|e| e.to_string())?;
+    warren_image::import::unpack::unpack(std::io::BufReader::new(f), dir)
+        .map(|_| ())
+        .map_err(|e| match e {
+            warren_image::import::unpack::UnpackError::Bad(m) => format!("bad context tar: {m}"),
+            warren_image::import::unpack::UnpackError::Io(e) => format!("bad context tar: {e}"),
+        })
+}
+
+/// The node as a build sees it.
+struct NodeHost {
+    manager: Manager,
+    store: Arc<ImageStore>,
+    caller: Caller,
+}
+
+impl NodeHost {
+    /// The build's network: none, or every service of the node's configuration.
+    fn policy(&self, none: bool) -> NetworkPolicy {
+        match (none, self.manager.parts().network.get()) {
+            (false, Some(n)) => NetworkPolicy {
+                mode: NetworkMode::Allow,
+                services: n.service_names().into_iter().map(|s| (s, true)).collect(),
+                ..Default::default()
+            },
+            _ => NetworkPolicy::none(),
+        }
+    }
+
+    async fn run_in(
+        &self,
+        id: &SandboxId,
+        spec: &RunSpec,
+        out: &mpsc::Sender<RunEvent>,
+    ) -> Result<RunResult, BuildError> {
+        let host_err = |e: NodeError| {
+            let a = e.to_api();
+            BuildError::Host {
+                code: a.code,
+                message: a.message,
+            }
+        };
+        let req = ExecRequest {
+            argv: Some(spec.argv.clone()),
+            cwd: Some(spec.cwd.clone()),
+            env: spec.env.iter().cloned().collect::<BTreeMap<_, _>>(),
+            user: Some(spec.user.clone().unwrap_or_else(|| "root".into())),
+            timeout_secs: Some(spec.timeout_secs),
+            stdin: spec
+                .stdin
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            kill_tree: true,
+            ..Default::default()
+        };
+        let mut events = Processes::new(self.manager.clone())
+            .exec_stream(id, req)
+            .await
+            .map_err(host_err)?;
+        let mut result = None;
+        while let Some(ev) = events.next().await {
+            match ev {
+                ExecEvent::Stdout { data } => {
+                    let _ = out.send(RunEvent::Stdout(data.into_bytes())).await;
+                }
+                ExecEvent::Stderr { data } => {
+                    let _ = out.send(RunEvent::Stderr(data.into_bytes())).await;
+                }
+                ExecEvent::Exit { result: r } => result = Some(r),
+                ExecEvent::Error { error } => {
+                    return Err(BuildError::Host {
+                        code: error.code,
+                        message: error.message,
+                    })
+                }
+            }
+        }
+        let r = result.ok_or_else(|| BuildError::Host {
+            code: ErrorCode::SandboxLost,
+            message: "the command's stream ended without an exit".into(),
+        })?;
+        let mut res = RunResult {
+            exit_code: r.exit_code,
+            signal: r.signal,
+            timed_out: r.timed_out,
+            layer: None,
+        };
+        if r.exit_code == Some(0) && !r.timed_out {
+            let exclude: Vec<String> = warren_build::build::NOT_CAPTURED
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            res.layer = Some(
+                self.manager
+                    .capture_layer(id, &exclude, &spec.source)
+                    .await
+                    .map_err(host_err)?,
+            );
+        }
+        Ok(res)
+    }
+}
+
+#[async_trait::async_trait]
+impl Host for NodeHost {
+    fn store(&self) -> &Arc<ImageStore> {
+        &self.store
+    }
+
+    async fn run(
+        &self,
+        spec: RunSpec,
+        out: mpsc::Sender<RunEvent>,
+    ) -> Result<RunResult, BuildError> {
+        let req = CreateSandboxRequest {
+            image: ImageRef::Stack(spec.layers.clone()),
+            memory_mb: spec.memory_mb,
+            cpus: spec.cpus,
+            disk_mb: spec.disk_mb,
+            network: self.policy(spec.no_network),
+            labels: [("warren.build".to_string(), "step".to_string())].into(),
+            ..Default::default()
+        };
+        let created = self
+            .manager
+            .create_as(&self.caller, req)
+            .await
+            .map_err(|e| {
+                let a = e.to_api();
+                BuildError::Host {
+                    code: a.code,
+                    message: format!("starting the step's sandbox: {}", a.message),
+                }
+            })?;
+        let id: SandboxId = created.info.id.parse().map_err(|e| BuildError::Host {
+            code: ErrorCode::Internal,
+            message: format!("{e}"),
+        })?;
+        // The sandbox goes whatever happens, even when this future is dropped mid-run.
+        let mut guard = DeleteOnDrop(Some((self.manager.clone(), id.clone())));
+        let res = self.run_in(&id, &spec, &out).await;
+        guard.0 = None;
+        if let Err(e) = self.manager.delete(&id).await {
+            tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
+        }
+        res
+    }
+
+    async fn pull(&self, reference: &str) -> Result<Option<ImageManifest>, BuildError> {
+        let _ = reference;
+        Ok(None)
+    }
+}
+
+/// Deletes a build step's sandbox when dropped (on a task, since drop cannot wait).
+struct DeleteOnDrop(Option<(Manager, SandboxId)>);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some((m, id)) = self.0.take() {
+            tokio::spawn(async move {
+                if let Err(e) = m.delete(&id).await {
+                    tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
+                }
+            });
+        }
+    }
+}
