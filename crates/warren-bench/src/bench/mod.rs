@@ -35,6 +35,7 @@
 //! `index.html` with the tables and plots (see `report/mod.rs`).
 
 mod baselines;
+mod build;
 mod call;
 mod cluster;
 mod curve;
@@ -104,6 +105,9 @@ pub enum Which {
     Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
+    /// Dockerfile builds: a cold 6-step build vs `podman build` of the same file, the cached
+    /// rebuild, N task images from one base on disk (`-n`, default 100; not in `all`)
+    Build,
 }
 
 #[derive(Debug, clap::Args)]
@@ -231,6 +235,8 @@ pub struct Report {
     pub revive: Option<revive::ReviveBench>,
     pub ship: Option<ship::Ship>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub build: Option<build::BuildBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<fusion::FusionBench>,
@@ -312,6 +318,23 @@ impl Report {
                 c.left_after_delete as f64,
                 "",
                 0.0,
+            ));
+        }
+        if let Some(b) = &self.build {
+            if let Some(p) = b.podman_cold_secs {
+                checks.push(Check::at_most(
+                    "cold build / podman build",
+                    b.cold_secs / p,
+                    "x",
+                    1.0,
+                ));
+            }
+            checks.push(Check::at_most("cached rebuild", b.cached_secs, "s", 0.2));
+            checks.push(Check::at_most(
+                "task images on disk / (base + changes)",
+                b.ratio(),
+                "x",
+                1.1,
             ));
         }
         if let Some(sh) = &self.ship {
@@ -510,6 +533,12 @@ impl Report {
             }
             out.push_str(&sh.render());
         }
+        if let Some(b) = &self.build {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&b.render());
+        }
         if let Some(n) = &self.net {
             if !out.is_empty() {
                 out.push('\n');
@@ -662,6 +691,11 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if all || args.which == Which::Revive {
         stop.check()?;
         report.revive = Some(revive::revive(setup, n(100)).await?);
+    }
+    if args.which == Which::Build {
+        stop.check()?;
+        let store = build::store_dir(None);
+        report.build = Some(build::build_bench(setup, &store, n(100)).await?);
     }
     if args.which == Which::Ship {
         stop.check()?;
