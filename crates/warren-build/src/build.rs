@@ -280,10 +280,8 @@ pub async fn build(
         built: BTreeMap::new(),
         global_args,
     };
-    for i in 0..=target {
-        if !needed[i] {
-            continue;
-        }
+    let wanted: Vec<usize> = (0..=target).filter(|i| needed[*i]).collect();
+    for i in wanted {
         let s = b.stage(&defs, i, &stage_index).await?;
         b.built.insert(i, s);
     }

@@ -168,7 +168,7 @@ impl BuildStream {
             let ev = ev?;
             on_event(&ev);
             match ev {
-                BuildEvent::Result { image, .. } => return Ok(image),
+                BuildEvent::Result { image, .. } => return Ok(*image),
                 BuildEvent::Error { code, message, .. } => {
                     return Err(ClientError::Api {
                         status: 0,

@@ -131,7 +131,7 @@ impl Builds {
         tokio::spawn(async move {
             let last = match warren_build::build(host, req, tx.clone()).await {
                 Ok(b) => BuildEvent::Result {
-                    image: b.image,
+                    image: Box::new(b.image),
                     steps_run: b.steps_run,
                     steps_cached: b.steps_cached,
                     seconds: b.seconds,

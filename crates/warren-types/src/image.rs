@@ -295,7 +295,7 @@ pub enum BuildEvent {
     },
     /// The image was made and tagged. The last line of a build that succeeded.
     Result {
-        image: ImageInfo,
+        image: Box<ImageInfo>,
         steps_run: usize,
         steps_cached: usize,
         seconds: f64,
