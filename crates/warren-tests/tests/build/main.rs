@@ -282,7 +282,7 @@ async fn imported_image_env_workdir_and_user_apply_to_exec() {
         Some(vec!["cat".to_string(), "hello.txt".to_string()])
     );
 
-    let stack = format!("{tag}");
+    let stack = tag.to_string();
     let req = CreateSandboxRequest {
         image: ImageRef::Stack(vec!["default".into(), stack.clone()]),
         ..Default::default()
