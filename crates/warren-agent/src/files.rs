@@ -22,6 +22,14 @@ fn io_event(path: &str, e: &std::io::Error) -> Event {
         std::io::ErrorKind::NotFound => ErrorCode::NotFound,
         _ => ErrorCode::FileError,
     };
+    // A full writable layer says which limit it hit: the quota (EDQUOT, a layer on disk) and
+    // a full file system (ENOSPC, a layer in memory) both mean the sandbox's disk_mb.
+    if matches!(e.raw_os_error(), Some(libc::EDQUOT | libc::ENOSPC)) {
+        return Event::error(
+            code,
+            format!("{path}: no space left in the sandbox's writable layer (its disk_mb): {e}"),
+        );
+    }
     Event::error(code, format!("{path}: {e}"))
 }
 

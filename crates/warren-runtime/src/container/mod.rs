@@ -37,7 +37,7 @@ use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
 
 pub use record::ContainerRecord;
 pub use warren_proto::UserLimit;
-pub use writable::{WritableConfig, WritableSpace, WritableStore};
+pub use writable::{WritableConfig, WritableSpace, WritableStore, DEFAULT_DISK_OVERCOMMIT};
 
 /// Configuration of the container substrate.
 #[derive(Debug, Clone)]
@@ -129,7 +129,7 @@ impl ContainerConfig {
             writable: Some(WritableConfig {
                 dir: PathBuf::new(),
                 size_mb: DEFAULT_WRITABLE_MB,
-                overcommit: 1.0,
+                overcommit: writable::DEFAULT_DISK_OVERCOMMIT,
             }),
             owner_uid_base: Some(1 << 31),
             user_limits: Vec::new(),
