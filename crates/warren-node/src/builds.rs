@@ -202,7 +202,9 @@ impl NodeHost {
             argv: Some(spec.argv.clone()),
             cwd: Some(spec.cwd.clone()),
             env: spec.env.iter().cloned().collect::<BTreeMap<_, _>>(),
-            user: Some(spec.user.clone().unwrap_or_else(|| "root".into())),
+            // Root by number when `USER` names nobody: an image without /etc/passwd (a
+            // static busybox) has no "root" to look up, and docker runs it as uid 0 too.
+            user: Some(spec.user.clone().unwrap_or_else(|| "0".into())),
             timeout_secs: Some(spec.timeout_secs),
             stdin: spec
                 .stdin
@@ -374,6 +376,21 @@ fn pulled_name(reference: &str, owner: Option<&str>) -> Option<String> {
     Some(name)
 }
 
+/// Deletes a build step's sandbox when dropped (on a task, since drop cannot wait).
+struct DeleteOnDrop(Option<(Manager, SandboxId)>);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some((m, id)) = self.0.take() {
+            tokio::spawn(async move {
+                if let Err(e) = m.delete(&id).await {
+                    tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
+                }
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::pulled_name;
@@ -397,21 +414,6 @@ mod tests {
         );
         for bare in ["default", "python:3.11", "library/python:3.11", "scratch"] {
             assert_eq!(pulled_name(bare, None), None, "{bare}");
-        }
-    }
-}
-
-/// Deletes a build step's sandbox when dropped (on a task, since drop cannot wait).
-struct DeleteOnDrop(Option<(Manager, SandboxId)>);
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        if let Some((m, id)) = self.0.take() {
-            tokio::spawn(async move {
-                if let Err(e) = m.delete(&id).await {
-                    tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
-                }
-            });
         }
     }
 }

@@ -104,6 +104,32 @@ impl Node {
     }
 }
 
+/// A test that failed before `stop`: the daemon and its mounts go anyway (no assertion here,
+/// the test has failed already).
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // TERM first: the daemon removes its sandboxes.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            if let Ok(s) = ImageStore::open(&self.store) {
+                let _ = s.unmount_all();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 async fn blob_server(dir: &Path) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());

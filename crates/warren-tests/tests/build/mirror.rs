@@ -7,7 +7,7 @@
 //! daemon's network configuration as a service; a build's `RUN` reaches exactly the node's
 //! configured services, and nothing with `--network none`.
 
-use super::{build, result_of, write};
+use super::{build, write};
 use crate::common::{self, Daemon};
 use crate::layers;
 use std::fs::File;

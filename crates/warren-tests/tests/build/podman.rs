@@ -213,9 +213,9 @@ async fn warren_and_podman_build_the_same_image() {
     assert_eq!(c.user.as_deref(), Some("runner"));
     let id = d.create(&super::image(&imported)).await.id;
     assert_eq!(
-        d.sh_ok(&id, "echo $TOOL_HOME $LANG; pwd; id -un; cat where")
+        d.sh_ok(&id, "echo $TOOL_HOME $LANG; pwd; id -un; ls where")
             .await,
-        "/opt/tool C.UTF-8\n/opt/app\nrunner\n/opt/tool\n"
+        "/opt/tool C.UTF-8\n/opt/app\nrunner\nwhere\n"
     );
     let r = d
         .exec(

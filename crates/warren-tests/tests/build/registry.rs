@@ -141,6 +141,18 @@ async fn from_a_registry_image_pulls_it_once() {
     );
     let ctx_s = ctx.to_str().unwrap();
     let tag = format!("{}:1", super::unique("from-registry"));
+    // Copies pulled by other runs of this test (other ports, other names) on the same store.
+    let pulled_names = || async {
+        d.client()
+            .images()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| i.reference)
+            .filter(|r| r.starts_with("pulled-tests-tiny-"))
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let before = pulled_names().await;
     // Plain HTTP only when asked.
     let (code, _, err) = build(&d, &[ctx_s, "-t", &tag]);
     assert_eq!(code, 1);
@@ -162,16 +174,8 @@ async fn from_a_registry_image_pulls_it_once() {
     assert_eq!(code, 0, "rebuild failed: {out}{err}");
     assert_eq!(result_of(&out)["steps_run"], 0);
     d.client().delete_image(&tag).await.unwrap();
-    let pulled: Vec<String> = d
-        .client()
-        .images()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.reference)
-        .filter(|r| r.starts_with("pulled-tests-tiny-"))
-        .collect();
-    assert_eq!(pulled.len(), 1, "{pulled:?}");
+    let pulled: Vec<String> = pulled_names().await.difference(&before).cloned().collect();
+    assert_eq!(pulled.len(), 1, "one pulled copy: {pulled:?}");
     d.client().delete_image(&pulled[0]).await.unwrap();
 
     // A bare name that is no image of the node: how to name a registry image.
