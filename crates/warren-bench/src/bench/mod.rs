@@ -20,6 +20,7 @@
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | fusion | SandboxFusion `/run_code` of one python line, p50 / `call` of the same program | ≤ 1.5× |
 //! | fusion | `/run_code` from 16 clients | ≥ 400/s |
+//! | msa | mini-swe-agent step on Warren p50 / its docker environment with podman p50 | ≤ 0.1 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
@@ -44,6 +45,7 @@ mod hostile;
 mod images;
 mod images_gen;
 mod measure;
+mod msa;
 mod neighbour;
 mod net;
 mod pause;
@@ -87,6 +89,9 @@ pub enum Which {
     Call,
     /// SandboxFusion's `/run_code` vs the function call it becomes (not part of `all`)
     Fusion,
+    /// mini-swe-agent's per-step time on Warren vs its docker environment with podman, through
+    /// the SDK's script and a Python with mini-swe-agent (`--python`; not part of `all`)
+    Msa,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
@@ -118,7 +123,7 @@ pub struct Args {
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
     /// neighbour 200 per phase, pause 5, net 100, ports 500, vm 8, hostile 10000, tls 1000 per
-    /// mode, ship 1000]
+    /// mode, ship 1000, msa 60 steps]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -173,6 +178,10 @@ pub struct Args {
     /// measure how far the shipped log is behind
     #[arg(long, value_name = "URL")]
     pub trajectory_store: Option<String>,
+    /// msa: the Python that runs mini-swe-agent (with the SDK and `mini-swe-agent`
+    /// installed) [default: $WARREN_BENCH_PYTHON, else python3]
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<String>,
 }
 
 /// One target and whether it was met.
@@ -240,6 +249,8 @@ pub struct Report {
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<fusion::FusionBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msa: Option<msa::MsaBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -393,6 +404,9 @@ impl Report {
         }
         if let Some(f) = &self.fusion {
             checks.extend(f.checks());
+        }
+        if let Some(m) = &self.msa {
+            checks.extend(m.checks());
         }
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
@@ -563,6 +577,12 @@ impl Report {
             }
             out.push_str(&f.render());
         }
+        if let Some(m) = &self.msa {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&m.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -716,6 +736,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Fusion {
         report.fusion = Some(fusion::fusion(setup, n(500), c(16)).await?);
     }
+    if args.which == Which::Msa {
+        let py = args.python.as_deref();
+        report.msa = Some(msa::msa(setup.url.as_deref(), py, n(60)).await?);
+    }
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
@@ -761,6 +785,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         .context("the daemon does not answer")?;
     let setup = Setup {
         client: client.clone(),
+        url: ctx.url.clone(),
         image: args.image.clone(),
         disk_medium: args.disk_medium.as_deref().map(|m| match m {
             "memory" => warren_types::DiskMedium::Memory,
