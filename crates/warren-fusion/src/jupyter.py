@@ -16,6 +16,13 @@ import traceback
 import types
 
 S = "/tmp/.warren-fusion"
+# The working directory of the cells (the request's files are written there), made when the
+# request brought none.
+os.makedirs("/tmp/code", exist_ok=True)
+os.chdir("/tmp/code")
+# Modules beside the cells import, as in a notebook (whose path starts with the working
+# directory), not the driver's own directory.
+sys.path[0] = ""
 with open(S + "/cells.json") as f:
     spec = json.load(f)
 cells = spec["cells"]

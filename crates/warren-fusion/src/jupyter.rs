@@ -16,7 +16,6 @@ use warren_types::function::MAX_RETURN_CAP;
 use warren_types::{CallFile, CallRequest, CallResult, ImageRef, OutputEncoding};
 
 use crate::error::FusionError;
-use crate::plan::WORKDIR;
 use crate::wire::{CommandRunResult, CommandRunStatus, RunStatus, MAX_TIMEOUT};
 
 const STATE: &str = "/tmp/.warren-fusion";
@@ -172,7 +171,9 @@ impl JupyterPlan {
             image: req.image.clone().unwrap_or_default(),
             argv: Some(vec!["python3".into(), format!("{STATE}/jupyter.py")]),
             interpreter: Some("python3".into()),
-            cwd: Some(WORKDIR.into()),
+            // The driver's own directory, which the call's files make; the driver makes the
+            // working directory (a request may bring no file into it) and moves there.
+            cwd: Some(STATE.into()),
             encoding: OutputEncoding::Base64,
             max_file_bytes: Some(MAX_RETURN_CAP),
             timeout_secs: Some(req.total_timeout + SLACK_SECS),
