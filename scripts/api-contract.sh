@@ -28,19 +28,28 @@ MAX_TIME="${MAX_TIME:-120}"
 SPEC="${API_SPEC:-$REPO/api/openapi.yaml}"
 SEED="${SCHEMATHESIS_SEED:-20261201}"
 PORT="${API_CONTRACT_PORT:-18931}"
-WORK=$(mktemp -d "${WARREN_TEST_DIR:-/tmp}/warren-api-contract.XXXXXX")
+# Short: a VM's sockets live under the state directory, and a Unix socket's path has at most
+# 107 bytes.
+WORK=$(mktemp -d "${WARREN_TEST_DIR:-/tmp}/ac.XXXXXX")
 NODE="api$$"
 
 if ! "$VENV/bin/python" -c 'import sys' > /dev/null 2>&1; then
     rm -rf "$VENV"
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import schemathesis' 2> /dev/null; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'schemathesis>=4,<5'
+# Pinned: a new release brings new checks, which must not turn CI red on a change of nothing.
+SCHEMATHESIS_VERSION=4.32.5
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('schemathesis') != '$SCHEMATHESIS_VERSION')" 2> /dev/null; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
 
+# No guest kernel, so no VM substrates (a create asking for one is 501, as the spec says): a
+# VM's boot under software emulation on a busy CI machine outlasts the run's request timeout,
+# and its start failure would be a 502 of the host, not of the API. crates/warren-tests
+# (tests/vm) drives VMs.
 "$BIN/warrend" --socket "$WORK/warren.sock" --listen "127.0.0.1:$PORT" --state-dir "$WORK/state" \
     --node "$NODE" --agent "$BIN/warren-agent" --max-sandboxes 16 \
+    --guest-kernel "$WORK/no-guest-kernel" \
     --network-config "$REPO/docs/examples/network.toml" \
     --function-min-warm 0 --function-max-warm 1 > "$WORK/warrend.log" 2>&1 &
 DAEMON=$!
@@ -61,7 +70,10 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
-# The terminal route is a WebSocket upgrade, which Schemathesis does not speak. Tar bodies
+# The terminal routes are interactive: the WebSocket one is an upgrade, which Schemathesis
+# does not speak, and the plain-HTTP one (`pty/attach`) answers for as long as its terminal
+# lives and is cut when the sandbox goes (a generated delete); the node's API tests check
+# their bad input. Tar bodies
 # (directory uploads, image archives, build contexts) have no generator. A pull would reach out to a public
 # registry: the contract run talks to its own daemon on loopback only. The cluster routes
 # are the gateway's: a node does not serve them. The event stream never ends, so it has no
@@ -76,6 +88,7 @@ PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=schemat
     run "$SPEC" --url "http://127.0.0.1:$PORT" \
     --phases examples,coverage,fuzzing --max-examples 50 --max-time "$MAX_TIME" --seed "$SEED" \
     --request-timeout 60 --workers 1 --exclude-path '/v1/sandboxes/{id}/pty' \
+    --exclude-path '/v1/sandboxes/{id}/pty/attach' \
     --exclude-path '/v1/images/pull' --exclude-path '/v1/images/import' \
     --exclude-path '/v1/images/build' \
     --exclude-path '/v1/events' \

@@ -89,7 +89,14 @@ has_agent_target() { rustup target list --installed 2>/dev/null | grep -qx "$(ag
 # fails to compile fails. A later plain `cargo build --release` puts the glibc agent back.
 build_release() {
     cargo build --release "$@" || return 1
-    local t dir="${CARGO_TARGET_DIR:-target}"
+    build_static_agent release
+}
+
+# build_static_agent PROFILE_DIR: the release agent as a static musl program in place of
+# target/PROFILE_DIR/warren-agent (`release`, or `debug` for the test suite, which drives
+# dev-profile daemons with the release agent).
+build_static_agent() {
+    local t dir="${CARGO_TARGET_DIR:-target}" into="$1"
     t="$(agent_target)"
     if ! has_agent_target; then
         echo "$(basename "$0"): no Rust target $t (rustup target add $t): the sandbox agent stays linked with glibc" >&2
@@ -97,9 +104,9 @@ build_release() {
     fi
     cargo build --release --target "$t" -p warren-agent || return 1
     # A new file renamed over the old one: cargo's own copy (a hard link) is left as it is.
-    cp "$dir/$t/release/warren-agent" "$dir/release/.warren-agent.static"
-    mv -f "$dir/release/.warren-agent.static" "$dir/release/warren-agent"
-    echo "$(basename "$0"): $dir/release/warren-agent: static ($t)"
+    cp "$dir/$t/release/warren-agent" "$dir/$into/.warren-agent.static"
+    mv -f "$dir/$into/.warren-agent.static" "$dir/$into/warren-agent"
+    echo "$(basename "$0"): $dir/$into/warren-agent: static ($t)"
 }
 
 # The test harness's directory (WARREN_TEST_DIR, default /tmp/warren-tests).

@@ -5,10 +5,17 @@
 #   ./scripts/test.sh
 #
 # Phases: setup (node packages and rootfs: scripts/setup.sh; then what only tests need:
-# scripts/setup-test.sh) -> build -> image (register `default`) -> fmt -> clippy (lints the
-# workspace while it builds the tests) -> nextest (runs them) -> python SDK -> API contract (Schemathesis against a private node) -> leak check. A failure in
-# the first three stops the run; the others all run and are reported together. Exits non-zero
-# when any phase failed.
+# scripts/setup-test.sh) -> build (every target of the workspace once, in the dev profile,
+# with clippy linting it as it compiles, and the static sandbox agent) -> image (register
+# `default`) -> fmt -> clippy (the lints the build found) -> nextest -> python SDK -> API
+# contract (Schemathesis against a private node) -> leak check. A failure in the first three
+# stops the run; the others all run and are reported together. Exits non-zero when any phase
+# failed.
+#
+# The suite drives the dev-profile daemon, CLI and gateway (dependencies optimised, see
+# Cargo.toml) and the release agent: one compile of the workspace instead of two (a release
+# build of every binary took as long as the tests' build). `scripts/up.sh` and the benchmarks
+# use release builds.
 #
 # Environment: WARREN_IMAGE_STORE (default /var/lib/warren/images), WARREN_CACHE (rootfs cache).
 set -euo pipefail
@@ -19,7 +26,7 @@ require_root
 use_cargo
 
 REPO="$PWD"
-export WARREN_BIN_DIR="$REPO/target/release"
+export WARREN_BIN_DIR="$REPO/target/debug"
 export WARREN_BIN="$WARREN_BIN_DIR/warren"
 export WARREN_IMAGE_STORE="${WARREN_IMAGE_STORE:-/var/lib/warren/images}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
@@ -149,18 +156,42 @@ python_sdk_tests() {
 # Clippy lints every target of the workspace while the dev-profile build the tests run from
 # is compiled: clippy-driver is the workspace's rustc wrapper (what `cargo clippy` sets up over
 # a check build), so each dependency is compiled once, for the tests, instead of once more as
-# check metadata. A warning of a workspace crate fails the phase, as `-D warnings` would (the
-# dependencies' lints are capped), without stopping the tests from building and running.
+# check metadata. A warning of a workspace crate fails the clippy phase, as `-D warnings`
+# would (the dependencies' lints are capped), without stopping the tests from building and
+# running; a compile error fails the build.
 with_clippy() {
     RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" "$@"
 }
 
-clippy_build() {
-    command -v clippy-driver > /dev/null || { echo "clippy: clippy-driver not found"; return 1; }
-    local out="$REPO/target/clippy.json" rc=0
+CLIPPY_JSON="$REPO/target/clippy.json"
+
+# The build phase: every target in the dev profile (clippy's messages kept for the clippy
+# phase), then the agent as a static musl program in place of target/debug/warren-agent.
+build_all() {
+    command -v clippy-driver > /dev/null || { echo "build: clippy-driver not found"; return 1; }
+    local rc=0
     with_clippy cargo build --workspace --all-targets \
-        --message-format=json-diagnostic-rendered-ansi > "$out" || rc=$?
-    python3 - "$out" << 'PY' || rc=1
+        --message-format=json-diagnostic-rendered-ansi > "$CLIPPY_JSON" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        # What failed to compile, readable.
+        python3 - "$CLIPPY_JSON" << 'PY'
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-message" and m["message"].get("level") == "error":
+        sys.stdout.write(m["message"].get("rendered") or m["message"].get("message", "") + "\n")
+PY
+        return $rc
+    fi
+    build_static_agent debug
+}
+
+clippy_report() {
+    local rc=0
+    python3 - "$CLIPPY_JSON" << 'PY' || rc=1
 import json, sys
 found, seen = False, set()
 for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
@@ -193,17 +224,15 @@ setup_all() { scripts/setup.sh && scripts/setup-test.sh; }
 if ! phase setup setup_all; then
     skip build "setup failed"; finish; exit 1
 fi
-if ! phase build build_release --workspace --bins; then
+if ! phase build build_all; then
     skip image "build failed"; finish; exit 1
 fi
 if ! phase image scripts/build-default-image.sh; then
     finish; exit 1
 fi
 phase fmt cargo fmt --all -- --check || true
-phase clippy clippy_build || true
-# Tests build in the dev profile (dependencies optimised, see Cargo.toml): far quicker to
-# compile than release test binaries; the daemon and agent they drive are the release ones.
-# The clippy phase has built them (same wrapper, so nothing is compiled again here).
+phase clippy clippy_report || true
+# The build phase has built the tests (same wrapper, so nothing is compiled again here).
 phase nextest with_clippy cargo nextest run --workspace --no-fail-fast || true
 if [[ -d sdk/python/tests ]]; then
     phase python python_sdk_tests || true

@@ -5,7 +5,7 @@
 //! This part owns only the glue: every `RUN` is an ordinary sandbox of the node's
 //! [`Manager`] (created for the caller, so quotas hold; limits and network of the build),
 //! whose command is run with a streamed exec and whose writable layer is captured
-//! ([`Manager::capture_layer`]) before the sandbox is deleted — whatever happens, the
+//! ([`Files::capture_layer`]) before the sandbox is deleted — whatever happens, the
 //! sandbox goes.
 
 use bytes::Bytes;
@@ -22,7 +22,7 @@ use warren_types::{
 };
 
 use crate::error::NodeError;
-use crate::manager::{Manager, Processes};
+use crate::manager::{Files, Manager, Processes};
 
 /// Longest Dockerfile and context the node takes (the context is spooled to disk).
 const MAX_CONTEXT_BYTES: u64 = 8 << 30;
@@ -246,7 +246,7 @@ impl NodeHost {
                 .map(|s| s.to_string())
                 .collect();
             res.layer = Some(
-                self.manager
+                Files::new(self.manager.clone())
                     .capture_layer(id, &exclude, &spec.source)
                     .await
                     .map_err(host_err)?,

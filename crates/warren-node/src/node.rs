@@ -14,7 +14,9 @@
 //!   the manager's sandbox, and the manager creates sandboxes from them;
 //! - [`Terminals`] owns the terminal sessions it opens in the manager's sandboxes;
 //! - [`Processes`] and [`Files`] own nothing: they serve the commands and file calls into
-//!   the manager's sandboxes, through its step runner.
+//!   the manager's sandboxes, through its step runner ([`Files`] also packs what a sandbox
+//!   changed into a layer, for builds); [`Ports`] owns nothing either: it connects to ports
+//!   inside the manager's sandboxes.
 //! - [`Builds`] runs image builds (each `RUN` a sandbox of the [`Manager`]).
 //!
 //! They reach each other in one direction only. The manager holds the parts it calls into
@@ -32,7 +34,7 @@ use crate::builds::Builds;
 use crate::functions::{FunctionPools, Functions, NoBackend, RuntimeBackend, WarmBackend};
 use crate::images::Images;
 use crate::manager::{
-    Files, Manager, Processes, SandboxNetwork, Snapshots, Telemetry, Terminals, Trajectories,
+    Files, Manager, Ports, Processes, SandboxNetwork, Snapshots, Telemetry, Terminals, Trajectories,
 };
 
 /// Every part of a node. Cheap to clone; every clone is the same node.
@@ -48,6 +50,7 @@ pub struct Node {
     pub terminals: Terminals,
     pub processes: Processes,
     pub files: Files,
+    pub ports: Ports,
     pub builds: Builds,
     /// Requests answered by the node's API router, by route and status.
     pub http: warren_edge::HttpMetrics,
@@ -77,6 +80,7 @@ impl Node {
         }
         Node {
             builds: Builds::new(sandboxes.clone(), images.clone()),
+            ports: Ports::new(sandboxes.clone()),
             images: Images::new(images),
             network: sandboxes.parts().network.clone(),
             telemetry: sandboxes.parts().telemetry.clone(),
@@ -144,5 +148,6 @@ served_parts!(
     Terminals => terminals,
     Processes => processes,
     Files => files,
+    Ports => ports,
     Builds => builds,
 );

@@ -171,8 +171,8 @@ struct Args {
     #[arg(long, default_value_t = warren_runtime::container::DEFAULT_WRITABLE_MB)]
     writable_size_mb: u64,
     /// The disk quotas of all sandboxes on disk may add up to this many times the
-    /// writable-layer file system's size; a create beyond it is refused (busy). Quotas are
-    /// limits, not reservations (idle sandboxes write little): 1 backs every quota with space.
+    /// writable-layer file system's size; a create beyond it is refused (busy). 1 backs every
+    /// quota with space; more makes quotas limits rather than reservations.
     #[arg(long, default_value_t = warren_runtime::container::DEFAULT_DISK_OVERCOMMIT, value_parser = overcommit_ratio)]
     disk_overcommit: f64,
     /// Where a container's writable layer lives when its create request does not say:

@@ -4,7 +4,7 @@
 //! `ports`.
 //!
 //! The manager hands out a byte stream to `127.0.0.1:<port>` inside the sandbox
-//! ([`Manager::connect_port`]); this file speaks HTTP/1.1 over it, one connection per
+//! ([`Ports::connect_port`]); this file speaks HTTP/1.1 over it, one connection per
 //! request: the caller's request goes out (method, the path after the port and the query as
 //! written, headers without hop-by-hop ones and without `Authorization`, which is Warren's
 //! token; the body streamed), the server's answer comes back (status, headers, body
@@ -25,7 +25,7 @@ use warren_types::{ApiError, ErrorCode, SandboxId};
 
 use super::error::{HttpError, HttpResult};
 use super::extract::SandboxParam;
-use crate::manager::Manager;
+use crate::manager::Ports;
 
 /// Header naming the caller's `Host`, for servers that build absolute links.
 const FORWARDED_HOST: &str = "x-forwarded-host";
@@ -67,7 +67,7 @@ pub(crate) fn port_segment(path: &str) -> &str {
 }
 
 pub async fn forward(
-    State(m): State<Manager>,
+    State(m): State<Ports>,
     SandboxParam(id): SandboxParam,
     req: Request,
 ) -> HttpResult<Response> {

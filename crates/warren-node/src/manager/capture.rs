@@ -1,12 +1,13 @@
 //! Capture: a sandbox's writable layer packed into a layer of the image store (what an image
-//! build's `RUN` step keeps). The sandbox is left as it was; the runtime does the packing.
+//! build's `RUN` step keeps), served by the [`Files`] part. The sandbox is left as it was;
+//! the runtime does the packing.
 
 use warren_types::{ApiError, ErrorCode, SandboxId};
 
-use super::{ActivityGuard, Manager};
+use super::{ActivityGuard, Files};
 use crate::error::NodeError;
 
-impl Manager {
+impl Files {
     /// Packs what sandbox `id`'s commands changed into a layer of the store, leaving out
     /// `exclude` (paths relative to its root); returns the layer and the temporary lease that
     /// holds it until the caller references it.
@@ -16,7 +17,7 @@ impl Manager {
         exclude: &[String],
         source: &str,
     ) -> Result<(String, warren_image::Lease), NodeError> {
-        let sb = self.lookup(id)?;
+        let sb = self.sandboxes.lookup(id)?;
         let _busy = ActivityGuard::new(sb.clone());
         // No pause, resume, fork or delete of the sandbox meanwhile.
         let _lifecycle = sb.lifecycle.lock().await;

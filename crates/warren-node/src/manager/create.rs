@@ -61,7 +61,7 @@ impl Manager {
         // request's own (a snapshot's request already carries its sandbox's).
         let req = match from {
             Some(_) => req,
-            None => self.with_image_defaults(req).await?,
+            None => with_image_defaults(self.inner.images.get().cloned(), req).await,
         };
         let tenant = caller.tenant.clone();
         // The table key of the idempotency key (per tenant).
@@ -170,38 +170,6 @@ impl Manager {
     /// the defaults of their sandboxes.
     pub fn set_image_store(&self, store: Arc<warren_image::ImageStore>) {
         let _ = self.inner.images.set(store);
-    }
-
-    /// `req` with its image's configuration under it: the image's environment under the
-    /// request's (a request's variable wins), its working directory and user where the
-    /// request names none. Images without a configuration change nothing.
-    async fn with_image_defaults(
-        &self,
-        mut req: CreateSandboxRequest,
-    ) -> Result<CreateSandboxRequest, NodeError> {
-        let Some(store) = self.inner.images.get().cloned() else {
-            return Ok(req);
-        };
-        let refs = req.image.refs();
-        // Missing images are the runtime's to refuse (with its own error).
-        let config = tokio::task::spawn_blocking(move || store.stack_config(&refs).ok().flatten())
-            .await
-            .ok()
-            .flatten();
-        let Some(c) = config else {
-            return Ok(req);
-        };
-        let mut env: std::collections::BTreeMap<String, String> =
-            c.env_pairs().into_iter().collect();
-        env.extend(std::mem::take(&mut req.env));
-        req.env = env;
-        if req.workdir.is_none() {
-            req.workdir = c.working_dir.clone();
-        }
-        if req.user.is_none() {
-            req.user = c.user.clone();
-        }
-        Ok(req)
     }
 
     /// A create repeated with the key of an earlier one: waits for that one's start and answers
@@ -414,4 +382,35 @@ impl Drop for SettleOnDrop {
             "the sandbox's creation was cut off",
         )));
     }
+}
+
+/// `req` with its image's configuration under it: the image's environment under the
+/// request's (a request's variable wins), its working directory and user where the
+/// request names none. Images without a configuration change nothing.
+async fn with_image_defaults(
+    store: Option<Arc<warren_image::ImageStore>>,
+    mut req: CreateSandboxRequest,
+) -> CreateSandboxRequest {
+    let Some(store) = store else {
+        return req;
+    };
+    let refs = req.image.refs();
+    // Missing images are the runtime's to refuse (with its own error).
+    let config = tokio::task::spawn_blocking(move || store.stack_config(&refs).ok().flatten())
+        .await
+        .ok()
+        .flatten();
+    let Some(c) = config else {
+        return req;
+    };
+    let mut env: std::collections::BTreeMap<String, String> = c.env_pairs().into_iter().collect();
+    env.extend(std::mem::take(&mut req.env));
+    req.env = env;
+    if req.workdir.is_none() {
+        req.workdir = c.working_dir.clone();
+    }
+    if req.user.is_none() {
+        req.user = c.user.clone();
+    }
+    req
 }

@@ -196,7 +196,7 @@ impl FileDownload {
 /// manager's step runner. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Files {
-    sandboxes: Manager,
+    pub(super) sandboxes: Manager,
 }
 
 impl Files {

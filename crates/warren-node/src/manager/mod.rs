@@ -64,7 +64,7 @@ pub use create::Created;
 pub use exec::{ExecEvents, Processes, PtyRequest, TerminalSession, DEFAULT_SHELL};
 pub use files::{FileDownload, Files};
 pub use network::SandboxNetwork;
-pub use ports::PortConnection;
+pub use ports::{PortConnection, Ports};
 pub use reaper::{AGENT_EXITED, IDLE_PAUSED, IDLE_TIMEOUT, TTL_EXPIRED};
 pub use recover::RecoveryReport;
 pub use shipping::Trajectories;

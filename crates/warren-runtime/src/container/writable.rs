@@ -42,11 +42,11 @@ pub struct WritableConfig {
     pub overcommit: f64,
 }
 
-/// The default `overcommit`: quotas are limits, not reservations. Most sandboxes of an RL
-/// run are idle and write little, so a node admits quotas up to 100 times its writable-layer
-/// space (12,800 sandboxes of the default 512 MiB on the default 64 GiB file system); an
-/// operator who wants every quota backed by real space starts the node with 1.
-pub const DEFAULT_DISK_OVERCOMMIT: f64 = 100.0;
+/// The default `overcommit`: every quota backed by space (128 sandboxes of the default
+/// 512 MiB on the default 64 GiB file system). Most sandboxes of an RL run are idle and write
+/// little: a node for thousands of them is started with small quotas (`--disk-mb`), a larger
+/// file system, or a larger ratio (quotas as limits, not reservations).
+pub const DEFAULT_DISK_OVERCOMMIT: f64 = 1.0;
 
 /// The node's writable-layer file system and what is committed on it.
 #[derive(Debug)]

@@ -28,6 +28,8 @@ async fn concurrency_200_creates() {
         let mut req = CreateSandboxRequest {
             labels: labels.clone(),
             memory_mb: Some(64),
+            // 200 of the default 512 MiB are more than the default writable-layer space.
+            disk_mb: Some(64),
             ..Default::default()
         };
         req.labels.insert("i".into(), i.to_string());
