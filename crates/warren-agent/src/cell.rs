@@ -39,6 +39,8 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c.devpts = false;
     // A call's writable layer is a tmpfs of its own (a function container has no disk one).
     c.writable_dir = None;
+    // The agent attached the layers at `LOWER_DIR`: a cell binds those paths.
+    c.layer_trees = false;
     c
 }
 
@@ -136,8 +138,12 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         None,
     )?;
     // The top layer is the agent's `ETC_LAYER` (see `cell_config`).
-    let root =
-        crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR), EtcFiles::InLayer)?;
+    let root = crate::setup::stage_root(
+        cfg,
+        &crate::setup::Layers::paths(&cfg.lowerdirs),
+        Path::new(CELL_DIR),
+        EtcFiles::InLayer,
+    )?;
     crate::setup::enter(&root)?;
     warren_sys::ns::set_hostname(&cfg.hostname)?;
     // The agent may run with a protective OOM score, which the cell inherits and cannot

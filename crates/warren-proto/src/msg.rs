@@ -299,6 +299,12 @@ pub struct ContainerInit {
     /// point and `/dev` in it instead of in a tmpfs. Not sent when absent (memory medium).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable_dir: Option<String>,
+    /// The layers come as detached read-only mounts idmapped to the sandbox's own id range,
+    /// passed (`SCM_RIGHTS`, one byte) just before [`Init::Mapped`], topmost first like
+    /// `lowerdirs` (which then only names them); the agent attaches them in its own mount
+    /// namespace. Not sent when false (the layers are the host paths of `lowerdirs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layer_trees: bool,
     pub hostname: String,
     /// Paths bind-masked with an empty file/dir (e.g. /proc/kpagecgroup).
     pub masked_paths: Vec<String>,

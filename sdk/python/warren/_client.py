@@ -93,6 +93,7 @@ class AsyncClient:
         cpus: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
+        disk_medium: Optional[str] = None,
         pids: Optional[int] = None,
         cpu_class: Optional[str] = None,
         trajectory: Union[int, str, None] = None,
@@ -118,8 +119,13 @@ class AsyncClient:
             cpus: CPU cores (fractions allowed).
             memory: MiB as an int, or a string like ``"512M"`` / ``"1G"``. The writable layer
                 counts against it.
-            disk: Size of the writable layer, like ``memory``. For ``container`` and
-                ``function`` sandboxes it lives in memory: at most ``memory`` (its default).
+            disk: Size of the writable layer, like ``memory``. A ``container``'s lives on the
+                node's disk by default, with a quota of its own, independent of ``memory``; in
+                memory (``disk_medium="memory"``, and a ``function``'s calls) it is at most
+                ``memory`` (its default).
+            disk_medium: Where a ``container``'s writable layer lives: ``"disk"`` (the node's
+                default where it has a writable-layer file system) or ``"memory"`` (a tmpfs
+                charged to ``memory``).
             pids: Maximum processes and threads.
             cpu_class: ``"normal"`` (default) or ``"best_effort"``: lowest CPU weight and
                 ``SCHED_IDLE``, so busy best-effort sandboxes do not starve normal ones.
@@ -154,6 +160,8 @@ class AsyncClient:
         dsk = parse_mib(disk, "disk")
         if dsk is not None:
             body["disk_mb"] = dsk
+        if disk_medium is not None:
+            body["disk_medium"] = disk_medium
         if pids is not None:
             body["pids"] = int(pids)
         if cpu_class is not None:

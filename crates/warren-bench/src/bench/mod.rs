@@ -41,6 +41,7 @@ mod call;
 mod cluster;
 mod crash;
 mod curve;
+mod disk;
 mod fusion;
 mod hostile;
 mod images;
@@ -114,6 +115,10 @@ pub enum Which {
     /// Dockerfile builds: a cold 6-step build vs `podman build` of the same file, the cached
     /// rebuild, N task images from one base on disk (`-n`, default 100; not in `all`)
     Build,
+    /// Writable layers on disk: a 1 GiB write and a 20,000-file `git clone` inside a sandbox
+    /// vs on the host file system (`--host-dir`), create → first exec on disk vs in memory
+    /// (`-n` creates per medium, default 50; not in `all`)
+    Disk,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +158,10 @@ pub struct Args {
     /// density run of thousands on disk needs small ones (or the node's --disk-overcommit)
     #[arg(long, value_name = "MIB")]
     pub disk_mb: Option<u64>,
+    /// disk: the host directory of the baseline write and clone (put it on the file system
+    /// the node's writable-layer file lives on)
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub host_dir: String,
     /// Print one JSON document instead of tables
     #[arg(long)]
     pub json: bool,
@@ -250,6 +259,8 @@ pub struct Report {
     pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<pause::PauseBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<disk::DiskBench>,
     pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ports: Option<ports::PortsBench>,
@@ -402,6 +413,11 @@ impl Report {
         }
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
+        }
+        if let Some(d) = &self.disk {
+            let (w, c) = d.ratios();
+            checks.push(Check::at_least("1 GiB write inside / host", w, "×", 0.9));
+            checks.push(Check::at_most("git clone inside / host", c, "×", 1.1));
         }
         if let Some(p) = &self.pause {
             checks.push(Check::at_most(
@@ -581,6 +597,12 @@ impl Report {
             }
             out.push_str(&p.render());
         }
+        if let Some(d) = &self.disk {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&d.render());
+        }
         if let Some(h) = &self.hostile {
             if !out.is_empty() {
                 out.push('\n');
@@ -725,6 +747,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
+    }
+    if args.which == Which::Disk {
+        stop.check()?;
+        report.disk = Some(disk::disk(setup, n(50), &args.host_dir).await?);
     }
     if args.which == Which::Pause {
         stop.check()?;
