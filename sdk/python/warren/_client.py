@@ -37,8 +37,15 @@ class AsyncClient:
         ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
             the system's CAs.
         max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
-            an idempotency key) after transport failures, ``503`` on every URL and ``busy``
-            answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
+            an idempotency key, logged steps) after transport failures, ``503`` on every URL
+            and ``busy`` answers; each wait is the server's ``Retry-After`` (at most 30 s) or a
+            backoff.
+        restart_wait: Seconds a call waits for a node that does not answer at all (its
+            daemon restarting: connections refused or broken, or ``503 node_unreachable``
+            from a gateway) before the waits above, then it raises with a message naming this
+            setting. Calls that may have reached the node wait only when safe to repeat; a
+            logged step is, because the node runs it once and answers that run. Default:
+            ``WARREN_RESTART_WAIT``, else 30. ``0`` raises at once.
 
     One client serves thousands of concurrent calls from one event loop. Use it from the loop
     it was first used on; ``async with`` closes it.
@@ -53,8 +60,11 @@ class AsyncClient:
         max_retries: int = 5,
         token: Optional[str] = None,
         ca: Optional[str] = None,
+        restart_wait: Optional[float] = None,
     ) -> None:
-        self._http = _Http(url, timeout, max_connections, max_retries, token=token, ca=ca)
+        self._http = _Http(
+            url, timeout, max_connections, max_retries, token=token, ca=ca, restart_wait=restart_wait
+        )
 
     @property
     def url(self) -> str:

@@ -24,13 +24,14 @@
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
+//! | crash | daemon `kill -9` once per round during 50 rollouts × 20 logged steps: steps run twice, lost | 0, 0 |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
 //! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
 //! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
-//! `tls.rs`, `cluster/mod.rs`).
+//! `vm`, `tls`, `crash` and `cluster` are not part of `all`: they start their own daemons (see
+//! `vm.rs`, `tls.rs`, `crash.rs`, `cluster/mod.rs`).
 //!
 //! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
 //! `index.html` with the tables and plots (see `report/mod.rs`).
@@ -39,6 +40,7 @@ mod baselines;
 mod build;
 mod call;
 mod cluster;
+mod crash;
 mod curve;
 mod disk;
 mod fusion;
@@ -111,6 +113,10 @@ pub enum Which {
     Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
+    /// The daemon killed with SIGKILL once per round (`-n`, default 10) during `-c` rollouts
+    /// (default 50) of 20 logged steps: no step may run twice or be lost (own daemon; not in
+    /// `all`)
+    Crash,
     /// Dockerfile builds: a cold 6-step build vs `podman build` of the same file, the cached
     /// rebuild, N task images from one base on disk (`-n`, default 100; not in `all`)
     Build,
@@ -796,6 +802,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     }
     if args.which == Which::Tls {
         return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
+    }
+    if args.which == Which::Crash {
+        let (rounds, rollouts) = (args.n.unwrap_or(10), args.concurrency.unwrap_or(50));
+        return crash::run(rounds, rollouts, args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Images {
         return images::run(&args.images, args.json, args.report.as_deref()).await;
