@@ -74,7 +74,7 @@ FROM ${BASE}
 COPY pkg/ /tmp/pkg/
 RUN dpkg -i /tmp/pkg/warren-bench-tool_1.0_all.deb && warren-bench-tool
 COPY wheel/ /tmp/wheel/
-RUN python3 /tmp/wheel/pip-*.whl/pip install --no-cache-dir --no-index --find-links /tmp/wheel --break-system-packages --disable-pip-version-check -q benchpkg && python3 -c "import benchpkg; print(benchpkg.VALUE)"
+RUN python3 "$(echo /tmp/wheel/pip-*.whl)/pip" install --no-cache-dir --no-index --find-links /tmp/wheel --break-system-packages --disable-pip-version-check -q benchpkg && python3 -c "import benchpkg; print(benchpkg.VALUE)"
 COPY app/ /app/
 RUN python3 -m compileall -q /app && echo built > /app/built
 "#;
