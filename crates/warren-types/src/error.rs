@@ -58,6 +58,10 @@ pub enum ErrorCode {
     /// An image build failed at one of its steps (a `RUN` that exited non-zero or timed
     /// out, a `COPY` of a missing file); the message names the step. Nothing was tagged.
     BuildFailed,
+    /// The step's command was running when the node's daemon went away and its result could
+    /// not be recovered whole (e.g. its streamed stdin was cut off); the message says what is
+    /// known. The command is not run again for this step.
+    StepInterrupted,
 }
 
 impl ErrorCode {
@@ -66,7 +70,10 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
-            ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
+            ErrorCode::InvalidState
+            | ErrorCode::Conflict
+            | ErrorCode::StepConflict
+            | ErrorCode::StepInterrupted => 409,
             ErrorCode::FileError | ErrorCode::Unschedulable | ErrorCode::BuildFailed => 422,
             ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
             ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
@@ -104,11 +111,12 @@ impl ErrorCode {
             ErrorCode::NodeUnreachable => "node_unreachable",
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BuildFailed => "build_failed",
+            ErrorCode::StepInterrupted => "step_interrupted",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -131,6 +139,7 @@ impl ErrorCode {
         ErrorCode::NodeUnreachable,
         ErrorCode::PortUnreachable,
         ErrorCode::BuildFailed,
+        ErrorCode::StepInterrupted,
     ];
 }
 
