@@ -7,7 +7,8 @@
 # Phases: setup (node packages and rootfs: scripts/setup.sh; then what only tests need:
 # scripts/setup-test.sh) -> build (every target of the workspace once, in the dev profile,
 # with clippy linting it as it compiles, and the static sandbox agent) -> image (register
-# `default`) -> fmt -> clippy (the lints the build found) -> nextest -> python SDK -> API
+# `default`) -> fmt -> clippy (the lints the build found) -> nextest -> fuzz (the E2B fuzz
+# targets, seconds each: scripts/fuzz-smoke.sh) -> python SDK -> API
 # contract (Schemathesis against a private node) -> leak check. A failure in the first three
 # stops the run; the others all run and are reported together. Exits non-zero when any phase
 # failed.
@@ -234,6 +235,9 @@ phase fmt cargo fmt --all -- --check || true
 phase clippy clippy_report || true
 # The build phase has built the tests (same wrapper, so nothing is compiled again here).
 phase nextest with_clippy cargo nextest run --workspace --no-fail-fast || true
+# The E2B protocol's fuzz targets, a few seconds each with coverage feedback (their own
+# build in target/fuzz: nothing is rebuilt when their crates did not change).
+phase fuzz scripts/fuzz-smoke.sh || true
 if [[ -d sdk/python/tests ]]; then
     phase python python_sdk_tests || true
 else

@@ -196,7 +196,11 @@ impl E2b {
         headers: &HeaderMap,
     ) -> E2bResult<wire::Sandbox> {
         let owners = match &self.inner.place {
-            Place::Local { .. } => return Ok(convert::created(info, &self.extras(&info.id))),
+            Place::Local { .. } => {
+                // Its data-plane calls follow at once: they find the owner without a lookup.
+                self.remember_owner(info);
+                return Ok(convert::created(info, &self.extras(&info.id)));
+            }
             Place::Remote(o) => o.clone(),
         };
         let id: SandboxId = info
@@ -293,12 +297,17 @@ impl E2b {
             key: None,
         };
         let info = control::info(self, &admin, id.as_str()).await?;
+        self.remember_owner(&info);
+        Ok(info.tenant)
+    }
+
+    /// Keeps the owner of a local sandbox for its data-plane requests.
+    fn remember_owner(&self, info: &SandboxInfo) {
         let mut cache = self.inner.tenants.lock().expect("tenant cache");
         if cache.len() >= TENANT_CACHE {
             cache.clear();
         }
         cache.insert(info.id.clone(), info.tenant.clone());
-        Ok(info.tenant)
     }
 
     /// A request to a port of a sandbox held here.

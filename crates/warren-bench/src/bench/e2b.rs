@@ -16,7 +16,9 @@
 //! E2B's SDK runs `commands.run(cmd)` as `/bin/bash -l -c cmd` (a login shell, which in a
 //! Debian image also runs `id` and `mesg`), so "the same program" is Warren's
 //! `exec /bin/bash -l -c true`: the checks measure what the protocol costs. Warren's plain
-//! `exec true` is measured in the same run and reported beside them.
+//! `exec true` and `exec /bin/bash -c true` are measured in the same run, so the report splits
+//! `run("true")` − `exec true` into E2B's protocol, the login profile (in Debian, `/etc/profile`
+//! runs `id -u` and root's `~/.profile` runs `mesg n`: two more programs) and starting bash.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -44,6 +46,7 @@ struct Raw {
 struct RawRun {
     e2b: Vec<f64>,
     native_true: Vec<f64>,
+    native_plain_bash: Vec<f64>,
     native_bash: Vec<f64>,
 }
 
@@ -70,6 +73,8 @@ pub struct E2bBench {
     pub run_e2b: Latency,
     /// `exec true` through Warren's SDK, same sandbox.
     pub exec_true: Latency,
+    /// `exec /bin/bash -c true` (bash without the login profile), same sandbox.
+    pub exec_plain_bash: Latency,
     /// `exec /bin/bash -l -c true` (what E2B's `run("true")` runs), same sandbox.
     pub exec_bash: Latency,
     /// `AsyncSandbox.create` → first `commands.run("true")`.
@@ -113,6 +118,7 @@ impl E2bBench {
         for (name, l) in [
             ("E2B commands.run(\"true\")", &self.run_e2b),
             ("Warren exec true", &self.exec_true),
+            ("Warren exec bash -c true", &self.exec_plain_bash),
             ("Warren exec bash -l -c true", &self.exec_bash),
             ("E2B create -> run(\"true\")", &self.create_e2b),
             ("Warren create -> exec true", &self.create_native),
@@ -136,11 +142,16 @@ impl E2bBench {
             "E2B's SDK (e2b, Python) vs Warren's Python SDK, one node, alternating\n{}\n\
              run(\"true\") p50 - exec bash -l -c true p50 (same program): {:+.2} ms; \
              - exec true p50: {:+.2} ms (E2B's SDK runs every command in a login bash)\n\
+             where run(\"true\") - exec true goes, p50: E2B's protocol {:+.2} ms, the login \
+             profile (bash -l - bash) {:+.2} ms, starting bash (bash - true) {:+.2} ms\n\
              create -> first command p50, E2B / Warren: {:.2}x same program, {:.2}x vs exec true\n\
              {} AsyncSandbox rollouts at once ({} commands, a file each): {:.1} s, {} errors\n",
             t.render(),
             self.run_e2b.p50_ms - self.exec_bash.p50_ms,
             self.run_e2b.p50_ms - self.exec_true.p50_ms,
+            self.run_e2b.p50_ms - self.exec_bash.p50_ms,
+            self.exec_bash.p50_ms - self.exec_plain_bash.p50_ms,
+            self.exec_plain_bash.p50_ms - self.exec_true.p50_ms,
             ratio(&self.create_e2b, &self.create_native_bash),
             ratio(&self.create_e2b, &self.create_native),
             r.n,
@@ -316,6 +327,7 @@ pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
     Ok(E2bBench {
         run_e2b: Latency::from_samples(raw.run.e2b),
         exec_true: Latency::from_samples(raw.run.native_true),
+        exec_plain_bash: Latency::from_samples(raw.run.native_plain_bash),
         exec_bash: Latency::from_samples(raw.run.native_bash),
         create_e2b: Latency::from_samples(raw.create.e2b),
         create_native: Latency::from_samples(raw.create.native),

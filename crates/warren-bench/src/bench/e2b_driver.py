@@ -4,9 +4,9 @@ sample by sample so that both see the same machine.
 
 Arguments: URL N_RUN N_CREATE ROLLOUTS COMMANDS. Prints one JSON document on stdout:
 
-- `run`: ms of `commands.run("true")` (E2B; the SDK runs `/bin/bash -l -c true`), `exec true`
-  and `exec /bin/bash -l -c true` (Warren), in one sandbox (made through E2B, reached through
-  Warren's SDK under the same id);
+- `run`: ms of `commands.run("true")` (E2B; the SDK runs `/bin/bash -l -c true`), `exec true`,
+  `exec /bin/bash -c true` and `exec /bin/bash -l -c true` (Warren), in one sandbox (made
+  through E2B, reached through Warren's SDK under the same id);
 - `create`: ms of `AsyncSandbox.create` → first `commands.run("true")` and of Warren's
   `create` → `exec true` and → `exec /bin/bash -l -c true` (kills/deletes not timed);
 - `rollouts`: ROLLOUTS `AsyncSandbox` rollouts at once (create, COMMANDS commands, a file
@@ -49,7 +49,7 @@ async def run_true(native, opts, n):
     sbx = await AsyncSandbox.create(timeout=600, metadata={"bench": "e2b"}, **opts)
     try:
         w = await native.get(sbx.sandbox_id)
-        e2b, true, bash = [], [], []
+        e2b, true, plain, bash = [], [], [], []
 
         async def e2b_run():
             t = time.perf_counter()
@@ -63,21 +63,18 @@ async def run_true(native, opts, n):
             assert r.exit_code == 0, r
             return ms(t)
 
+        argvs = {1: ["true"], 2: ["/bin/bash", "-c", "true"], 3: ["/bin/bash", "-l", "-c", "true"]}
         for i in range(WARMUP + n):
-            order = [0, 1, 2] if i % 2 == 0 else [2, 1, 0]
+            order = [0, 1, 2, 3] if i % 2 == 0 else [3, 2, 1, 0]
             got = {}
             for k in order:
-                if k == 0:
-                    got[k] = await e2b_run()
-                elif k == 1:
-                    got[k] = await native_exec(["true"])
-                else:
-                    got[k] = await native_exec(["/bin/bash", "-l", "-c", "true"])
+                got[k] = await e2b_run() if k == 0 else await native_exec(argvs[k])
             if i >= WARMUP:
                 e2b.append(got[0])
                 true.append(got[1])
-                bash.append(got[2])
-        return {"e2b": e2b, "native_true": true, "native_bash": bash}
+                plain.append(got[2])
+                bash.append(got[3])
+        return {"e2b": e2b, "native_true": true, "native_plain_bash": plain, "native_bash": bash}
     finally:
         await sbx.kill()
 
