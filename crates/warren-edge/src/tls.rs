@@ -97,7 +97,7 @@ pub fn server_config(files: &TlsFiles) -> Result<ServerConfig, EdgeError> {
             path: files.key.clone(),
             reason: format!("does not fit the certificate: {e}"),
         })?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
 

@@ -95,7 +95,11 @@ fn outbound(req: Request, id: &SandboxId, port: u16) -> HttpResult<Request> {
             parts.headers.get(header::CONNECTION).cloned(),
         )
     });
-    let caller_host = parts.headers.get(header::HOST).cloned();
+    // HTTP/2 carries the host in the URI's authority, HTTP/1.1 in `Host`.
+    let caller_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        let a = parts.uri.authority()?;
+        HeaderValue::from_str(a.as_str()).ok()
+    });
     let h = &mut parts.headers;
     strip_hop_by_hop(h);
     h.remove(header::AUTHORIZATION);

@@ -97,6 +97,24 @@ async fn requests_reach_the_server_inside_and_answers_come_back() {
     assert!(!seen.contains("x-private"), "{seen}");
     assert!(a.body.ends_with("\r\n\r\nthe body"), "{}", a.body);
 
+    // An HTTP/2 request (the host in the URI's authority, no `Host`) reaches the server as
+    // HTTP/1.1 with the caller's host forwarded.
+    let a = send(
+        &app,
+        req(Method::GET, &format!("https://node.example:7443{base}/h2"))
+            .version(axum::http::Version::HTTP_2)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let seen = a.body.to_ascii_lowercase();
+    assert!(seen.starts_with("get /h2 http/1.1\r\n"), "{seen}");
+    assert!(
+        seen.contains("\r\nx-forwarded-host: node.example:7443\r\n"),
+        "{seen}"
+    );
+
     // The bare port and a trailing slash are the server's root; every method passes.
     for (method, uri) in [
         (Method::GET, base.clone()),
