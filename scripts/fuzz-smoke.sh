@@ -22,6 +22,12 @@ TARGETS=("$@")
 OUT="$REPO/target/fuzz"
 mkdir -p "$OUT/artifacts"
 
+# What the build needs, said plainly (a failure, also outside CI: the suite calls this only
+# where scripts/setup.sh installed build-essential).
+command -v cargo > /dev/null || { echo "fuzz: cargo is not on PATH" >&2; exit 1; }
+command -v c++ > /dev/null ||
+    { echo "fuzz: no C++ compiler for libFuzzer (build-essential, scripts/setup.sh)" >&2; exit 1; }
+
 export CARGO_TARGET_DIR="$OUT"
 # What cargo-fuzz passes with `-s none` (coverage counters, comparison tracing, `cfg(fuzzing)`),
 # on an optimized build with overflow checks and debug assertions.
@@ -44,7 +50,8 @@ for t in "${TARGETS[@]}"; do
     mkdir -p "$WORK/$t"
     cp -r "fuzz/seeds/$t/." "$WORK/$t/"
     echo "fuzz: $t for ${SECS}s"
-    if ! "$OUT/$HOST/debug/$t" "$WORK/$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+    # Bounded even if libFuzzer's own clock did not stop it (-max_total_time).
+    if ! timeout --kill-after=10 "$((SECS * 2 + 60))" "$OUT/$HOST/debug/$t" "$WORK/$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$OUT/artifacts/$t-" -print_final_stats=1 > "$WORK/$t.log" 2>&1; then
         rc=1
         tail -40 "$WORK/$t.log"
