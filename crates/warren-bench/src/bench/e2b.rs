@@ -18,7 +18,9 @@
 //! `exec /bin/bash -l -c true`: the checks measure what the protocol costs. Warren's plain
 //! `exec true` and `exec /bin/bash -c true` are measured in the same run, so the report splits
 //! `run("true")` − `exec true` into E2B's protocol, the login profile (in Debian, `/etc/profile`
-//! runs `id -u` and root's `~/.profile` runs `mesg n`: two more programs) and starting bash.
+//! runs `id -u` and root's `~/.profile` runs `mesg n`: two more programs; the default image's
+//! profile runs neither without a terminal, and a second sandbox with Debian's stock profile
+//! restored measures the difference in the same run) and starting bash.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +50,8 @@ struct RawRun {
     native_true: Vec<f64>,
     native_plain_bash: Vec<f64>,
     native_bash: Vec<f64>,
+    e2b_stock: Vec<f64>,
+    native_bash_stock: Vec<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -77,6 +81,11 @@ pub struct E2bBench {
     pub exec_plain_bash: Latency,
     /// `exec /bin/bash -l -c true` (what E2B's `run("true")` runs), same sandbox.
     pub exec_bash: Latency,
+    /// `commands.run("true")` in a sandbox with Debian's stock login profile (which runs `id`
+    /// and `mesg`; the default image's runs no program without a terminal).
+    pub run_e2b_stock: Latency,
+    /// `exec /bin/bash -l -c true` with Debian's stock login profile.
+    pub exec_bash_stock: Latency,
     /// `AsyncSandbox.create` → first `commands.run("true")`.
     pub create_e2b: Latency,
     /// Warren's `create` → `exec true`.
@@ -120,6 +129,8 @@ impl E2bBench {
             ("Warren exec true", &self.exec_true),
             ("Warren exec bash -c true", &self.exec_plain_bash),
             ("Warren exec bash -l -c true", &self.exec_bash),
+            ("E2B run(\"true\"), Debian's profile", &self.run_e2b_stock),
+            ("Warren bash -l -c true, Debian's", &self.exec_bash_stock),
             ("E2B create -> run(\"true\")", &self.create_e2b),
             ("Warren create -> exec true", &self.create_native),
             (
@@ -144,6 +155,8 @@ impl E2bBench {
              - exec true p50: {:+.2} ms (E2B's SDK runs every command in a login bash)\n\
              where run(\"true\") - exec true goes, p50: E2B's protocol {:+.2} ms, the login \
              profile (bash -l - bash) {:+.2} ms, starting bash (bash - true) {:+.2} ms\n\
+             the image's login profile vs Debian's stock one (id, mesg), p50: run(\"true\") \
+             {:.2} vs {:.2} ms, bash -l - bash {:+.2} vs {:+.2} ms\n\
              create -> first command p50, E2B / Warren: {:.2}x same program, {:.2}x vs exec true\n\
              {} AsyncSandbox rollouts at once ({} commands, a file each): {:.1} s, {} errors\n",
             t.render(),
@@ -152,6 +165,10 @@ impl E2bBench {
             self.run_e2b.p50_ms - self.exec_bash.p50_ms,
             self.exec_bash.p50_ms - self.exec_plain_bash.p50_ms,
             self.exec_plain_bash.p50_ms - self.exec_true.p50_ms,
+            self.run_e2b.p50_ms,
+            self.run_e2b_stock.p50_ms,
+            self.exec_bash.p50_ms - self.exec_plain_bash.p50_ms,
+            self.exec_bash_stock.p50_ms - self.exec_plain_bash.p50_ms,
             ratio(&self.create_e2b, &self.create_native_bash),
             ratio(&self.create_e2b, &self.create_native),
             r.n,
@@ -329,6 +346,8 @@ pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
         exec_true: Latency::from_samples(raw.run.native_true),
         exec_plain_bash: Latency::from_samples(raw.run.native_plain_bash),
         exec_bash: Latency::from_samples(raw.run.native_bash),
+        run_e2b_stock: Latency::from_samples(raw.run.e2b_stock),
+        exec_bash_stock: Latency::from_samples(raw.run.native_bash_stock),
         create_e2b: Latency::from_samples(raw.create.e2b),
         create_native: Latency::from_samples(raw.create.native),
         create_native_bash: Latency::from_samples(raw.create.native_bash),

@@ -6,7 +6,8 @@ Arguments: URL N_RUN N_CREATE ROLLOUTS COMMANDS. Prints one JSON document on std
 
 - `run`: ms of `commands.run("true")` (E2B; the SDK runs `/bin/bash -l -c true`), `exec true`,
   `exec /bin/bash -c true` and `exec /bin/bash -l -c true` (Warren), in one sandbox (made
-  through E2B, reached through Warren's SDK under the same id);
+  through E2B, reached through Warren's SDK under the same id); and `commands.run("true")`
+  and `exec /bin/bash -l -c true` in a second sandbox with Debian's stock login profile;
 - `create`: ms of `AsyncSandbox.create` → first `commands.run("true")` and of Warren's
   `create` → `exec true` and → `exec /bin/bash -l -c true` (kills/deletes not timed);
 - `rollouts`: ROLLOUTS `AsyncSandbox` rollouts at once (create, COMMANDS commands, a file
@@ -45,38 +46,63 @@ def ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
+# Debian's own login profile, kept by base-files; the default image's runs no program without
+# a terminal (scripts/build-default-image.sh). A second sandbox gets Debian's back, so both are
+# measured in the same run.
+STOCK_PROFILE = (
+    "cp /usr/share/base-files/profile /etc/profile"
+    " && cp /usr/share/base-files/dot.profile /root/.profile"
+)
+
+
 async def run_true(native, opts, n):
     sbx = await AsyncSandbox.create(timeout=600, metadata={"bench": "e2b"}, **opts)
+    stock = await AsyncSandbox.create(timeout=600, metadata={"bench": "e2b"}, **opts)
     try:
+        await stock.commands.run(STOCK_PROFILE)
         w = await native.get(sbx.sandbox_id)
-        e2b, true, plain, bash = [], [], [], []
+        ws = await native.get(stock.sandbox_id)
+        names = [
+            "e2b", "native_true", "native_plain_bash", "native_bash",
+            "e2b_stock", "native_bash_stock",
+        ]
+        out = {k: [] for k in names}
 
-        async def e2b_run():
+        async def e2b_run(s):
             t = time.perf_counter()
-            r = await sbx.commands.run("true")
+            r = await s.commands.run("true")
             assert r.exit_code == 0, r
             return ms(t)
 
-        async def native_exec(argv):
+        async def native_exec(s, argv):
             t = time.perf_counter()
-            r = await w.exec(argv)
+            r = await s.exec(argv)
             assert r.exit_code == 0, r
             return ms(t)
 
-        argvs = {1: ["true"], 2: ["/bin/bash", "-c", "true"], 3: ["/bin/bash", "-l", "-c", "true"]}
+        login = ["/bin/bash", "-l", "-c", "true"]
+        arms = [
+            lambda: e2b_run(sbx),
+            lambda: native_exec(w, ["true"]),
+            lambda: native_exec(w, ["/bin/bash", "-c", "true"]),
+            lambda: native_exec(w, login),
+            lambda: e2b_run(stock),
+            lambda: native_exec(ws, login),
+        ]
         for i in range(WARMUP + n):
-            order = [0, 1, 2, 3] if i % 2 == 0 else [3, 2, 1, 0]
+            order = list(range(len(arms)))
+            if i % 2:
+                order.reverse()
             got = {}
             for k in order:
-                got[k] = await e2b_run() if k == 0 else await native_exec(argvs[k])
+                got[k] = await arms[k]()
             if i >= WARMUP:
-                e2b.append(got[0])
-                true.append(got[1])
-                plain.append(got[2])
-                bash.append(got[3])
-        return {"e2b": e2b, "native_true": true, "native_plain_bash": plain, "native_bash": bash}
+                for k, name in enumerate(names):
+                    out[name].append(got[k])
+        return out
     finally:
         await sbx.kill()
+        await stock.kill()
 
 
 async def create_then_run(native, opts, n):

@@ -326,3 +326,86 @@ async fn exec_pty_over_websocket() {
         .expect_err("a terminal on a missing sandbox");
     assert!(e.is_not_found(), "{e}");
 }
+
+/// The default image's login profile (E2B's SDK runs every command as `bash -l -c CMD`) starts
+/// no program when there is no terminal: bash answers its user id itself and `mesg n` runs only
+/// for a terminal, where it still runs. Spies stand in front of `id` (on the caller's PATH: the
+/// profile asks before it sets one) and `mesg` (on the PATH the profile sets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_login_profile_starts_no_program_without_a_terminal() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = d.sandbox().await;
+    for (path, real) in [
+        ("/tmp/spy/id", "/usr/bin/id"),
+        ("/usr/local/bin/mesg", "/usr/bin/mesg"),
+    ] {
+        let spy = format!("#!/bin/sh\necho \"$0\" >> /tmp/spy.log\nexec {real} \"$@\"\n");
+        d.client()
+            .write_file_bytes(&id, path, Some(0o755), spy.into_bytes())
+            .await
+            .unwrap();
+    }
+    let login = |cmd: &str| {
+        ExecRequest::argv([
+            "/usr/bin/env",
+            "PATH=/tmp/spy:/usr/bin:/bin",
+            "/bin/bash",
+            "-l",
+            "-c",
+            cmd,
+        ])
+    };
+    let r = d.exec(&id, &login("echo $PATH")).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(
+        r.stdout, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+        "root's PATH"
+    );
+    // The spies work: a program that asks `id` is seen.
+    let r = d.exec(&id, &login("id -u")).await;
+    assert_eq!((r.exit_code, r.stdout.as_str()), (Some(0), "0\n"), "{r:?}");
+    assert_eq!(
+        d.sh_ok(&id, "cat /tmp/spy.log; rm /tmp/spy.log").await,
+        "/tmp/spy/id\n"
+    );
+    // Another user gets the other PATH, still without `id`.
+    let as_nobody = ExecRequest {
+        user: Some("nobody".into()),
+        cwd: Some("/tmp".into()),
+        ..login("echo $PATH")
+    };
+    let r = d.exec(&id, &as_nobody).await;
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (
+            Some(0),
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\n"
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        d.sh_ok(&id, "cat /tmp/spy.log 2>/dev/null || true").await,
+        ""
+    );
+    // On a terminal (script(1) gives the login shell one), `mesg n` runs as before.
+    let r = d
+        .exec(
+            &id,
+            &ExecRequest::argv([
+                "/usr/bin/env",
+                "PATH=/tmp/spy:/usr/bin:/bin",
+                "script",
+                "-qec",
+                "/bin/bash -l -c true",
+                "/dev/null",
+            ]),
+        )
+        .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(
+        d.sh_ok(&id, "cat /tmp/spy.log").await,
+        "/usr/local/bin/mesg\n"
+    );
+}
