@@ -349,6 +349,7 @@ class AsyncClient:
         build_args: Optional[Mapping[str, str]] = None,
         target: Optional[str] = None,
         no_cache: bool = False,
+        insecure: bool = False,
         network: Optional[str] = None,
         memory: Union[int, str, None] = None,
         cpus: Optional[float] = None,
@@ -362,7 +363,9 @@ class AsyncClient:
         ``context`` is a directory (sent as a tar; ``.dockerignore`` applies on the node);
         ``dockerfile`` defaults to ``context/Dockerfile`` and may lie outside it. Every
         ``RUN`` runs in a sandbox of the node (``memory``, ``cpus``, ``disk`` and
-        ``step_timeout`` bound each one; ``network="none"`` forbids the network). Each event
+        ``step_timeout`` bound each one; ``network="none"`` forbids the network). ``FROM`` may
+        name a registry image (``host[:port]/repo:tag``), pulled once into the node's store
+        (``insecure=True``: over plain HTTP). Each event
         of the build's log (dicts: ``step``, ``cached``, ``output``, ``step_done``, ...) goes
         to ``on_event`` as it comes; ``log=True`` prints them like ``warren image build``.
         Returns the image (as :meth:`image` does); a failed step raises
@@ -381,6 +384,7 @@ class AsyncClient:
             build_args=build_args,
             target=target,
             no_cache=no_cache,
+            insecure=insecure,
             network=network,
             memory_mb=parse_mib(memory) if memory is not None else None,
             cpus=cpus,

@@ -20,6 +20,7 @@
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | fusion | SandboxFusion `/run_code` of one python line, p50 / `call` of the same program | ≤ 1.5× |
 //! | fusion | `/run_code` from 16 clients | ≥ 400/s |
+//! | msa | mini-swe-agent step on Warren p50 / its docker environment with podman p50 | ≤ 0.1 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
@@ -27,10 +28,13 @@
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
 //! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
+//! | e2b | E2B SDK `commands.run("true")` p50 − Warren SDK `exec` of the same program (`bash -l -c true`) p50 | ≤ +0.5 ms |
+//! | e2b | E2B `create` → first `commands.run` p50 / Warren `create` → `exec` (same program) p50 | ≤ 1.3× |
+//! | e2b | 100 concurrent `AsyncSandbox` rollouts (create, 20 commands, a file, kill) | 0 errors |
 //! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm`, `tls`, `crash` and `cluster` are not part of `all`: they start their own daemons (see
-//! `vm.rs`, `tls.rs`, `crash.rs`, `cluster/mod.rs`).
+//! `vm`, `tls`, `e2b`, `crash` and `cluster` are not part of `all`: they start their own
+//! daemons (see `vm.rs`, `tls.rs`, `e2b.rs`, `crash.rs`, `cluster/mod.rs`).
 //!
 //! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
 //! `index.html` with the tables and plots (see `report/mod.rs`).
@@ -42,11 +46,13 @@ mod cluster;
 mod crash;
 mod curve;
 mod disk;
+mod e2b;
 mod fusion;
 mod hostile;
 mod images;
 mod images_gen;
 mod measure;
+mod msa;
 mod neighbour;
 mod net;
 mod pause;
@@ -90,6 +96,9 @@ pub enum Which {
     Call,
     /// SandboxFusion's `/run_code` vs the function call it becomes (not part of `all`)
     Fusion,
+    /// mini-swe-agent's per-step time on Warren vs its docker environment with podman, through
+    /// the SDK's script and a Python with mini-swe-agent (`--python`; not part of `all`)
+    Msa,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
@@ -108,6 +117,10 @@ pub enum Which {
     Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
+    /// E2B's SDK vs Warren's, same node and run: `commands.run("true")` vs `exec true`,
+    /// create → first command, `-c` concurrent AsyncSandbox rollouts (default 100); own
+    /// `warrend --e2b`, Python from WARREN_BENCH_PYTHON (not in `all`)
+    E2b,
     /// The daemon killed with SIGKILL once per round (`-n`, default 10) during `-c` rollouts
     /// (default 50) of 20 logged steps: no step may run twice or be lost (own daemon; not in
     /// `all`)
@@ -128,12 +141,12 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
-    /// neighbour 200 per phase, pause 5, net 100, ports 500, vm 8, hostile 10000, tls 1000 per
-    /// mode, ship 1000]
+    /// neighbour 200 per phase, pause 5, net 100, ports 500, e2b 500, vm 8, hostile 10000, tls
+    /// 1000 per mode, ship 1000, msa 60 steps]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
-    /// microVMs measured for memory [default: 8]
+    /// microVMs measured for memory [default: 8]; for e2b: rollouts at once [default: 100]
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
     /// density: memory per idle sandbox at each of these counts in one run (sandboxes stay
@@ -188,6 +201,10 @@ pub struct Args {
     /// measure how far the shipped log is behind
     #[arg(long, value_name = "URL")]
     pub trajectory_store: Option<String>,
+    /// msa: the Python that runs mini-swe-agent (with the SDK and `mini-swe-agent`
+    /// installed) [default: $WARREN_BENCH_PYTHON, else python3]
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<String>,
 }
 
 /// One target and whether it was met.
@@ -255,6 +272,8 @@ pub struct Report {
     pub call: Option<call::CallBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<fusion::FusionBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msa: Option<msa::MsaBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -410,6 +429,9 @@ impl Report {
         }
         if let Some(f) = &self.fusion {
             checks.extend(f.checks());
+        }
+        if let Some(m) = &self.msa {
+            checks.extend(m.checks());
         }
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
@@ -585,6 +607,12 @@ impl Report {
             }
             out.push_str(&f.render());
         }
+        if let Some(m) = &self.msa {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&m.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -744,6 +772,10 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Fusion {
         report.fusion = Some(fusion::fusion(setup, n(500), c(16)).await?);
     }
+    if args.which == Which::Msa {
+        let py = args.python.as_deref();
+        report.msa = Some(msa::msa(setup.url.as_deref(), py, n(60)).await?);
+    }
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
@@ -779,6 +811,13 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if args.which == Which::Tls {
         return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
     }
+    if args.which == Which::E2b {
+        let (n, c) = (
+            args.n.unwrap_or(500).max(1),
+            args.concurrency.unwrap_or(100).max(1),
+        );
+        return e2b::run(n, c, args.json, args.report.as_deref()).await;
+    }
     if args.which == Which::Crash {
         let (rounds, rollouts) = (args.n.unwrap_or(10), args.concurrency.unwrap_or(50));
         return crash::run(rounds, rollouts, args.json, args.report.as_deref()).await;
@@ -797,6 +836,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         .context("the daemon does not answer")?;
     let setup = Setup {
         client: client.clone(),
+        url: ctx.url.clone(),
         image: args.image.clone(),
         disk_medium: args.disk_medium.as_deref().map(|m| match m {
             "memory" => warren_types::DiskMedium::Memory,
