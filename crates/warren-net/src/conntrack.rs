@@ -96,7 +96,13 @@ impl Ctnl {
             what: format!("conntrack netlink: {what}"),
             source: e,
         };
-        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(|e| io("socket", e))?;
+        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::EPROTONOSUPPORT) {
+                NetError::ConntrackUnsupported(format!("no netfilter netlink: {e}"))
+            } else {
+                io("socket", e)
+            }
+        })?;
         sock.bind_auto().map_err(|e| io("bind", e))?;
         sock.connect(&SocketAddr::new(0, 0))
             .map_err(|e| io("connect", e))?;
@@ -173,6 +179,13 @@ impl Ctnl {
     }
 }
 
+/// Whether this kernel lets the host's tracked connections be listed and deleted
+/// ([`NetError::ConntrackUnsupported`] if not). Reads the table once.
+pub fn probe() -> Result<(), NetError> {
+    // TEST-NET-2: no flow of the host names it.
+    forget(Ipv4Addr::new(198, 51, 100, 77), 32).map(|_| ())
+}
+
 /// Removes every IPv4 connection-tracking entry of the host's namespace that involves an
 /// address of `net/len` (either direction). Returns how many were removed.
 pub fn forget(net: Ipv4Addr, len: u8) -> Result<usize, NetError> {
@@ -185,6 +198,14 @@ pub fn forget(net: Ipv4Addr, len: u8) -> Result<usize, NetError> {
     if let Some(errno) = c.answers(seq, |attrs| {
         doomed.extend(delete_request(&attrs, net, len));
     })? {
+        // nfnetlink answers a subsystem it does not have (after trying to load its module)
+        // with EOPNOTSUPP.
+        if matches!(errno, nix::libc::EOPNOTSUPP | nix::libc::EPROTONOSUPPORT) {
+            return Err(NetError::ConntrackUnsupported(format!(
+                "a dump of the table is refused: {}",
+                std::io::Error::from_raw_os_error(errno)
+            )));
+        }
         return Err(NetError::netlink(
             "conntrack: dump",
             std::io::Error::from_raw_os_error(errno),
@@ -236,8 +257,18 @@ mod tests {
             eprintln!("skipped: reading the conntrack table needs root");
             return;
         }
-        // The host's own flows are dumped and parsed; none is in TEST-NET-2.
-        assert_eq!(forget("198.51.100.77".parse().unwrap(), 32).unwrap(), 0);
+        match forget("198.51.100.77".parse().unwrap(), 32) {
+            // The host's own flows are dumped and parsed; none is in TEST-NET-2.
+            Ok(n) => assert_eq!(n, 0),
+            Err(e @ NetError::ConntrackUnsupported(_)) => {
+                assert!(
+                    std::env::var("CI").map_or(true, |v| v != "true"),
+                    "this test cannot run under CI=true: {e}"
+                );
+                eprintln!("SKIP: {e}");
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
 
     #[test]

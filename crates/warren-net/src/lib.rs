@@ -118,6 +118,9 @@ pub struct Network {
     /// kept out of [`Network::alloc`] until a later attempt succeeds, so no sandbox is given
     /// an address another sandbox's flows still reach.
     dirty: Mutex<BTreeSet<u32>>,
+    /// Why this kernel's tracked flows cannot be forgotten (no ctnetlink), found at
+    /// [`Network::start`]: then a freed address is reused with whatever flows it has left.
+    conntrack_unsupported: Mutex<Option<String>>,
     /// Ok once [`Network::start`] cleaned up; until then (or after a failed start) policies
     /// are refused.
     ready: RwLock<Result<(), String>>,
@@ -168,6 +171,7 @@ impl Network {
             reserved: Mutex::new(HashMap::new()),
             used: Mutex::new(BTreeSet::new()),
             dirty: Mutex::new(BTreeSet::new()),
+            conntrack_unsupported: Mutex::new(None),
             ready: RwLock::new(Err("the network is not started".into())),
             table_made: Mutex::new(false),
         })
@@ -216,12 +220,24 @@ impl Network {
             // sandboxes (adopted ones get new links too).
             let net = Ipv4Addr::from(self.pool_base);
             let len = self.pool_len();
-            let n = tokio::task::spawn_blocking(move || conntrack::forget(net, len))
+            let forgot = tokio::task::spawn_blocking(move || conntrack::forget(net, len))
                 .await
-                .map_err(|e| NetError::netlink("conntrack task", e))??;
-            if n > 0 {
-                removed.push(format!("{n} tracked flows of the pool"));
+                .map_err(|e| NetError::netlink("conntrack task", e))?;
+            let mut unsupported = self.conntrack_unsupported.lock().expect("conntrack lock");
+            match forgot {
+                Ok(n) => {
+                    *unsupported = None;
+                    if n > 0 {
+                        removed.push(format!("{n} tracked flows of the pool"));
+                    }
+                }
+                Err(e @ NetError::ConntrackUnsupported(_)) => {
+                    tracing::error!(error = %e, "flows of a deleted sandbox cannot be forgotten: a peer that goes on sending to a sandbox's address may reach the next sandbox given that address until the flow times out");
+                    *unsupported = Some(e.to_string());
+                }
+                Err(e) => return Err(e),
             }
+            drop(unsupported);
             self.dirty.lock().expect("dirty lock").clear();
             // The table itself is made by the first link: a node that never gives a sandbox a
             // network leaves no trace in the host's ruleset.
@@ -595,6 +611,16 @@ impl Network {
     /// Forgets the tracked flows of every link address whose flows may remain, and gives
     /// the addresses whose flows are gone back to the pool.
     async fn forget_dirty(&self) -> Result<(), NetError> {
+        if self
+            .conntrack_unsupported
+            .lock()
+            .expect("conntrack lock")
+            .is_some()
+        {
+            // Said once at start: nothing to wait for, the addresses go back as they are.
+            self.dirty.lock().expect("dirty lock").clear();
+            return Ok(());
+        }
         let dirty: Vec<u32> = self
             .dirty
             .lock()

@@ -91,7 +91,7 @@ except Exception as e:
 const MIRROR: &str = r#"
 import http.server, socketserver, threading, socket, sys, os, time
 log = sys.argv[1]
-p = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); p.bind(("0.0.0.0", 5354))
+push_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); push_sock.bind(("0.0.0.0", 5354))
 note_lock = threading.Lock()
 def note(line):
     with note_lock:
@@ -99,18 +99,25 @@ def note(line):
 def push(dst):
     n, end = 0, time.time() + 120
     while time.time() < end and not os.path.exists(log + ".stop"):
-        try: p.sendto(b"push-%d" % n, dst)
+        try: push_sock.sendto(b"push-%d" % n, dst)
         except OSError: pass
         n += 1; time.sleep(0.05)
     note("end %s:%d" % dst)
 def pusher():
     pushing = set()
     while True:
-        d, src = p.recvfrom(2048)
+        d, src = push_sock.recvfrom(2048)
         note("recv %s:%d %s" % (src[0], src[1], d.decode(errors="replace")))
         if src not in pushing:
             pushing.add(src); threading.Thread(target=push, args=(src,), daemon=True).start()
-threading.Thread(target=pusher, daemon=True).start()
+def logged(f):
+    # A thread that dies says why in the log the tests read.
+    def run(*a):
+        try: f(*a)
+        except Exception as e: note("error %s: %r" % (f.__name__, e))
+    return run
+push = logged(push)
+threading.Thread(target=logged(pusher), daemon=True).start()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         b = ("mirror %d" % self.server.server_address[1]).encode()
@@ -119,8 +126,8 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-for p in (8080, 9090):
-    threading.Thread(target=S(("0.0.0.0", p), H).serve_forever, daemon=True).start()
+for port in (8080, 9090):
+    threading.Thread(target=S(("0.0.0.0", port), H).serve_forever, daemon=True).start()
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 5353))
 open(log + ".ready", "w").close()
 while True:
