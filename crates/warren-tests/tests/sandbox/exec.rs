@@ -337,6 +337,7 @@ async fn the_default_login_profile_starts_no_program_without_a_terminal() {
         return;
     };
     let id = d.sandbox().await;
+    d.sh_ok(&id, "mkdir -p /tmp/spy").await;
     for (path, real) in [
         ("/tmp/spy/id", "/usr/bin/id"),
         ("/usr/local/bin/mesg", "/usr/bin/mesg"),
@@ -363,9 +364,32 @@ async fn the_default_login_profile_starts_no_program_without_a_terminal() {
         r.stdout, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
         "root's PATH"
     );
-    // The spies work: a program that asks `id` is seen.
-    let r = d.exec(&id, &login("id -u")).await;
-    assert_eq!((r.exit_code, r.stdout.as_str()), (Some(0), "0\n"), "{r:?}");
+    assert_eq!(
+        d.sh_ok(&id, "cat /tmp/spy.log 2>/dev/null || true").await,
+        ""
+    );
+    // The spies work: a login shell other than bash (dash) still asks `id`.
+    let r = d
+        .exec(
+            &id,
+            &ExecRequest::argv([
+                "/usr/bin/env",
+                "PATH=/tmp/spy:/usr/bin:/bin",
+                "/bin/sh",
+                "-l",
+                "-c",
+                "echo $PATH",
+            ]),
+        )
+        .await;
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (
+            Some(0),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        ),
+        "{r:?}"
+    );
     assert_eq!(
         d.sh_ok(&id, "cat /tmp/spy.log; rm /tmp/spy.log").await,
         "/tmp/spy/id\n"
@@ -389,21 +413,17 @@ async fn the_default_login_profile_starts_no_program_without_a_terminal() {
         d.sh_ok(&id, "cat /tmp/spy.log 2>/dev/null || true").await,
         ""
     );
-    // On a terminal (script(1) gives the login shell one), `mesg n` runs as before.
-    let r = d
-        .exec(
-            &id,
-            &ExecRequest::argv([
-                "/usr/bin/env",
-                "PATH=/tmp/spy:/usr/bin:/bin",
-                "script",
-                "-qec",
-                "/bin/bash -l -c true",
-                "/dev/null",
-            ]),
-        )
-        .await;
-    assert!(r.success(), "{r:?}");
+    // On a terminal (Warren's), `mesg n` runs as before.
+    let mut pty = d
+        .client()
+        .pty(&id, "/bin/sh", 80, 24)
+        .await
+        .expect("opening a terminal");
+    pty.send(&b"PATH=/tmp/spy:/usr/bin:/bin /bin/bash -l -c true; exit\n"[..])
+        .await
+        .unwrap();
+    let (out, code, _) = read_until_exit(&mut pty, Duration::from_secs(20)).await;
+    assert_eq!(code, Some(0), "output: {out:?}");
     assert_eq!(
         d.sh_ok(&id, "cat /tmp/spy.log").await,
         "/usr/local/bin/mesg\n"
