@@ -155,17 +155,29 @@ impl ImageStore {
 
     /// Refuses to let `owner` (a tenant, or `None` for the node's administrator) write tag
     /// `name:tag` when another owns it: a tenant may replace only its own images; the
-    /// administrator may replace any.
+    /// administrator may replace any. Unless `replace`, a tag that exists is refused too
+    /// ([`ImageError::Exists`]): replacing an image (the node's `default`, say) changes
+    /// every later sandbox made of it, so it is asked for, never done by accident.
     pub fn check_claim(
         &self,
         name: &str,
         tag: &str,
         owner: Option<&str>,
+        replace: bool,
     ) -> Result<(), ImageError> {
+        let r = format!("{name}:{tag}");
+        if !replace && self.manifest_path(name, tag).exists() {
+            // Another tenant's image is not named to this one: it is only "taken".
+            return Err(match (owner, self.manifest(&r)) {
+                (Some(o), Ok(m)) if m.owner.as_deref() != Some(o) => {
+                    ImageError::Taken(format!("{r} is taken; import under another name"))
+                }
+                _ => ImageError::Exists(r),
+            });
+        }
         let Some(owner) = owner else {
             return Ok(());
         };
-        let r = format!("{name}:{tag}");
         match self.manifest(&r) {
             Ok(m) if m.owner.as_deref() == Some(owner) => Ok(()),
             Ok(m) if m.owner.is_none() => Err(ImageError::Taken(format!(
@@ -179,9 +191,9 @@ impl ImageStore {
     }
 
     /// Tags `m` for `m.owner` after [`ImageStore::check_claim`], atomically with the check.
-    pub fn put_claimed_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
+    pub fn put_claimed_manifest(&self, m: &ImageManifest, replace: bool) -> Result<(), ImageError> {
         let _claim = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.check_claim(&m.name, &m.tag, m.owner.as_deref())?;
+        self.check_claim(&m.name, &m.tag, m.owner.as_deref(), replace)?;
         self.put_manifest(m)
     }
 
@@ -504,6 +516,50 @@ impl ImageStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_that_exists_is_replaced_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let blob = dir.path().join("x");
+        std::fs::write(&blob, b"a layer").unwrap();
+        let digest = store.add_blob(&blob).unwrap();
+        let m = |source: &str, owner: Option<&str>| ImageManifest {
+            name: "default".into(),
+            tag: "latest".into(),
+            layers: vec![digest.clone()],
+            created_ms: 1,
+            source: source.into(),
+            size_bytes: 7,
+            stack: vec![],
+            owner: owner.map(str::to_string),
+            config: None,
+        };
+        store
+            .put_claimed_manifest(&m("first", None), false)
+            .unwrap();
+        let e = store
+            .put_claimed_manifest(&m("second", None), false)
+            .unwrap_err();
+        assert!(
+            matches!(e, ImageError::Exists(ref r) if r == "default:latest"),
+            "{e}"
+        );
+        assert_eq!(e.code(), warren_types::ErrorCode::Conflict);
+        assert!(e.to_string().contains("--force"), "{e}");
+        assert_eq!(store.manifest("default").unwrap().source, "first");
+        // A tenant is told the node's image is taken, forced or not.
+        for replace in [false, true] {
+            let e = store
+                .put_claimed_manifest(&m("t", Some("alice")), replace)
+                .unwrap_err();
+            assert!(matches!(e, ImageError::Taken(_)), "{e}");
+        }
+        store
+            .put_claimed_manifest(&m("second", None), true)
+            .unwrap();
+        assert_eq!(store.manifest("default").unwrap().source, "second");
+    }
 
     #[test]
     fn manifests_round_trip_and_resolve() {

@@ -58,6 +58,9 @@ pub enum ErrorCode {
     /// An image build failed at one of its steps (a `RUN` that exited non-zero or timed
     /// out, a `COPY` of a missing file); the message names the step. Nothing was tagged.
     BuildFailed,
+    /// A pull could not reach its registry (no connection, TLS, a timeout): the message
+    /// names the registry and what failed (HTTP 502). Nothing was tagged.
+    RegistryUnreachable,
 }
 
 impl ErrorCode {
@@ -74,7 +77,10 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
-            ErrorCode::StartFailed | ErrorCode::SandboxLost | ErrorCode::PortUnreachable => 502,
+            ErrorCode::StartFailed
+            | ErrorCode::SandboxLost
+            | ErrorCode::PortUnreachable
+            | ErrorCode::RegistryUnreachable => 502,
             ErrorCode::Internal => 500,
         }
     }
@@ -104,11 +110,12 @@ impl ErrorCode {
             ErrorCode::NodeUnreachable => "node_unreachable",
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BuildFailed => "build_failed",
+            ErrorCode::RegistryUnreachable => "registry_unreachable",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -131,6 +138,7 @@ impl ErrorCode {
         ErrorCode::NodeUnreachable,
         ErrorCode::PortUnreachable,
         ErrorCode::BuildFailed,
+        ErrorCode::RegistryUnreachable,
     ];
 }
 

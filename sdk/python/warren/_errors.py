@@ -31,6 +31,7 @@ __all__ = [
     "CapacityUnavailable",
     "NodeUnreachable",
     "PortUnreachable",
+    "RegistryUnreachable",
     "ConnectionError",
     "CommandError",
     "error_from_body",
@@ -218,6 +219,13 @@ class PortUnreachable(WarrenError):
     default_code = "port_unreachable"
 
 
+class RegistryUnreachable(WarrenError):
+    """A pull could not reach its registry (no connection, TLS, a timeout); nothing was
+    tagged (``registry_unreachable``, HTTP 502)."""
+
+    default_code = "registry_unreachable"
+
+
 class BuildFailed(WarrenError):
     """An image build failed at one of its steps; nothing was tagged (422).
 
@@ -294,6 +302,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "node_unreachable": NodeUnreachable,
     "port_unreachable": PortUnreachable,
     "build_failed": BuildFailed,
+    "registry_unreachable": RegistryUnreachable,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {

@@ -55,7 +55,7 @@ async fn import(
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&bytes).unwrap();
     let file = tokio::fs::File::open(f.path()).await.unwrap();
-    c.import_image(file, Some(tag)).await
+    c.import_image(file, Some(tag), false).await
 }
 
 /// The error's text with the image's name made neutral.
