@@ -15,7 +15,7 @@ from ._models import ExecResult, OutputChunk, ProcessInfo
 from ._transport import _CHUNK, _transport_error
 
 if TYPE_CHECKING:
-    from ._sandboxes import AsyncSandbox
+    from ._base import SandboxRef
 
 
 #: A command: a string runs through ``/bin/sh -c``; a sequence is an argv run directly.
@@ -75,7 +75,7 @@ class AsyncExecStream:
     command.
     """
 
-    def __init__(self, sandbox: AsyncSandbox, body: Dict[str, Any], check: bool) -> None:
+    def __init__(self, sandbox: SandboxRef, body: Dict[str, Any], check: bool) -> None:
         self._sandbox = sandbox
         self._body = body
         self._check = check
@@ -186,7 +186,7 @@ class AsyncProcess:
         argv: The command line, when known.
     """
 
-    def __init__(self, sandbox: AsyncSandbox, pid: int, argv: Optional[List[str]] = None) -> None:
+    def __init__(self, sandbox: SandboxRef, pid: int, argv: Optional[List[str]] = None) -> None:
         self.sandbox = sandbox
         self.pid = int(pid)
         self.argv = argv or []

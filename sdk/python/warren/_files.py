@@ -17,14 +17,14 @@ from ._models import FileStat
 from ._transport import _CHUNK, _step_params, _transport_error
 
 if TYPE_CHECKING:
-    from ._sandboxes import AsyncSandbox
+    from ._base import SandboxRef
     from ._transport import _Http
 
 
 class AsyncFiles:
     """File calls of one sandbox (``sandbox.files``). Paths are absolute inside the sandbox."""
 
-    def __init__(self, sandbox: AsyncSandbox) -> None:
+    def __init__(self, sandbox: SandboxRef) -> None:
         self._sandbox = sandbox
         self._path = sandbox._path + "/files"
 

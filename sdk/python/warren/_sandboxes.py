@@ -19,7 +19,7 @@ from ._trajectory import AsyncTrajectory
 from ._transport import _VERSION
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient
+    from ._base import ClientRef
     from ._exec import Command
 
 
@@ -128,7 +128,7 @@ class AsyncSandbox:
         files: File calls (:class:`AsyncFiles`).
     """
 
-    def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
+    def __init__(self, client: ClientRef, info: SandboxInfo) -> None:
         self._client = client
         self.id: str = info.id
         self.info: SandboxInfo = info
@@ -139,7 +139,7 @@ class AsyncSandbox:
         return f"<Sandbox {self.id} {self.info.state}>"
 
     @property
-    def client(self) -> AsyncClient:
+    def client(self) -> ClientRef:
         """The client this sandbox talks through."""
         return self._client
 

@@ -11,7 +11,7 @@ from ._transport import _backoff
 
 if TYPE_CHECKING:
     from ._exec import AsyncProcess, Command
-    from ._sandboxes import AsyncSandbox
+    from ._base import SandboxCalls
     from ._transport import T
 
 
@@ -31,7 +31,7 @@ class AsyncTrajectory:
         step: The step the next call will take.
     """
 
-    def __init__(self, sandbox: AsyncSandbox, start: int = 0) -> None:
+    def __init__(self, sandbox: SandboxCalls, start: int = 0) -> None:
         if start < 0:
             raise ValueError("start must be >= 0")
         self.sandbox = sandbox

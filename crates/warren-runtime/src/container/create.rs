@@ -180,22 +180,6 @@ async fn start(
     }
     let mounted = t_mount.elapsed();
     let t_agent = std::time::Instant::now();
-    // A parked agent (started ahead, waiting for its start-up message), else one started now.
-    let super::spares::Spare {
-        pid: stage1,
-        ctl: ours,
-    } = rt.spares.take()?;
-    let t_spawned = t_agent.elapsed();
-    // From here on the agent is owned by the sandbox's cgroups: killing them kills it.
-    cgroups.add_pid(stage1)?;
-    let t_added = t_agent.elapsed();
-    let std_stream = std::os::unix::net::UnixStream::from(ours);
-    std_stream
-        .set_nonblocking(true)
-        .map_err(|e| RuntimeError::io("control socket", e))?;
-    let mut stream =
-        UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("control socket", e))?;
-
     let config = ContainerInit {
         lowerdirs,
         disk_mb: spec.limits.disk_mb,
@@ -221,23 +205,34 @@ async fn start(
             .map(|base| super::owner_uid(base, spec.id.as_str())),
         user_limits: rt.cfg.user_limits.clone(),
     };
-    send(
-        &mut stream,
-        &Init::Container {
-            version: PROTOCOL_VERSION,
-            config: Box::new(config),
-        },
-    )
-    .await?;
-    let t_spawn = t0.elapsed();
-    let pid = match recv(&mut stream, "unshare").await? {
-        InitReply::Unshared { pid } => pid,
-        other => {
-            return Err(RuntimeError::Protocol(format!(
-                "expected Unshared, got {other:?}"
-            )))
+    let init = Init::Container {
+        version: PROTOCOL_VERSION,
+        config: Box::new(config),
+    };
+    // A parked agent (started ahead, waiting for its start-up message), else one started now.
+    let (spare, mut parked) = rt.spares.take()?;
+    let mut spare = Some(spare);
+    let (mut stream, pid, t_spawned, t_added) = loop {
+        let super::spares::Spare {
+            pid: stage1,
+            ctl: ours,
+        } = match spare.take() {
+            Some(s) => s,
+            None => rt.spares.take_fresh()?,
+        };
+        let t_spawned = t_agent.elapsed();
+        match unshare_agent(cgroups, stage1, ours, &init).await {
+            Ok((stream, pid)) => break (stream, pid, t_spawned, t_agent.elapsed()),
+            // A parked agent that died after it was looked at (killed from outside): its
+            // start-up fails before it did anything; one started now takes its place.
+            Err(e) if parked => {
+                tracing::debug!(error = %e, agent = stage1, "a parked agent was gone; starting another");
+                parked = false;
+            }
+            Err(e) => return Err(e),
         }
     };
+    let t_spawn = t0.elapsed();
     let range = IdRange {
         inside: 0,
         outside: base,
@@ -280,7 +275,7 @@ async fn start(
         sandbox = %spec.id,
         mount_us = mounted.as_micros() as u64,
         fork_us = t_spawned.as_micros() as u64,
-        cgroup_us = (t_added - t_spawned).as_micros() as u64,
+        unshare_us = (t_added - t_spawned).as_micros() as u64,
         spawned_us = t_spawn.as_micros() as u64,
         mapped_us = t_mapped.as_micros() as u64,
         forked_us = t_child.as_micros() as u64,
@@ -307,4 +302,29 @@ async fn start(
         agent_bin: rt.cfg.agent_bin.clone(),
         writable: writable_dir.and(rt.writable.clone()),
     })
+}
+
+/// Moves the first stage of an agent into the sandbox's cgroups (from then on they own it:
+/// killing them kills it), sends its start-up message and reads the pid of the namespaces it
+/// made.
+async fn unshare_agent(
+    cgroups: &CgroupSet,
+    stage1: u32,
+    ours: std::os::fd::OwnedFd,
+    init: &Init,
+) -> Result<(UnixStream, u32), RuntimeError> {
+    cgroups.add_pid(stage1)?;
+    let std_stream = std::os::unix::net::UnixStream::from(ours);
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("control socket", e))?;
+    let mut stream =
+        UnixStream::from_std(std_stream).map_err(|e| RuntimeError::io("control socket", e))?;
+    send(&mut stream, init).await?;
+    match recv(&mut stream, "unshare").await? {
+        InitReply::Unshared { pid } => Ok((stream, pid)),
+        other => Err(RuntimeError::Protocol(format!(
+            "expected Unshared, got {other:?}"
+        ))),
+    }
 }

@@ -71,9 +71,13 @@ impl Spares {
         self.parked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A started agent: a parked one that is still alive, else one started now. Either way
-    /// the parked set is refilled in the background.
-    pub fn take(self: &Arc<Self>) -> Result<Spare, RuntimeError> {
+    /// A started agent: a parked one that is still alive, else one started now (`parked`
+    /// says which). Either way the parked set is refilled in the background.
+    ///
+    /// A parked agent killed just before this look may still seem alive (the kill is not
+    /// yet delivered): its start-up then fails on a reset socket, and the create takes
+    /// another ([`Spares::take_fresh`]).
+    pub fn take(self: &Arc<Self>) -> Result<(Spare, bool), RuntimeError> {
         let parked = loop {
             let next = self.lock().pop();
             match next {
@@ -85,9 +89,14 @@ impl Spares {
         };
         self.refill();
         match parked {
-            Some(s) => Ok(s),
-            None => Spare::start(&self.cfg),
+            Some(s) => Ok((s, true)),
+            None => Ok((Spare::start(&self.cfg)?, false)),
         }
+    }
+
+    /// An agent started now, for a create whose parked agent turned out to be dead.
+    pub fn take_fresh(&self) -> Result<Spare, RuntimeError> {
+        Spare::start(&self.cfg)
     }
 
     /// Pids of the agents parked now.

@@ -9,10 +9,13 @@ or in a job/trial config: ``environment: {import_path: "warren.integrations.harb
 kwargs: {url: "http://gateway:7070"}}``.
 
 The environment is one Warren sandbox. Its image is, in order: the ``image`` keyword, the
-task's ``docker_image`` (a Warren image name), else the task's ``environment/Dockerfile``
-applied in a sandbox of its base image (``FROM`` mapped through ``base_images``, default
-``default``): ``RUN`` (through ``/bin/sh -c``), ``ENV``, ``WORKDIR``, ``USER``, ``ARG``, and
-``COPY``/``ADD`` of files from the environment directory; other instructions are ignored.
+task's ``docker_image`` (a Warren image name; ``environment/`` is then uploaded into the
+working directory, as Harbor does), else the task's ``environment/Dockerfile`` built by the
+node's builder (``POST /v1/images/build``) with the environment directory as its context,
+each ``FROM`` that names an image mapped through ``base_images`` (an exact name, else ``"*"``,
+else the name itself when the node has that image, else ``default``). The image is tagged
+``harbor-<task>:<digest of the Dockerfile and context>``: a later trial of the same task finds
+it and builds nothing (``force_build`` builds again, through the builder's step cache).
 Exec takes cwd, env, timeout and user; files and directories go both ways as tar streams; the
 task's network policy is the sandbox's (``no-network`` is Warren's default: loopback only;
 allow-lists of hosts, addresses and CIDRs; ``public``) and can change while it runs;
@@ -23,12 +26,14 @@ Needs ``pip install 'warren-sandbox[harbor]'`` (Python 3.12 or newer, as Harbor 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-import json
 import os
+import re
 import shlex
+import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -58,44 +63,63 @@ def network(policy: NetworkPolicy) -> Any:
     return {"mode": "allow", "allow": rules, "domains": domains}
 
 
-def dockerfile_steps(text: str) -> List[Tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` of a Dockerfile: continuations joined, comments dropped."""
-    steps: List[Tuple[str, str]] = []
+def map_bases(text: str, base_of: Callable[[str], str]) -> str:
+    """``text`` with each ``FROM`` that names an image (not an earlier stage, not ``scratch``)
+    naming ``base_of(image)`` instead; every other line is kept as it is."""
+    stages: set = set()
+    out: List[str] = []
     pending = ""
     for raw in text.splitlines():
-        line = raw.rstrip()
-        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+        if pending or raw.rstrip().endswith("\\"):
+            # a continued instruction: FROM never spans lines in practice; keep it verbatim
+            pending = raw if raw.rstrip().endswith("\\") else ""
+            out.append(raw)
             continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line = pending + line
-        pending = ""
-        word, _, rest = line.strip().partition(" ")
-        steps.append((word.upper(), rest.strip()))
-    if pending.strip():
-        word, _, rest = pending.strip().partition(" ")
-        steps.append((word.upper(), rest.strip()))
-    return steps
+        words = raw.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            i = 1
+            while i < len(words) and words[i].startswith("--"):
+                i += 1
+            if i < len(words):
+                image = words[i]
+                if image.lower() not in stages and image != "scratch" and "$" not in image:
+                    words[i] = base_of(image)
+                if i + 2 < len(words) and words[i + 1].upper() == "AS":
+                    stages.add(words[i + 2].lower())
+            out.append(" ".join(words))
+        else:
+            out.append(raw)
+    return "\n".join(out) + "\n"
 
 
-def _words(args: str) -> List[str]:
-    """The arguments of an exec-form (JSON array) or shell-form instruction."""
-    if args.startswith("["):
-        try:
-            v = json.loads(args)
-            if isinstance(v, list):
-                return [str(x) for x in v]
-        except ValueError:
-            pass
-    return shlex.split(args)
+def context_digest(directory: Path, dockerfile: str) -> str:
+    """A digest of what a build reads: the Dockerfile and every file of the context (paths,
+    modes, contents, link targets)."""
+    h = hashlib.sha256()
+    h.update(dockerfile.encode())
+    root = directory.resolve()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        h.update(f"\0{rel}\0{st.st_mode:o}\0".encode())
+        if path.is_symlink():
+            h.update(os.readlink(path).encode())
+        elif path.is_file():
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
 
 
-def _env_pairs(args: str) -> Dict[str, str]:
-    words = shlex.split(args)
-    if len(words) >= 2 and "=" not in words[0]:
-        return {words[0]: " ".join(words[1:])}
-    return dict(w.split("=", 1) for w in words if "=" in w)
+def image_tag(name: str, digest: str) -> str:
+    """The Warren image a task's environment is built as: one per task name and context."""
+    base = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip(".-")[:100] or "task"
+    return f"harbor-{base}:{digest[:20]}"
+
+
+#: The environments this process started, in order: ``{"image", "built"}`` (``built`` is False
+#: when the image was found from an earlier build of the same task).
+builds: List[Dict[str, Any]] = []
 
 
 class WarrenEnvironment(BaseEnvironment):
@@ -114,6 +138,7 @@ class WarrenEnvironment(BaseEnvironment):
         image: Optional[str] = None,
         base_images: Optional[Dict[str, str]] = None,
         labels: Optional[Dict[str, str]] = None,
+        build_memory_mb: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         self._url = url
@@ -123,7 +148,7 @@ class WarrenEnvironment(BaseEnvironment):
         self._labels = dict(labels or {})
         self._client: Optional[warren.AsyncClient] = None
         self._sandbox: Optional[warren.AsyncSandbox] = None
-        self._workdir: Optional[str] = None
+        self._build_memory_mb = build_memory_mb
         super().__init__(
             environment_dir,
             environment_name,
@@ -167,76 +192,67 @@ class WarrenEnvironment(BaseEnvironment):
             raise RuntimeError("the environment is not started")
         return self._sandbox
 
+    def _base(self, image: str, have: set) -> str:
+        """The Warren image a task's ``FROM image`` builds on."""
+        if image in self._base_images:
+            return self._base_images[image]
+        if "*" in self._base_images:
+            return self._base_images["*"]
+        return image if image in have else "default"
+
+    async def _build(self, client: warren.AsyncClient, force_build: bool) -> str:
+        """The task's image, built from ``environment/Dockerfile`` by the node's builder
+        unless an earlier trial of the same task (same Dockerfile and context) built it."""
+        text = self._dockerfile.read_text()
+        have = {i.get("reference", "") for i in await client.images()}
+        have |= {r.rsplit(":", 1)[0] for r in have if r.endswith(":latest")}
+        mapped = map_bases(text, lambda image: self._base(image, have))
+        tag = image_tag(self.environment_name, context_digest(self.environment_dir, mapped))
+        if not force_build:
+            try:
+                await client.image(tag)
+                builds.append({"image": tag, "built": False})
+                return tag
+            except warren.NotFound:
+                pass
+        with tempfile.TemporaryDirectory(prefix="warren-harbor-") as d:
+            dockerfile = Path(d) / "Dockerfile"
+            dockerfile.write_text(mapped)
+            self.logger.debug(f"Building {tag} from {self._dockerfile}")
+            await client.build_image(
+                str(self.environment_dir),
+                tag,
+                dockerfile=str(dockerfile),
+                memory=self._build_memory_mb,
+            )
+        builds.append({"image": tag, "built": True})
+        return tag
+
     async def start(self, force_build: bool) -> None:
         kw: Dict[str, Any] = {"token": self._token} if self._token else {}
         self._client = warren.AsyncClient(self._url, **kw)
-        steps: List[Tuple[str, str]] = []
-        image = self._image or self.task_env_config.docker_image
-        if not image:
-            steps = dockerfile_steps(self._dockerfile.read_text())
-            froms = [a for i, a in steps if i == "FROM"]
-            base = froms[-1].split()[0] if froms else "default"
-            image = self._base_images.get(base, self._base_images.get("*", "default"))
-        memory = self._effective_memory_mb
-        self._sandbox = await self._client.create(
-            image,
-            cpus=self._effective_cpus,
-            memory=memory,
-            network=network(self.network_policy),
-            env=self._startup_env() or None,
-            labels={"harness": "harbor", "harbor-session": self.session_id[:63], **self._labels},
-        )
+        prebuilt = self._image or self.task_env_config.docker_image
         try:
-            await self._apply_dockerfile(steps)
-            if self.task_env_config.workdir:
-                self._workdir = self.task_env_config.workdir
-            dirs = " ".join(shlex.quote(d) for d in ("/logs/agent", "/logs/verifier", "/logs/artifacts"))
-            await self._run(f"mkdir -p {dirs} && chmod 777 {dirs}", user="root")
+            image = prebuilt or await self._build(self._client, force_build)
+            self._sandbox = await self._client.create(
+                image,
+                cpus=self._effective_cpus,
+                memory=self._effective_memory_mb,
+                network=network(self.network_policy),
+                env=self._startup_env() or None,
+                labels={"harness": "harbor", "harbor-session": self.session_id[:63], **self._labels},
+            )
         except BaseException:
             await self.stop(delete=True)
             raise
-
-    async def _apply_dockerfile(self, steps: List[Tuple[str, str]]) -> None:
-        """The final stage's instructions, applied in the sandbox (until images are built)."""
-        last_from = max((n for n, (i, _) in enumerate(steps) if i == "FROM"), default=-1)
-        env: Dict[str, str] = {}
-        user: Optional[str] = None
-        for instr, args in steps[last_from + 1 :]:
-            if instr == "RUN":
-                words = _words(args) if args.startswith("[") else None
-                cmd = shlex.join(words) if words else args
-                r = await self.sandbox.exec(
-                    ["/bin/sh", "-c", cmd], cwd=self._workdir, env=env or None, user=user, timeout=3600
-                )
-                if r.exit_code != 0:
-                    raise RuntimeError(f"Dockerfile step `RUN {args}` failed ({r.exit_code}): {r.stderr[-2000:]}")
-            elif instr == "ENV":
-                env.update(_env_pairs(args))
-                self._persistent_env = {**env, **self._persistent_env}
-            elif instr == "ARG":
-                env.update({k: v for k, v in _env_pairs(args).items()})
-            elif instr == "WORKDIR":
-                path = PurePosixPath(self._workdir or "/") / args.strip()
-                self._workdir = str(path)
-                await self.sandbox.exec(["mkdir", "-p", self._workdir], user="root")
-            elif instr == "USER":
-                user = args.strip() or None
-            elif instr in ("COPY", "ADD"):
-                words = [w for w in _words(args) if not w.startswith("--")]
-                *sources, dest = words
-                if not dest.startswith("/"):
-                    dest = str(PurePosixPath(self._workdir or "/") / dest)
-                for src in sources:
-                    local = (self.environment_dir / src).resolve()
-                    if not local.is_relative_to(self.environment_dir.resolve()):
-                        raise ValueError(f"Dockerfile copies {src}, outside the environment directory")
-                    if local.is_dir():
-                        await self.upload_dir(local, dest)
-                    else:
-                        target = dest if not dest.endswith("/") else dest + local.name
-                        await self.upload_file(local, target)
-        if user is not None and self.default_user is None:
-            self.default_user = user
+        try:
+            dirs = " ".join(shlex.quote(d) for d in ("/logs/agent", "/logs/verifier", "/logs/artifacts"))
+            await self._run(f"mkdir -p {dirs} && chmod 777 {dirs}", user="root")
+            if prebuilt:
+                await self._upload_environment_dir_after_start()
+        except BaseException:
+            await self.stop(delete=True)
+            raise
 
     async def _run(self, command: str, **kw: Any) -> warren.ExecResult:
         return await self.sandbox.exec(["/bin/sh", "-c", command], **kw)
@@ -262,7 +278,7 @@ class WarrenEnvironment(BaseEnvironment):
         who = self._resolve_user(user)
         r = await self.sandbox.exec(
             ["bash", "-c", command],
-            cwd=cwd or self.task_env_config.workdir or self._workdir,
+            cwd=cwd or self.task_env_config.workdir,
             env=self._merge_env(env),
             timeout=timeout_sec,
             user=None if who is None else str(who),
