@@ -142,17 +142,18 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     {
         if *remote || ctx.url.is_some() {
             let credentials = credentials(auth.as_deref(), registry.as_deref())?;
-            return import_remote(
-                ctx,
-                path.clone(),
-                registry.clone(),
-                *insecure,
-                credentials,
-                tag.clone(),
-                *force,
-                args.json,
-            )
-            .await;
+            let pull = match registry {
+                Some(reference) => Some(warren_client::PullRequest {
+                    reference: reference.clone(),
+                    tag: tag.clone().context("--tag is needed with --registry")?,
+                    insecure: *insecure,
+                    username: credentials.as_ref().map(|c| c.0.clone()),
+                    password: credentials.map(|c| c.1),
+                    force: *force,
+                }),
+                None => None,
+            };
+            return import_remote(ctx, path.clone(), pull, tag.clone(), *force, args.json).await;
         }
     }
     let store = Arc::new(
@@ -386,31 +387,20 @@ fn print_list(list: &[warren_image::ImageInfo]) {
 async fn import_remote(
     ctx: &Ctx,
     path: Option<PathBuf>,
-    registry: Option<String>,
-    insecure: bool,
-    credentials: Option<(String, String)>,
+    pull: Option<warren_client::PullRequest>,
     tag: Option<String>,
     force: bool,
     json: bool,
 ) -> anyhow::Result<i32> {
     let client = ctx.client()?;
-    let what = registry
-        .clone()
+    let what = pull
+        .as_ref()
+        .map(|p| p.reference.clone())
         .or_else(|| path.as_ref().map(|p| p.display().to_string()))
         .unwrap_or_default();
     let spin = crate::progress::Spinner::start(format!("importing {what} on the daemon"));
-    let r = match (path, registry) {
-        (_, Some(reference)) => {
-            let req = warren_client::PullRequest {
-                reference,
-                tag: tag.context("--tag is needed with --registry")?,
-                insecure,
-                username: credentials.as_ref().map(|c| c.0.clone()),
-                password: credentials.map(|c| c.1),
-                force,
-            };
-            client.pull_image(&req).await
-        }
+    let r = match (path, pull) {
+        (_, Some(req)) => client.pull_image(&req).await,
         (Some(path), None) => {
             if path.is_dir() {
                 anyhow::bail!(
