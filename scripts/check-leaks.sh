@@ -6,7 +6,10 @@
 #   - network namespaces named warren* or wtnet* (the network tests' mirrors) (ip netns list);
 #   - nftables tables named warren-* (one per daemon node with sandbox links);
 #   - host links of sandbox networks (wn<4 hex><hex index>) and of the test mirrors (wtm<n>);
-#   - processes named warren-agent;
+#   - processes named warren-agent, and any process running as a host id of the sandbox id pool
+#     (uid 2^24 and up: `warrend --id-pool-base`'s default range, owner uids included);
+#   - loop devices backed by a file under the image store (the writable-layer file system's)
+#     that nothing mounts;
 #   - writable layers on disk (subvolumes under the image store's mnt/writable) of gone sandboxes;
 #   - files the test harness left in its test root (WARREN_TEST_DIR, default /tmp/warren-tests):
 #     a daemon's, gateway's or etcd's directory or log is kept only for a failed test; the run
@@ -89,9 +92,21 @@ collect() {
     fi
 
     local pid
-    for pid in $(pgrep -x warren-agent || true); do
-        printf 'process\t%s %s\n' "$pid" "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)"
+    for pid in $( { pgrep -x warren-agent; ps -e -o pid=,uid= | awk '$2 >= 16777216 {print $1}'; } \
+        | sort -un || true); do
+        # One that ended since it was listed is not left behind.
+        [[ -d "/proc/$pid" ]] || continue
+        printf 'process\t%s %s\n' "$pid" "$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" || true)"
     done
+
+    # Loop devices of Warren's files (the writable-layer file system's image) that nothing mounts.
+    if command -v losetup > /dev/null; then
+        local dev back
+        while read -r dev back; do
+            [[ "$back" == "$STORE/"* || "$back" == */warren* ]] || continue
+            grep -q "^$dev " /proc/self/mounts || printf 'loop\t%s %s\n' "$dev" "$back"
+        done < <(losetup -n -l -O NAME,BACK-FILE 2>/dev/null || true)
+    fi
 }
 
 clean() {
@@ -134,6 +149,10 @@ clean() {
         if command -v btrfs > /dev/null; then
             btrfs subvolume delete "$item" > /dev/null 2>&1 || true
         fi
+    done
+    awk -F'\t' '$1 == "loop" {print $2}' <<< "$1" | while read -r item _; do
+        echo "check-leaks: detaching loop device $item"
+        losetup -d "$item" 2>/dev/null || true
     done
     awk -F'\t' '$1 == "nft" {print $2}' <<< "$1" | while read -r item; do
         echo "check-leaks: deleting nftables table $item"
@@ -183,4 +202,4 @@ if [[ -n "$leaks" ]]; then
     printf '%s' "$leaks" | sed 's/^/  /'
     exit 1
 fi
-echo "check-leaks: no leftovers (mounts, cgroups, netns, links, nftables, warren-agent processes, test files)"
+echo "check-leaks: no leftovers (mounts, cgroups, netns, links, nftables, loop devices, writable layers, warren-agent and sandbox-id processes, test files)"

@@ -39,6 +39,8 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c.devpts = false;
     // A call's writable layer is a tmpfs of its own (a function container has no disk one).
     c.writable_dir = None;
+    // The agent attached the layers at `LOWER_DIR`: a cell binds those paths.
+    c.layer_trees = false;
     c
 }
 
@@ -136,8 +138,12 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
         None,
     )?;
     // The top layer is the agent's `ETC_LAYER` (see `cell_config`).
-    let root =
-        crate::setup::stage_root(cfg, &cfg.lowerdirs, Path::new(CELL_DIR), EtcFiles::InLayer)?;
+    let root = crate::setup::stage_root(
+        cfg,
+        &crate::setup::Layers::paths(&cfg.lowerdirs),
+        Path::new(CELL_DIR),
+        EtcFiles::InLayer,
+    )?;
     crate::setup::enter(&root)?;
     warren_sys::ns::set_hostname(&cfg.hostname)?;
     // The agent may run with a protective OOM score, which the cell inherits and cannot
@@ -162,20 +168,16 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
 /// reads it before it says `Ready`), then waits on stdin for a length-prefixed header (see
 /// [`warm_header`]); the rest of stdin is the program's. The bootstrap imports nothing beyond
 /// what every interpreter has loaded at start (`os`, `sys`): a warm interpreter is prepared
-/// for every call, and a module it imported for itself would be paid for by each.
+/// for every call, and a module it imported for itself would be paid for by each (a script
+/// is compiled and run directly, not through `runpy`, whose imports cost as much CPU as the
+/// interpreter's own start). The program runs in the `__main__` module, emptied of the
+/// bootstrap's names, as `python3 -c` or `python3 SCRIPT` runs it (so what it defines can be
+/// pickled by reference); the bootstrap keeps what it needs in its frame.
 const PY_BOOT: &str = r#"
 import os, sys
 __PRELOAD__
 os.write(1, b"R")
-def _warren_fields(b):
-    i, out = 0, []
-    while i < len(b):
-        j = b.index(b"\n", i)
-        n = int(b[i:j])
-        out.append(b[j + 1:j + 1 + n].decode())
-        i = j + 1 + n
-    return out
-def _warren_main():
+def _warren_main(os, sys, fields):
     n = b""
     while not n.endswith(b"\n"):
         c = os.read(0, 1)
@@ -189,7 +191,7 @@ def _warren_main():
         if not c:
             os._exit(0)
         raw += c
-    f = _warren_fields(raw)
+    f = fields(raw)
     kind, body, cwd, argc = f[0], f[1], f[2], int(f[3])
     os.chdir(cwd)
     os.environ.clear()
@@ -197,15 +199,20 @@ def _warren_main():
     for i in range(0, len(env) - 1, 2):
         os.environ[env[i]] = env[i + 1]
     sys.argv = f[4:4 + argc]
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    g = sys.modules["__main__"].__dict__
+    for k in [k for k in g if k not in ("__name__", "__builtins__", "__loader__", "__spec__")]:
+        del g[k]
+    g.update(__doc__=None, __package__=None, __annotations__={})
     rc = 0
     try:
         if kind == "code":
             exec(compile(body, "<string>", "exec"), g)
         else:
-            import runpy
             sys.path[0] = os.path.dirname(os.path.abspath(body))
-            runpy.run_path(body, run_name="__main__")
+            with open(body, "rb") as src:
+                code = compile(src.read(), body, "exec")
+            g.update(__file__=body, __cached__=None)
+            exec(code, g)
     except SystemExit as e:
         c = e.code
         if c is None:
@@ -215,9 +222,10 @@ def _warren_main():
         else:
             print(c, file=sys.stderr)
             rc = 1
-    except BaseException:
+    except BaseException as e:
         import traceback
-        traceback.print_exc()
+        # From the program's own frames on, as the interpreter prints it.
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         rc = 1
     try:
         sys.stdout.flush()
@@ -225,7 +233,15 @@ def _warren_main():
     except BaseException:
         pass
     os._exit(rc & 0xFF)
-_warren_main()
+def _warren_fields(b):
+    i, out = 0, []
+    while i < len(b):
+        j = b.index(b"\n", i)
+        n = int(b[i:j])
+        out.append(b[j + 1:j + 1 + n].decode())
+        i = j + 1 + n
+    return out
+_warren_main(os, sys, _warren_fields)
 "#;
 
 /// A Python interpreter started ahead of the call.

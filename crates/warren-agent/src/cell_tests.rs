@@ -48,6 +48,7 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         lowerdirs: vec!["/var/lib/warren/a".into(), "/var/lib/warren/b".into()],
         disk_mb: 64,
         writable_dir: None,
+        layer_trees: false,
         hostname: "fn".into(),
         masked_paths: vec!["/proc/kcore".into()],
         readonly_paths: vec![],
@@ -163,6 +164,74 @@ fn a_warm_interpreter_runs_the_call_it_is_handed() {
         String::from_utf8_lossy(&out.stdout),
         "['-c', 'x\\n12\\ny', 'é'] 42 'v\\n3\\nw' ['K', 'L']\n"
     );
+}
+
+/// Runs `argv` on a freshly warmed interpreter: (exit status, stdout, stderr).
+fn run_warm(argv: &[&str]) -> (i32, String, String) {
+    let f = FunctionInit {
+        interpreter: Some("python3".into()),
+        preload: vec![],
+    };
+    let w = WarmPython::start("python3", &f).expect("python3 warms up (it is installed)");
+    let h = w.header(&spec(argv), &[], "/").unwrap();
+    let mut child = w.child;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&h).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_warm_script_runs_as_the_main_module() {
+    let dir = std::env::temp_dir().join(format!("warren-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("main.py");
+    // What it defines is `__main__`'s (pickled by reference), `__file__` is the script, no
+    // name of the bootstrap is left, and its directory leads `sys.path`.
+    std::fs::write(
+        &script,
+        "import os, pickle, sys\n\
+         class Point:\n    pass\n\
+         p = pickle.loads(pickle.dumps(Point()))\n\
+         left = sorted(k for k in globals() if k.startswith('_warren'))\n\
+         print(type(p).__module__, __name__, __file__ == sys.argv[0], left, \
+               sys.path[0] == os.path.dirname(__file__), sys.argv[1:])\n",
+    )
+    .unwrap();
+    let path = script.to_str().unwrap();
+    let (rc, out, err) = run_warm(&["python3", path, "a"]);
+    assert_eq!(
+        (rc, out.as_str()),
+        (0, "__main__ __main__ True [] True ['a']\n"),
+        "{err}"
+    );
+
+    // An exception's traceback starts at the program, as the interpreter prints it; a syntax
+    // error names the script.
+    std::fs::write(&script, "def f():\n    raise ValueError('boom')\nf()\n").unwrap();
+    let (rc, _, err) = run_warm(&["python3", path]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.starts_with("Traceback (most recent call last):\n  File \""),
+        "{err}"
+    );
+    assert!(
+        err.contains("ValueError: boom") && !err.contains("_warren"),
+        "{err}"
+    );
+    std::fs::write(&script, "print(\n").unwrap();
+    let (rc, _, err) = run_warm(&["python3", path]);
+    assert_eq!(rc, 1);
+    assert!(err.contains(path) && err.contains("SyntaxError"), "{err}");
+    assert!(!err.contains("Traceback"), "{err}");
+    let (rc, out, _) = run_warm(&["python3", "-c", "import sys; print(__name__); sys.exit(4)"]);
+    assert_eq!((rc, out.as_str()), (4, "__main__\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -309,6 +378,7 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
         lowerdirs: vec!["/lower/0".into()],
         disk_mb: 8,
         writable_dir: None,
+        layer_trees: false,
         hostname: "h".into(),
         masked_paths: vec![],
         readonly_paths: vec![],

@@ -25,6 +25,8 @@ pub struct Commands {
     pub procs: Procs,
     /// Leaders of running foreground commands.
     pub active: RefCell<std::collections::HashSet<u32>>,
+    /// Results of the commands of logged steps, until the daemon has logged them.
+    pub held: crate::held::Held,
 }
 
 impl Commands {
@@ -33,6 +35,7 @@ impl Commands {
             reaper,
             procs: Procs::default(),
             active: RefCell::default(),
+            held: crate::held::Held::default(),
         }
     }
 
@@ -196,6 +199,11 @@ pub async fn foreground(
     let mut exit_rx = state.reaper.watch(pid);
     let since = start_ticks(pid);
     state.active.borrow_mut().insert(pid);
+    // A logged step's command runs to its end whatever happens to the daemon, and its
+    // result is held until the daemon has logged it (see `crate::held`).
+    let held = spec.hold.as_ref().map(|h| state.held.start(h));
+    // Stdin cut off by the daemon's going away: the run is not the one asked for.
+    let mut disturbed = false;
     let kill_all = || {
         kill_command(pid, since, &state.others(pid));
     };
@@ -240,7 +248,10 @@ pub async fn foreground(
                 Ok(n) => {
                     if let Some(f) = run.output(Kind::Stdout, &bo[..n]) {
                         credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
-                        if out.send(f).await.is_err() {
+                        if let Some(h) = &held {
+                            h.keep(f.kind, &f.payload);
+                        }
+                        if out.send(f).await.is_err() && held.is_none() {
                             kill_all();
                         }
                     }
@@ -251,7 +262,10 @@ pub async fn foreground(
                 Ok(n) => {
                     if let Some(f) = run.output(Kind::Stderr, &be[..n]) {
                         credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
-                        if out.send(f).await.is_err() {
+                        if let Some(h) = &held {
+                            h.keep(f.kind, &f.payload);
+                        }
+                        if out.send(f).await.is_err() && held.is_none() {
                             kill_all();
                         }
                     }
@@ -278,10 +292,24 @@ pub async fn foreground(
                     Kind::Stdin => pending.push_back(f.payload),
                     Kind::Eof => { stdin_eof = true; if pending.is_empty() { stdin = None; } }
                     Kind::Credit => { if let (Some(c), Ok(n)) = (credit.as_mut(), f.credit_value()) { *c += u64::from(n); } }
-                    Kind::Cancel => kill_all(),
+                    // A held command is never cancelled: its step must run once.
+                    Kind::Cancel if held.is_none() => kill_all(),
                     _ => {}
                 },
-                None => { inbox_open = false; kill_all(); }
+                None => {
+                    inbox_open = false;
+                    if held.is_none() {
+                        kill_all();
+                    } else {
+                        // Runs on unthrottled; stdin that was still coming ends here.
+                        credit = None;
+                        if stdin.is_some() && !stdin_eof {
+                            disturbed = true;
+                            stdin = None;
+                            pending.clear();
+                        }
+                    }
+                }
             },
             _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() && !run.timed_out() && exit.is_none() => {
                 run.time_out();
@@ -292,7 +320,11 @@ pub async fn foreground(
     }
     drop(child);
     state.active.borrow_mut().remove(&pid);
-    run.finish()
+    let ev = run.finish();
+    if let Some(h) = held {
+        h.end(&ev, disturbed);
+    }
+    ev
 }
 
 /// A background process and what it has printed so far.

@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use warren_proto::{Event, Frame, Kind};
@@ -168,12 +168,40 @@ fn follow_links(path: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Removes a partly written upload when dropped (unless it was renamed into place).
-struct TempFile(Option<PathBuf>);
+/// An upload's file while it is written: a name in the directory held open, removed through
+/// that directory (not by path) unless it was renamed into place, so nothing is left behind
+/// even when the sandbox moves or replaces the directory meanwhile.
+struct TempFile {
+    dir: File,
+    name: Option<std::ffi::OsString>,
+}
+
+impl TempFile {
+    /// Renames the file over `target` (a name in the same directory).
+    fn commit(mut self, target: &std::ffi::OsStr) -> std::io::Result<()> {
+        let Some(name) = self.name.take() else {
+            return Err(std::io::Error::other("upload lost its file"));
+        };
+        let dir = Some(self.dir.as_raw_fd());
+        nix::fcntl::renameat(dir, name.as_os_str(), dir, target).map_err(|e| {
+            let _ = nix::unistd::unlinkat(
+                dir,
+                name.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+            std::io::Error::from_raw_os_error(e as i32)
+        })
+    }
+}
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
+        if let Some(n) = self.name.take() {
+            let _ = nix::unistd::unlinkat(
+                Some(self.dir.as_raw_fd()),
+                n.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
         }
     }
 }
@@ -224,18 +252,27 @@ pub async fn write(path: &str, mode: Option<u32>, size: Option<u64>, mut inbox: 
     .chars()
     .take(200)
     .collect();
-    let tmp_path = dir.join(tmp_name);
-    let mut f = match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(&tmp_path)
-    {
-        Ok(f) => f,
-        Err(e) => return io_event(path, &e),
+    let tmp_name = std::ffi::OsString::from(tmp_name);
+    // Made and later renamed or removed through the directory's fd: the sandbox may rename
+    // the directory or swap its path meanwhile, and the file still goes (see `TempFile`).
+    let mut f = match warren_sys::fd::create_at(&dir_fd, &tmp_name, 0o600) {
+        Ok(fd) => File::from(fd),
+        Err(e) => return io_event(path, &e.source),
     };
-    let tmp = TempFile(Some(tmp_path));
+    let tmp = match dir_fd.try_clone() {
+        Ok(dir) => TempFile {
+            dir,
+            name: Some(tmp_name),
+        },
+        Err(e) => {
+            let _ = nix::unistd::unlinkat(
+                Some(dir_fd.as_raw_fd()),
+                tmp_name.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+            return io_event(path, &e);
+        }
+    };
     let final_mode = mode
         .or_else(|| existing.as_ref().map(|m| m.mode()))
         .unwrap_or(0o644)
@@ -285,12 +322,8 @@ pub async fn write(path: &str, mode: Option<u32>, size: Option<u64>, mut inbox: 
         );
     }
     drop(f);
-    let mut tmp = tmp;
-    let Some(from) = tmp.0.take() else {
-        return Event::error(ErrorCode::Internal, "upload lost its file");
-    };
-    if let Err(e) = std::fs::rename(&from, &target) {
-        let _ = std::fs::remove_file(&from);
+    let target_name = target.file_name().unwrap_or_default();
+    if let Err(e) = tmp.commit(target_name) {
         return io_event(path, &e);
     }
     Event::Done

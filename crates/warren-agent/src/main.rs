@@ -18,6 +18,7 @@ mod error;
 mod exec;
 mod files;
 mod guest_net;
+mod held;
 mod ports;
 mod reaper;
 mod run;

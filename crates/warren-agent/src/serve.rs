@@ -14,6 +14,7 @@ use warren_proto::{Call, Event, Frame, Init, InitReply, Kind, PROTOCOL_VERSION};
 use warren_types::ErrorCode;
 
 use crate::exec::Commands;
+use crate::held::HeldCall;
 use crate::reaper::Reaper;
 use crate::wire::{event, Inbox, Out};
 
@@ -261,6 +262,9 @@ async fn handle(call: Call, id: u32, inbox: Inbox, out: &Out, state: &Rc<State>)
             ErrorCode::InvalidRequest,
             "calls run only in function containers",
         ),
+        Call::Held => return cmds.held.serve(HeldCall::List, id, out).await,
+        Call::Collect { step } => return cmds.held.serve(HeldCall::Collect(step), id, out).await,
+        Call::Release { step } => return cmds.held.serve(HeldCall::Release(step), id, out).await,
     };
     let _ = event(out, id, &ev).await;
 }

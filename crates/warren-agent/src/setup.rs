@@ -23,6 +23,20 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
             pid: std::process::id(),
         },
     );
+    // The layers, idmapped to this sandbox's range by the daemon once it wrote the maps.
+    let trees = if cfg.layer_trees {
+        let t = warren_sys::fd::recv_fds(ctl)?;
+        if t.len() != cfg.lowerdirs.len() {
+            return Err(AgentError::Protocol(format!(
+                "{} layer mounts for {} layers",
+                t.len(),
+                cfg.lowerdirs.len()
+            )));
+        }
+        Some(t)
+    } else {
+        None
+    };
     match Frame::read_blocking(ctl)
         .map_err(AgentError::frame("waiting for id maps"))?
         .parse::<Init>()
@@ -51,7 +65,7 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
             let _ = (&release_r).read(&mut b);
         }
     }
-    build_root(cfg)?;
+    build_root(cfg, trees.as_deref())?;
     harden(cfg)?;
     Ok(())
 }
@@ -70,10 +84,10 @@ fn set_user_limits(limits: &[warren_proto::UserLimit]) -> R<()> {
     Ok(())
 }
 
-fn build_root(cfg: &ContainerInit) -> R<()> {
+fn build_root(cfg: &ContainerInit, trees: Option<&[std::os::fd::OwnedFd]>) -> R<()> {
     if cfg.function.is_some() {
         let t = private_stage()?;
-        let root = agent_root(cfg, &t)?;
+        let root = agent_root(cfg, &t, trees)?;
         enter(&root)?;
     } else {
         // On disk, the sandbox's own directory of the node's writable-layer file system is the
@@ -86,7 +100,12 @@ fn build_root(cfg: &ContainerInit) -> R<()> {
             }
             None => private_stage()?,
         };
-        let root = stage_root(cfg, &cfg.lowerdirs, &t, EtcFiles::Write)?;
+        let root = stage_root(
+            cfg,
+            &Layers::new(&cfg.lowerdirs, trees),
+            &t,
+            EtcFiles::Write,
+        )?;
         keep_upper_handle(&t.join("upper"))?;
         enter(&root)?;
     }
@@ -143,6 +162,49 @@ const DEV_DIR: &str = "dev";
 /// `upper`, `root` and `dev`, and after `pivot_root` only its read-only binds are in the tree.
 const EMPTY_DIR: &str = "empty";
 
+/// The read-only layers of a root, topmost first: paths, or detached mounts to attach.
+pub struct Layers<'a> {
+    paths: &'a [String],
+    trees: Option<&'a [std::os::fd::OwnedFd]>,
+}
+
+impl<'a> Layers<'a> {
+    /// `trees`, when given, holds one mount per path (the paths then only name them).
+    pub fn new(paths: &'a [String], trees: Option<&'a [std::os::fd::OwnedFd]>) -> Self {
+        Layers { paths, trees }
+    }
+
+    /// Host paths (bound or linked).
+    pub fn paths(paths: &'a [String]) -> Self {
+        Layers { paths, trees: None }
+    }
+
+    fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Puts layer `i` at the new directory `at`: attaches its mount, or binds its path
+    /// (`bind`) or links to it.
+    fn place(&self, i: usize, at: &Path, bind: bool) -> R<()> {
+        if let Some(t) = self.trees {
+            std::fs::create_dir(at).map_err(AgentError::io("layer mount point"))?;
+            warren_sys::mount::attach_tree(&t[i], at)?;
+        } else if bind {
+            std::fs::create_dir_all(at).map_err(AgentError::io("layer mount point"))?;
+            mount(
+                Some(&self.paths[i]),
+                at,
+                None,
+                Flags::MS_BIND | Flags::MS_REC,
+                None,
+            )?;
+        } else {
+            std::os::unix::fs::symlink(&self.paths[i], at).map_err(AgentError::io("layer link"))?;
+        }
+        Ok(())
+    }
+}
+
 /// Whether [`stage_root`] writes the root's `/etc/hostname`, `/etc/hosts` and
 /// `/etc/resolv.conf`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +229,7 @@ pub enum EtcFiles {
 /// superblock its IPC namespace has anyway) and, in memory, the tmpfs.
 pub fn stage_root(
     cfg: &ContainerInit,
-    lowerdirs: &[String],
+    lowerdirs: &Layers<'_>,
     t: &Path,
     etc: EtcFiles,
 ) -> R<PathBuf> {
@@ -186,11 +248,12 @@ pub fn stage_root(
     set_mode(&t.join(EMPTY_DIR), 0o555)?;
     let root = t.join("root");
     // The overlay's options are shown in the sandbox's /proc/mounts as given: name every
-    // layer by a relative link in the staging directory, so no host path appears there.
+    // layer by a relative name in the staging directory (a link to its host path, or the
+    // mount point its tree is attached at), so no host path appears there.
     let mut lower = Vec::with_capacity(lowerdirs.len());
-    for (i, l) in lowerdirs.iter().enumerate() {
+    for i in 0..lowerdirs.len() {
         let name = format!("l{i}");
-        std::os::unix::fs::symlink(l, t.join(&name)).map_err(AgentError::io("layer link"))?;
+        lowerdirs.place(i, &t.join(&name), false)?;
         lower.push(name);
     }
     let opts = format!(
@@ -473,7 +536,11 @@ pub const ETC_LAYER: &str = "/etc-layer";
 
 /// The root of a function container's agent: a small tmpfs with the image layers bound at
 /// `/lower/N`, the harmless device nodes, /proc and /sys (so cells may mount their own).
-pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
+pub fn agent_root(
+    cfg: &ContainerInit,
+    t: &Path,
+    trees: Option<&[std::os::fd::OwnedFd]>,
+) -> R<PathBuf> {
     mount(
         Some("tmpfs"),
         t,
@@ -487,9 +554,15 @@ pub fn agent_root(cfg: &ContainerInit, t: &Path) -> R<PathBuf> {
             .map(|_| d)
             .map_err(AgentError::io(format!("mkdir {p}")))
     };
-    for (i, l) in cfg.lowerdirs.iter().enumerate() {
-        let d = mk(&format!("{LOWER_DIR}/{i}"))?;
-        mount(Some(l), &d, None, Flags::MS_BIND | Flags::MS_REC, None)?;
+    let layers = Layers::new(&cfg.lowerdirs, trees);
+    mk(LOWER_DIR)?;
+    for i in 0..layers.len() {
+        layers.place(
+            i,
+            &t.join(LOWER_DIR.trim_start_matches('/'))
+                .join(i.to_string()),
+            true,
+        )?;
     }
     mk(CELL_DIR)?;
     write_etc(&mk(ETC_LAYER)?, &cfg.hostname, cfg.resolv_conf.as_deref());

@@ -447,7 +447,8 @@ impl Builder {
                 Some(m) => m,
                 None => {
                     return Err(BuildError::Invalid(format!(
-                        "FROM {r}: no such image on this node"
+                        "FROM {r}: no such image on this node (name a registry image with \
+                         its host, e.g. docker.io/library/{r}, to pull it)"
                     )))
                 }
             },
@@ -918,13 +919,25 @@ impl Builder {
             None => None,
         };
         let ctx = self.ctx.clone();
+        // Where an ADD from the context unpacks its archives, until the layer is packed.
+        let scratch = (ins.keyword == "ADD" && from_view.is_none())
+            .then(|| crate::add::Scratch(self.store.tmp_path("build-add")));
+        let unpack = scratch.as_ref().map(|s| s.0.clone());
         let plan = self
             .blocking(move || {
                 let from = match &from_view {
                     Some(v) => Source::Stack(v),
                     None => Source::Context(&ctx),
                 };
-                copy::plan_copy(from, &sources, &inline, &dest, opts, &under)
+                copy::plan_copy(
+                    from,
+                    &sources,
+                    &inline,
+                    &dest,
+                    opts,
+                    &under,
+                    unpack.as_deref(),
+                )
             })
             .await
             .map_err(|e| match e {
@@ -933,6 +946,7 @@ impl Builder {
             })?;
         let what = format!("{} {}", ins.keyword, ws.join(" "));
         let layer = self.add_planned(st, "copy", plan, &what).await?;
+        drop(scratch);
         self.done(Some(layer), t).await
     }
 }

@@ -23,6 +23,8 @@ use crate::BuildError;
 pub enum Source<'a> {
     Context(&'a Context),
     Stack(&'a StackView),
+    /// An archive `ADD` unpacked (a plain directory; its owners are kept).
+    Unpacked,
 }
 
 /// What one staged entry is.
@@ -217,6 +219,11 @@ impl Plan {
                     })
                     .map(|e| (e.file_name(), e.path()))
                     .collect(),
+                Source::Unpacked => std::fs::read_dir(src)
+                    .map_err(|e| BuildError::io(format!("read {}", src.display()), e))?
+                    .flatten()
+                    .map(|e| (e.file_name(), e.path()))
+                    .collect(),
             };
             names.sort();
             for (name, path) in names {
@@ -336,7 +343,9 @@ fn dest_rel_of(real: &Path, v: &StackView) -> PathBuf {
 }
 
 /// A `COPY`/`ADD` of `sources` to `dest` (absolute, already joined with the working
-/// directory) over the stage's layers `under`.
+/// directory) over the stage's layers `under`. With `unpack` (an `ADD` from the context: a
+/// scratch directory that does not exist yet), archives among the sources are unpacked
+/// there and their contents added at `dest` (see [`crate::add`]).
 pub fn plan_copy(
     from: Source<'_>,
     sources: &[String],
@@ -344,6 +353,7 @@ pub fn plan_copy(
     dest: &str,
     opts: Options,
     under: &StackView,
+    unpack: Option<&Path>,
 ) -> Result<Plan, BuildError> {
     let mut plan = Plan::default();
     // Paths of the sources, each as (real file, name it goes by).
@@ -362,6 +372,7 @@ pub fn plan_copy(
                     found.push((c.root().join(&rel), name));
                 }
             }
+            Source::Unpacked => return Err(bad("an unpacked archive is not a source")),
             Source::Stack(v) => {
                 if crate::context::is_glob(s) {
                     return Err(bad(format!("COPY --from takes no glob yet ({s:?})")));
@@ -396,7 +407,24 @@ pub fn plan_copy(
         _ => dest_path,
     };
     let owner = opts.chown.unwrap_or((0, 0));
-    for (real, name) in &found {
+    for (i, (real, name)) in found.iter().enumerate() {
+        let archive = match unpack {
+            Some(_) if std::fs::symlink_metadata(real).is_ok_and(|m| m.is_file()) => {
+                crate::add::archive_kind(real)?
+            }
+            _ => None,
+        };
+        if let (Some(kind), Some(scratch)) = (archive, unpack) {
+            // The archive's contents go into the destination, always a directory.
+            let tree = scratch.join(i.to_string());
+            crate::add::unpack(real, kind, &tree)?;
+            plan.parents(under, &dest_path, owner);
+            if !dest_path.as_os_str().is_empty() {
+                plan.dir(under, &dest_path, owner);
+            }
+            plan.add_tree(&tree, &dest_path, true, opts, under, Source::Unpacked)?;
+            continue;
+        }
         let is_dir = std::fs::symlink_metadata(real).is_ok_and(|m| m.is_dir());
         let d = if is_dir {
             dest_path.clone()

@@ -5,6 +5,7 @@
 //! - [`context`]: the build context and `.dockerignore`;
 //! - [`stack`]: reading a stack of layers as a sandbox sees it (for `COPY` and `WORKDIR`);
 //! - [`copy`]: planning and staging the files a `COPY`/`ADD`/`WORKDIR` adds;
+//! - [`add`]: the local archives an `ADD` unpacks;
 //! - [`build`]: the planner and step runner (stages, the cache, the image's configuration).
 //!
 //! This crate owns no sandbox: every `RUN` goes to the node through [`Host::run`], which
@@ -13,6 +14,7 @@
 //! (`COPY`, `WORKDIR`) are directories packed by the image store. The cache is the store's
 //! (`ImageStore::cache_get`/`cache_put`); this crate computes its keys.
 
+pub mod add;
 pub mod build;
 pub mod context;
 pub mod copy;

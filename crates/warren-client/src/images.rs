@@ -130,6 +130,9 @@ impl Client {
         if opts.no_cache {
             add("no_cache", Some("true".into()));
         }
+        if opts.insecure {
+            add("insecure", Some("true".into()));
+        }
         for (k, v) in &opts.build_args {
             add("build_arg", Some(format!("{k}={v}")));
         }

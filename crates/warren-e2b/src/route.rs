@@ -221,6 +221,7 @@ mod tests {
             ("/v1/sandboxes", Target::Native),
             ("/metrics", Target::Native),
             ("/run_code", Target::Native),
+            ("/run_jupyter", Target::Native),
             ("/ui", Target::Native),
             ("/ui/app.js", Target::Native),
             ("/sandboxes", Target::Control),

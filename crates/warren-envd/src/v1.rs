@@ -172,7 +172,7 @@ pub fn from_api(e: &ApiError) -> ConnectError {
             Code::FailedPrecondition
         }
         ErrorCode::Conflict => Code::AlreadyExists,
-        ErrorCode::StepConflict => Code::Aborted,
+        ErrorCode::StepConflict | ErrorCode::StepInterrupted => Code::Aborted,
         ErrorCode::LimitExceeded
         | ErrorCode::Busy
         | ErrorCode::QuotaExceeded

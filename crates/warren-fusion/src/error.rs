@@ -81,12 +81,16 @@ impl FusionError {
                 "detail": error.message,
                 "code": error.code,
             }),
-            // `RunCodeResponse::sandbox_error`, written here so errors need nothing of `wire`.
+            // `RunCodeResponse::sandbox_error` and `RunJupyterResponse::sandbox_error` in one
+            // (each reader ignores the other's fields), written here so errors need nothing
+            // of `wire`.
             FusionError::Sandbox(m) => json!({
                 "status": "SandboxError",
                 "message": m,
                 "compile_result": null,
                 "run_result": null,
+                "driver": null,
+                "cells": [],
                 "executor_pod_name": null,
                 "files": {},
             }),
@@ -117,7 +121,12 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&lost.body()).unwrap();
         assert_eq!(v["status"], "SandboxError");
         assert_eq!(v["message"], "agent died");
-        let typed: crate::RunCodeResponse = serde_json::from_value(v).unwrap();
+        let typed: crate::RunCodeResponse = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(typed, crate::RunCodeResponse::sandbox_error("agent died"));
+        let typed: crate::RunJupyterResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            typed,
+            crate::RunJupyterResponse::sandbox_error("agent died")
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! SandboxFusion's code-runner protocol on top of Warren's function calls.
 //!
 //! `POST /run_code` is the endpoint RL stacks call to run one program (a reward check, a code
-//! tool): code, language, stdin, timeouts, a memory limit, files in, files fetched out. This
-//! crate owns the protocol only: it parses a request into a [`Plan`] — one
+//! tool): code, language, stdin, timeouts, a memory limit, files in, files fetched out.
+//! `POST /run_jupyter` runs cells of python in one namespace, as a notebook kernel does
+//! ([`JupyterPlan`]), also as one call. This crate owns the protocol only: it parses a request into a [`Plan`] — one
 //! [`warren_types::CallRequest`] for the node's function pools, which give every call a fresh
 //! environment — and turns the [`warren_types::CallResult`] back into the protocol's answer.
 //! It never runs anything and knows nothing of HTTP: the node's and the gateway's handlers
@@ -16,11 +17,15 @@
 //! nothing of it outlives it.
 
 mod error;
+mod jupyter;
 mod lang;
 mod plan;
 mod wire;
 
 pub use error::FusionError;
+pub use jupyter::{
+    parse_jupyter, CellRunResult, JupyterPlan, RunJupyterRequest, RunJupyterResponse,
+};
 pub use lang::{Language, Toolchain, LANGUAGES};
 pub use plan::{Plan, WORKDIR};
 pub use wire::{
@@ -30,6 +35,15 @@ pub use wire::{
 /// One fuzz input through the whole edge: parse, plan, and answer an empty result. Never
 /// panics; used by the `run_code` fuzz target and the seeded property test.
 pub fn fuzz_one(data: &[u8]) {
+    match parse_jupyter(data).and_then(|r| JupyterPlan::new(&r)) {
+        Ok((plan, call)) => {
+            let _ = serde_json::to_vec(&call);
+            let _ = serde_json::to_vec(&plan.answer(&warren_types::CallResult::default(), None));
+        }
+        Err(e) => {
+            let _ = (e.status(), e.body(), e.retry_after());
+        }
+    }
     match parse(data).and_then(|r| Plan::new(&r)) {
         Ok((plan, call)) => {
             let _ = serde_json::to_vec(&call);
@@ -61,6 +75,7 @@ mod fuzz_tests {
     const SEEDS: &[&str] = &[
         include_str!("../../../fuzz/seeds/run_code/verl.json"),
         include_str!("../../../fuzz/seeds/run_code/cpp.json"),
+        include_str!("../../../fuzz/seeds/run_code/jupyter.json"),
     ];
     const PIECES: &[&str] = &[
         "null",
@@ -77,6 +92,8 @@ mod fuzz_tests {
         "\"aGk=\"",
         "{\"x\": null}",
         "\"public class A\"",
+        "\"python3\"",
+        "[\"1\", \"x =\"]",
         ",",
         ":",
         "\"",

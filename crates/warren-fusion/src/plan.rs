@@ -43,7 +43,7 @@ pub struct Plan {
     run_timeout: f64,
 }
 
-fn in_workdir(name: &str) -> String {
+pub(crate) fn in_workdir(name: &str) -> String {
     if name.starts_with('/') {
         name.to_string()
     } else {

@@ -124,7 +124,7 @@ pub fn parse(body: &[u8]) -> Result<RunCodeRequest, FusionError> {
 }
 
 /// Longest timeout of a step: a day.
-const MAX_TIMEOUT: f64 = 86_400.0;
+pub(crate) const MAX_TIMEOUT: f64 = 86_400.0;
 
 impl RunCodeRequest {
     /// Checks what the types leave open.

@@ -1,13 +1,13 @@
-//! `POST /run_code` (SandboxFusion's code runner): placed like a function call, forwarded as
-//! it came, and the gateway's own refusals (no node can take it now, or ever) answered in the
-//! protocol's shape, as the node answers its own.
+//! `POST /run_code` and `POST /run_jupyter` (SandboxFusion's code runner): placed like a
+//! function call, forwarded as they came, and the gateway's own refusals (no node can take it
+//! now, or ever) answered in the protocol's shape, as the node answers its own.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use warren_cluster::PlaceRequest;
-use warren_fusion::{FusionError, Plan};
+use warren_fusion::{FusionError, JupyterPlan, Plan};
 use warren_types::{ApiError, ErrorBody, Substrate};
 
 use crate::sandboxes::placed;
@@ -34,10 +34,26 @@ fn answer(e: &FusionError) -> Response {
 }
 
 pub async fn run_code(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let call = match warren_fusion::parse(&body).and_then(|r| Plan::new(&r)) {
-        Ok((_, call)) => call,
-        Err(e) => return answer(&e),
-    };
+    match warren_fusion::parse(&body).and_then(|r| Plan::new(&r)) {
+        Ok((_, call)) => forward(gw, "/run_code", call, headers, body).await,
+        Err(e) => answer(&e),
+    }
+}
+
+pub async fn run_jupyter(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    match warren_fusion::parse_jupyter(&body).and_then(|r| JupyterPlan::new(&r)) {
+        Ok((_, call)) => forward(gw, "/run_jupyter", call, headers, body).await,
+        Err(e) => answer(&e),
+    }
+}
+
+async fn forward(
+    gw: Gateway,
+    path: &str,
+    call: warren_types::CallRequest,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let place = PlaceRequest {
         substrate: Substrate::Function,
         image: call.image.refs(),
@@ -47,7 +63,7 @@ pub async fn run_code(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes
         key: None,
         call: true,
     };
-    let resp = placed(&gw, place, "/run_code", &headers, body).await;
+    let resp = placed(&gw, place, path, &headers, body).await;
     if resp.status().is_success() {
         return resp;
     }

@@ -63,6 +63,7 @@ pub fn router(gw: Gateway) -> Router {
         .add("POST", "/v1/functions/call", sandboxes::call)
         .add("GET", "/v1/functions/pools", fanout::pools)
         .add("POST", "/run_code", fusion::run_code)
+        .add("POST", "/run_jupyter", fusion::run_jupyter)
         .add("GET", "/v1/cluster", cluster::info)
         .add("POST", "/v1/cluster/nodes/{id}/drain", cluster::drain)
         .add("POST", "/v1/cluster/nodes/{id}/undrain", cluster::undrain)

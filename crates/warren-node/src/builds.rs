@@ -120,6 +120,7 @@ impl Builds {
             manager: self.manager.clone(),
             store: store.clone(),
             caller: caller.clone(),
+            insecure: opts.insecure,
         });
         let req = BuildRequest {
             dockerfile,
@@ -167,6 +168,8 @@ struct NodeHost {
     manager: Manager,
     store: Arc<ImageStore>,
     caller: Caller,
+    /// Registries are pulled from over plain HTTP.
+    insecure: bool,
 }
 
 impl NodeHost {
@@ -199,7 +202,9 @@ impl NodeHost {
             argv: Some(spec.argv.clone()),
             cwd: Some(spec.cwd.clone()),
             env: spec.env.iter().cloned().collect::<BTreeMap<_, _>>(),
-            user: Some(spec.user.clone().unwrap_or_else(|| "root".into())),
+            // Root by number when `USER` names nobody: an image without /etc/passwd (a
+            // static busybox) has no "root" to look up, and docker runs it as uid 0 too.
+            user: Some(spec.user.clone().unwrap_or_else(|| "0".into())),
             timeout_secs: Some(spec.timeout_secs),
             stdin: spec
                 .stdin
@@ -302,9 +307,73 @@ impl Host for NodeHost {
     }
 
     async fn pull(&self, reference: &str) -> Result<Option<ImageManifest>, BuildError> {
-        let _ = reference;
-        Ok(None)
+        let owner = if self.caller.is_admin() {
+            None
+        } else {
+            self.caller.tenant.clone()
+        };
+        let Some(name) = pulled_name(reference, owner.as_deref()) else {
+            return Ok(None);
+        };
+        // Pulled by an earlier build: the store's copy (as `docker build` uses its own).
+        if let Ok(m) = self.store.manifest(&name) {
+            return Ok(Some(m));
+        }
+        let opts = warren_image::import::registry::RegistryOptions {
+            insecure: self.insecure,
+            credentials: None,
+            owner,
+        };
+        warren_image::import::registry::import_registry(self.store.clone(), reference, &name, &opts)
+            .await
+            .and_then(|_| self.store.manifest(&name))
+            .map(Some)
+            .map_err(|e| BuildError::Host {
+                code: e.code(),
+                message: format!("FROM {reference}: pulling it: {e}"),
+            })
     }
+}
+
+/// The Warren name a registry image `FROM` names is kept under (`pulled-<repo>-<hash>:<tag>`,
+/// the hash over the owner and the whole reference), or `None` when `reference` names no
+/// registry host (`host.domain/…`, `host:port/…`, `localhost/…`): bare names are Warren's
+/// own images, never looked up on a registry unasked.
+fn pulled_name(reference: &str, owner: Option<&str>) -> Option<String> {
+    use sha2::Digest;
+    let (host, rest) = reference.split_once('/')?;
+    if !(host.contains('.') || host.contains(':') || host == "localhost") || rest.is_empty() {
+        return None;
+    }
+    let (repo, tag) = match rest.split_once('@') {
+        Some((r, d)) => (r, d.rsplit(':').next().unwrap_or(d)),
+        None => match rest.rsplit_once(':') {
+            Some((r, t)) if !t.contains('/') => (r, t),
+            _ => (rest, "latest"),
+        },
+    };
+    let clean = |s: &str, max: usize| -> String {
+        let c: String = s
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        c.trim_start_matches('.').chars().take(max).collect()
+    };
+    let mut h = sha2::Sha256::new();
+    h.update(owner.unwrap_or("").as_bytes());
+    h.update(b"\0");
+    h.update(reference.as_bytes());
+    let hash = hex::encode(&h.finalize()[..6]);
+    let name = format!("pulled-{}-{hash}:{}", clean(repo, 80), clean(tag, 64));
+    warren_types::validate::image_ref(&name).ok()?;
+    Some(name)
 }
 
 /// Deletes a build step's sandbox when dropped (on a task, since drop cannot wait).
@@ -318,6 +387,33 @@ impl Drop for DeleteOnDrop {
                     tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
                 }
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pulled_name;
+
+    #[test]
+    fn registry_references_get_warren_names() {
+        let n = pulled_name("127.0.0.1:5000/team/base:v1.2", None).unwrap();
+        assert!(
+            n.starts_with("pulled-team-base-") && n.ends_with(":v1.2"),
+            "{n}"
+        );
+        assert!(pulled_name("localhost/base", None)
+            .unwrap()
+            .ends_with(":latest"));
+        let d = format!("registry.example/x@sha256:{}", "a".repeat(64));
+        assert!(pulled_name(&d, None).unwrap().ends_with(&"a".repeat(64)));
+        // Other owners, other names.
+        assert_ne!(
+            pulled_name("localhost/base", Some("t1")),
+            pulled_name("localhost/base", None)
+        );
+        for bare in ["default", "python:3.11", "library/python:3.11", "scratch"] {
+            assert_eq!(pulled_name(bare, None), None, "{bare}");
         }
     }
 }

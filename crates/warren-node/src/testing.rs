@@ -31,6 +31,7 @@ pub struct FakeShared {
 ///   stdin (if any) is echoed after the JSON; exit code 3; a command named `slow` answers
 ///   after 200 ms;
 /// - `stat`/`list`: a file named after the path; `/missing` → `not_found`;
+/// - `held` → none; `release` → done;
 /// - `spawn` → pid 42; `list_procs` → pid 42; `wait` → `timeout`; `kill`, `mkdir`, `chmod`,
 ///   `remove` → done; `write_file` swallows the upload; `read_file` sends `hello`.
 async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
@@ -128,7 +129,10 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                         shared.changes.fetch_add(1, Ordering::SeqCst);
                         ev(&mut out, id, Event::Done)
                     }
+                    Call::Held => ev(&mut out, id, Event::Held { steps: Vec::new() }),
+                    Call::Release { .. } => ev(&mut out, id, Event::Done),
                     Call::Pty { .. }
+                    | Call::Collect { .. }
                     | Call::Network { .. }
                     | Call::Invoke { .. }
                     | Call::Connect { .. }
@@ -164,7 +168,12 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
 }
 
 fn finish_exec(out: &mut Vec<Frame>, id: u32, spec: &warren_proto::ExecSpec, stdin: &[u8]) {
-    let mut stdout = serde_json::to_vec(spec).unwrap();
+    // The hold carries the run's start time: left out, so equal requests echo equally.
+    let spec = warren_proto::ExecSpec {
+        hold: None,
+        ..spec.clone()
+    };
+    let mut stdout = serde_json::to_vec(&spec).unwrap();
     stdout.extend_from_slice(stdin);
     let len = stdout.len() as u64;
     out.push(Frame::new(id, Kind::Stdout, stdout));

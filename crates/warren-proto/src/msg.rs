@@ -30,6 +30,32 @@ pub struct ExecSpec {
     /// and orphans it left behind) — as a timeout does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kill_tree: bool,
+    /// A foreground command of a logged step: the agent runs it to its end even when the
+    /// daemon goes away, and holds its result (output under the cap and exit) until the
+    /// daemon releases the step, so a restarted daemon collects it instead of running the
+    /// step again (see [`Call::Held`], [`Call::Collect`], [`Call::Release`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+}
+
+/// What the agent keeps with a held command's result and hands back on [`Call::Held`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hold {
+    /// The trajectory step the command runs for.
+    pub step: u64,
+    /// The daemon's own note (the logged request), returned as it was given.
+    pub note: String,
+}
+
+/// A held command as [`Call::Held`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldStep {
+    pub step: u64,
+    pub note: String,
+    /// True once the command has ended (a [`Call::Collect`] answers at once).
+    pub done: bool,
 }
 
 /// A request from the daemon; opens a stream.
@@ -113,6 +139,14 @@ pub enum Call {
     /// when the connection's far end has closed, or `Error{code: port_unreachable}` when
     /// nothing listens.
     Connect { port: u16, window: u32 },
+    /// The held commands (see [`ExecSpec::hold`]), running or ended. → `Held`.
+    Held,
+    /// Waits for held command `step` to end; its kept output follows as frames. → `Exited`
+    /// (`HeldExited` when the run was disturbed: its stdin was cut off when the daemon went
+    /// away), or `Error{code: not_found}`.
+    Collect { step: u64 },
+    /// Forgets held command `step` (its result is logged). → `Done`, also when not held.
+    Release { step: u64 },
 }
 
 /// The network of a VM guest's one interface: its MAC, address and gateway.
@@ -217,6 +251,13 @@ pub enum Event {
         truncated: bool,
         error: Option<String>,
     },
+    /// The answer to `Held`.
+    Held {
+        steps: Vec<HeldStep>,
+    },
+    /// A collected command whose run was disturbed by the daemon's going away (its stdin
+    /// was cut off before its end): how it ended, which is not the requested run's result.
+    HeldExited(warren_types::ExitInfo),
     /// Ends the stream with an error.
     Error {
         code: warren_types::ErrorCode,
@@ -258,6 +299,12 @@ pub struct ContainerInit {
     /// point and `/dev` in it instead of in a tmpfs. Not sent when absent (memory medium).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable_dir: Option<String>,
+    /// The layers come as detached read-only mounts idmapped to the sandbox's own id range,
+    /// passed (`SCM_RIGHTS`, one byte) just before [`Init::Mapped`], topmost first like
+    /// `lowerdirs` (which then only names them); the agent attaches them in its own mount
+    /// namespace. Not sent when false (the layers are the host paths of `lowerdirs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layer_trees: bool,
     pub hostname: String,
     /// Paths bind-masked with an empty file/dir (e.g. /proc/kpagecgroup).
     pub masked_paths: Vec<String>,
@@ -398,6 +445,19 @@ mod tests {
                 path: "/etc/hostname".into(),
                 window: 65536,
             },
+            Call::Exec {
+                spec: ExecSpec {
+                    argv: vec!["sleep".into(), "1".into()],
+                    hold: Some(Hold {
+                        step: 7,
+                        note: "{}".into(),
+                    }),
+                    ..Default::default()
+                },
+            },
+            Call::Held,
+            Call::Collect { step: 7 },
+            Call::Release { step: 7 },
         ];
         for c in calls {
             let s = serde_json::to_string(&c).unwrap();
@@ -422,5 +482,18 @@ mod tests {
         assert_eq!(serde_json::from_value::<Event>(wire).unwrap(), err);
         assert!(!Event::Started { pid: 1 }.is_final());
         assert!(!Event::CellWaited { us: 1 }.is_final());
+        let held = Event::Held {
+            steps: vec![HeldStep {
+                step: 3,
+                note: "n".into(),
+                done: false,
+            }],
+        };
+        assert!(held.is_final());
+        let wire = serde_json::to_string(&held).unwrap();
+        assert_eq!(serde_json::from_str::<Event>(&wire).unwrap(), held);
+        // A command without a hold says nothing of one on the wire (older agents read it).
+        let plain = serde_json::to_value(ExecSpec::default()).unwrap();
+        assert!(plain.get("hold").is_none());
     }
 }

@@ -435,6 +435,58 @@ impl AgentConn {
         }
     }
 
+    /// The agent's held commands (see [`ExecSpec::hold`]). An agent that predates holds
+    /// holds nothing.
+    pub async fn held(&self) -> Result<Vec<warren_proto::HeldStep>, RuntimeError> {
+        match self.simple(Call::Held).await {
+            Ok(Event::Held { steps }) => Ok(steps),
+            Ok(other) => Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+            Err(RuntimeError::Agent {
+                code: ErrorCode::InvalidRequest,
+                ..
+            }) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The result of held command `step`, once it has ended; true when its run was
+    /// disturbed (its stdin cut off when the daemon went away).
+    pub async fn collect(&self, step: u64) -> Result<(ExecOutput, bool), RuntimeError> {
+        let mut s = self.open(&Call::Collect { step }).await?;
+        let mut out = ExecOutput::default();
+        loop {
+            let f = s.next_frame().await?;
+            match f.kind {
+                Kind::Stdout => out.stdout.extend_from_slice(&f.payload),
+                Kind::Stderr => out.stderr.extend_from_slice(&f.payload),
+                Kind::Event => {
+                    s.done = true;
+                    return match f
+                        .parse::<Event>()
+                        .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+                    {
+                        Event::Error { code, message } => Err(from_event_error(code, message)),
+                        Event::Exited(exit) => {
+                            out.exit = exit;
+                            Ok((out, false))
+                        }
+                        Event::HeldExited(exit) => {
+                            out.exit = exit;
+                            Ok((out, true))
+                        }
+                        ev => Err(RuntimeError::Protocol(format!("unexpected {ev:?}"))),
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets the agent forget held command `step` (its result is logged).
+    pub async fn release(&self, step: u64) -> Result<(), RuntimeError> {
+        self.simple(Call::Release { step }).await.map(|_| ())
+    }
+
     pub async fn kill(&self, pid: u32, signal: i32) -> Result<(), RuntimeError> {
         self.simple(Call::Kill { pid, signal }).await.map(|_| ())
     }

@@ -307,19 +307,37 @@ impl CgroupSet {
         self.pids().contains(&pid)
     }
 
-    /// Kills every process in the sandbox and waits (up to 5 s) until none is left.
+    /// Kills every process in the sandbox and waits until none is left: up to 5 s for
+    /// processes that are not yet on their way out, and as long as the kernel takes (at most
+    /// [`EXIT_WAIT`]) for killed ones that are exiting. The last process of a sandbox tears
+    /// its namespaces down as it exits, and freeing a writable layer of a million files takes
+    /// the kernel many seconds: that is a delete in progress, not a failure.
     pub async fn kill(&self) -> Result<(), RuntimeError> {
         let unified = self
             .dirs
             .iter()
             .find(|(c, d)| *c == Ctl::Unified && d.join("cgroup.kill").exists());
         let freezer = self.dirs.iter().find(|(c, _)| *c == Ctl::Freezer);
-        for round in 0..500 {
+        let started = std::time::Instant::now();
+        // The time spent waiting for processes that were not exiting.
+        let mut stuck = Duration::ZERO;
+        let mut round = 0u64;
+        loop {
             let pids = self.pids();
             if pids.is_empty() {
                 return Ok(());
             }
-            if round % 10 == 0 {
+            let exiting = pids.iter().all(|p| exiting(*p));
+            if !exiting {
+                stuck += Duration::from_millis(10);
+            }
+            if stuck > Duration::from_secs(5) || started.elapsed() > EXIT_WAIT {
+                return Err(RuntimeError::io(
+                    "kill sandbox",
+                    std::io::Error::other(format!("processes left: {pids:?}")),
+                ));
+            }
+            if round.is_multiple_of(10) && !exiting {
                 if let Some((_, d)) = unified {
                     let _ = write(d, "cgroup.kill", "1");
                 } else {
@@ -335,12 +353,9 @@ impl CgroupSet {
                     }
                 }
             }
+            round += 1;
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(RuntimeError::io(
-            "kill sandbox",
-            std::io::Error::other(format!("processes left: {:?}", self.pids())),
-        ))
     }
 
     /// Removes the (empty) groups.
@@ -525,6 +540,29 @@ pub fn swap_total_bytes() -> u64 {
         * 1024
 }
 
+/// The longest a delete waits for a sandbox's killed processes to finish exiting.
+pub const EXIT_WAIT: Duration = Duration::from_secs(600);
+
+/// True when process `pid` is on its way out: a zombie, or exiting (`PF_EXITING`), which it
+/// stays while the kernel tears down what it was the last user of. A process already gone
+/// counts as exiting.
+fn exiting(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => exiting_stat(&stat).unwrap_or(false),
+        Err(_) => true,
+    }
+}
+
+/// [`exiting`] from the text of `/proc/<pid>/stat`.
+fn exiting_stat(stat: &str) -> Option<bool> {
+    const PF_EXITING: u64 = 0x4;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?;
+    let flags: u64 = f.nth(5)?.parse().ok()?;
+    Some(matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,5 +578,22 @@ mod tests {
         assert_eq!(mp, Path::new("/sys/fs/cgroup/unified"));
         assert_eq!(opts, ["rw", "nsdelegate", "memory_recursiveprot"]);
         assert_eq!(v2_mount("30 24 0:26 / /c rw - cgroup cgroup rw,cpu"), None);
+    }
+
+    #[test]
+    fn a_process_is_exiting_when_a_zombie_or_flagged_so() {
+        // pid (comm with ) and spaces) state ppid pgrp session tty tpgid flags ...
+        let line = |state: &str, flags: u64| {
+            format!("42 (sh) x) {state} 1 42 42 0 -1 {flags} 0 0 0 0 1 2 0 0 20 0 1 0")
+        };
+        assert_eq!(exiting_stat(&line("R", 0x400000)), Some(false));
+        assert_eq!(exiting_stat(&line("D", 0x400004)), Some(true));
+        assert_eq!(exiting_stat(&line("Z", 0)), Some(true));
+        assert_eq!(exiting_stat("garbage"), None);
+        assert!(
+            exiting(u32::MAX),
+            "a process that is gone is on its way out"
+        );
+        assert!(!exiting(std::process::id()), "this test is not exiting");
     }
 }

@@ -37,6 +37,9 @@ pub enum RuntimeError {
     /// The node's writable-layer space cannot hold the sandbox now.
     #[error("{0}")]
     NoDisk(String),
+    /// Every host id range of the node's pool is held by a sandbox.
+    #[error("{0}")]
+    NoIds(String),
 }
 
 impl RuntimeError {
@@ -57,7 +60,7 @@ impl RuntimeError {
             RuntimeError::Agent { code, .. } => *code,
             RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
             RuntimeError::PortUnreachable { .. } => ErrorCode::PortUnreachable,
-            RuntimeError::NoDisk(_) => ErrorCode::Busy,
+            RuntimeError::NoDisk(_) | RuntimeError::NoIds(_) => ErrorCode::Busy,
             RuntimeError::Protocol(_)
             | RuntimeError::Sys(_)
             | RuntimeError::Io { .. }

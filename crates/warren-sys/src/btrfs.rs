@@ -174,6 +174,14 @@ pub fn delete_subvolume(parent: &Path, name: &str) -> Result<()> {
     )
 }
 
+/// Commits the file system holding `path` (`syncfs`): its quota groups' counts, which btrfs
+/// updates at each transaction commit (every 30 s by default), are current afterwards.
+pub fn commit(path: &Path) -> Result<()> {
+    let dir = open_dir(path)?;
+    nix::unistd::syncfs(dir.as_raw_fd())
+        .map_err(|e| SysError::errno(format!("syncfs {}", path.display()), e))
+}
+
 /// The id of the subvolume whose root directory is `path`.
 pub fn subvolume_id(path: &Path) -> Result<u64> {
     let dir = open_dir(path)?;

@@ -56,6 +56,28 @@ pub fn inherited(fd: RawFd) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Creates the new regular file `name` in directory `dir` (`O_CREAT | O_EXCL | O_NOFOLLOW`,
+/// write-only, close-on-exec) with `mode`: the file is made in that directory even when the
+/// directory was renamed or its path swapped for a symlink since it was opened.
+pub fn create_at(dir: &impl AsRawFd, name: &std::ffi::OsStr, mode: u32) -> Result<OwnedFd> {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_WRONLY
+        | OFlag::O_CREAT
+        | OFlag::O_EXCL
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags,
+        nix::sys::stat::Mode::from_bits_truncate(mode),
+    )
+    .map_err(|e| SysError::errno(format!("create {}", name.to_string_lossy()), e))?;
+    // SAFETY: openat just returned this fd; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Sets or clears close-on-exec.
 pub fn set_cloexec(fd: &impl AsRawFd, on: bool) -> Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};

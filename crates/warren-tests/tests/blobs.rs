@@ -104,6 +104,32 @@ impl Node {
     }
 }
 
+/// A test that failed before `stop`: the daemon and its mounts go anyway (no assertion here,
+/// the test has failed already).
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // TERM first: the daemon removes its sandboxes.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            if let Ok(s) = ImageStore::open(&self.store) {
+                let _ = s.unmount_all();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 async fn blob_server(dir: &Path) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
@@ -338,4 +364,111 @@ async fn bench_images_smoke() {
     for m in report["modes"].as_array().unwrap() {
         assert_eq!(m["ok"], 4, "{m}");
     }
+}
+
+/// A built image starts lazily on a second node: node A builds it (a `RUN` and a `COPY`),
+/// its own layers are published to an HTTP blob store, and node B — which holds only the
+/// base — starts a sandbox of the stack from the store over FUSE and sees the build's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn built_image_starts_lazily_on_a_second_node() {
+    if should_skip() {
+        return;
+    }
+    ensure_default_image();
+    let work = tempfile_dir("built");
+    let ctx = work.join("ctx");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        "FROM default\nRUN mkdir /task && echo made by run > /task/run.txt\nCOPY task.txt /task/\n",
+    )
+    .unwrap();
+    std::fs::write(ctx.join("task.txt"), "copied\n").unwrap();
+    let mut a = Node::start("ba", &[]).await;
+    let sock = a.dir.join("warrend.sock");
+    let out = Command::new(bin_dir().join("warren"))
+        .arg("--url")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["image", "build", "-q", "-t", "lazy-built:1"])
+        .arg(&ctx)
+        .output()
+        .unwrap();
+    let built = async {
+        assert!(
+            out.status.success(),
+            "build: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = a.client.image("default").await.unwrap().layers.len();
+        let layers: Vec<String> = a
+            .client
+            .image("lazy-built:1")
+            .await
+            .unwrap()
+            .layers
+            .into_iter()
+            .map(|l| l.digest)
+            .collect();
+        assert_eq!(layers.len(), base + 2);
+        let store = ImageStore::open(&a.store).unwrap();
+        let served = work.join("served");
+        let mut own = Vec::new();
+        for l in &layers[base..] {
+            let t = publish_layer(
+                &LocalStore::new(&served),
+                &store.blob_path(l).unwrap(),
+                256 * 1024,
+            )
+            .await
+            .unwrap();
+            assert_eq!(&t.digest, l, "a layer is published under its own digest");
+            own.push(t.digest);
+        }
+        (served, own)
+    }
+    .await;
+    a.stop();
+    let (served, own) = built;
+    let url = blob_server(&served).await;
+    let mut b = Node::start(
+        "bb",
+        &[
+            "--blob-store".into(),
+            url,
+            "--blob-mode".into(),
+            "lazy".into(),
+        ],
+    )
+    .await;
+    let r = async {
+        let bstore = ImageStore::open(&b.store).unwrap();
+        for l in &own {
+            assert!(
+                !bstore.blob_path(l).unwrap().exists(),
+                "B has no copy of {l}"
+            );
+        }
+        let mut refs = vec!["default".to_string()];
+        refs.extend(own.iter().cloned());
+        let sb = b
+            .client
+            .create(&CreateSandboxRequest {
+                image: ImageRef::Stack(refs),
+                ..Default::default()
+            })
+            .await
+            .expect("create on B");
+        let out = sh(
+            &b.client,
+            sb.id.as_str(),
+            "cat /task/run.txt /task/task.txt",
+        )
+        .await;
+        assert_eq!(out.stdout, "made by run\ncopied\n", "{out:?}");
+        b.client.delete(sb.id.as_str()).await.unwrap();
+    }
+    .await;
+    b.stop();
+    let _ = std::fs::remove_dir_all(&work);
+    r
 }

@@ -61,6 +61,10 @@ pub enum ErrorCode {
     /// A pull could not reach its registry (no connection, TLS, a timeout): the message
     /// names the registry and what failed (HTTP 502). Nothing was tagged.
     RegistryUnreachable,
+    /// The step's command was running when the node's daemon went away and its result could
+    /// not be recovered whole (e.g. its streamed stdin was cut off); the message says what is
+    /// known. The command is not run again for this step.
+    StepInterrupted,
 }
 
 impl ErrorCode {
@@ -69,7 +73,10 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest | ErrorCode::InvalidPath => 400,
             ErrorCode::NotFound => 404,
-            ErrorCode::InvalidState | ErrorCode::Conflict | ErrorCode::StepConflict => 409,
+            ErrorCode::InvalidState
+            | ErrorCode::Conflict
+            | ErrorCode::StepConflict
+            | ErrorCode::StepInterrupted => 409,
             ErrorCode::FileError | ErrorCode::Unschedulable | ErrorCode::BuildFailed => 422,
             ErrorCode::CapacityUnavailable | ErrorCode::NodeUnreachable => 503,
             ErrorCode::LimitExceeded | ErrorCode::Busy | ErrorCode::QuotaExceeded => 429,
@@ -111,6 +118,7 @@ impl ErrorCode {
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BuildFailed => "build_failed",
             ErrorCode::RegistryUnreachable => "registry_unreachable",
+            ErrorCode::StepInterrupted => "step_interrupted",
         }
     }
 
@@ -139,6 +147,7 @@ impl ErrorCode {
         ErrorCode::PortUnreachable,
         ErrorCode::BuildFailed,
         ErrorCode::RegistryUnreachable,
+        ErrorCode::StepInterrupted,
     ];
 }
 

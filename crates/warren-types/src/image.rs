@@ -235,6 +235,10 @@ pub struct BuildOptions {
     /// Runs every step even when the cache holds its result.
     #[serde(default)]
     pub no_cache: bool,
+    /// `FROM` images of registries are pulled over plain HTTP (a registry on loopback, a
+    /// lab's own), as `POST /v1/images/pull` with `insecure`.
+    #[serde(default)]
+    pub insecure: bool,
     /// `none` forbids the network to `RUN`; absent or `default`: the node's configured
     /// services.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -64,6 +64,7 @@ pub const NODE_API: &[(&str, &str)] = &[
     ("POST", "/v1/functions/call"),
     ("GET", "/v1/functions/pools"),
     ("POST", "/run_code"),
+    ("POST", "/run_jupyter"),
 ];
 
 /// The path of a sandbox's port, `/v1/sandboxes/{id}/ports/{port}`: whatever follows it (a

@@ -197,6 +197,16 @@ struct Args {
     /// refused, as for VMs: `invalid_request`).
     #[arg(long)]
     memory_overcommit: bool,
+    /// Host uid/gid of the first sandbox id range: each container sandbox gets 65,536 host ids
+    /// of its own from the pool starting here (a multiple of 65536). Two daemons on one host
+    /// need pools of their own; the pool must not overlap the owner uids
+    /// (--sandbox-owner-uid-base).
+    #[arg(long, default_value_t = 1 << 24)]
+    id_pool_base: u32,
+    /// Number of 65,536-id ranges in the pool (the most container sandboxes at once); 0 maps
+    /// every sandbox to the one shared range at 100000.
+    #[arg(long, default_value_t = 16_384)]
+    id_ranges: u32,
     /// Print the AppArmor profile for this node's sandboxes (paths from the other options)
     /// and exit; load it with `apparmor_parser -r`.
     #[arg(long)]
@@ -498,6 +508,11 @@ async fn run(args: Args) -> Result<()> {
     container.landlock = !args.no_landlock;
     container.agent_spares = args.agent_spares.into();
     container.favor_cgroup_moves = !args.keep_cgroup_options;
+    container.id_pool =
+        (args.id_ranges > 0).then_some(warren_runtime::container::ids::IdPoolConfig {
+            base: args.id_pool_base,
+            slots: args.id_ranges,
+        });
     container.writable = (args.disk_medium == warren_types::DiskMedium::Disk).then(|| {
         warren_runtime::container::WritableConfig {
             dir: args.writable_dir.clone().unwrap_or_default(),

@@ -13,11 +13,15 @@ imported once as ``warren-bench-rootfs``. podman runs with ``--runtime runc`` an
 ulimits (see MACHINE.md); ``--podman`` names the executable.
 
     python bench/msa_overhead.py --steps 60
+
+``warren bench msa`` runs this script (``--json``: one JSON document with each environment's
+per-step times in milliseconds) and checks the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -76,6 +80,7 @@ def main() -> int:
     p.add_argument(
         "--rootfs", default=os.path.join(os.environ.get("WARREN_CACHE", "/var/cache/warren"), "rootfs-default")
     )
+    p.add_argument("--json", action="store_true", help="print one JSON document: per-step ms of each environment")
     a = p.parse_args()
 
     from minisweagent.environments.docker import DockerEnvironment
@@ -122,6 +127,9 @@ def main() -> int:
     finally:
         for env in envs.values():
             env.cleanup()  # type: ignore[attr-defined]
+    if a.json:
+        print(json.dumps({"steps": a.steps, "podman": a.podman, "ms": times}))
+        return 0
     for name, v in times.items():
         print(
             f"{name:7s} execute p50 {pct(v, 0.5):8.2f} ms  p90 {pct(v, 0.9):8.2f} ms  "

@@ -25,6 +25,12 @@ import pytest
 
 import warren
 
+# The E2B compatibility tests' fixtures live beside them in e2b/e2b_fixtures.py, registered here:
+# a second conftest.py there would replace this module in sys.modules, and every
+# `from conftest import ...` collected after it would fail.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2b"))
+pytest_plugins = ["e2b_fixtures"]
+
 REPO = Path(__file__).resolve().parents[3]
 BIN_DIR = Path(os.environ.get("WARREN_BIN_DIR") or REPO / "target" / "release")
 SMALL = 64  # MiB per test sandbox

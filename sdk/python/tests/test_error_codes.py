@@ -30,3 +30,18 @@ def test_each_exception_carries_its_own_code() -> None:
         assert cls.default_code == code, (code, cls)
         e = _errors.error_from_body(409, {"error": {"code": code, "message": "m"}})
         assert type(e) is cls and e.code == code
+
+
+def test_every_error_class_is_exported_from_the_package() -> None:
+    import inspect
+
+    import warren
+
+    classes = {
+        n for n, v in vars(_errors).items() if inspect.isclass(v) and issubclass(v, _errors.WarrenError)
+    }
+    assert "StepInterrupted" in classes and "NodeUnreachable" in classes
+    for name in classes:
+        assert getattr(warren, name, None) is getattr(_errors, name), f"warren.{name} is not exported"
+        assert name in warren.__all__, name
+        assert name in _errors.__all__, name

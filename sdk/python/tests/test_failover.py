@@ -21,10 +21,12 @@ class _Server:
     """A threaded HTTP server on 127.0.0.1 answering by ``mode``:
 
     ``("serve",)``, ``("unavailable", code, retry_after)``, ``("busy_for", n, retry_after)``
-    (429 busy for the first n calls, then serve) or ``("break",)`` (close without answering).
+    (429 busy for the first n calls, then serve), ``("unreachable_for", n)`` (503
+    ``node_unreachable`` for the first n calls, then serve) or ``("break",)`` (close without
+    answering).
     """
 
-    def __init__(self, name: str, mode: Tuple[Any, ...]) -> None:
+    def __init__(self, name: str, mode: Tuple[Any, ...], port: int = 0) -> None:
         self.name = name
         self.mode = mode
         self.times: List[float] = []
@@ -51,6 +53,8 @@ class _Server:
                     return self._error(503, server.mode[1], server.mode[2])
                 if kind == "busy_for" and n < server.mode[1]:
                     return self._error(429, "busy", server.mode[2])
+                if kind == "unreachable_for" and n < server.mode[1]:
+                    return self._error(503, "node_unreachable", 0)
                 self._json(200, server.body(self.path))
 
             do_GET = do_POST = do_DELETE = _handle
@@ -69,7 +73,8 @@ class _Server:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -95,8 +100,8 @@ class _Server:
 def servers() -> Iterator[Any]:
     made: List[_Server] = []
 
-    def make(name: str, *mode: Any) -> _Server:
-        s = _Server(name, mode)
+    def make(name: str, *mode: Any, port: int = 0) -> _Server:
+        s = _Server(name, mode, port)
         made.append(s)
         return s
 
@@ -166,10 +171,10 @@ def test_safe_calls_move_on_after_a_broken_connection_or_a_503(servers: Any) -> 
         assert (gone.hits, good.hits) == (2, 2)
 
 
-def test_a_dead_node_behind_a_gateway_is_raised_at_once(servers: Any) -> None:
+def test_a_dead_node_behind_a_gateway_is_raised_at_once_without_a_restart_wait(servers: Any) -> None:
     gw1 = servers("gw1", "unavailable", "node_unreachable", 1)
     gw2 = servers("gw2", "serve")
-    with warren.Client([gw1.url, gw2.url]) as c:
+    with warren.Client([gw1.url, gw2.url], restart_wait=0) as c:
         with pytest.raises(warren.WarrenError) as e:
             c.health()
         assert e.value.status == 503 and e.value.code == "node_unreachable"
@@ -230,6 +235,76 @@ def test_plan_rules() -> None:
     assert p.after((429, None, "limit_exceeded")) == GIVE_UP
     for attempt in [(503, 1.0, "node_unreachable"), (410, None, "sandbox_lost"), (404, None, "not_found")]:
         assert Plan(3, 5, safe=True).after(attempt) == GIVE_UP
+
+
+def test_plan_waits_out_a_silent_node_for_restart_wait_then_says_so() -> None:
+    now = [100.0]
+    clock = lambda: now[0]  # noqa: E731
+    # A safe call: connection failures and node_unreachable wait, uncounted, for 10 s.
+    p = Plan(1, 2, safe=True, restart_wait=10.0, clock=clock)
+    for attempt in [BROKEN, NOT_SENT, (503, None, "node_unreachable")] * 20:
+        step = p.after(attempt)
+        assert isinstance(step, float) and 0 < step <= 1.0, step
+        now[0] += step
+        if now[0] - 100.0 >= 10.0:
+            break
+    now[0] = 110.5
+    assert p.waits == 0 and not p.outlasted
+    # Past the window: the ordinary waits (max_retries), then the give-up says why.
+    assert isinstance(p.after(NOT_SENT), float) and isinstance(p.after(BROKEN), float)
+    assert p.after(NOT_SENT) == GIVE_UP and p.outlasted
+    # node_unreachable past the window gives up at once.
+    p = Plan(2, 5, safe=True, restart_wait=1.0, clock=clock)
+    assert isinstance(p.after((503, None, "node_unreachable")), float)
+    now[0] += 2
+    assert p.after((503, None, "node_unreachable")) == GIVE_UP and p.outlasted
+    # A call not safe to repeat waits only while nothing was sent.
+    p = Plan(1, 5, safe=False, restart_wait=5.0, clock=clock)
+    assert isinstance(p.after(NOT_SENT), float)
+    assert p.after(BROKEN) == GIVE_UP and not p.outlasted
+    assert Plan(1, 5, safe=False, restart_wait=5.0, clock=clock).after((503, None, "node_unreachable")) == GIVE_UP
+
+
+def test_a_safe_call_waits_for_a_node_that_comes_back(servers: Any) -> None:
+    """The node's address refuses connections, then answers ``503 node_unreachable``, then
+    serves: a safe call waits it out and gets its answer."""
+    url = _refused()
+    port = int(url.rsplit(":", 1)[1])
+    made: List[Any] = []
+
+    def come_back() -> None:
+        time.sleep(0.6)
+        made.append(servers("back", "unreachable_for", 2, port=port))
+
+    t = threading.Thread(target=come_back)
+    t.start()
+    with warren.Client(url, restart_wait=20) as c:
+        t0 = time.monotonic()
+        h = c.health()
+        assert h.node == "back" and time.monotonic() - t0 >= 0.5
+    t.join()
+    assert made[0].hits == 3
+
+
+def test_a_silent_node_ends_in_a_clear_error_after_restart_wait() -> None:
+    url = _refused()
+    with warren.Client(url, restart_wait=0.4, max_retries=0) as c:
+        t0 = time.monotonic()
+        with pytest.raises(warren.ConnectionError) as e:
+            c.health()
+        assert time.monotonic() - t0 >= 0.4
+    assert "restart_wait" in str(e.value) and "0.4 s" in str(e.value), str(e.value)
+
+
+def test_restart_wait_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARREN_RESTART_WAIT", "7.5")
+    assert warren.AsyncClient("http://127.0.0.1:1")._http.restart_wait == 7.5
+    assert warren.AsyncClient("http://127.0.0.1:1", restart_wait=0)._http.restart_wait == 0
+    monkeypatch.setenv("WARREN_RESTART_WAIT", "soon")
+    with pytest.raises(ValueError):
+        warren.AsyncClient("http://127.0.0.1:1")
+    with pytest.raises(ValueError):
+        warren.AsyncClient("http://127.0.0.1:1", restart_wait=-1)
 
 
 def test_cluster_routes_of_a_gateway() -> None:

@@ -138,3 +138,45 @@ def test_compiled_languages_run_when_the_image_has_the_tools(node: Node) -> None
     assert r["run_result"]["stdout"] == "42\n"
     slow = run(node, code="sleep 5;", language="perl", run_timeout=0.5)
     assert slow["run_result"]["status"] == "TimeLimitExceeded", slow
+
+
+def test_the_clients_run_jupyter(node: Node) -> None:
+    sf = need("sandbox_fusion")
+    cells = [
+        "a = 6 * 7",
+        "a",
+        "print(a); import os; _ = os.system('echo from-a-subprocess')",
+        "import sys; print('warn', file=sys.stderr)",
+        "raise ValueError('boom')",
+        "open('out.txt', 'w').write(open('in.txt').read().upper())",
+    ]
+    files = {"in.txt": base64.b64encode(b"hi").decode()}
+    r = sf.run_jupyter(
+        sf.RunJupyterRequest(cells=cells, files=files, fetch_files=["out.txt"]),
+        endpoint=node.http_url,
+        max_attempts=1,
+    )
+    assert r.status == sf.RunStatus.Success, r
+    assert r.executor_pod_name == node.name
+    assert r.driver is not None and r.driver.status == sf.CommandRunStatus.Finished
+    assert len(r.cells) == len(cells)
+    assert r.cells[1].display == [{"text/plain": "42"}]
+    assert r.cells[2].stdout == "42\nfrom-a-subprocess\n", r.cells[2]
+    assert r.cells[3].stderr == "warn\n"
+    err = r.cells[4].error[0]
+    assert (err["ename"], err["evalue"]) == ("ValueError", "boom")
+    assert "boom" in "".join(err["traceback"])
+    # The cell after an error still ran, in the same namespace and working directory.
+    assert r.cells[5].error == [] and base64.b64decode(r.files["out.txt"]) == b"HI"
+
+    # A cell over its timeout ends the run: Failed, with the cells that ended.
+    body = {"cells": ["x = 1", "while True: pass", "print('never')"], "cell_timeout": 1}
+    v = httpx.post(f"{node.http_url}/run_jupyter", json=body, timeout=60).json()
+    assert v["status"] == "Failed", v
+    assert v["driver"]["status"] == "TimeLimitExceeded"
+    assert len(v["cells"]) == 2 and v["cells"][1]["error"][0]["ename"] == "TimeoutError"
+    # Nothing of one request reaches the next; a wrong kernel is refused in the protocol's shape.
+    again = sf.run_jupyter(sf.RunJupyterRequest(cells=["'a' in dir()"]), endpoint=node.http_url)
+    assert again.cells[0].display == [{"text/plain": "False"}]
+    bad = httpx.post(f"{node.http_url}/run_jupyter", json={"cells": [], "kernel": "ruby"}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "kernel", bad.text

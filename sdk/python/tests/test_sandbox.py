@@ -66,6 +66,24 @@ async def test_create_with_every_option(aclient: warren.AsyncClient) -> None:
         await sb.refresh()
 
 
+async def test_create_with_a_disk_medium(aclient: warren.AsyncClient) -> None:
+    # On disk (the node's default) the writable layer may exceed the memory; in memory it
+    # is a tmpfs that cannot.
+    on_disk = await aclient.create(memory=SMALL, disk=4 * SMALL, disk_medium="disk")
+    async with on_disk:
+        assert on_disk.info.limits.disk_medium == "disk"
+        assert on_disk.info.limits.disk_mb == 4 * SMALL
+        r = await on_disk.exec("stat -f -c %T /")
+        assert r.stdout.strip() == "overlayfs"
+    in_memory = await aclient.create(memory=SMALL, disk=SMALL // 2, disk_medium="memory")
+    async with in_memory:
+        assert in_memory.info.limits.disk_medium == "memory"
+        r = await in_memory.exec(f"dd if=/dev/zero of=/root/f bs=1M count={SMALL} 2>&1; echo rc=$?")
+        assert "No space left" in r.stdout and "rc=0" not in r.stdout
+    with pytest.raises(warren.InvalidRequest):
+        await aclient.create(memory=SMALL, disk=4 * SMALL, disk_medium="memory")
+
+
 async def test_idempotent_create(aclient: warren.AsyncClient) -> None:
     key = os.urandom(8).hex()
     a = await aclient.create(memory=SMALL, idempotency_key=key)

@@ -220,18 +220,19 @@ async def test_retries_give_up() -> None:
         n += 1
         raise httpx.ConnectError("refused")
 
-    c = warren.AsyncClient("unix:///nonexistent.sock", max_retries=2)
+    c = warren.AsyncClient("unix:///nonexistent.sock", max_retries=2, restart_wait=0)
     _mock(c, handler)
     with pytest.raises(warren.ConnectionError) as ei:
         await c.health()
     assert n == 3 and ei.value.code == "connection" and ei.value.status is None
+    assert "restart_wait" not in str(ei.value)
 
 
 async def test_unreachable_node_is_a_connection_error() -> None:
-    async with warren.AsyncClient("unix:///nonexistent/warren.sock", max_retries=0) as c:
+    async with warren.AsyncClient("unix:///nonexistent/warren.sock", max_retries=0, restart_wait=0) as c:
         with pytest.raises(warren.ConnectionError):
             await c.health()
-    with warren.Client("unix:///nonexistent/warren.sock", max_retries=0) as sc:
+    with warren.Client("unix:///nonexistent/warren.sock", max_retries=0, restart_wait=0) as sc:
         with pytest.raises(warren.ConnectionError):
             sc.health()
 

@@ -76,6 +76,7 @@ async def build_image(
     build_args: Optional[Mapping[str, str]] = None,
     target: Optional[str] = None,
     no_cache: bool = False,
+    insecure: bool = False,
     network: Optional[str] = None,
     memory_mb: Optional[int] = None,
     cpus: Optional[float] = None,
@@ -98,6 +99,8 @@ async def build_image(
             params.append((k, str(v)))
     if no_cache:
         params.append(("no_cache", "true"))
+    if insecure:
+        params.append(("insecure", "true"))
     for k, v in (build_args or {}).items():
         params.append(("build_arg", f"{k}={v}"))
     resp = await http.stream(

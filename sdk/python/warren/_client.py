@@ -37,8 +37,15 @@ class AsyncClient:
         ca: A PEM file of the CAs to trust for ``https`` URLs. Default: ``WARREN_CA``, else
             the system's CAs.
         max_retries: Waits before trying again, for safe calls (reads, deletes, creates with
-            an idempotency key) after transport failures, ``503`` on every URL and ``busy``
-            answers; each wait is the server's ``Retry-After`` (at most 30 s) or a backoff.
+            an idempotency key, logged steps) after transport failures, ``503`` on every URL
+            and ``busy`` answers; each wait is the server's ``Retry-After`` (at most 30 s) or a
+            backoff.
+        restart_wait: Seconds a call waits for a node that does not answer at all (its
+            daemon restarting: connections refused or broken, or ``503 node_unreachable``
+            from a gateway) before the waits above, then it raises with a message naming this
+            setting. Calls that may have reached the node wait only when safe to repeat; a
+            logged step is, because the node runs it once and answers that run. Default:
+            ``WARREN_RESTART_WAIT``, else 30. ``0`` raises at once.
 
     One client serves thousands of concurrent calls from one event loop. Use it from the loop
     it was first used on; ``async with`` closes it.
@@ -53,8 +60,11 @@ class AsyncClient:
         max_retries: int = 5,
         token: Optional[str] = None,
         ca: Optional[str] = None,
+        restart_wait: Optional[float] = None,
     ) -> None:
-        self._http = _Http(url, timeout, max_connections, max_retries, token=token, ca=ca)
+        self._http = _Http(
+            url, timeout, max_connections, max_retries, token=token, ca=ca, restart_wait=restart_wait
+        )
 
     @property
     def url(self) -> str:
@@ -83,6 +93,7 @@ class AsyncClient:
         cpus: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
+        disk_medium: Optional[str] = None,
         pids: Optional[int] = None,
         cpu_class: Optional[str] = None,
         trajectory: Union[int, str, None] = None,
@@ -108,8 +119,13 @@ class AsyncClient:
             cpus: CPU cores (fractions allowed).
             memory: MiB as an int, or a string like ``"512M"`` / ``"1G"``. The writable layer
                 counts against it.
-            disk: Size of the writable layer, like ``memory``. For ``container`` and
-                ``function`` sandboxes it lives in memory: at most ``memory`` (its default).
+            disk: Size of the writable layer, like ``memory``. A ``container``'s lives on the
+                node's disk by default, with a quota of its own, independent of ``memory``; in
+                memory (``disk_medium="memory"``, and a ``function``'s calls) it is at most
+                ``memory`` (its default).
+            disk_medium: Where a ``container``'s writable layer lives: ``"disk"`` (the node's
+                default where it has a writable-layer file system) or ``"memory"`` (a tmpfs
+                charged to ``memory``).
             pids: Maximum processes and threads.
             cpu_class: ``"normal"`` (default) or ``"best_effort"``: lowest CPU weight and
                 ``SCHED_IDLE``, so busy best-effort sandboxes do not starve normal ones.
@@ -144,6 +160,8 @@ class AsyncClient:
         dsk = parse_mib(disk, "disk")
         if dsk is not None:
             body["disk_mb"] = dsk
+        if disk_medium is not None:
+            body["disk_medium"] = disk_medium
         if pids is not None:
             body["pids"] = int(pids)
         if cpu_class is not None:
@@ -379,6 +397,7 @@ class AsyncClient:
         build_args: Optional[Mapping[str, str]] = None,
         target: Optional[str] = None,
         no_cache: bool = False,
+        insecure: bool = False,
         network: Optional[str] = None,
         memory: Union[int, str, None] = None,
         cpus: Optional[float] = None,
@@ -392,7 +411,9 @@ class AsyncClient:
         ``context`` is a directory (sent as a tar; ``.dockerignore`` applies on the node);
         ``dockerfile`` defaults to ``context/Dockerfile`` and may lie outside it. Every
         ``RUN`` runs in a sandbox of the node (``memory``, ``cpus``, ``disk`` and
-        ``step_timeout`` bound each one; ``network="none"`` forbids the network). Each event
+        ``step_timeout`` bound each one; ``network="none"`` forbids the network). ``FROM`` may
+        name a registry image (``host[:port]/repo:tag``), pulled once into the node's store
+        (``insecure=True``: over plain HTTP). Each event
         of the build's log (dicts: ``step``, ``cached``, ``output``, ``step_done``, ...) goes
         to ``on_event`` as it comes; ``log=True`` prints them like ``warren image build``.
         Returns the image (as :meth:`image` does); a failed step raises
@@ -411,6 +432,7 @@ class AsyncClient:
             build_args=build_args,
             target=target,
             no_cache=no_cache,
+            insecure=insecure,
             network=network,
             memory_mb=parse_mib(memory) if memory is not None else None,
             cpus=cpus,

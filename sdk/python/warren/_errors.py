@@ -32,6 +32,9 @@ __all__ = [
     "NodeUnreachable",
     "PortUnreachable",
     "RegistryUnreachable",
+    "StepConflict",
+    "StepInterrupted",
+    "BuildFailed",
     "ConnectionError",
     "CommandError",
     "error_from_body",
@@ -176,7 +179,9 @@ class StartFailed(WarrenError):
 
 
 class SandboxLost(WarrenError):
-    """The sandbox's agent went away: it crashed or was killed (``sandbox_lost``, HTTP 502)."""
+    """The sandbox is gone (``sandbox_lost``): its agent crashed or was killed (HTTP 502 from
+    its node), or, from a cluster gateway, its node left the cluster (HTTP 410; ``revive``
+    brings the episode back from its trajectory)."""
 
     default_code = "sandbox_lost"
 
@@ -189,25 +194,38 @@ class FileError(WarrenError):
 
 class StepConflict(Conflict):
     """The trajectory step was already logged with a different request, or comes before a
-    step already logged. Nothing ran."""
+    step already logged. Nothing ran (``step_conflict``, HTTP 409)."""
 
     default_code = "step_conflict"
 
 
+class StepInterrupted(Conflict):
+    """The step's command was running when the node's daemon went away, and its result could
+    not be recovered whole (e.g. its stdin was cut off); the message says what is known
+    (``step_interrupted``, HTTP 409). The step is not run again: go on with the next one."""
+
+    default_code = "step_interrupted"
+
+
 class Unschedulable(WarrenError):
-    """No node of the cluster can ever hold the sandbox as asked (422)."""
+    """Cluster gateway: no node of the cluster can ever hold the sandbox as asked; the
+    message counts the nodes each check excluded (``unschedulable``, HTTP 422)."""
 
     default_code = "unschedulable"
 
 
 class CapacityUnavailable(WarrenError):
-    """No node of the cluster has room now; retry after ``retry_after`` (503)."""
+    """Cluster gateway: every node that could take the call refused it for now (busy,
+    draining or short of memory); retry after :attr:`retry_after` (``capacity_unavailable``,
+    HTTP 503). Calls safe to repeat are retried by the client first."""
 
     default_code = "capacity_unavailable"
 
 
 class NodeUnreachable(WarrenError):
-    """The node that owns the sandbox does not answer the gateway (503)."""
+    """Cluster gateway: the sandbox's node does not answer (``node_unreachable``, HTTP 503).
+    Nothing was moved; the sandbox may come back with its node. Calls safe to repeat wait for
+    the node up to the client's ``restart_wait`` before this is raised."""
 
     default_code = "node_unreachable"
 
@@ -303,6 +321,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "port_unreachable": PortUnreachable,
     "build_failed": BuildFailed,
     "registry_unreachable": RegistryUnreachable,
+    "step_interrupted": StepInterrupted,
 }
 
 _BY_STATUS: Dict[int, Type[WarrenError]] = {
@@ -312,6 +331,7 @@ _BY_STATUS: Dict[int, Type[WarrenError]] = {
     404: NotFound,
     405: InvalidRequest,
     409: Conflict,
+    410: SandboxLost,
     422: FileError,
     429: Busy,
     501: Unsupported,

@@ -59,6 +59,8 @@ class Limits:
         cpus: CPU cores (fractions allowed), enforced as a CFS quota.
         memory_mb: Memory limit in MiB; the writable layer counts against it.
         disk_mb: Size limit of the writable layer in MiB.
+        disk_medium: Where a container's writable layer lives: ``"disk"`` or ``"memory"``
+            (``None`` for other substrates).
         pids: Maximum number of processes and threads.
         cpu_class: ``"normal"`` or ``"best_effort"``.
         trajectory_mb: Trajectory budget: output of calls beyond it is logged as sha256 and
@@ -71,6 +73,7 @@ class Limits:
     pids: int
     cpu_class: str = "normal"
     trajectory_mb: int = 32
+    disk_medium: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> Limits:
@@ -82,6 +85,7 @@ class Limits:
             pids=int(d.get("pids", 0)),
             cpu_class=str(d.get("cpu_class", "normal")),
             trajectory_mb=int(d.get("trajectory_mb", 32)),
+            disk_medium=d.get("disk_medium"),
         )
 
 

@@ -83,6 +83,38 @@ def _transport_error(e: Exception, what: str, node: Optional[str] = None) -> War
     return ConnectionError(f"{what}: {type(e).__name__}: {e}")
 
 
+#: Seconds a call waits for a node that does not answer (a restarting daemon), by default.
+DEFAULT_RESTART_WAIT = 30.0
+
+
+def _restart_wait(given: Optional[float]) -> float:
+    """``restart_wait`` as given, else ``WARREN_RESTART_WAIT``, else the default."""
+    if given is None:
+        env = (os.environ.get("WARREN_RESTART_WAIT") or "").strip()
+        if not env:
+            return DEFAULT_RESTART_WAIT
+        try:
+            given = float(env)
+        except ValueError:
+            raise ValueError(f"WARREN_RESTART_WAIT must be a number of seconds, got {env!r}") from None
+    given = float(given)
+    if not given >= 0:
+        raise ValueError(f"restart_wait must be >= 0 seconds, got {given!r}")
+    return given
+
+
+def _outlasted(err: WarrenError, plan: Plan) -> WarrenError:
+    """``err``, saying so when the call gave up because the node stayed silent for the
+    whole ``restart_wait``."""
+    if plan.outlasted:
+        err.message = (
+            f"{err.message} (the node did not answer for {plan.restart_wait:g} s, the client's "
+            "restart_wait; pass a larger restart_wait= or set WARREN_RESTART_WAIT to wait longer)"
+        )
+        err.args = (err.message,)
+    return err
+
+
 def _tls_context(ca: Optional[str]) -> Any:
     """The TLS verification of ``https`` URLs: the CA file ``ca`` (else ``WARREN_CA``), else the system's."""
     ca = ca or os.environ.get("WARREN_CA") or None
@@ -145,8 +177,10 @@ class _Http:
         max_retries: int,
         token: Optional[str] = None,
         ca: Optional[str] = None,
+        restart_wait: Optional[float] = None,
     ) -> None:
         self.max_retries = max_retries
+        self.restart_wait = _restart_wait(restart_wait)
         self.timeout = httpx.Timeout(connect=10.0, read=timeout, write=timeout, pool=None)
         token = token if token is not None else (os.environ.get("WARREN_TOKEN") or "").strip() or None
         self.headers: Dict[str, str] = {"user-agent": f"warren-python/{_VERSION}"}
@@ -248,7 +282,7 @@ class _Http:
     ) -> httpx.Response:
         # A streamed upload (an async iterator) cannot be sent twice.
         replayable = content is None or isinstance(content, (bytes, bytearray, str))
-        plan = Plan(len(self.targets), self.max_retries, retry and replayable)
+        plan = Plan(len(self.targets), self.max_retries, retry and replayable, self.restart_wait)
         first = idx = self.preferred
         while True:
             target = self.targets[idx]
@@ -270,7 +304,7 @@ class _Http:
                 # An unsent request's body was not read, so even a stream may go elsewhere.
                 step = plan.after(NOT_SENT if not_sent else BROKEN)
                 if step == GIVE_UP:
-                    raise err from e
+                    raise _outlasted(err, plan) from e
             else:
                 if resp.status_code < 400:
                     self.preferred = idx
@@ -288,7 +322,7 @@ class _Http:
                 if step == GIVE_UP:
                     if idx != first:
                         self.preferred = idx  # it answered: later calls start with it
-                    raise err
+                    raise _outlasted(err, plan)
             if step == NEXT_URL:
                 idx = (idx + 1) % len(self.targets)
             else:

@@ -1,8 +1,8 @@
 //! `warren-bench build`: Dockerfile builds (not part of `all`).
 //!
 //! 1. A cold build of a 6-step Dockerfile — a package install (`dpkg -i` of a `.deb` the
-//!    bench makes with `dpkg-deb`), a Python package install (a wheel the bench makes,
-//!    unpacked into site-packages: the base has no pip), copies — through the node
+//!    bench makes with `dpkg-deb`), a `pip install` of a wheel the bench makes (pip run from
+//!    its own wheel, the host's, with the wheels' directory as its only index), copies — through the node
 //!    (`--no-cache`), and `podman build --no-cache` of the same file and context in the same
 //!    run, from a base podman imports from the node's own image (a tar of its layer).
 //! 2. The cached rebuild of the same file (every step from the cache).
@@ -74,7 +74,7 @@ FROM ${BASE}
 COPY pkg/ /tmp/pkg/
 RUN dpkg -i /tmp/pkg/warren-bench-tool_1.0_all.deb && warren-bench-tool
 COPY wheel/ /tmp/wheel/
-RUN python3 -c "import sys, sysconfig, zipfile; zipfile.ZipFile('/tmp/wheel/benchpkg-1.0-py3-none-any.whl').extractall(sysconfig.get_paths()['purelib'])" && python3 -c "import benchpkg; print(benchpkg.VALUE)"
+RUN python3 "$(echo /tmp/wheel/pip-*.whl)/pip" install --no-cache-dir --no-index --find-links /tmp/wheel --break-system-packages --disable-pip-version-check -q benchpkg && python3 -c "import benchpkg; print(benchpkg.VALUE)"
 COPY app/ /app/
 RUN python3 -m compileall -q /app && echo built > /app/built
 "#;
@@ -88,6 +88,19 @@ fn sh(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// pip's own wheel, from the host's Python (`python3-pip-whl`, which `python3-venv` needs).
+fn pip_wheel() -> Option<PathBuf> {
+    std::fs::read_dir("/usr/share/python-wheels")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("pip-") && n.ends_with(".whl"))
+        })
 }
 
 /// The context: a `.deb` (made with `dpkg-deb`), a wheel, an application directory.
@@ -116,13 +129,31 @@ fn make_context(dir: &Path) -> anyhow::Result<()> {
     sh(
         Command::new("python3").args(["-c", r#"
 import sys, zipfile
+import base64, hashlib
+files = {
+    "benchpkg/__init__.py": "VALUE = 42\n",
+    "benchpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: benchpkg\nVersion: 1.0\n",
+    "benchpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
 with zipfile.ZipFile(sys.argv[1], "w") as z:
-    z.writestr("benchpkg/__init__.py", "VALUE = 42\n")
-    z.writestr("benchpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: benchpkg\nVersion: 1.0\n")
-    z.writestr("benchpkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr("benchpkg-1.0.dist-info/RECORD", "")
+    for path, body in files.items():
+        b = body.encode()
+        z.writestr(path, b)
+        h = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, h, len(b)))
+    record.append("benchpkg-1.0.dist-info/RECORD,,")
+    z.writestr("benchpkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
 "#]).arg(dir.join("wheel/benchpkg-1.0-py3-none-any.whl")),
         "python3 (making a wheel)",
+    )?;
+    // pip itself, beside the wheel (the base has none): the host's copy.
+    let pip = pip_wheel().context(
+        "no pip wheel in /usr/share/python-wheels (scripts/setup-test.sh installs python3-venv)",
+    )?;
+    std::fs::copy(
+        &pip,
+        dir.join("wheel").join(pip.file_name().unwrap_or_default()),
     )?;
     for i in 0..20 {
         let d = dir.join(format!("app/mod{i}"));

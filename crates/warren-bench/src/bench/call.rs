@@ -96,7 +96,7 @@ async fn exec_latency(s: &Setup, id: &str, argv: &[&str], n: usize) -> anyhow::R
 
 /// `total` calls of `r` from `concurrency` clients: (calls that succeeded, calls refused
 /// `busy`).
-async fn concurrent(
+pub(super) async fn concurrent(
     s: &Setup,
     r: &CallRequest,
     total: usize,

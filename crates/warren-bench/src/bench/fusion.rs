@@ -4,7 +4,10 @@
 //! - `/run_code` of a one-line python program, sequential p50 (after warm-up);
 //! - the same program as a plain `call` (the `CallRequest` the node makes of it: same pool,
 //!   same warm interpreter), sequential p50: the protocol's own cost is the difference;
-//! - `/run_code` calls/s from 16 (`-c`) concurrent clients.
+//! - `/run_code` calls/s from 16 (`-c`) concurrent clients, next to the same `call` from as
+//!   many clients (the protocol's share of the throughput) and `call true` (what the pools
+//!   serve when the program costs nothing), each after the pool grew to what the clients keep
+//!   busy.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use serde::Serialize;
-use warren_client::{Client, ImageRef};
+use warren_client::{CallRequest, Client, ImageRef};
 
 use super::measure::Setup;
 use crate::commands::run_tasks;
@@ -24,6 +27,10 @@ pub struct FusionBench {
     pub run_code: Latency,
     pub call: Latency,
     pub run_code_per_sec: f64,
+    /// The same program as a plain `call` from as many clients.
+    pub call_per_sec: f64,
+    /// `call true` from as many clients.
+    pub call_true_per_sec: f64,
     pub concurrency: usize,
     pub throughput_calls: usize,
     pub throughput_busy: usize,
@@ -81,6 +88,23 @@ async fn concurrent(
     Ok((done.load(Ordering::Relaxed), busy.load(Ordering::Relaxed)))
 }
 
+/// Calls/s of `r` from `concurrency` clients, after as many calls again warmed its pool.
+async fn calls_per_sec(
+    s: &Setup,
+    what: &str,
+    r: &CallRequest,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<f64> {
+    s.note(format!(
+        "fusion: `call` of {what} from {concurrency} clients (warm-up, then {total})"
+    ));
+    super::call::concurrent(s, r, concurrency * 20, concurrency).await?;
+    let t0 = Instant::now();
+    let (done, _) = super::call::concurrent(s, r, total, concurrency).await?;
+    Ok(done as f64 / t0.elapsed().as_secs_f64())
+}
+
 pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<FusionBench> {
     let b = body(&s.image);
     let req: warren_fusion::RunCodeRequest = serde_json::from_value(b.clone())?;
@@ -118,10 +142,16 @@ pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<F
     let t0 = Instant::now();
     let (throughput_calls, throughput_busy) = concurrent(s, &b, total, concurrency).await?;
     let secs = t0.elapsed().as_secs_f64();
+    let call_per_sec = calls_per_sec(s, "the same program", &call, total, concurrency).await?;
+    let mut t_true = CallRequest::argv(["true".to_string()]);
+    t_true.image = ImageRef::Name(s.image.clone());
+    let call_true_per_sec = calls_per_sec(s, "`true`", &t_true, total, concurrency).await?;
     Ok(FusionBench {
         run_code: Latency::from_samples(rc),
         call: Latency::from_samples(cl),
         run_code_per_sec: throughput_calls as f64 / secs,
+        call_per_sec,
+        call_true_per_sec,
         concurrency,
         throughput_calls,
         throughput_busy,
@@ -149,12 +179,15 @@ impl FusionBench {
             ]);
         }
         format!(
-            "{}\nrun_code throughput: {} calls from {} clients = {:.1}/s ({} refused busy)\n",
+            "{}\nfrom {} clients: run_code {:.1}/s ({} calls, {} refused busy); \
+             call of the same program {:.1}/s; call true {:.1}/s\n",
             t.render(),
-            self.throughput_calls,
             self.concurrency,
             self.run_code_per_sec,
-            self.throughput_busy
+            self.throughput_calls,
+            self.throughput_busy,
+            self.call_per_sec,
+            self.call_true_per_sec,
         )
     }
 

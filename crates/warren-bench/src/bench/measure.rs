@@ -22,6 +22,8 @@ pub const BENCH_LABEL: &str = "warren.bench";
 #[derive(Debug, Clone)]
 pub struct Setup {
     pub client: Client,
+    /// The daemon's URL as given (`None`: the client's default).
+    pub url: Option<String>,
     pub image: String,
     /// The sandboxes' writable-layer medium and size (`None`: the node's defaults).
     pub disk_medium: Option<warren_types::DiskMedium>,

@@ -20,16 +20,18 @@
 //! | call | warm-interpreter `python3 -c` p50 / cold p50 | ≤ 0.3 |
 //! | fusion | SandboxFusion `/run_code` of one python line, p50 / `call` of the same program | ≤ 1.5× |
 //! | fusion | `/run_code` from 16 clients | ≥ 400/s |
+//! | msa | mini-swe-agent step on Warren p50 / its docker environment with podman p50 | ≤ 0.1 |
 //! | neighbour | `exec true` p50 next to a fork bomb / `yes` flood over quiet p50 | ≤ 2× |
 //! | pause | pause of a sandbox holding 512 MiB of anonymous memory, p50 (needs swap) | ≤ 0.25 s |
 //! | tls | `exec true` p50 over TLS + token − plain HTTP, same port, kept-alive connection | ≤ 0.2 ms |
+//! | crash | daemon `kill -9` once per round during 50 rollouts × 20 logged steps: steps run twice, lost | 0, 0 |
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
 //! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
 //! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm`, `tls` and `cluster` are not part of `all`: they start their own daemons (see `vm.rs`,
-//! `tls.rs`, `cluster/mod.rs`).
+//! `vm`, `tls`, `crash` and `cluster` are not part of `all`: they start their own daemons (see
+//! `vm.rs`, `tls.rs`, `crash.rs`, `cluster/mod.rs`).
 //!
 //! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
 //! `index.html` with the tables and plots (see `report/mod.rs`).
@@ -38,12 +40,15 @@ mod baselines;
 mod build;
 mod call;
 mod cluster;
+mod crash;
 mod curve;
+mod disk;
 mod fusion;
 mod hostile;
 mod images;
 mod images_gen;
 mod measure;
+mod msa;
 mod neighbour;
 mod net;
 mod pause;
@@ -87,6 +92,9 @@ pub enum Which {
     Call,
     /// SandboxFusion's `/run_code` vs the function call it becomes (not part of `all`)
     Fusion,
+    /// mini-swe-agent's per-step time on Warren vs its docker environment with podman, through
+    /// the SDK's script and a Python with mini-swe-agent (`--python`; not part of `all`)
+    Msa,
     /// Not part of `all`: it saturates the CPU on purpose.
     Neighbour,
     /// Pause and resume of a sandbox holding 512 MiB of anonymous memory (not part of `all`)
@@ -105,9 +113,17 @@ pub enum Which {
     Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
+    /// The daemon killed with SIGKILL once per round (`-n`, default 10) during `-c` rollouts
+    /// (default 50) of 20 logged steps: no step may run twice or be lost (own daemon; not in
+    /// `all`)
+    Crash,
     /// Dockerfile builds: a cold 6-step build vs `podman build` of the same file, the cached
     /// rebuild, N task images from one base on disk (`-n`, default 100; not in `all`)
     Build,
+    /// Writable layers on disk: a 1 GiB write and a 20,000-file `git clone` inside a sandbox
+    /// vs on the host file system (`--host-dir`), create → first exec on disk vs in memory
+    /// (`-n` creates per medium, default 50; not in `all`)
+    Disk,
 }
 
 #[derive(Debug, clap::Args)]
@@ -118,7 +134,7 @@ pub struct Args {
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
     /// neighbour 200 per phase, pause 5, net 100, ports 500, vm 8, hostile 10000, tls 1000 per
-    /// mode, ship 1000]
+    /// mode, ship 1000, msa 60 steps]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
@@ -147,6 +163,10 @@ pub struct Args {
     /// density run of thousands on disk needs small ones (or the node's --disk-overcommit)
     #[arg(long, value_name = "MIB")]
     pub disk_mb: Option<u64>,
+    /// disk: the host directory of the baseline write and clone (put it on the file system
+    /// the node's writable-layer file lives on)
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub host_dir: String,
     /// Print one JSON document instead of tables
     #[arg(long)]
     pub json: bool,
@@ -173,6 +193,10 @@ pub struct Args {
     /// measure how far the shipped log is behind
     #[arg(long, value_name = "URL")]
     pub trajectory_store: Option<String>,
+    /// msa: the Python that runs mini-swe-agent (with the SDK and `mini-swe-agent`
+    /// installed) [default: $WARREN_BENCH_PYTHON, else python3]
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<String>,
 }
 
 /// One target and whether it was met.
@@ -241,9 +265,13 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<fusion::FusionBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub msa: Option<msa::MsaBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub neighbour: Option<neighbour::Neighbour>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<pause::PauseBench>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<disk::DiskBench>,
     pub net: Option<net::NetBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ports: Option<ports::PortsBench>,
@@ -394,8 +422,16 @@ impl Report {
         if let Some(f) = &self.fusion {
             checks.extend(f.checks());
         }
+        if let Some(m) = &self.msa {
+            checks.extend(m.checks());
+        }
         if let Some(h) = &self.hostile {
             checks.extend(h.checks());
+        }
+        if let Some(d) = &self.disk {
+            let (w, c) = d.ratios();
+            checks.push(Check::at_least("1 GiB write inside / host", w, "×", 0.9));
+            checks.push(Check::at_most("git clone inside / host", c, "×", 1.1));
         }
         if let Some(p) = &self.pause {
             checks.push(Check::at_most(
@@ -563,6 +599,12 @@ impl Report {
             }
             out.push_str(&f.render());
         }
+        if let Some(m) = &self.msa {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&m.render());
+        }
         if let Some(nb) = &self.neighbour {
             if !out.is_empty() {
                 out.push('\n');
@@ -574,6 +616,12 @@ impl Report {
                 out.push('\n');
             }
             out.push_str(&p.render());
+        }
+        if let Some(d) = &self.disk {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&d.render());
         }
         if let Some(h) = &self.hostile {
             if !out.is_empty() {
@@ -716,9 +764,17 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     if args.which == Which::Fusion {
         report.fusion = Some(fusion::fusion(setup, n(500), c(16)).await?);
     }
+    if args.which == Which::Msa {
+        let py = args.python.as_deref();
+        report.msa = Some(msa::msa(setup.url.as_deref(), py, n(60)).await?);
+    }
     if args.which == Which::Neighbour {
         stop.check()?;
         report.neighbour = Some(neighbour::neighbour(setup, n(200)).await?);
+    }
+    if args.which == Which::Disk {
+        stop.check()?;
+        report.disk = Some(disk::disk(setup, n(50), &args.host_dir).await?);
     }
     if args.which == Which::Pause {
         stop.check()?;
@@ -750,6 +806,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if args.which == Which::Tls {
         return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
     }
+    if args.which == Which::Crash {
+        let (rounds, rollouts) = (args.n.unwrap_or(10), args.concurrency.unwrap_or(50));
+        return crash::run(rounds, rollouts, args.json, args.report.as_deref()).await;
+    }
     if args.which == Which::Images {
         return images::run(&args.images, args.json, args.report.as_deref()).await;
     }
@@ -764,6 +824,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         .context("the daemon does not answer")?;
     let setup = Setup {
         client: client.clone(),
+        url: ctx.url.clone(),
         image: args.image.clone(),
         disk_medium: args.disk_medium.as_deref().map(|m| match m {
             "memory" => warren_types::DiskMedium::Memory,

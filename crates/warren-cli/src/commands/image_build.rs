@@ -28,6 +28,9 @@ pub struct BuildArgs {
     /// Run every step, whatever the cache holds.
     #[arg(long)]
     no_cache: bool,
+    /// Pull FROM images of registries over plain HTTP (a registry on loopback).
+    #[arg(long)]
+    insecure: bool,
     /// `none`: RUN steps have no network (default: the node's configured services).
     #[arg(long)]
     network: Option<String>,
@@ -87,6 +90,7 @@ pub async fn run(ctx: &Ctx, a: &BuildArgs, json: bool) -> anyhow::Result<i32> {
         build_args,
         target: a.target.clone(),
         no_cache: a.no_cache,
+        insecure: a.insecure,
         network: a.network.clone(),
         memory_mb: a.memory,
         cpus: a.cpus,

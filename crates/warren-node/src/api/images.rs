@@ -103,7 +103,7 @@ pub async fn pull(
 }
 
 /// `POST /v1/images/build?tag=…[&dockerfile=…][&build_arg=K=V]…[&target=…][&no_cache=true]
-/// [&network=none][&memory_mb=…][&cpus=…][&disk_mb=…][&step_timeout_secs=…]`: the body is
+/// [&insecure=true][&network=none][&memory_mb=…][&cpus=…][&disk_mb=…][&step_timeout_secs=…]`: the body is
 /// the build context as a tar; the answer streams the build's log as NDJSON
 /// ([`warren_types::BuildEvent`]), ending with `result` or `error`.
 pub async fn build(
@@ -120,6 +120,7 @@ pub async fn build(
             "build_arg",
             "target",
             "no_cache",
+            "insecure",
             "network",
             "memory_mb",
             "cpus",
@@ -153,6 +154,7 @@ pub async fn build(
         build_args,
         target: q.get("target").map(str::to_string),
         no_cache: q.flag("no_cache")?,
+        insecure: q.flag("insecure")?,
         network: q.get("network").map(str::to_string),
         memory_mb: num("memory_mb")?.map(|x| x as u64),
         cpus: num("cpus")?,

@@ -109,6 +109,7 @@ pub fn router(node: Node) -> Router {
         .add("POST", "/v1/functions/call", functions::call)
         .add("GET", "/v1/functions/pools", functions::pools)
         .add("POST", "/run_code", fusion::run_code)
+        .add("POST", "/run_jupyter", fusion::run_jupyter)
         .finish()
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

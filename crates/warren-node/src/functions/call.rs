@@ -70,6 +70,7 @@ pub fn prepare(
             window: None,
             // A call's environment ends with it: everything it started dies anyway.
             kill_tree: true,
+            hold: None,
         },
         files,
         collect: req

@@ -18,7 +18,7 @@ use warren_types::{
     ProcessState, SandboxId, SandboxInfo, TrajectoryCall,
 };
 
-use super::runner::{exec_call, Begun, Fed, Run};
+use super::runner::{exec_call, hold, Begun, Fed, Run};
 use super::{now_ms, ActivityGuard, Manager};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
@@ -46,6 +46,7 @@ pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> Result<ExecSpe
         stdin: req.stdin.is_some(),
         window: None,
         kill_tree: req.kill_tree,
+        hold: None,
     })
 }
 
@@ -275,12 +276,14 @@ impl Processes {
         let call = TrajectoryCall::Exec(exec_call(&req, false));
         let (m, sid) = (self.sandboxes.clone(), id.clone());
         let step = req.step;
+        let logged = call.clone();
         let req = self.with_default_timeout(req);
         let input = req.stdin_bytes()?.map(|b| Fed::Kept(Bytes::from(b)));
         let ran = self
             .sandboxes
             .logged_fed::<Exec, _, _>(id, step, call, input, move |instance, info| async move {
-                let spec = exec_spec(&info, &req)?;
+                let mut spec = exec_spec(&info, &req)?;
+                spec.hold = hold(step, &logged);
                 let stdin = req.stdin_bytes()?.map(Bytes::from);
                 let started = Instant::now();
                 Metrics::inc(&m.inner.parts.telemetry.metrics().execs);
@@ -325,7 +328,8 @@ impl Processes {
         let req = self.with_default_timeout(req);
         let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
         let (instance, info, busy) = run.ready_within(limit).await?;
-        let spec = exec_spec(&info, &req)?;
+        let mut spec = exec_spec(&info, &req)?;
+        spec.hold = hold(req.step, &call);
         let stdin = req.stdin_bytes()?.map(Bytes::from);
         run.feed(stdin.clone().map(Fed::Kept));
         Metrics::inc(&self.sandboxes.inner.parts.telemetry.metrics().execs);

@@ -9,7 +9,7 @@
 //! per sandbox that notices when its agent dies. Each verb lives in its own file: `create`,
 //! `delete`, `pause` (pause, resume, and the transparent resume of every call), `fork`,
 //! `lifetime`, `runner` (the step runner every call that changes a sandbox goes through:
-//! once per step, logged), `recover`, `reaper`, `ports` (connections to ports inside a
+//! once per step, logged), `recover`, `held` (steps that ran across a daemon restart), `reaper`, `ports` (connections to ports inside a
 //! sandbox). The parts' files: `network`, `telemetry`
 //! (with `events`, `scrape`, `stats`), `trajectory` (export), `shipping`, `revive`,
 //! `snapshots`, `terminal`, `exec` and `files` (the [`Processes`] and [`Files`] parts).
@@ -25,6 +25,7 @@ mod events;
 mod exec;
 mod files;
 mod fork;
+mod held;
 mod lifetime;
 mod network;
 mod pause;

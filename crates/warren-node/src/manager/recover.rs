@@ -88,6 +88,9 @@ impl Manager {
             })
             .collect();
         self.inner.parts.network.reattach_all(linked).await;
+        // Before anything is served: a retry of a step that ran across the restart must find
+        // it claimed (and then logged), never free to run again.
+        super::held::collect_all(self, &report.adopted).await;
         info!(
             adopted = report.adopted.len(),
             failed = report.failed.len(),

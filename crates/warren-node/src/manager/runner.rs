@@ -16,10 +16,12 @@
 //! own task, so that it finishes and is logged even if the caller goes away — the caller's
 //! retry then finds it. Streamed execs and uploads drive their [`Run`] themselves.
 
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use tracing::warn;
+use warren_proto::Hold;
 use warren_runtime::Instance;
 use warren_types::{ApiError, ExecCall, ExecRequest, SandboxId, SandboxInfo, TrajectoryCall};
 
@@ -81,6 +83,28 @@ pub(crate) fn exec_call(req: &ExecRequest, streamed: bool) -> ExecCall {
         streamed,
         kill_tree: req.kill_tree,
     }
+}
+
+/// What the agent holds with a step's command (see [`warren_proto::Hold`]): the logged
+/// request and when the run started, so that a restarted daemon can log the held result as
+/// the step's entry.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct HoldNote {
+    pub call: TrajectoryCall,
+    pub started_ms: u64,
+}
+
+/// The hold of a foreground command logged as `call` for `step` (none without a step).
+pub(crate) fn hold(step: Option<u64>, call: &TrajectoryCall) -> Option<Hold> {
+    let step = step?;
+    let note = HoldNote {
+        call: call.clone(),
+        started_ms: now_ms(),
+    };
+    Some(Hold {
+        step,
+        note: serde_json::to_string(&note).ok()?,
+    })
 }
 
 /// What claiming a call's step came to.
@@ -149,6 +173,11 @@ impl<K: CallKind> Run<K> {
         let state_full =
             self.manager.journal().state_bytes() >= self.manager.config().state_max_bytes;
         Room::new(self.room_left(), state_full)
+    }
+
+    /// The run started at `ms` (a held command's, collected after a daemon restart).
+    pub(crate) fn started_at(&mut self, ms: u64) {
+        self.started_ms = ms;
     }
 
     /// True when the call names a step: it then runs to its end even without a caller.
@@ -221,6 +250,8 @@ impl<K: CallKind> Run<K> {
         let m = &self.manager;
         let step = self.guard.as_ref().map(StepGuard::step);
         let digest = request_digest(&call);
+        // A step's foreground command was held by the agent until now (see `hold`).
+        let held = step.filter(|_| matches!(call, TrajectoryCall::Exec(_)));
         let mut entry = StoredEntry::new(call, step, self.started_ms);
         let mut blobs = Vec::new();
         let filled = fill(&mut entry, &mut blobs);
@@ -241,6 +272,17 @@ impl<K: CallKind> Run<K> {
         Metrics::inc(&m.inner.parts.telemetry.metrics().trajectory_appends);
         if let (Some(g), Some(record)) = (self.guard, record) {
             g.finish(digest, Arc::new(record));
+        }
+        if let Some(step) = held {
+            let instance = self.sandbox.lock().instance.clone();
+            if let Some(instance) = instance {
+                let id = self.sandbox.id.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = instance.agent().release(step).await {
+                        tracing::debug!(sandbox = %id, step, error = %e, "cannot release a held step");
+                    }
+                });
+            }
         }
         Ok(filled)
     }

@@ -67,8 +67,21 @@ pub async fn adopt(
         }
         _ => None,
     };
+    // Its host id range is taken again before any create could be given it (last: a
+    // failed adoption must not hold it).
+    if let Some(base) = rec.id_base {
+        match &rt.ids {
+            Some(p) => p.adopt(base)?,
+            None => {
+                return Err(RuntimeError::Adopt(format!(
+                    "it has host id range {base} and this daemon has no id pool"
+                )))
+            }
+        }
+    }
     // Sandboxes started before layers were leased get their lease now.
     crate::leases::lease(&rt.images, &spec.id, &rec.layers).await;
+    let ids = rec.id_base.and(rt.ids.clone());
     Ok(Container {
         id: spec.id.clone(),
         agent: AgentConn::new(stream),
@@ -82,6 +95,7 @@ pub async fn adopt(
         devpts: tokio::sync::Mutex::new(false),
         agent_bin: rt.cfg.agent_bin.clone(),
         writable,
+        ids,
     })
 }
 

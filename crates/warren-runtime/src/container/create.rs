@@ -43,19 +43,39 @@ pub async fn create(
         return Err(e);
     }
     let t_cg = t0.elapsed();
+    // Its own host id range from the node's pool (given back if the start fails).
+    let ids = match &rt.ids {
+        Some(p) => match p.take() {
+            Ok(base) => Some(base),
+            Err(e) => {
+                let _ = destroy::kill_and_remove(&cgroups).await;
+                crate::leases::release(&rt.images, &spec.id).await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let id_base = ids.unwrap_or(rt.cfg.id_base);
+    let free_ids = || {
+        if let (Some(p), Some(b)) = (&rt.ids, ids) {
+            p.free(b);
+        }
+    };
     // A writable layer on disk: the sandbox's own subvolume with its quota, made before the
     // agent builds its root in it. A function container's calls keep theirs in memory.
-    let writable = match writable_layer(rt, spec, function.is_some()).await {
+    let writable = match writable_layer(rt, spec, function.is_some(), id_base).await {
         Ok(w) => w,
         Err(e) => {
             let _ = destroy::kill_and_remove(&cgroups).await;
             crate::leases::release(&rt.images, &spec.id).await;
+            free_ids();
             return Err(e);
         }
     };
     let own = Own {
         function,
         writable_dir: writable.clone(),
+        id_base: ids,
     };
     match start(rt, spec, &cgroups, &layers, t0, pins, own).await {
         Ok(mut c) => {
@@ -77,10 +97,12 @@ pub async fn create(
                 destroy::remove_writable(w, &spec.id).await;
             }
             crate::leases::release(&rt.images, &spec.id).await;
+            free_ids();
             Err(match e {
                 RuntimeError::StartFailed(_)
                 | RuntimeError::ImageNotFound(_)
-                | RuntimeError::NoDisk(_) => e,
+                | RuntimeError::NoDisk(_)
+                | RuntimeError::NoIds(_) => e,
                 other => RuntimeError::StartFailed(other.to_string()),
             })
         }
@@ -93,6 +115,7 @@ async fn writable_layer(
     rt: &ContainerRuntime,
     spec: &SandboxSpec,
     function: bool,
+    owner: u32,
 ) -> Result<Option<std::path::PathBuf>, RuntimeError> {
     if function || spec.limits.disk_medium != warren_types::DiskMedium::Disk {
         return Ok(None);
@@ -104,7 +127,6 @@ async fn writable_layer(
     };
     let id = spec.id.to_string();
     let bytes = spec.limits.disk_mb << 20;
-    let owner = rt.cfg.id_base;
     let dir = tokio::task::spawn_blocking(move || w.prepare(&id, bytes, owner))
         .await
         .map_err(|e| RuntimeError::StartFailed(format!("writable layer task: {e}")))??;
@@ -138,6 +160,8 @@ struct Own {
     function: Option<FunctionInit>,
     /// Its directory on the node's writable-layer file system (layer on disk).
     writable_dir: Option<std::path::PathBuf>,
+    /// Its host id range from the node's pool (`None`: the shared `id_base`).
+    id_base: Option<u32>,
 }
 
 async fn start(
@@ -152,38 +176,56 @@ async fn start(
     let Own {
         function,
         writable_dir,
+        id_base: pooled,
     } = own;
-    let base = rt.cfg.id_base;
-    let lowerdirs = layers
-        .iter()
-        .rev()
-        .map(|d| {
-            rt.images
-                .idmapped_path(d, base)
-                .map(|p| p.display().to_string())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    // Layers are mounted before the agent exists: its mount namespace is a copy of the
-    // host's taken at `unshare`, and must already hold them.
+    let base = pooled.unwrap_or(rt.cfg.id_base);
     let t_mount = std::time::Instant::now();
-    for d in layers {
-        let images = rt.images.clone();
-        let d = d.clone();
-        let userns = rt
-            .idmap
-            .try_clone()
-            .map_err(|e| RuntimeError::io("dup userns fd", e))?;
-        tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
-            .await
-            .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
-    }
+    let lowerdirs = if pooled.is_some() {
+        // A range of its own: each layer is mounted once per host (shared), and idmapped
+        // to the sandbox's range as a detached mount handed to the agent after its maps are
+        // written (`layer_trees`): same superblock, same page cache, no mount in the host's
+        // table per sandbox.
+        let mut plain = Vec::with_capacity(layers.len());
+        for d in layers.iter().rev() {
+            let images = rt.images.clone();
+            let d = d.clone();
+            let p = tokio::task::spawn_blocking(move || images.ensure_mounted(&d))
+                .await
+                .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
+            plain.push(p.display().to_string());
+        }
+        plain
+    } else {
+        // Layers are mounted before the agent exists: its mount namespace is a copy of the
+        // host's taken at `unshare`, and must already hold them.
+        for d in layers {
+            let images = rt.images.clone();
+            let d = d.clone();
+            let userns = rt
+                .idmap
+                .try_clone()
+                .map_err(|e| RuntimeError::io("dup userns fd", e))?;
+            tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
+                .await
+                .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
+        }
+        layers
+            .iter()
+            .rev()
+            .map(|d| {
+                rt.images
+                    .idmapped_path(d, base)
+                    .map(|p| p.display().to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
     let mounted = t_mount.elapsed();
     let t_agent = std::time::Instant::now();
     let config = ContainerInit {
-        lowerdirs,
+        lowerdirs: lowerdirs.clone(),
         disk_mb: spec.limits.disk_mb,
         writable_dir: writable_dir.as_ref().map(|d| d.display().to_string()),
+        layer_trees: pooled.is_some(),
         hostname: spec.hostname.clone(),
         masked_paths: rt.cfg.masked_paths.clone(),
         readonly_paths: rt.cfg.readonly_paths.clone(),
@@ -239,6 +281,18 @@ async fn start(
         count: 65536,
     };
     warren_sys::ns::write_id_maps(pid, range, range)?;
+    if pooled.is_some() {
+        // The layers idmapped through the sandbox's own user namespace, passed just before
+        // `Mapped` (the agent reads them first).
+        let userns = warren_sys::ns::open_ns(pid, "user")?;
+        let trees = lowerdirs
+            .iter()
+            .map(|p| warren_sys::mount::idmapped_tree(std::path::Path::new(p), &userns))
+            .collect::<Result<Vec<_>, _>>()?;
+        use std::os::fd::AsRawFd;
+        let raw: Vec<i32> = trees.iter().map(|t| t.as_raw_fd()).collect();
+        warren_sys::fd::send_fds(&stream, &raw)?;
+    }
     let t_mapped = t0.elapsed();
     // The namespace exists now (the first stage made it with the others); the link can be
     // made while the agent forks and builds the root. Handed over before `Mapped`: until it
@@ -288,6 +342,7 @@ async fn start(
         agent_start_time: start_time(agent_pid).unwrap_or(0),
         layers: layers.to_vec(),
         writable_dir: writable_dir.clone(),
+        id_base: pooled,
     };
     Ok(Container {
         id: spec.id.clone(),
@@ -301,6 +356,7 @@ async fn start(
         devpts: tokio::sync::Mutex::new(spec.devpts),
         agent_bin: rt.cfg.agent_bin.clone(),
         writable: writable_dir.and(rt.writable.clone()),
+        ids: pooled.and(rt.ids.clone()),
     })
 }
 

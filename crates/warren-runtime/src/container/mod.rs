@@ -12,12 +12,13 @@
 //! Files: `create.rs` (start-up handshake), `spares.rs` (agents started ahead of creates),
 //! `destroy.rs` (kill by cgroup, cleanup), `adopt.rs` (re-attach after a daemon restart),
 //! `record.rs` (what is persisted), `writable.rs` (writable layers on disk: one file system,
-//! a subvolume with a quota per sandbox).
+//! a subvolume with a quota per sandbox), `ids.rs` (a host uid/gid range per sandbox).
 
 mod adopt;
 mod create;
 mod destroy;
 mod fork;
+pub mod ids;
 mod pause;
 mod ports;
 mod record;
@@ -45,8 +46,12 @@ pub struct ContainerConfig {
     pub node: NodeId,
     /// The `warren-agent` executable.
     pub agent_bin: PathBuf,
-    /// Host uid/gid that root inside every sandbox maps to; 65536 ids from there are used.
+    /// Host uid/gid that root inside every sandbox maps to when the node has no id pool
+    /// (`id_pool: None`); 65536 ids from there are used.
     pub id_base: u32,
+    /// Ranges of 65,536 host ids, one per sandbox (see [`ids`]); `None` maps every sandbox to
+    /// `id_base`.
+    pub id_pool: Option<ids::IdPoolConfig>,
     /// Paths hidden inside the sandbox.
     pub masked_paths: Vec<String>,
     /// Paths made read-only inside the sandbox.
@@ -97,6 +102,7 @@ impl ContainerConfig {
             node,
             agent_bin,
             id_base: 100_000,
+            id_pool: Some(ids::IdPoolConfig::default()),
             masked_paths: [
                 "/proc/kcore",
                 "/proc/kallsyms",
@@ -158,6 +164,8 @@ pub struct ContainerRuntime {
     spares: Arc<spares::Spares>,
     /// Writable layers on disk; `None` where the node keeps them in memory only.
     writable: Option<Arc<WritableStore>>,
+    /// The host id ranges of the sandboxes; `None`: every sandbox maps to `id_base`.
+    ids: Option<Arc<ids::IdPool>>,
 }
 
 impl ContainerRuntime {
@@ -240,6 +248,13 @@ impl ContainerRuntime {
             }
             None => None,
         };
+        let ids = match cfg.id_pool {
+            Some(p) => {
+                ids::disjoint_from_owners(&p, cfg.owner_uid_base)?;
+                Some(Arc::new(ids::IdPool::new(p)?))
+            }
+            None => None,
+        };
         let spares = spares::Spares::new(cfg.clone(), cfg.agent_spares);
         Ok(ContainerRuntime {
             cfg,
@@ -249,6 +264,7 @@ impl ContainerRuntime {
             sysfs,
             spares,
             writable,
+            ids,
         })
     }
 
@@ -458,6 +474,8 @@ pub struct Container {
     agent_bin: PathBuf,
     /// The store holding its writable layer, where that is on disk.
     writable: Option<Arc<WritableStore>>,
+    /// The pool its host id range (`record.id_base`) goes back to.
+    ids: Option<Arc<ids::IdPool>>,
 }
 
 impl Container {
@@ -466,6 +484,11 @@ impl Container {
     /// layer in memory, which only the agent's handle reaches.
     pub fn writable_dir(&self) -> Option<&std::path::Path> {
         self.record.writable_dir.as_deref()
+    }
+
+    /// The host uid/gid of the sandbox's root (65,536 ids from there are its own).
+    pub fn host_root_id(&self) -> u32 {
+        self.record.id_base.unwrap_or(100_000)
     }
 }
 
@@ -487,6 +510,10 @@ impl Instance for Container {
         destroy::kill_and_remove(&self.cgroups).await?;
         if let Some(w) = &self.writable {
             destroy::remove_writable(w, &self.id).await;
+        }
+        // Only now, with its processes dead and its layer gone, may another sandbox get it.
+        if let (Some(p), Some(base)) = (&self.ids, self.record.id_base) {
+            p.free(base);
         }
         crate::leases::release(&self.images, &self.id).await;
         Ok(())
@@ -635,13 +662,15 @@ impl Runtime for ContainerRuntime {
     async fn destroy_record(
         &self,
         id: &SandboxId,
-        _record: Option<&serde_json::Value>,
+        record: Option<&serde_json::Value>,
     ) -> Result<(), RuntimeError> {
         let set = self.hierarchy.set_for(id.as_str());
         destroy::kill_and_remove(&set).await?;
         if let Some(w) = &self.writable {
             destroy::remove_writable(w, id).await;
         }
+        // A record whose sandbox was not adopted never took its range: nothing to free.
+        let _ = record;
         crate::leases::release(&self.images, id).await;
         Ok(())
     }

@@ -18,4 +18,8 @@ pub struct ContainerRecord {
     /// writable layer in memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable_dir: Option<std::path::PathBuf>,
+    /// Host uid/gid of its root, from the node's id pool; absent for a sandbox mapped to the
+    /// shared `id_base` (made before the pool existed, or by a node without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_base: Option<u32>,
 }

@@ -59,7 +59,12 @@ pub struct WritableStore {
     how: String,
     /// Sandbox id → (quota in bytes, subvolume id).
     committed: Mutex<HashMap<String, (u64, u64)>>,
+    /// When [`WritableStore::used`] last committed the file system.
+    last_commit: Mutex<Option<std::time::Instant>>,
 }
+
+/// How stale a quota group's count may be when a sandbox's disk use is read.
+const COMMIT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What health and `/metrics` show of the writable-layer space.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -138,6 +143,7 @@ impl WritableStore {
             overcommit: cfg.overcommit,
             how,
             committed: Mutex::new(HashMap::new()),
+            last_commit: Mutex::new(None),
         })
     }
 
@@ -250,11 +256,26 @@ impl WritableStore {
         Ok(path)
     }
 
-    /// Bytes `id`'s writable layer holds (its quota group's count).
+    /// Bytes `id`'s writable layer holds (its quota group's count). btrfs updates the count
+    /// when it commits a transaction, so the file system is committed first unless that was
+    /// done less than [`COMMIT_EVERY`] ago: what a sandbox just wrote shows in its stats,
+    /// and a burst of stats calls costs one commit.
     pub fn used(&self, id: &str) -> Option<u64> {
         let subvol = self.lock().get(id).map(|(_, s)| *s).filter(|s| *s != 0)?;
+        self.commit_if_stale();
         let f = self.qgroups.join(format!("0_{subvol}")).join("referenced");
         std::fs::read_to_string(f).ok()?.trim().parse().ok()
+    }
+
+    fn commit_if_stale(&self) {
+        let mut last = self.last_commit.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < COMMIT_EVERY) {
+            return;
+        }
+        if let Err(e) = warren_sys::btrfs::commit(&self.dir) {
+            tracing::debug!(error = %e, "cannot commit the writable-layer file system");
+        }
+        *last = Some(std::time::Instant::now());
     }
 
     /// Deletes `id`'s subvolume (if any) and its commitment. Idempotent.

@@ -2,10 +2,15 @@
 //! real sandbox, every step a layer, the cache, the image's configuration applied to its
 //! sandboxes (built and imported images alike), a failing step that leaves nothing behind.
 
+mod add;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../../../warren-image/tests/common/mod.rs"]
 mod layers;
+mod mirror;
+mod podman;
+mod registry;
+mod share;
 
 use common::{bin_dir, image_store, Daemon};
 use std::path::Path;

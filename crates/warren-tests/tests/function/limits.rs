@@ -132,8 +132,12 @@ async fn a_calls_command_is_the_oom_killers_first_choice() {
     let Some(d) = Daemon::start().await else {
         return;
     };
+    // The cell raises a command's score just after starting it (a child of the non-dumpable
+    // cell cannot write its own /proc file before it has exec'd): the shell waits (bounded)
+    // until the score is set instead of racing that write, and prints 0 if it never is.
     for user in [None, Some("nobody")] {
-        let mut r = sh("cat /proc/self/oom_score_adj");
+        let mut r = sh("for i in $(seq 100); do s=$(cat /proc/$$/oom_score_adj); \
+             [ \"$s\" = 1000 ] && break; sleep 0.02; done; echo \"$s\"");
         r.user = user.map(String::from);
         let out = call(&d, &r).await;
         assert_eq!(out.exit_code, Some(0), "{user:?}: {out:?}");

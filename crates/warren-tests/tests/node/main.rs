@@ -8,6 +8,7 @@ mod common;
 mod burst;
 mod concurrency;
 mod crash;
+mod exactly_once;
 mod lifecycle;
 mod logs;
 mod malformed;

@@ -214,3 +214,137 @@ async fn disk_quota_survives_a_daemon_restart() {
     d.client().delete(&id).await.unwrap();
     assert!(!layer_dir(&id).exists());
 }
+
+/// Runs `btrfs ARGS` on the host; its stdout.
+fn btrfs(args: &[&str]) -> String {
+    let out = std::process::Command::new("btrfs")
+        .args(args)
+        .output()
+        .expect("running btrfs");
+    assert!(
+        out.status.success(),
+        "btrfs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Bytes quota group `0/<subvol>` of the writable-layer file system refers to, if it exists.
+fn qgroup_bytes(subvol: &str) -> Option<u64> {
+    let mnt = image_store().join("mnt").join("writable");
+    let name = format!("0/{subvol}");
+    btrfs(&["qgroup", "show", "--raw", "-r", &mnt.display().to_string()])
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(name.as_str())).then(|| f.next()?.parse().ok())?
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_4g_with_512m_of_memory_holds_3g_and_frees_its_blocks() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = d
+        .create(&CreateSandboxRequest {
+            memory_mb: Some(512),
+            disk_mb: Some(4096),
+            ..Default::default()
+        })
+        .await
+        .id;
+    let subvol = btrfs(&[
+        "inspect-internal",
+        "rootid",
+        &layer_dir(&id).display().to_string(),
+    ])
+    .trim()
+    .to_string();
+    d.sh_ok(
+        &id,
+        // `sync -f` commits the file system's transaction: a quota group's count is brought
+        // up to date at the commit (an fsync only writes the log).
+        "dd if=/dev/zero of=/root/big bs=4M count=768 conv=fsync status=none && sync -f /root",
+    )
+    .await;
+    let s = d.client().stats(&id).await.unwrap();
+    assert!(
+        s.disk_bytes.unwrap_or(0) >= 3 << 30,
+        "3 GiB written, the layer counts {:?}",
+        s.disk_bytes
+    );
+    // The sandbox's own memory stays small: the writes are page cache the kernel reclaims
+    // (the limit is 512 MiB), nothing of the layer is resident anonymous memory.
+    // cgroup v2 counts it as `anon`, the v1 memory controller as `rss`.
+    let anon: u64 = d
+        .cgroup_dirs(&id)
+        .into_iter()
+        .filter_map(|dir| std::fs::read_to_string(dir.join("memory.stat")).ok())
+        .find_map(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("anon ").or_else(|| l.strip_prefix("rss ")))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .expect("anon or rss in the sandbox's memory.stat");
+    assert!(anon < 64 << 20, "{anon} bytes of anonymous memory");
+    assert!(qgroup_bytes(&subvol).unwrap_or(0) >= 3 << 30);
+    // Deleted, its blocks go back to the file system: once the subvolume is cleaned up
+    // (`subvolume sync` waits for that) its quota group counts nothing, or is gone.
+    d.client().delete(&id).await.unwrap();
+    assert!(!layer_dir(&id).exists());
+    let mnt = image_store().join("mnt").join("writable");
+    btrfs(&["subvolume", "sync", &mnt.display().to_string(), &subvol]);
+    let left = qgroup_bytes(&subvol).unwrap_or(0);
+    assert!(left < 1 << 20, "the deleted layer still holds {left} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_quota_bounds_inodes_too() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    // btrfs quota groups count bytes only, but each inode costs metadata bytes (its item,
+    // its directory entries: about 370 bytes on this file system) charged to the same quota
+    // group: 8 MiB holds some tens of thousands of empty files, not millions.
+    let id = d
+        .create(&CreateSandboxRequest {
+            disk_mb: Some(8),
+            ..Default::default()
+        })
+        .await
+        .id;
+    let out = d
+        .sh_ok(
+            &id,
+            "python3 -c '
+import os, errno
+n = 0
+try:
+    for d in range(1000):
+        os.mkdir(f\"/root/d{d}\")
+        for i in range(1000):
+            os.close(os.open(f\"/root/d{d}/{i}\", os.O_CREAT | os.O_WRONLY)); n += 1
+except OSError as e:
+    print(n, errno.errorcode[e.errno])
+else:
+    print(n, \"none\")
+'",
+        )
+        .await;
+    let mut f = out.split_whitespace();
+    let n: u64 = f.next().and_then(|n| n.parse().ok()).expect(&out);
+    let err = f.next().unwrap_or_default();
+    assert!(
+        err == "EDQUOT" || err == "ENOSPC",
+        "{n} empty files made, then {err}"
+    );
+    assert!(n > 1000 && n < 1_000_000, "{n} empty files in 8 MiB");
+    // The sandbox keeps answering, and removing files makes room again.
+    d.sh_ok(
+        &id,
+        "rm -rf /root/d0 /root/d1 && sync -f /root && touch /root/again",
+    )
+    .await;
+    d.client().delete(&id).await.unwrap();
+}

@@ -251,3 +251,61 @@ async fn files_and_workdirs_make_their_parents() {
         "the refused create left a sandbox"
     );
 }
+
+/// An upload whose directory the sandbox moves away while it streams, then cut off: its
+/// temporary file goes with it wherever the directory went (it was made and is removed
+/// through the directory's fd, not its path); one that completes lands in the moved
+/// directory, also without a leftover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_an_upload_raced_by_the_sandbox_leaves_no_temporary_file() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = d.sandbox().await;
+    for finish in [false, true] {
+        d.sh_ok(&id, "rm -rf /up /moved && mkdir /up").await;
+        let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+        let (c, sid) = (d.client().clone(), id.clone());
+        let upload =
+            tokio::spawn(async move { c.write_file(&sid, "/up/data.bin", None, rx).await });
+        futures::SinkExt::send(&mut tx, Ok(Bytes::from_static(b"first part")))
+            .await
+            .unwrap();
+        // The upload's file is there once its first part is.
+        let seen = crate::common::wait_for(std::time::Duration::from_secs(10), || async {
+            let r = d.sh(&id, "ls -A /up").await;
+            r.stdout.contains(".upload-").then_some(())
+        })
+        .await;
+        assert!(seen.is_some(), "the upload never started");
+        d.sh_ok(&id, "mv /up /moved").await;
+        if finish {
+            futures::SinkExt::send(&mut tx, Ok(Bytes::from_static(b", second part")))
+                .await
+                .unwrap();
+            drop(tx);
+            upload.await.unwrap().unwrap();
+            assert_eq!(
+                d.sh_ok(&id, "cat /moved/data.bin").await,
+                "first part, second part"
+            );
+        } else {
+            futures::SinkExt::send(&mut tx, Err(std::io::Error::other("cut off")))
+                .await
+                .unwrap();
+            drop(tx);
+            assert!(upload.await.unwrap().is_err(), "a cut-off upload succeeded");
+        }
+        // A cut-off upload is cleaned up once the agent hears of it (after the answer).
+        let clean = crate::common::wait_for(std::time::Duration::from_secs(10), || async {
+            let left = d.sh_ok(&id, "ls -A /moved").await;
+            (!left.contains(".upload-")).then_some(())
+        })
+        .await;
+        assert!(
+            clean.is_some(),
+            "an upload's temporary file is left (finished: {finish}): {}",
+            d.sh_ok(&id, "ls -A /moved").await
+        );
+    }
+}

@@ -8,6 +8,7 @@ mod cli;
 mod disk;
 mod exec;
 mod files;
+mod ids;
 mod isolation;
 mod limits;
 mod mounts;

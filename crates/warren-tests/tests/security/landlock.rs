@@ -66,8 +66,17 @@ async fn landlock_scopes_signals_and_abstract_sockets_to_the_sandbox() {
     // A process outside the sandbox's domain but inside its pid and network namespaces,
     // running as the very uid sandbox root maps to: only Landlock can keep them apart.
     let name = format!("warren-sec-{}", s.d.node);
+    // The host uid of the sandbox's root: the agent runs as it (each sandbox has a range
+    // of its own).
+    let status = std::fs::read_to_string(format!("/proc/{agent}/status")).unwrap();
+    let host_root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the agent's uid")
+        .to_string();
     let outsider = Command::new("nsenter")
-        .args(["-t", &agent.to_string(), "-p", "-n", "-S", "100000", "-G", "100000", "--"])
+        .args(["-t", &agent.to_string(), "-p", "-n", "-S", &host_root, "-G", &host_root, "--"])
         .args([
             "python3",
             "-c",

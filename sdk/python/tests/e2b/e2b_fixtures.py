@@ -1,4 +1,5 @@
-"""Fixtures of the E2B compatibility tests (helpers in ``e2b_helpers``): a session node
+"""Fixtures of the E2B compatibility tests (helpers in ``e2b_helpers``; registered as a plugin
+by ``tests/conftest.py``, as a second ``conftest`` module would shadow the first): a session node
 running ``warrend --e2b``, the SDK's connection options for it, and a sandbox per test."""
 
 from __future__ import annotations

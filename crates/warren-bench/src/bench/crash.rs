@@ -1,0 +1,354 @@
+//! `warren bench crash`: the daemon killed with SIGKILL during rollouts, round after round;
+//! no step may run twice and none may be lost.
+//!
+//! It starts its own `warrend` (root; `WARREN_BIN_DIR` or next to this executable) on a
+//! private state directory. Each round creates `-c` sandboxes (rollouts, default 50) and runs
+//! 20 logged steps in each, from one client task per rollout; every step appends its number to
+//! a file in its sandbox, sleeps a little and prints it. Part way through the round (at a
+//! point that moves from round to round) the daemon is killed with SIGKILL and started again
+//! on the same state; the clients retry each unanswered step with the same step number
+//! until it answers (at most 60 s). Then each sandbox's file tells how often each step ran:
+//! twice or more is a step run twice, never (or an answer that never came) a step lost.
+//! Reported per run: steps, answers that were replays, steps twice, steps lost, and the
+//! restart time (kill → the node answers again). Targets: 0 twice, 0 lost.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Serialize;
+use warren_client::{Client, ClientError, CreateSandboxRequest, ExecRequest};
+
+use super::Check;
+use crate::table::{ms, Table};
+
+/// Steps of each rollout.
+const STEPS: u64 = 20;
+/// How long a client retries one step while the node is away.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default, Serialize)]
+pub struct CrashBench {
+    pub rounds: usize,
+    pub rollouts: usize,
+    pub steps_per_rollout: u64,
+    /// Steps answered (all should be).
+    pub steps: u64,
+    /// Answers that came from the log (`replayed`): steps in flight at a kill, or retried.
+    pub replayed: u64,
+    /// Steps whose command ran more than once.
+    pub twice: u64,
+    /// Steps never answered, or answered but never run.
+    pub lost: u64,
+    /// Kill → the node answers again, per round.
+    pub restart_ms: Vec<f64>,
+}
+
+impl CrashBench {
+    pub fn checks(&self) -> Vec<Check> {
+        vec![
+            Check::at_most("steps run twice", self.twice as f64, "steps", 0.0),
+            Check::at_most("steps lost", self.lost as f64, "steps", 0.0),
+        ]
+    }
+
+    pub fn render(&self) -> String {
+        let mut t = Table::new(["ROUNDS", "ROLLOUTS", "STEPS", "REPLAYED", "TWICE", "LOST"]);
+        t.row([
+            self.rounds.to_string(),
+            self.rollouts.to_string(),
+            self.steps.to_string(),
+            self.replayed.to_string(),
+            self.twice.to_string(),
+            self.lost.to_string(),
+        ]);
+        let mut sorted = self.restart_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        format!(
+            "daemon kill -9 during {} rollouts x {} steps, once per round\n{}\nrestart (kill -> answering) median: {} ms\n",
+            self.rollouts,
+            self.steps_per_rollout,
+            t.render(),
+            ms(median)
+        )
+    }
+}
+
+fn bin_dir() -> Result<PathBuf> {
+    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().context("finding this executable")?;
+    Ok(exe
+        .parent()
+        .context("executable has a directory")?
+        .to_path_buf())
+}
+
+struct Node {
+    dir: PathBuf,
+    node: String,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn client(&self, connections: usize) -> Result<Client> {
+        Ok(Client::builder()
+            .url(format!(
+                "unix://{}",
+                self.dir.join("warrend.sock").display()
+            ))
+            .max_connections(connections)
+            .build()?)
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("warrend.log"))?;
+        let child = Command::new(bin_dir()?.join("warrend"))
+            .arg("--socket")
+            .arg(self.dir.join("warrend.sock"))
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .args(["--node", &self.node])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting warrend (set WARREN_BIN_DIR)")?;
+        self.child = Some(child);
+        let client = self.client(1)?;
+        let started = Instant::now();
+        loop {
+            if client.health().await.is_ok() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(s))) = self.child.as_mut().map(|c| c.try_wait()) {
+                bail!(
+                    "warrend exited ({s}); see {}",
+                    self.dir.join("warrend.log").display()
+                );
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("warrend did not answer in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        for _ in 0..600 {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Is `e` the node being away (worth waiting for), rather than an answer?
+fn away(e: &ClientError) -> bool {
+    match e {
+        ClientError::Api { status, .. } => *status == 503,
+        _ => true,
+    }
+}
+
+/// One step, retried with its step number until the node answers it.
+async fn step(c: &Client, id: &str, step: u64) -> Option<bool> {
+    let req = ExecRequest {
+        step: Some(step),
+        ..ExecRequest::shell(format!(
+            "echo {step} >> /root/runs; sleep 0.05; echo {step}"
+        ))
+    };
+    let t = Instant::now();
+    loop {
+        match c.exec(id, &req).await {
+            Ok(r) if r.stdout == format!("{step}\n") => return Some(r.replayed),
+            Ok(_) => return None,
+            Err(e) if away(&e) && t.elapsed() < RETRY_FOR => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// How often each step ran, from the sandbox's file.
+fn runs(text: &str) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for l in text.lines() {
+        if let Ok(s) = l.trim().parse::<u64>() {
+            *m.entry(s).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+async fn round(node: &mut Node, rollouts: usize, r: usize, out: &mut CrashBench) -> Result<()> {
+    let c = node.client(rollouts + 8)?;
+    let mut ids = Vec::new();
+    for _ in 0..rollouts {
+        let req = CreateSandboxRequest {
+            memory_mb: Some(64),
+            ..Default::default()
+        };
+        ids.push(c.create(&req).await.context("creating a rollout")?.id);
+    }
+    let answered = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (c, id, answered) = (c.clone(), id.clone(), answered.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for s in 1..=STEPS {
+                    got.push(step(&c, &id, s).await);
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+                got
+            })
+        })
+        .collect();
+    // The kill comes at 20 % to 80 % of the round's steps, moving from round to round.
+    let total = rollouts * STEPS as usize;
+    let at = total * (20 + (r * 37) % 61) / 100;
+    while answered.load(Ordering::Relaxed) < at {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let t = Instant::now();
+    node.kill9();
+    node.start().await?;
+    out.restart_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    for (task, id) in tasks.into_iter().zip(&ids) {
+        let got = task.await?;
+        let file = c
+            .exec(id, &ExecRequest::shell("cat /root/runs"))
+            .await
+            .context("reading a rollout's runs")?;
+        let ran = runs(&file.stdout);
+        for (i, g) in got.iter().enumerate() {
+            let s = i as u64 + 1;
+            let n = ran.get(&s).copied().unwrap_or(0);
+            match g {
+                Some(replayed) => {
+                    out.steps += 1;
+                    out.replayed += u64::from(*replayed);
+                }
+                None => out.lost += 1,
+            }
+            if n > 1 {
+                out.twice += 1;
+            } else if n == 0 && g.is_some() {
+                out.lost += 1;
+            }
+        }
+        let _ = c.delete(id).await;
+    }
+    Ok(())
+}
+
+pub async fn measure(rounds: usize, rollouts: usize) -> Result<CrashBench> {
+    let dir = std::env::temp_dir().join(format!("warren-bench-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut node = Node {
+        node: format!("bcr{}", std::process::id() % 100_000),
+        dir,
+        child: None,
+    };
+    node.start().await?;
+    let mut out = CrashBench {
+        rounds,
+        rollouts,
+        steps_per_rollout: STEPS,
+        ..Default::default()
+    };
+    for r in 0..rounds {
+        round(&mut node, rollouts, r, &mut out).await?;
+        eprintln!(
+            "round {}/{rounds}: {} steps, {} replayed, {} twice, {} lost",
+            r + 1,
+            out.steps,
+            out.replayed,
+            out.twice,
+            out.lost
+        );
+    }
+    Ok(out)
+}
+
+pub async fn run(
+    rounds: usize,
+    rollouts: usize,
+    json: bool,
+    report_dir: Option<&std::path::Path>,
+) -> Result<i32> {
+    let b = measure(rounds, rollouts).await?;
+    let checks = b.checks();
+    let v = serde_json::json!({"crash": b, "checks": checks});
+    let mut text = b.render();
+    for c in &checks {
+        text.push_str(&format!(
+            "{} {} = {:.0} {} (target {})\n",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.metric,
+            c.value,
+            c.unit,
+            c.target
+        ));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{text}");
+    }
+    super::report::write_if(report_dir, || {
+        super::report::Page::new("warren bench crash", text.clone(), &v)
+    })?;
+    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_counted_per_step() {
+        let m = runs("1\n2\n2\n\nx\n3\n");
+        assert_eq!(m.get(&1), Some(&1));
+        assert_eq!(m.get(&2), Some(&2));
+        assert_eq!(m.get(&4), None);
+    }
+}
