@@ -123,7 +123,7 @@ impl ErrorCode {
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
