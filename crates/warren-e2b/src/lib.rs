@@ -338,7 +338,7 @@ impl E2b {
             None => Caller::admin(),
         };
         if port == ENVD_PORT {
-            let user = basic_user(req.headers());
+            let user = route::basic_user(req.headers());
             return Ok(envd.serve(id.as_str(), caller, user, req).await);
         }
         // Another port: Warren's port proxy. Credentials meant for Warren stay here.
@@ -371,33 +371,6 @@ impl E2b {
     }
 }
 
-/// The user name of `Authorization: Basic base64(user:)`, as the SDKs name the user of an
-/// envd call.
-fn basic_user(headers: &HeaderMap) -> Option<String> {
-    use base64::Engine;
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, rest) = v.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let user = text.split(':').next()?.to_string();
-    (!user.is_empty()).then_some(user)
-}
-
-/// The per-sandbox control routes (`/sandboxes/{id}/…`, `/v2/sandboxes/{id}/…`): the id.
-fn control_sandbox(path: &str) -> Option<&str> {
-    let rest = path
-        .strip_prefix("/v2/sandboxes/")
-        .or_else(|| path.strip_prefix("/sandboxes/"))?;
-    let id = rest.split('/').next()?;
-    // `/sandboxes/metrics` names no sandbox.
-    (!id.is_empty() && id != "metrics").then_some(id)
-}
-
 #[derive(Clone)]
 struct Front {
     e2b: E2b,
@@ -425,7 +398,7 @@ async fn dispatch(State(f): State<Front>, req: Request) -> Response {
                 Err(e) => return e.into_response(),
             };
             if let Place::Remote(owners) = &f.e2b.inner.place {
-                if let Some(id) = control_sandbox(req.uri().path()) {
+                if let Some(id) = route::control_sandbox(req.uri().path()) {
                     let Ok(id) = id.parse::<SandboxId>() else {
                         return E2bError::NotFound(format!("sandbox {id} not found"))
                             .into_response();

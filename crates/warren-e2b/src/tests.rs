@@ -260,28 +260,6 @@ async fn unknown_and_refused_routes_answer_in_e2bs_shape() {
 }
 
 #[test]
-fn basic_auth_names_the_user() {
-    let mut h = HeaderMap::new();
-    h.insert(
-        header::AUTHORIZATION,
-        HeaderValue::from_static("Basic cm9vdDo="),
-    );
-    assert_eq!(basic_user(&h).as_deref(), Some("root"));
-    h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic !!"));
-    assert_eq!(basic_user(&h), None);
-    h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer x"));
-    assert_eq!(basic_user(&h), None);
-}
-
-#[test]
-fn control_routes_name_their_sandbox() {
-    assert_eq!(control_sandbox("/sandboxes/n1-x/pause"), Some("n1-x"));
-    assert_eq!(control_sandbox("/v2/sandboxes/n1-x/connect"), Some("n1-x"));
-    assert_eq!(control_sandbox("/sandboxes"), None);
-    assert_eq!(control_sandbox("/sandboxes/"), None);
-}
-
-#[test]
 fn the_docs_list_every_route() {
     let docs = include_str!("../../../docs/e2b.md");
     for (method, path, _) in ROUTES {

@@ -257,6 +257,9 @@ impl Call<'_> {
                     cwd,
                     env,
                     timeout_secs: timeout.map(|t| t.as_secs_f64().clamp(0.001, 604_800.0)),
+                    // envd streams everything; Warren's streams stop at their cap, so the
+                    // largest one (the default is 1 MiB).
+                    max_output_bytes: Some(warren_types::exec::MAX_OUTPUT_CAP),
                     user,
                     encoding: warren_types::exec::OutputEncoding::Base64,
                     ..Default::default()

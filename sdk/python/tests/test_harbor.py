@@ -45,8 +45,9 @@ TASK = {
         "mkdir -p /logs/verifier\n"
         "ok=0\n"
         '[ "$(cat /app/answer.txt 2>/dev/null)" = 5 ] && grep -q seed /app/ready && [ "$TASK_MODE" = test ] && ok=1\n'
-        "# the task asked for no network: nothing outside answers\n"
-        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\" 2>/dev/null && ok=0\n"
+        "# the task asked for no network: the sandbox has no interface but loopback (checked\n"
+        "# without sending traffic anywhere)\n"
+        "python3 -c \"import socket, sys; sys.exit([n for _, n in socket.if_nameindex()] != ['lo'])\" || ok=0\n"
         "echo $ok > /logs/verifier/reward.txt\n"
     ),
     "solution/solve.sh": "#!/bin/bash\necho $((2 + 3)) > /app/answer.txt\n",

@@ -28,10 +28,13 @@
 //! | vm | microVM template restore → first exec p50; vs cold boot; snapshot; memory | ≤ 0.5 s; ≥ 8×; ≤ 0.3 s |
 //! | hostile | 10,000 `yes` floods capped at 1 MiB: state file growth; daemon RSS growth | ≤ budget + 5%; ≤ 50 MiB |
 //! | hostile | 100,000 files in one directory paged through by `list` | all listed, sandbox running |
+//! | e2b | E2B SDK `commands.run("true")` p50 − Warren SDK `exec` of the same program (`bash -l -c true`) p50 | ≤ +0.5 ms |
+//! | e2b | E2B `create` → first `commands.run` p50 / Warren `create` → `exec` (same program) p50 | ≤ 1.3× |
+//! | e2b | 100 concurrent `AsyncSandbox` rollouts (create, 20 commands, a file, kill) | 0 errors |
 //! | cluster | a 3-member etcd, gateways and simulated nodes on loopback (see `cluster/mod.rs`) | |
 //!
-//! `vm`, `tls`, `crash` and `cluster` are not part of `all`: they start their own daemons (see
-//! `vm.rs`, `tls.rs`, `crash.rs`, `cluster/mod.rs`).
+//! `vm`, `tls`, `e2b`, `crash` and `cluster` are not part of `all`: they start their own
+//! daemons (see `vm.rs`, `tls.rs`, `e2b.rs`, `crash.rs`, `cluster/mod.rs`).
 //!
 //! `--report DIR` also writes the run as a directory: `report.json`, SVG plots and an
 //! `index.html` with the tables and plots (see `report/mod.rs`).
@@ -43,6 +46,7 @@ mod cluster;
 mod crash;
 mod curve;
 mod disk;
+mod e2b;
 mod fusion;
 mod hostile;
 mod images;
@@ -113,6 +117,10 @@ pub enum Which {
     Cluster,
     /// `exec true` over TLS + token vs plain HTTP on the same port (own daemon; not in `all`)
     Tls,
+    /// E2B's SDK vs Warren's, same node and run: `commands.run("true")` vs `exec true`,
+    /// create → first command, `-c` concurrent AsyncSandbox rollouts (default 100); own
+    /// `warrend --e2b`, Python from WARREN_BENCH_PYTHON (not in `all`)
+    E2b,
     /// The daemon killed with SIGKILL once per round (`-n`, default 10) during `-c` rollouts
     /// (default 50) of 20 logged steps: no step may run twice or be lost (own daemon; not in
     /// `all`)
@@ -133,12 +141,12 @@ pub struct Args {
     pub which: Which,
     /// Iterations; applies to every benchmark run
     /// [default: create 200, exec 1000, throughput 400, density 5000, replay 1000, revive 100,
-    /// neighbour 200 per phase, pause 5, net 100, ports 500, vm 8, hostile 10000, tls 1000 per
-    /// mode, ship 1000, msa 60 steps]
+    /// neighbour 200 per phase, pause 5, net 100, ports 500, e2b 500, vm 8, hostile 10000, tls
+    /// 1000 per mode, ship 1000, msa 60 steps]
     #[arg(long, short = 'n')]
     pub n: Option<usize>,
     /// Concurrent clients [default: create 1, exec 1, throughput 4, density 16]; for vm: idle
-    /// microVMs measured for memory [default: 8]
+    /// microVMs measured for memory [default: 8]; for e2b: rollouts at once [default: 100]
     #[arg(long, short = 'c')]
     pub concurrency: Option<usize>,
     /// density: memory per idle sandbox at each of these counts in one run (sandboxes stay
@@ -805,6 +813,13 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     }
     if args.which == Which::Tls {
         return tls::run(args.n.unwrap_or(1000), args.json, args.report.as_deref()).await;
+    }
+    if args.which == Which::E2b {
+        let (n, c) = (
+            args.n.unwrap_or(500).max(1),
+            args.concurrency.unwrap_or(100).max(1),
+        );
+        return e2b::run(n, c, args.json, args.report.as_deref()).await;
     }
     if args.which == Which::Crash {
         let (rounds, rollouts) = (args.n.unwrap_or(10), args.concurrency.unwrap_or(50));

@@ -68,7 +68,7 @@ impl TlsBench {
     }
 }
 
-fn bin_dir() -> Result<PathBuf> {
+pub(super) fn bin_dir() -> Result<PathBuf> {
     if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
         return Ok(PathBuf::from(d));
     }

@@ -39,13 +39,15 @@ def _install() -> Path:
     return CACHE / "smoke.mjs"
 
 
-def test_the_js_sdk_creates_runs_and_kills(e2b_node: Any) -> None:
+def _need_node() -> None:
     missing = [t for t in ("node", "npm") if not shutil.which(t)]
     if missing:
         if os.environ.get("CI") == "true":
             pytest.fail(f"cannot run under CI: {missing} not installed")
         pytest.skip(f"{missing} not installed")
-    script = _install()
+
+
+def _node(script: Path, e2b_node: Any) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "E2B_API_URL": e2b_node.base,
@@ -55,4 +57,23 @@ def test_the_js_sdk_creates_runs_and_kills(e2b_node: Any) -> None:
     }
     r = subprocess.run(["node", str(script)], cwd=CACHE, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r
+
+
+def test_the_js_sdk_creates_runs_and_kills(e2b_node: Any) -> None:
+    _need_node()
+    r = _node(_install(), e2b_node)
     assert '"ok":true' in r.stdout
+
+
+def test_the_js_example_of_the_docs_runs(e2b_node: Any) -> None:
+    """docs/e2b.md's JavaScript example, as written (the Python one: test_e2b_docs.py)."""
+    from test_e2b_docs import example
+
+    _need_node()
+    _install()
+    script = CACHE / "docs-example.mjs"
+    script.write_text(example("js"))
+    out = _node(script, e2b_node).stdout
+    for line in ["hi from /tmp", "exit code 3", "later", "hello", "[ 'hello.txt' ]", f".{DOMAIN}"]:
+        assert line in out, (line, out)

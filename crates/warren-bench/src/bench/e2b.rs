@@ -1,0 +1,356 @@
+//! `warren bench e2b`: E2B's own SDK against Warren's, same node, same run.
+//!
+//! It starts its own `warrend --e2b` (root; `WARREN_BIN_DIR` or next to this executable) on a
+//! private state directory and a free loopback port, and runs the client side in Python
+//! (`e2b_driver.py`, embedded): E2B's `e2b` package and Warren's `warren` package in one
+//! process and one event loop, alternating sample by sample. The interpreter is
+//! `WARREN_BENCH_PYTHON` (default `python3`); it needs both packages
+//! (`pip install -e 'sdk/python[test]'`, which pins `e2b`).
+//!
+//! | number | target |
+//! |---|---|
+//! | `commands.run("true")` p50 − Warren's `exec` p50 of the same program, one sandbox | ≤ +0.5 ms |
+//! | `AsyncSandbox.create` → first `commands.run` p50 / Warren's `create` → `exec` p50 | ≤ 1.3× |
+//! | 100 `AsyncSandbox` rollouts at once (create, 20 commands, a file, kill) | 0 errors |
+//!
+//! E2B's SDK runs `commands.run(cmd)` as `/bin/bash -l -c cmd` (a login shell, which in a
+//! Debian image also runs `id` and `mesg`), so "the same program" is Warren's
+//! `exec /bin/bash -l -c true`: the checks measure what the protocol costs. Warren's plain
+//! `exec true` is measured in the same run and reported beside them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+use warren_client::Client;
+
+use super::Check;
+use crate::stats::Latency;
+use crate::table::{ms, Table};
+
+const DRIVER: &str = include_str!("e2b_driver.py");
+
+/// What the driver prints.
+#[derive(Debug, Deserialize)]
+struct Raw {
+    run: RawRun,
+    create: RawCreate,
+    rollouts: Rollouts,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawRun {
+    e2b: Vec<f64>,
+    native_true: Vec<f64>,
+    native_bash: Vec<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawCreate {
+    e2b: Vec<f64>,
+    native: Vec<f64>,
+    native_bash: Vec<f64>,
+}
+
+/// The concurrent rollouts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rollouts {
+    pub n: usize,
+    pub commands: usize,
+    pub secs: f64,
+    pub errors: usize,
+    pub first_errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct E2bBench {
+    /// `commands.run("true")` through E2B's SDK.
+    pub run_e2b: Latency,
+    /// `exec true` through Warren's SDK, same sandbox.
+    pub exec_true: Latency,
+    /// `exec /bin/bash -l -c true` (what E2B's `run("true")` runs), same sandbox.
+    pub exec_bash: Latency,
+    /// `AsyncSandbox.create` → first `commands.run("true")`.
+    pub create_e2b: Latency,
+    /// Warren's `create` → `exec true`.
+    pub create_native: Latency,
+    /// Warren's `create` → `exec /bin/bash -l -c true`.
+    pub create_native_bash: Latency,
+    pub rollouts: Rollouts,
+}
+
+impl E2bBench {
+    /// The targets, against Warren running the same program (E2B's `run("true")` is a login
+    /// bash): what the E2B protocol costs. The differences to plain `exec true` are reported
+    /// beside them ([`E2bBench::render`]).
+    pub fn checks(&self) -> Vec<Check> {
+        vec![
+            Check::at_most(
+                "commands.run(\"true\") p50 - exec bash -l -c true p50",
+                self.run_e2b.p50_ms - self.exec_bash.p50_ms,
+                "ms",
+                0.5,
+            ),
+            Check::at_most(
+                "E2B create -> run p50 / create -> exec bash -l -c true p50",
+                self.create_e2b.p50_ms / self.create_native_bash.p50_ms.max(1e-9),
+                "x",
+                1.3,
+            ),
+            Check::at_most(
+                &format!("errors in {} AsyncSandbox rollouts", self.rollouts.n),
+                self.rollouts.errors as f64,
+                "",
+                0.0,
+            ),
+        ]
+    }
+
+    pub fn render(&self) -> String {
+        let mut t = Table::new(["CALL", "N", "P50 ms", "P99 ms", "MEAN ms", "MIN ms"]);
+        for (name, l) in [
+            ("E2B commands.run(\"true\")", &self.run_e2b),
+            ("Warren exec true", &self.exec_true),
+            ("Warren exec bash -l -c true", &self.exec_bash),
+            ("E2B create -> run(\"true\")", &self.create_e2b),
+            ("Warren create -> exec true", &self.create_native),
+            (
+                "Warren create -> exec bash -l -c true",
+                &self.create_native_bash,
+            ),
+        ] {
+            t.row([
+                name.to_string(),
+                l.n.to_string(),
+                ms(l.p50_ms),
+                ms(l.p99_ms),
+                ms(l.mean_ms),
+                ms(l.min_ms),
+            ]);
+        }
+        let r = &self.rollouts;
+        let ratio = |a: &Latency, b: &Latency| a.p50_ms / b.p50_ms.max(1e-9);
+        let mut out = format!(
+            "E2B's SDK (e2b, Python) vs Warren's Python SDK, one node, alternating\n{}\n\
+             run(\"true\") p50 - exec bash -l -c true p50 (same program): {:+.2} ms; \
+             - exec true p50: {:+.2} ms (E2B's SDK runs every command in a login bash)\n\
+             create -> first command p50, E2B / Warren: {:.2}x same program, {:.2}x vs exec true\n\
+             {} AsyncSandbox rollouts at once ({} commands, a file each): {:.1} s, {} errors\n",
+            t.render(),
+            self.run_e2b.p50_ms - self.exec_bash.p50_ms,
+            self.run_e2b.p50_ms - self.exec_true.p50_ms,
+            ratio(&self.create_e2b, &self.create_native_bash),
+            ratio(&self.create_e2b, &self.create_native),
+            r.n,
+            r.commands,
+            r.secs,
+            r.errors
+        );
+        for e in &r.first_errors {
+            out.push_str(&format!("  error: {e}\n"));
+        }
+        out
+    }
+}
+
+/// A private `warrend --e2b` on a loopback port.
+struct Node {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn admin(&self) -> Result<Client> {
+        Ok(Client::builder()
+            .url(format!(
+                "unix://{}",
+                self.dir.join("warrend.sock").display()
+            ))
+            .build()?)
+    }
+
+    async fn start(dir: PathBuf, sandboxes: usize) -> Result<Node> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(dir.join("warrend.log"))?;
+        let child = Command::new(super::tls::bin_dir()?.join("warrend"))
+            .arg("--socket")
+            .arg(dir.join("warrend.sock"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(["--node", &format!("be2b{}", std::process::id() % 100_000)])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--e2b", "--e2b-domain", "e2b.bench"])
+            .args(["--max-sandboxes", &(sandboxes + 16).to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting warrend (set WARREN_BIN_DIR)")?;
+        let mut node = Node {
+            dir,
+            port,
+            child: Some(child),
+        };
+        let client = Client::builder().url(node.url()).build()?;
+        let started = Instant::now();
+        loop {
+            if client.health().await.is_ok() {
+                return Ok(node);
+            }
+            if let Some(Ok(Some(s))) = node.child.as_mut().map(|c| c.try_wait()) {
+                bail!(
+                    "warrend exited ({s}); see {}",
+                    node.dir.join("warrend.log").display()
+                );
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("warrend did not answer in 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Deletes whatever the run left (a failed driver), then stops the daemon.
+    async fn stop(&mut self) {
+        if let Ok(c) = self.admin() {
+            if let Ok(list) = c.list(&Default::default(), None).await {
+                let ids = list.into_iter().map(|s| s.id).collect();
+                let _ = super::delete_all_reporting(&c, ids, 16).await;
+            }
+        }
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn python() -> String {
+    std::env::var("WARREN_BENCH_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+async fn drive(url: &str, dir: &std::path::Path, n: usize, rollouts: usize) -> Result<Raw> {
+    let py = python();
+    let probe = tokio::process::Command::new(&py)
+        .args(["-c", "import e2b, warren"])
+        .output()
+        .await
+        .with_context(|| format!("running {py} (set WARREN_BENCH_PYTHON)"))?;
+    if !probe.status.success() {
+        bail!(
+            "{py} cannot import e2b and warren (pip install -e 'sdk/python[test]', or set \
+             WARREN_BENCH_PYTHON to a venv's python): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        );
+    }
+    let script = dir.join("e2b_driver.py");
+    std::fs::write(&script, DRIVER)?;
+    let n_create = (n / 10).max(5);
+    let out = tokio::process::Command::new(&py)
+        .arg(&script)
+        .arg(url)
+        .args([
+            n.to_string(),
+            n_create.to_string(),
+            rollouts.to_string(),
+            "20".to_string(),
+        ])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("running the E2B driver")?;
+    if !out.status.success() {
+        bail!(
+            "the E2B driver failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "the E2B driver's output does not parse: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
+    let dir = std::env::temp_dir().join(format!("warren-bench-e2b-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut node = Node::start(dir.clone(), rollouts).await?;
+    let raw = drive(&node.url(), &dir, n, rollouts).await;
+    node.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let raw = raw?;
+    Ok(E2bBench {
+        run_e2b: Latency::from_samples(raw.run.e2b),
+        exec_true: Latency::from_samples(raw.run.native_true),
+        exec_bash: Latency::from_samples(raw.run.native_bash),
+        create_e2b: Latency::from_samples(raw.create.e2b),
+        create_native: Latency::from_samples(raw.create.native),
+        create_native_bash: Latency::from_samples(raw.create.native_bash),
+        rollouts: raw.rollouts,
+    })
+}
+
+pub async fn run(
+    n: usize,
+    rollouts: usize,
+    json: bool,
+    report_dir: Option<&std::path::Path>,
+) -> Result<i32> {
+    let b = measure(n, rollouts).await?;
+    let checks = b.checks();
+    let v = serde_json::json!({"e2b": b, "checks": checks});
+    let mut text = b.render();
+    for c in &checks {
+        text.push_str(&format!(
+            "{} {} = {:.3} {} (target {})\n",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.metric,
+            c.value,
+            c.unit,
+            c.target
+        ));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{text}");
+    }
+    super::report::write_if(report_dir, || {
+        super::report::Page::new("warren bench e2b", text.clone(), &v)
+    })?;
+    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
+}
