@@ -163,6 +163,16 @@ async fn registry_import_round_trip() {
         "{e}"
     );
     assert_eq!(e.code(), warren_types::ErrorCode::Conflict);
+    // The same reference pulled again into its tag, unchanged, replaces nothing: not
+    // refused (two daemons sharing a store both pull what a gateway asks for).
+    import_registry(store.clone(), &reference, "reg:1", &opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.manifest("reg:1").unwrap(),
+        m,
+        "the tag kept what it had"
+    );
     let replace = RegistryOptions {
         replace: true,
         ..opts.clone()

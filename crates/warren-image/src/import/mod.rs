@@ -190,7 +190,23 @@ impl ImageStore {
                 })?,
         };
         let (name, t) = split_ref(&tag)?;
-        self.check_claim(&name, &t, owner, replace)?;
+        // An archive whose layers were all converted before, tagged as the image it makes
+        // already is, replaces nothing (see `holds_same`); any other is checked before
+        // anything is converted.
+        let known: Option<Vec<String>> = plan
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.digest, &l.diff_id]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|d| self.converted(d))
+            })
+            .collect();
+        let same = known.is_some_and(|layers| {
+            !layers.is_empty() && self.holds_same(&name, &t, owner, &layers, plan.config.as_ref())
+        });
+        self.check_claim(&name, &t, owner, replace || same)?;
         if plan.layers.is_empty() {
             return Err(ImageError::archive(src.name(), "the image has no layers"));
         }

@@ -112,7 +112,19 @@ pub async fn import_registry(
     opts: &RegistryOptions,
 ) -> Result<ImportReport, ImageError> {
     let (name, t) = crate::store::split_ref(tag)?;
-    store.check_claim(&name, &t, opts.owner.as_deref(), opts.replace)?;
+    // A tag that exists is refused before the registry is asked, unless it was pulled from
+    // this same reference: whether the pull would change it is known once its layers are
+    // (`import_archive` checks; a pull of an unchanged image replaces nothing).
+    let source = format!("registry:{reference}");
+    let same_source = store
+        .manifest(&format!("{name}:{t}"))
+        .is_ok_and(|m| m.source == source);
+    store.check_claim(
+        &name,
+        &t,
+        opts.owner.as_deref(),
+        opts.replace || same_source,
+    )?;
     let r: Reference = reference
         .parse()
         .map_err(|e| ImageError::BadRef(format!("{reference}: {e}")))?;
@@ -197,7 +209,7 @@ pub async fn import_registry(
             store.clone(),
             dir.clone(),
             tag.to_string(),
-            format!("registry:{reference}"),
+            source,
             opts.owner.clone(),
             opts.replace,
         );
