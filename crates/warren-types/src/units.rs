@@ -2,6 +2,21 @@
 //! `65536K` (binary units, as the Python SDK reads them; a plain number is MiB) and `90s`,
 //! `5m`, `1h30m`, `1.5h`, `2d` (a plain number is seconds).
 
+/// Why a size or duration was refused (the message says what is expected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("expected a size like 512 (MiB), 512M, 1G or 1.5GiB, got {0:?}")]
+    Size(String),
+    #[error("{0:?} is less than 1 MiB")]
+    TooSmall(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+    #[error("expected a duration like 90 (seconds), 90s, 5m, 1h30m or 2d, got {0:?}")]
+    Duration(String),
+    #[error("{0:?} is too long")]
+    TooLong(String),
+}
+
 /// MiB per unit (lower case, with or without `b` / `i` / `ib`).
 fn mib_per(unit: &str) -> Option<f64> {
     Some(match unit {
@@ -25,22 +40,22 @@ fn number_and_unit(s: &str) -> Option<(f64, String)> {
 }
 
 /// A size in whole MiB: `512` (MiB), `512M`, `1G`, `1.5GiB`, `65536K`.
-pub fn parse_mib(s: &str) -> Result<u64, String> {
-    let bad = || format!("expected a size like 512 (MiB), 512M, 1G or 1.5GiB, got {s:?}");
+pub fn parse_mib(s: &str) -> Result<u64, UnitError> {
+    let bad = || UnitError::Size(s.to_string());
     let (n, unit) = number_and_unit(s).ok_or_else(bad)?;
     let mib = n * mib_per(&unit).ok_or_else(bad)?;
     if mib < 1.0 {
-        return Err(format!("{s:?} is less than 1 MiB"));
+        return Err(UnitError::TooSmall(s.to_string()));
     }
     if mib > u64::MAX as f64 / 2.0 {
-        return Err(format!("{s:?} is too large"));
+        return Err(UnitError::TooLarge(s.to_string()));
     }
     Ok(mib.floor() as u64)
 }
 
 /// A duration in seconds: `90` (seconds), `90s`, `5m`, `1h30m`, `1.5h`, `2d`, `500ms`.
-pub fn parse_secs(s: &str) -> Result<f64, String> {
-    let bad = || format!("expected a duration like 90 (seconds), 90s, 5m, 1h30m or 2d, got {s:?}");
+pub fn parse_secs(s: &str) -> Result<f64, UnitError> {
+    let bad = || UnitError::Duration(s.to_string());
     let t = s.trim();
     if t.is_empty() {
         return Err(bad());
@@ -74,10 +89,10 @@ pub fn parse_secs(s: &str) -> Result<f64, String> {
 }
 
 /// A duration in whole seconds (rounded up; `0.5s` is 1).
-pub fn parse_whole_secs(s: &str) -> Result<u64, String> {
+pub fn parse_whole_secs(s: &str) -> Result<u64, UnitError> {
     let secs = parse_secs(s)?;
     if secs > u64::MAX as f64 / 2.0 {
-        return Err(format!("{s:?} is too long"));
+        return Err(UnitError::TooLong(s.to_string()));
     }
     Ok(secs.ceil() as u64)
 }
