@@ -17,3 +17,4 @@ mod pools;
 mod restart;
 mod resume;
 mod revive;
+mod store_mounts;
