@@ -564,6 +564,15 @@ async fn run(args: Args) -> Result<()> {
             .ship_trajectories(store, &manager)
             .context("starting the trajectory shipper")?;
         info!(store = %url, "shipping trajectories");
+        // Before serving: sandboxes revived on another node while this one was down are not
+        // resumed beside their copies.
+        let deleted = node.trajectories.delete_revived(&manager).await;
+        if !deleted.is_empty() {
+            warn!(
+                sandboxes = deleted.len(),
+                "deleted sandboxes that were revived on another node"
+            );
+        }
     }
     let _reaper = manager.spawn_reaper();
     let trimmer = spawn_heap_trimmer(manager.clone());
