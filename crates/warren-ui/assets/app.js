@@ -401,6 +401,8 @@ async function nodes(health) {
     return [{ id: health.node, state: 'ready', load: health.load || {}, version: health.version,
       memory_total_mb: health.host ? health.host.memory_total_mb : null }];
   }
+  // The cluster view (every tenant's load) is an administrator's.
+  if (!health.caller || health.caller.role !== 'admin') return [];
   const cluster = await api('/v1/cluster');
   return (cluster.nodes || []).map((n) => ({ id: n.id, state: n.state, load: n.load || {},
     version: n.version, memory_total_mb: n.capacity ? n.capacity.memory_total_mb : null }));
