@@ -9,6 +9,7 @@ mod burst;
 mod concurrency;
 mod crash;
 mod exactly_once;
+mod export;
 mod fence;
 mod lifecycle;
 mod logs;
