@@ -39,7 +39,7 @@ async fn exporting_a_60_mib_output_keeps_the_daemon_small() {
     let exec = ExecRequest {
         max_output_bytes: Some(64 << 20),
         encoding: OutputEncoding::Base64,
-        ..ExecRequest::shell(&format!("head -c {OUTPUT} /dev/urandom"))
+        ..ExecRequest::shell(format!("head -c {OUTPUT} /dev/urandom"))
     };
     let r = d.exec(&id, &exec).await;
     assert!(r.success(), "{:?} {}", r.exit_code, r.stderr);

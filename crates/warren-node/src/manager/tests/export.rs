@@ -7,6 +7,7 @@ use futures::StreamExt;
 use warren_types::{CreateSandboxRequest, ExitInfo, SandboxId, TrajectoryCall};
 
 use crate::testing::manager_in;
+use crate::testing::Calls as _;
 use crate::trajectory::{Room, StoredEntry, StoredExec, StoredResult};
 
 /// Text of `n` bytes or a little more, of 1- to 4-byte characters and characters JSON
