@@ -29,13 +29,18 @@ pub enum Mode {
     Eager,
 }
 
+/// A blob mode that is neither `lazy` nor `eager`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown blob mode {0:?} (lazy or eager)")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, UnknownMode> {
         match s {
             "lazy" => Ok(Mode::Lazy),
             "eager" | "eager-layer" => Ok(Mode::Eager),
-            o => Err(format!("unknown blob mode {o:?} (lazy or eager)")),
+            o => Err(UnknownMode(o.to_string())),
         }
     }
 }

@@ -348,7 +348,9 @@ impl Runtime for FakeRuntime {
             gate.acquire().await.expect("gate open").forget();
         }
         if self.fail_create.load(Ordering::SeqCst) {
-            return Err(RuntimeError::StartFailed("fake start failure".into()));
+            return Err(RuntimeError::StartFailed(
+                warren_runtime::StartCause::AgentRefused("fake start failure".into()),
+            ));
         }
         Ok(self.start(&spec.id))
     }
@@ -387,7 +389,9 @@ impl Runtime for FakeRuntime {
         children: &[SandboxSpec],
     ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
         if self.fail_fork.load(Ordering::SeqCst) {
-            return Err(RuntimeError::StartFailed("fake fork failure".into()));
+            return Err(RuntimeError::StartFailed(
+                warren_runtime::StartCause::AgentRefused("fake fork failure".into()),
+            ));
         }
         self.forked.lock().unwrap().push((
             parent.id().clone(),

@@ -25,7 +25,7 @@ pub mod msg;
 pub use codec::{Frame, FrameError, Kind, MAX_FRAME, MAX_MESSAGE, MAX_PAYLOAD};
 pub use msg::{
     Call, ContainerInit, Control, Event, ExecSpec, FunctionInit, GuestNet, HeldStep, Hold, Init,
-    InitReply, InvokeFile, InvokeSpec, ProcEntry, UserLimit,
+    InitReply, InvokeFile, InvokeSpec, ProcEntry, UserLimit, UserLimitError,
 };
 
 /// The fd on which the daemon passes the control socket to a container's agent.

@@ -363,6 +363,17 @@ fn is_zero(n: &u8) -> bool {
     *n == 0
 }
 
+/// Why a `NAME=VALUE` user limit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserLimitError {
+    #[error("{0:?}: expected NAME=VALUE")]
+    Shape(String),
+    #[error("{0:?} is not a count of /proc/sys/user (e.g. max_inotify_watches)")]
+    Name(String),
+    #[error("{0}: the value must be a number up to {max}", max = i32::MAX)]
+    Value(String),
+}
+
 /// One count of `/proc/sys/user/` (e.g. `max_inotify_watches`) and its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserLimit {
@@ -373,25 +384,23 @@ pub struct UserLimit {
 impl UserLimit {
     /// Parses `NAME=VALUE` where NAME is a count of `/proc/sys/user/` (lower-case letters and
     /// underscores, starting with `max_`).
-    pub fn parse(s: &str) -> Result<UserLimit, String> {
+    pub fn parse(s: &str) -> Result<UserLimit, UserLimitError> {
         let (name, value) = s
             .split_once('=')
-            .ok_or_else(|| format!("{s:?}: expected NAME=VALUE"))?;
+            .ok_or_else(|| UserLimitError::Shape(s.to_string()))?;
         let name = name.trim();
         if !name.starts_with("max_")
             || name.len() > 64
             || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
         {
-            return Err(format!(
-                "{name:?} is not a count of /proc/sys/user (e.g. max_inotify_watches)"
-            ));
+            return Err(UserLimitError::Name(name.to_string()));
         }
         let value = value
             .trim()
             .parse::<u64>()
             .ok()
             .filter(|v| *v <= i32::MAX as u64)
-            .ok_or_else(|| format!("{name}: the value must be a number up to {}", i32::MAX))?;
+            .ok_or_else(|| UserLimitError::Value(name.to_string()))?;
         Ok(UserLimit {
             name: name.to_string(),
             value,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warren_types::Limits;
 
-use crate::{RuntimeError, Usage};
+use crate::{RuntimeError, StartCause, Usage};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ctl {
@@ -69,8 +69,7 @@ pub fn favor_moves() -> Result<FavorMoves, RuntimeError> {
         .filter(|o| !matches!(*o, "rw" | "ro"))
         .collect();
     flags.push("favordynmods");
-    warren_sys::mount::reconfigure_flags(&mp, &flags)
-        .map_err(|e| RuntimeError::StartFailed(format!("cgroup favordynmods: {e}")))?;
+    warren_sys::mount::reconfigure_flags(&mp, &flags).map_err(StartCause::CgroupOptions)?;
     Ok(FavorMoves::Set(mp))
 }
 
@@ -125,11 +124,7 @@ impl Hierarchy {
         let v2_only = parents.is_empty();
         match (&v2_root, v2_only) {
             (Some(r), _) => parents.push((Ctl::Unified, r.clone())),
-            (None, true) => {
-                return Err(RuntimeError::StartFailed(
-                    "no cgroup hierarchy is mounted".into(),
-                ))
-            }
+            (None, true) => return Err(StartCause::NoCgroups.into()),
             _ => {}
         }
         for (ctl, p) in parents.iter_mut() {

@@ -1,5 +1,8 @@
-//! Runtime errors, each mapped to a stable API code.
+//! Runtime errors, each mapped to a stable API code. A start that fails says why with a
+//! [`StartCause`], whose [`StartCause::kind`] is a stable name for logs and metrics (the API
+//! answers every one of them as `start_failed`).
 
+use std::path::PathBuf;
 use warren_types::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
@@ -9,7 +12,7 @@ pub enum RuntimeError {
     #[error("image: {0}")]
     Image(#[from] warren_image::ImageError),
     #[error("sandbox failed to start: {0}")]
-    StartFailed(String),
+    StartFailed(#[from] StartCause),
     #[error("the sandbox's agent is gone")]
     AgentLost,
     #[error("{message}")]
@@ -67,5 +70,163 @@ impl RuntimeError {
             | RuntimeError::Adopt(_)
             | RuntimeError::Vmm(_) => ErrorCode::Internal,
         }
+    }
+}
+
+/// Why a sandbox (or a runtime) could not start. The messages keep what the host said
+/// (a helper's answer, QEMU's log tail) in their fields.
+#[derive(Debug, thiserror::Error)]
+pub enum StartCause {
+    /// The node's configuration cannot work (an agent binary that is not there, an id pool
+    /// that overlaps the owner uids, ...): the daemon refuses to start.
+    #[error("{0}")]
+    Config(String),
+    /// No cgroup hierarchy the runtime can use is mounted.
+    #[error("no cgroup hierarchy is mounted")]
+    NoCgroups,
+    /// The cgroup mount's options could not be set.
+    #[error("cgroup favordynmods: {0}")]
+    CgroupOptions(#[source] warren_sys::SysError),
+    /// The sandbox's agent did not answer a start-up step in time.
+    #[error("agent did not answer ({step}) in time{log}")]
+    AgentTimeout {
+        step: String,
+        /// The VMM's log tail, when there is one.
+        log: String,
+    },
+    /// The start-up conversation with the agent broke off.
+    #[error("agent start-up ({step}): {source}{log}")]
+    AgentIo {
+        step: String,
+        #[source]
+        source: warren_proto::FrameError,
+        log: String,
+    },
+    /// The agent could not be reached at all.
+    #[error("agent socket {}: {source}", path.display())]
+    AgentSocket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent refused the start (its own message: a mount, the command, ...).
+    #[error("{0}")]
+    AgentRefused(String),
+    /// The agent that a call needs is gone (its process was replaced).
+    #[error("the sandbox's agent is gone")]
+    AgentGone,
+    /// A host helper (a thread, a process of ours, a blocking task) failed.
+    #[error("{what}: {detail}")]
+    Helper { what: String, detail: String },
+    /// A host tool the runtime runs (btrfs, losetup, cp) failed.
+    #[error("{what} failed ({status}): {stderr}")]
+    Tool {
+        what: String,
+        status: String,
+        stderr: String,
+    },
+    /// A host tool the runtime needs is missing or cannot run.
+    #[error("{what}: {source} (the node needs {package} for {purpose})")]
+    ToolMissing {
+        what: String,
+        package: &'static str,
+        purpose: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file system the runtime mounted is not what it expected afterwards.
+    #[error("{what}")]
+    Mount { what: String },
+    /// The VMM exited or could not be driven while the sandbox started.
+    #[error("during {step}: {detail}")]
+    Vmm { step: String, detail: String },
+    /// A snapshot cannot be restored here (another machine shape, an unreadable record, a
+    /// failed migration).
+    #[error("{0}")]
+    Snapshot(String),
+    /// Another error during the start, kept whole.
+    #[error("{0}")]
+    Step(#[source] Box<RuntimeError>),
+}
+
+impl StartCause {
+    /// A stable name of the cause (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StartCause::Config(_) => "config",
+            StartCause::NoCgroups | StartCause::CgroupOptions(_) => "cgroups",
+            StartCause::AgentTimeout { .. } => "agent_timeout",
+            StartCause::AgentIo { .. } | StartCause::AgentSocket { .. } => "agent_io",
+            StartCause::AgentRefused(_) => "agent_refused",
+            StartCause::AgentGone => "agent_gone",
+            StartCause::Helper { .. } => "helper",
+            StartCause::Tool { .. } | StartCause::ToolMissing { .. } => "tool",
+            StartCause::Mount { .. } => "mount",
+            StartCause::Vmm { .. } => "vmm",
+            StartCause::Snapshot(_) => "snapshot",
+            StartCause::Step(_) => "step",
+        }
+    }
+
+    /// A blocking task of the start that panicked or was cancelled.
+    pub fn task(what: &str, e: tokio::task::JoinError) -> Self {
+        StartCause::Helper {
+            what: format!("{what} task"),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl RuntimeError {
+    /// `e` as a start failure: start failures, missing images and the node's own refusals
+    /// (no disk, no ids) stay what they are; anything else becomes the cause of a
+    /// `StartFailed`.
+    pub fn into_start_failure(self) -> RuntimeError {
+        match self {
+            RuntimeError::StartFailed(_)
+            | RuntimeError::ImageNotFound(_)
+            | RuntimeError::NoDisk(_)
+            | RuntimeError::NoIds(_) => self,
+            other => RuntimeError::StartFailed(StartCause::Step(Box::new(other))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_failure_keeps_its_cause_and_answers_start_failed() {
+        let e: RuntimeError = StartCause::AgentTimeout {
+            step: "init".into(),
+            log: String::new(),
+        }
+        .into();
+        assert_eq!(e.code(), ErrorCode::StartFailed);
+        assert_eq!(
+            e.to_string(),
+            "sandbox failed to start: agent did not answer (init) in time"
+        );
+        assert!(
+            matches!(&e, RuntimeError::StartFailed(c) if c.kind() == "agent_timeout"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn other_errors_of_a_start_become_its_cause_and_refusals_stay() {
+        let lost = RuntimeError::AgentLost.into_start_failure();
+        match &lost {
+            RuntimeError::StartFailed(StartCause::Step(inner)) => {
+                assert!(matches!(**inner, RuntimeError::AgentLost))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lost.code(), ErrorCode::StartFailed);
+        let busy = RuntimeError::NoDisk("full".into()).into_start_failure();
+        assert_eq!(busy.code(), ErrorCode::Busy);
+        let missing = RuntimeError::ImageNotFound("x".into()).into_start_failure();
+        assert_eq!(missing.code(), ErrorCode::NotFound);
     }
 }

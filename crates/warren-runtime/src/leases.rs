@@ -7,7 +7,7 @@ use std::sync::Arc;
 use warren_image::ImageStore;
 use warren_types::SandboxId;
 
-use crate::RuntimeError;
+use crate::{RuntimeError, StartCause};
 
 /// Resolves `refs` to layers and leases them to `id`. Off the async workers: resolving may
 /// fetch remote layer metadata (blocking I/O).
@@ -19,7 +19,7 @@ pub(crate) async fn acquire(
     let (images, refs, holder) = (images.clone(), refs.to_vec(), id.to_string());
     tokio::task::spawn_blocking(move || images.acquire(&holder, &refs))
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("image resolve task: {e}")))?
+        .map_err(|e| StartCause::task("image resolve", e))?
         .map_err(image_error)
 }
 
@@ -65,7 +65,7 @@ pub(crate) async fn lease_to(
     let (images, holder, layers) = (images.clone(), holder.to_string(), layers.to_vec());
     tokio::task::spawn_blocking(move || images.lease_layers(&holder, &layers))
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("lease task: {e}")))?
+        .map_err(|e| StartCause::task("lease", e))?
         .map_err(image_error)
 }
 
@@ -93,7 +93,7 @@ impl SnapshotLayers {
     pub fn parse(record: &serde_json::Value) -> Result<Vec<String>, RuntimeError> {
         serde_json::from_value::<SnapshotLayers>(record.clone())
             .map(|r| r.layers)
-            .map_err(|e| RuntimeError::StartFailed(format!("unreadable snapshot record: {e}")))
+            .map_err(|e| StartCause::Snapshot(format!("unreadable snapshot record: {e}")).into())
     }
 }
 

@@ -2,6 +2,33 @@
 //! `65536K` (binary units, as the Python SDK reads them; a plain number is MiB) and `90s`,
 //! `5m`, `1h30m`, `1.5h`, `2d` (a plain number is seconds).
 
+/// Why a size or duration was refused (the message says what is expected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("expected a size like 512 (MiB), 512M, 1G or 1.5GiB, got {0:?}")]
+    Size(String),
+    #[error("{0:?} is negative: a size is 1 MiB or more")]
+    NegativeSize(String),
+    #[error("{0:?} is less than 1 MiB")]
+    TooSmall(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+    #[error("expected a duration like 90 (seconds), 90s, 5m, 1h30m or 2d, got {0:?}")]
+    Duration(String),
+    #[error("{0:?} is negative: a duration is 0 or more")]
+    NegativeDuration(String),
+    #[error("{0:?} is too long")]
+    TooLong(String),
+    #[error("expected a number like 1 or 0.5, got {0:?}")]
+    Number(String),
+    #[error("{0:?} is not more than 0")]
+    NotPositive(String),
+    #[error("expected a whole number like 512, got {0:?}")]
+    Count(String),
+    #[error("{0:?} is negative: a count is 0 or more")]
+    NegativeCount(String),
+}
+
 /// MiB per unit (lower case, with or without `b` / `i` / `ib`).
 fn mib_per(unit: &str) -> Option<f64> {
     Some(match unit {
@@ -25,31 +52,31 @@ fn number_and_unit(s: &str) -> Option<(f64, String)> {
 }
 
 /// A size in whole MiB: `512` (MiB), `512M`, `1G`, `1.5GiB`, `65536K`.
-pub fn parse_mib(s: &str) -> Result<u64, String> {
-    let bad = || format!("expected a size like 512 (MiB), 512M, 1G or 1.5GiB, got {s:?}");
+pub fn parse_mib(s: &str) -> Result<u64, UnitError> {
+    let bad = || UnitError::Size(s.to_string());
     if s.trim_start().starts_with('-') {
-        return Err(format!("{s:?} is negative: a size is 1 MiB or more"));
+        return Err(UnitError::NegativeSize(s.to_string()));
     }
     let (n, unit) = number_and_unit(s).ok_or_else(bad)?;
     let mib = n * mib_per(&unit).ok_or_else(bad)?;
     if mib < 1.0 {
-        return Err(format!("{s:?} is less than 1 MiB"));
+        return Err(UnitError::TooSmall(s.to_string()));
     }
     if mib > u64::MAX as f64 / 2.0 {
-        return Err(format!("{s:?} is too large"));
+        return Err(UnitError::TooLarge(s.to_string()));
     }
     Ok(mib.floor() as u64)
 }
 
 /// A duration in seconds: `90` (seconds), `90s`, `5m`, `1h30m`, `1.5h`, `2d`, `500ms`.
-pub fn parse_secs(s: &str) -> Result<f64, String> {
-    let bad = || format!("expected a duration like 90 (seconds), 90s, 5m, 1h30m or 2d, got {s:?}");
+pub fn parse_secs(s: &str) -> Result<f64, UnitError> {
+    let bad = || UnitError::Duration(s.to_string());
     let t = s.trim();
     if t.is_empty() {
         return Err(bad());
     }
     if t.starts_with('-') {
-        return Err(format!("{s:?} is negative: a duration is 0 or more"));
+        return Err(UnitError::NegativeDuration(s.to_string()));
     }
     if let Ok(n) = t.parse::<f64>() {
         return (n.is_finite() && n >= 0.0).then_some(n).ok_or_else(bad);
@@ -80,31 +107,31 @@ pub fn parse_secs(s: &str) -> Result<f64, String> {
 }
 
 /// A duration in whole seconds (rounded up; `0.5s` is 1).
-pub fn parse_whole_secs(s: &str) -> Result<u64, String> {
+pub fn parse_whole_secs(s: &str) -> Result<u64, UnitError> {
     let secs = parse_secs(s)?;
     if secs > u64::MAX as f64 / 2.0 {
-        return Err(format!("{s:?} is too long"));
+        return Err(UnitError::TooLong(s.to_string()));
     }
     Ok(secs.ceil() as u64)
 }
 
 /// A number of CPUs (or any positive quantity): more than 0, fractions allowed.
-pub fn parse_positive(s: &str) -> Result<f64, String> {
+pub fn parse_positive(s: &str) -> Result<f64, UnitError> {
     match s.trim().parse::<f64>() {
         Ok(n) if n.is_finite() && n > 0.0 => Ok(n),
-        Ok(_) => Err(format!("{s:?} is not more than 0")),
-        Err(_) => Err(format!("expected a number like 1 or 0.5, got {s:?}")),
+        Ok(_) => Err(UnitError::NotPositive(s.to_string())),
+        Err(_) => Err(UnitError::Number(s.to_string())),
     }
 }
 
 /// A count: a whole number, 0 or more.
-pub fn parse_count(s: &str) -> Result<u64, String> {
+pub fn parse_count(s: &str) -> Result<u64, UnitError> {
     if s.trim_start().starts_with('-') {
-        return Err(format!("{s:?} is negative: a count is 0 or more"));
+        return Err(UnitError::NegativeCount(s.to_string()));
     }
     s.trim()
         .parse::<u64>()
-        .map_err(|_| format!("expected a whole number like 512, got {s:?}"))
+        .map_err(|_| UnitError::Count(s.to_string()))
 }
 
 #[cfg(test)]
@@ -119,10 +146,11 @@ mod tests {
             parse_whole_secs("-1m").unwrap_err(),
             parse_count("-5").unwrap_err(),
         ] {
-            assert!(e.contains("negative"), "{e}");
+            assert!(e.to_string().contains("negative"), "{e}");
         }
         assert!(parse_positive("-1")
             .unwrap_err()
+            .to_string()
             .contains("not more than 0"));
         assert!(parse_positive("0").is_err());
         assert_eq!(parse_positive("0.5"), Ok(0.5));

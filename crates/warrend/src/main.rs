@@ -263,7 +263,7 @@ struct OptionalSecs {
 }
 
 /// `none` (or 0): no lifetime; else a duration.
-fn ttl_or_none(s: &str) -> Result<OptionalSecs, String> {
+fn ttl_or_none(s: &str) -> Result<OptionalSecs, warren_types::units::UnitError> {
     if s == "none" {
         return Ok(OptionalSecs {
             secs: None,

@@ -13,16 +13,15 @@
 //! restart time (kill → the node answers again). Targets: 0 twice, 0 lost.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 use warren_client::{Client, ClientError, CreateSandboxRequest, ExecRequest};
 
+use super::daemon::Daemon;
 use super::Check;
 use crate::table::{ms, Table};
 
@@ -79,100 +78,32 @@ impl CrashBench {
     }
 }
 
-fn bin_dir() -> Result<PathBuf> {
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("finding this executable")?;
-    Ok(exe
-        .parent()
-        .context("executable has a directory")?
-        .to_path_buf())
-}
-
+/// The crash run's daemon: its own state directory, removed with it.
 struct Node {
-    dir: PathBuf,
-    node: String,
-    child: Option<Child>,
+    daemon: Daemon,
 }
 
 impl Node {
     fn client(&self, connections: usize) -> Result<Client> {
-        Ok(Client::builder()
-            .url(format!(
-                "unix://{}",
-                self.dir.join("warrend.sock").display()
-            ))
-            .max_connections(connections)
-            .build()?)
+        self.daemon.client(connections)
     }
 
     async fn start(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("warrend.log"))?;
-        let child = Command::new(bin_dir()?.join("warrend"))
-            .arg("--socket")
-            .arg(self.dir.join("warrend.sock"))
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .args(["--node", &self.node])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting warrend (set WARREN_BIN_DIR)")?;
-        self.child = Some(child);
-        let client = self.client(1)?;
-        let started = Instant::now();
-        loop {
-            if client.health().await.is_ok() {
-                return Ok(());
-            }
-            if let Some(Ok(Some(s))) = self.child.as_mut().map(|c| c.try_wait()) {
-                bail!(
-                    "warrend exited ({s}); see {}",
-                    self.dir.join("warrend.log").display()
-                );
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                bail!("warrend did not answer in 60 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let probe = self.client(1)?;
+        self.daemon
+            .start(|_| {}, &probe, Duration::from_secs(60))
+            .await
     }
 
     fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        for _ in 0..600 {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        self.daemon.kill9();
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.daemon.stop();
+        let _ = std::fs::remove_dir_all(self.daemon.dir());
     }
 }
 
@@ -282,11 +213,8 @@ async fn round(node: &mut Node, rollouts: usize, r: usize, out: &mut CrashBench)
 pub async fn measure(rounds: usize, rollouts: usize) -> Result<CrashBench> {
     let dir = std::env::temp_dir().join(format!("warren-bench-crash-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
     let mut node = Node {
-        node: format!("bcr{}", std::process::id() % 100_000),
-        dir,
-        child: None,
+        daemon: Daemon::new(&dir, &format!("bcr{}", std::process::id() % 100_000))?,
     };
     node.start().await?;
     let mut out = CrashBench {
@@ -316,28 +244,7 @@ pub async fn run(
     report_dir: Option<&std::path::Path>,
 ) -> Result<i32> {
     let b = measure(rounds, rollouts).await?;
-    let checks = b.checks();
-    let v = serde_json::json!({"crash": b, "checks": checks});
-    let mut text = b.render();
-    for c in &checks {
-        text.push_str(&format!(
-            "{} {} = {:.0} {} (target {})\n",
-            if c.pass { "PASS" } else { "FAIL" },
-            c.metric,
-            c.value,
-            c.unit,
-            c.target
-        ));
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{text}");
-    }
-    super::report::write_if(report_dir, || {
-        super::report::Page::new("warren bench crash", text.clone(), &v)
-    })?;
-    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
+    super::answer("crash", &b, b.render(), &b.checks(), 0, json, report_dir)
 }
 
 #[cfg(test)]

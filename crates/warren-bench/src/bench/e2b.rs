@@ -18,14 +18,15 @@
 //! `exec /bin/bash -l -c true`: the checks measure what the protocol costs. Warren's plain
 //! `exec true` is measured in the same run and reported beside them.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 use warren_client::Client;
 
+use super::daemon::Daemon;
 use super::Check;
 use crate::stats::Latency;
 use crate::table::{ms, Table};
@@ -157,9 +158,8 @@ impl E2bBench {
 
 /// A private `warrend --e2b` on a loopback port.
 struct Node {
-    dir: PathBuf,
+    daemon: Daemon,
     port: u16,
-    child: Option<Child>,
 }
 
 impl Node {
@@ -167,90 +167,33 @@ impl Node {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn admin(&self) -> Result<Client> {
-        Ok(Client::builder()
-            .url(format!(
-                "unix://{}",
-                self.dir.join("warrend.sock").display()
-            ))
-            .build()?)
-    }
-
-    async fn start(dir: PathBuf, sandboxes: usize) -> Result<Node> {
+    async fn start(dir: &Path, sandboxes: usize) -> Result<Node> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let log = std::fs::File::create(dir.join("warrend.log"))?;
-        let child = Command::new(super::tls::bin_dir()?.join("warrend"))
-            .arg("--socket")
-            .arg(dir.join("warrend.sock"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .args(["--node", &format!("be2b{}", std::process::id() % 100_000)])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--e2b", "--e2b-domain", "e2b.bench"])
-            .args(["--max-sandboxes", &(sandboxes + 16).to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting warrend (set WARREN_BIN_DIR)")?;
-        let mut node = Node {
-            dir,
-            port,
-            child: Some(child),
+        let daemon = Daemon::new(dir, &format!("be2b{}", std::process::id() % 100_000))?;
+        let mut node = Node { daemon, port };
+        let probe = Client::builder().url(node.url()).build()?;
+        let flags = |cmd: &mut std::process::Command| {
+            cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--e2b", "--e2b-domain", "e2b.bench"])
+                .args(["--max-sandboxes", &(sandboxes + 16).to_string()]);
         };
-        let client = Client::builder().url(node.url()).build()?;
-        let started = Instant::now();
-        loop {
-            if client.health().await.is_ok() {
-                return Ok(node);
-            }
-            if let Some(Ok(Some(s))) = node.child.as_mut().map(|c| c.try_wait()) {
-                bail!(
-                    "warrend exited ({s}); see {}",
-                    node.dir.join("warrend.log").display()
-                );
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                bail!("warrend did not answer in 30 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        node.daemon
+            .start(flags, &probe, Duration::from_secs(30))
+            .await?;
+        Ok(node)
     }
 
     /// Deletes whatever the run left (a failed driver), then stops the daemon.
     async fn stop(&mut self) {
-        if let Ok(c) = self.admin() {
+        if let Ok(c) = self.daemon.client(warren_client::DEFAULT_MAX_CONNECTIONS) {
             if let Ok(list) = c.list(&Default::default(), None).await {
                 let ids = list.into_iter().map(|s| s.id).collect();
                 let _ = super::delete_all_reporting(&c, ids, 16).await;
             }
         }
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.daemon.stop();
     }
 }
 
@@ -308,7 +251,7 @@ pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
     let dir = std::env::temp_dir().join(format!("warren-bench-e2b-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut node = Node::start(dir.clone(), rollouts).await?;
+    let mut node = Node::start(&dir, rollouts).await?;
     let raw = drive(&node.url(), &dir, n, rollouts).await;
     node.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -331,26 +274,5 @@ pub async fn run(
     report_dir: Option<&std::path::Path>,
 ) -> Result<i32> {
     let b = measure(n, rollouts).await?;
-    let checks = b.checks();
-    let v = serde_json::json!({"e2b": b, "checks": checks});
-    let mut text = b.render();
-    for c in &checks {
-        text.push_str(&format!(
-            "{} {} = {:.3} {} (target {})\n",
-            if c.pass { "PASS" } else { "FAIL" },
-            c.metric,
-            c.value,
-            c.unit,
-            c.target
-        ));
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{text}");
-    }
-    super::report::write_if(report_dir, || {
-        super::report::Page::new("warren bench e2b", text.clone(), &v)
-    })?;
-    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
+    super::answer("e2b", &b, b.render(), &b.checks(), 3, json, report_dir)
 }

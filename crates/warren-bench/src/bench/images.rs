@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use warren_client::Client;
 use warren_types::{CreateSandboxRequest, ExecRequest, ImageRef};
 
+use super::daemon::Daemon;
 use super::images_gen::{generate, GenImage, GenParams};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -86,17 +87,6 @@ pub struct ImagesReport {
     pub rate_mbps: u64,
     pub modes: Vec<ModeResult>,
     pub checks: Vec<super::Check>,
-}
-
-fn bin_dir() -> Result<PathBuf> {
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("finding this executable")?;
-    Ok(exe
-        .parent()
-        .context("executable has a directory")?
-        .to_path_buf())
 }
 
 fn self_write_bytes() -> u64 {
@@ -211,10 +201,9 @@ pub async fn serve_blobs(dir: PathBuf, rate_mbps: u64) -> Result<i32> {
     Ok(0)
 }
 
-/// A private `warrend` for one mode.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
+/// A private `warrend` for one mode, on an image store of its own.
+struct ModeDaemon {
+    daemon: Daemon,
     store: PathBuf,
     client: Client,
 }
@@ -243,52 +232,44 @@ fn bench_store(dir: &Path) -> Result<PathBuf> {
     Ok(store)
 }
 
-impl Daemon {
-    async fn start(work: &Path, mode: &str, blob_url: &str, sandboxes: usize) -> Result<Daemon> {
+impl ModeDaemon {
+    async fn start(
+        work: &Path,
+        mode: &str,
+        blob_url: &str,
+        sandboxes: usize,
+    ) -> Result<ModeDaemon> {
         let dir = work.join(format!("node-{mode}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let store = bench_store(&dir)?;
-        let sock = dir.join("warrend.sock");
-        let child = Command::new(bin_dir()?.join("warrend"))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--image-store")
-            .arg(&store)
-            .args(["--node", &format!("bimg{mode}")])
-            .args(["--blob-store", blob_url, "--blob-mode", mode])
-            .arg("--blob-cache")
-            .arg(dir.join("cache"))
-            .stdout(std::fs::File::create(dir.join("warrend.log"))?)
-            .stderr(std::fs::File::create(dir.join("warrend.err"))?)
-            .spawn()
-            .context("starting warrend (set WARREN_BIN_DIR)")?;
-        let client = Client::builder()
-            .url(format!("unix://{}", sock.display()))
-            .max_connections(sandboxes + 8)
-            .build()?;
-        let mut d = Daemon {
-            child,
-            dir,
+        let daemon = Daemon::new(&dir, &format!("bimg{mode}"))?;
+        let client = daemon.client(sandboxes + 8)?;
+        let mut d = ModeDaemon {
+            daemon,
             store,
             client,
         };
-        for _ in 0..200 {
-            if d.client.health().await.is_ok() {
-                return Ok(d);
-            }
-            if let Ok(Some(s)) = d.child.try_wait() {
-                bail!(
-                    "warrend exited ({s}); see {}",
-                    d.dir.join("warrend.log").display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let (store, cache) = (d.store.clone(), dir.join("cache"));
+        let flags = |cmd: &mut Command| {
+            cmd.arg("--image-store")
+                .arg(&store)
+                .args(["--blob-store", blob_url, "--blob-mode", mode])
+                .arg("--blob-cache")
+                .arg(&cache);
+        };
+        let started = d
+            .daemon
+            .start(flags, &d.client, Duration::from_secs(10))
+            .await;
+        if started.is_err() {
+            d.stop();
         }
-        d.stop();
-        bail!("warrend did not answer in 10 s")
+        started.map(|()| d)
+    }
+
+    fn dir(&self) -> &Path {
+        self.daemon.dir()
     }
 
     /// Unmounts the layers, stops the daemon and reaps it (its I/O counts join ours).
@@ -296,18 +277,7 @@ impl Daemon {
         if let Ok(s) = warren_image::ImageStore::open(&self.store) {
             s.unmount_all();
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.daemon.stop();
     }
 }
 
@@ -356,9 +326,9 @@ async fn run_daemon_mode(
     url: &str,
     images: &[GenImage],
 ) -> Result<ModeResult> {
-    let mut d = Daemon::start(&a.img_work, mode, url, a.img_sandboxes).await?;
+    let mut d = ModeDaemon::start(&a.img_work, mode, url, a.img_sandboxes).await?;
     let w0 = self_write_bytes();
-    let sampler = DiskSampler::start(device_stat(&d.dir));
+    let sampler = DiskSampler::start(device_stat(d.dir()));
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..a.img_sandboxes {
@@ -387,7 +357,7 @@ async fn run_daemon_mode(
     (res.device_write_bytes, res.peak_write_mbps) = sampler.finish();
     d.stop();
     res.process_write_bytes = self_write_bytes().saturating_sub(w0);
-    let _ = std::fs::remove_dir_all(&d.dir);
+    let _ = std::fs::remove_dir_all(d.dir());
     Ok(res)
 }
 

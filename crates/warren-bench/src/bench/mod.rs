@@ -45,6 +45,7 @@ mod call;
 mod cluster;
 mod crash;
 mod curve;
+mod daemon;
 mod disk;
 mod e2b;
 mod fusion;
@@ -237,6 +238,41 @@ impl Check {
             pass: value >= limit,
         }
     }
+}
+
+/// Answers one benchmark of its own (`crash`, `tls`, `e2b`): its table and checks (values
+/// with `decimals` digits) as text, or `{key: bench, "checks": [...]}` as JSON; the report
+/// page under `report_dir` when given; exit code 0 when every check passed.
+fn answer(
+    key: &str,
+    bench: &impl Serialize,
+    table: String,
+    checks: &[Check],
+    decimals: usize,
+    json: bool,
+    report_dir: Option<&std::path::Path>,
+) -> anyhow::Result<i32> {
+    let v = serde_json::json!({ key: bench, "checks": checks });
+    let mut text = table;
+    for c in checks {
+        text.push_str(&format!(
+            "{} {} = {:.decimals$} {} (target {})\n",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.metric,
+            c.value,
+            c.unit,
+            c.target
+        ));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{text}");
+    }
+    report::write_if(report_dir, || {
+        report::Page::new(&format!("warren bench {key}"), text.clone(), &v)
+    })?;
+    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
 }
 
 /// Everything one `warren-bench` run measured.

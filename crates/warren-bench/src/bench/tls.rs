@@ -9,14 +9,14 @@
 //! through one client connection that stays open for the round. Reported: p50 of each mode
 //! over all rounds and their difference (target ≤ 0.2 ms).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest};
 
+use super::daemon::Daemon;
 use super::Check;
 use crate::stats::Latency;
 use crate::table::{ms, Table};
@@ -68,17 +68,6 @@ impl TlsBench {
     }
 }
 
-pub(super) fn bin_dir() -> Result<PathBuf> {
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("finding this executable")?;
-    Ok(exe
-        .parent()
-        .context("executable has a directory")?
-        .to_path_buf())
-}
-
 /// The throw-away CA's certificate, the server's certificate and key, and the auth file (an
 /// admin tenant: the sandbox is made by root on the Unix socket and belongs to no tenant, and
 /// the token check costs the same for every role).
@@ -108,23 +97,16 @@ fn write_pki(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The measured daemon: plain HTTP or TLS with a token on the same loopback port.
 struct Node {
-    dir: PathBuf,
-    node: String,
+    daemon: Daemon,
     port: u16,
-    child: Option<Child>,
 }
 
 impl Node {
-    fn socket(&self) -> PathBuf {
-        self.dir.join("warrend.sock")
-    }
-
     /// The root client on the Unix socket (setup and clean-up).
     fn admin(&self) -> Result<Client> {
-        Ok(Client::builder()
-            .url(format!("unix://{}", self.socket().display()))
-            .build()?)
+        self.daemon.client(warren_client::DEFAULT_MAX_CONNECTIONS)
     }
 
     /// The measuring client: one connection, kept alive.
@@ -132,7 +114,7 @@ impl Node {
         let b = Client::builder().max_connections(1);
         Ok(if tls {
             b.url(format!("https://127.0.0.1:{}", self.port))
-                .ca_file(self.dir.join("ca.pem"))
+                .ca_file(self.daemon.dir().join("ca.pem"))
                 .token(TOKEN)
                 .build()?
         } else {
@@ -141,73 +123,26 @@ impl Node {
     }
 
     async fn start(&mut self, tls: bool) -> Result<()> {
-        let mut cmd = Command::new(bin_dir()?.join("warrend"));
-        cmd.arg("--socket")
-            .arg(self.socket())
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .args(["--node", &self.node])
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)]);
-        if tls {
-            cmd.arg("--tls-cert")
-                .arg(self.dir.join("server.pem"))
-                .arg("--tls-key")
-                .arg(self.dir.join("server.key"))
-                .arg("--auth")
-                .arg(self.dir.join("auth.toml"));
-        }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("warrend.log"))?;
-        self.child = Some(
-            cmd.stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .context("starting warrend (set WARREN_BIN_DIR)")?,
-        );
-        let client = self.client(tls)?;
-        let started = Instant::now();
-        loop {
-            if client.health().await.is_ok() {
-                return Ok(());
+        let (dir, port) = (self.daemon.dir().to_path_buf(), self.port);
+        let probe = self.client(tls)?;
+        let flags = |cmd: &mut std::process::Command| {
+            cmd.args(["--listen", &format!("127.0.0.1:{port}")]);
+            if tls {
+                cmd.arg("--tls-cert")
+                    .arg(dir.join("server.pem"))
+                    .arg("--tls-key")
+                    .arg(dir.join("server.key"))
+                    .arg("--auth")
+                    .arg(dir.join("auth.toml"));
             }
-            if let Some(Ok(Some(s))) = self.child.as_mut().map(|c| c.try_wait()) {
-                bail!(
-                    "warrend exited ({s}); see {}",
-                    self.dir.join("warrend.log").display()
-                );
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                bail!("warrend did not answer in 30 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        };
+        self.daemon
+            .start(flags, &probe, Duration::from_secs(30))
+            .await
     }
 
     fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.stop();
+        self.daemon.stop();
     }
 }
 
@@ -239,10 +174,8 @@ pub async fn measure(n: usize) -> Result<TlsBench> {
     std::fs::create_dir_all(&dir)?;
     write_pki(&dir)?;
     let mut node = Node {
-        node: format!("btls{}", std::process::id() % 100_000),
-        dir: dir.clone(),
+        daemon: Daemon::new(&dir, &format!("btls{}", std::process::id() % 100_000))?,
         port,
-        child: None,
     };
     let result = async {
         node.start(false).await?;
@@ -290,26 +223,5 @@ pub async fn measure(n: usize) -> Result<TlsBench> {
 
 pub async fn run(n: usize, json: bool, report_dir: Option<&std::path::Path>) -> Result<i32> {
     let b = measure(n).await?;
-    let checks = b.checks();
-    let v = serde_json::json!({"tls": b, "checks": checks});
-    let mut text = b.render();
-    for c in &checks {
-        text.push_str(&format!(
-            "{} {} = {:.3} {} (target {})\n",
-            if c.pass { "PASS" } else { "FAIL" },
-            c.metric,
-            c.value,
-            c.unit,
-            c.target
-        ));
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{text}");
-    }
-    super::report::write_if(report_dir, || {
-        super::report::Page::new("warren bench tls", text.clone(), &v)
-    })?;
-    Ok(if checks.iter().all(|c| c.pass) { 0 } else { 1 })
+    super::answer("tls", &b, b.render(), &b.checks(), 3, json, report_dir)
 }

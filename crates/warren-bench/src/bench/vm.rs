@@ -13,14 +13,14 @@
 //! | create p50 with an allow-list policy − with `none` (interleaved, same run) | ≤ 30 ms |
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest, ImageRef, Substrate};
 
+use super::daemon::Daemon;
 use super::{Check, Report};
 use crate::stats::Latency;
 use crate::table::{ms, Table};
@@ -91,28 +91,10 @@ pub struct VmDensity {
     pub qemu_left_after_delete: usize,
 }
 
-/// A daemon of this run.
+/// A daemon of this run (stopped when it drops; the run deletes its sandboxes before).
 struct Node {
-    child: Child,
+    daemon: Daemon,
     client: Client,
-    dir: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        // SIGTERM: the daemon stops serving; the run deletes its sandboxes before.
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn warrend() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("finding this executable")?;
-    let p = exe.with_file_name("warrend");
-    anyhow::ensure!(p.is_file(), "warrend not found next to {}", exe.display());
-    Ok(p)
 }
 
 async fn start_node(
@@ -121,51 +103,23 @@ async fn start_node(
     vm_dir: &Path,
     templates: bool,
 ) -> anyhow::Result<Node> {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir)?;
-    let sock = dir.join("warren.sock");
-    let log = std::fs::File::create(dir.join("warrend.log"))?;
-    let child = Command::new(warrend()?)
-        .arg("--socket")
-        .arg(&sock)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--node")
-        .arg(name)
-        .arg("--vm-dir")
-        .arg(vm_dir)
-        .arg("--vm-templates")
-        .arg(templates.to_string())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting warrend")?;
-    let client = Client::builder()
-        .url(format!("unix://{}", sock.display()))
-        .build()?;
-    let mut node = Node { child, client, dir };
-    let t = Instant::now();
-    loop {
-        if node.client.health().await.is_ok() {
-            break;
-        }
-        if let Some(st) = node.child.try_wait()? {
-            bail!(
-                "warrend exited with {st}; see {}",
-                node.dir.join("warrend.log").display()
-            );
-        }
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!("warrend did not answer in 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let daemon = Daemon::new(&root.join(name), name)?;
+    let client = daemon.client(warren_client::DEFAULT_MAX_CONNECTIONS)?;
+    let mut node = Node { daemon, client };
+    let flags = |cmd: &mut std::process::Command| {
+        cmd.arg("--vm-dir")
+            .arg(vm_dir)
+            .arg("--vm-templates")
+            .arg(templates.to_string());
+    };
+    node.daemon
+        .start(flags, &node.client, Duration::from_secs(30))
+        .await?;
     let h = node.client.health().await?;
     if !h.substrates.iter().any(|s| s == "microvm") {
         bail!(
             "the daemon does not serve microvm (no QEMU or guest kernel?): see {}",
-            node.dir.join("warrend.log").display()
+            node.daemon.dir().join("warrend.log").display()
         );
     }
     Ok(node)

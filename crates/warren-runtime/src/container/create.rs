@@ -10,7 +10,7 @@ use super::{destroy, Container, ContainerRuntime};
 use crate::agent::AgentConn;
 use crate::cgroup::CgroupSet;
 use crate::procfs::start_time;
-use crate::{RuntimeError, SandboxSpec};
+use crate::{RuntimeError, SandboxSpec, StartCause};
 
 /// Longest a start-up step may take before the sandbox is declared failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -108,13 +108,7 @@ pub async fn create(
             }
             crate::leases::release(&rt.images, &spec.id).await;
             free_ids();
-            Err(match e {
-                RuntimeError::StartFailed(_)
-                | RuntimeError::ImageNotFound(_)
-                | RuntimeError::NoDisk(_)
-                | RuntimeError::NoIds(_) => e,
-                other => RuntimeError::StartFailed(other.to_string()),
-            })
+            Err(e.into_start_failure())
         }
     }
 }
@@ -139,20 +133,27 @@ async fn writable_layer(
     let bytes = spec.limits.disk_mb << 20;
     let dir = tokio::task::spawn_blocking(move || w.prepare(&id, bytes, owner))
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("writable layer task: {e}")))??;
+        .map_err(|e| StartCause::task("writable layer", e))??;
     Ok(Some(dir))
 }
 
 async fn recv(stream: &mut UnixStream, what: &str) -> Result<InitReply, RuntimeError> {
     let f = tokio::time::timeout(STEP_TIMEOUT, Frame::read_async(stream))
         .await
-        .map_err(|_| RuntimeError::StartFailed(format!("agent did not answer ({what}) in time")))?
-        .map_err(|e| RuntimeError::StartFailed(format!("agent start-up ({what}): {e}")))?;
+        .map_err(|_| StartCause::AgentTimeout {
+            step: what.to_string(),
+            log: String::new(),
+        })?
+        .map_err(|e| StartCause::AgentIo {
+            step: what.to_string(),
+            source: e,
+            log: String::new(),
+        })?;
     match f
         .parse::<InitReply>()
         .map_err(|e| RuntimeError::Protocol(e.to_string()))?
     {
-        InitReply::Failed { message } => Err(RuntimeError::StartFailed(message)),
+        InitReply::Failed { message } => Err(StartCause::AgentRefused(message).into()),
         r => Ok(r),
     }
 }
@@ -161,7 +162,14 @@ async fn send(stream: &mut UnixStream, msg: &Init) -> Result<(), RuntimeError> {
     Frame::json(0, Kind::Init, msg)
         .write_async(stream)
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("agent start-up: {e}")))
+        .map_err(|e| {
+            StartCause::AgentIo {
+                step: "init".into(),
+                source: e,
+                log: String::new(),
+            }
+            .into()
+        })
 }
 
 /// What a sandbox's start gets beyond its spec.
@@ -201,7 +209,7 @@ async fn start(
             let d = d.clone();
             let p = tokio::task::spawn_blocking(move || images.ensure_mounted(&d))
                 .await
-                .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
+                .map_err(|e| StartCause::task("layer mount", e))??;
             plain.push(p.display().to_string());
         }
         plain
@@ -217,7 +225,7 @@ async fn start(
                 .map_err(|e| RuntimeError::io("dup userns fd", e))?;
             tokio::task::spawn_blocking(move || images.ensure_idmapped(&d, base, &userns))
                 .await
-                .map_err(|e| RuntimeError::StartFailed(format!("layer mount task: {e}")))??;
+                .map_err(|e| StartCause::task("layer mount", e))??;
         }
         layers
             .iter()

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use super::{create, Container, ContainerRuntime};
 use crate::reaper::{spawn_wait, ChildExit};
-use crate::{Instance, RuntimeError, SandboxSpec};
+use crate::{Instance, RuntimeError, SandboxSpec, StartCause};
 
 /// Runs a helper program to completion; its stderr goes into the error on failure.
 async fn run_helper(
@@ -58,11 +58,12 @@ async fn run_helper(
     if exit.success() {
         Ok(())
     } else {
-        Err(RuntimeError::StartFailed(format!(
-            "{} failed ({exit:?}): {}",
-            argv[0],
-            stderr.trim()
-        )))
+        Err(StartCause::Tool {
+            what: argv[0].to_string(),
+            status: format!("{exit:?}"),
+            stderr: stderr.trim().to_string(),
+        }
+        .into())
     }
 }
 
@@ -97,7 +98,10 @@ pub async fn pack(
     let pid = parent.record.agent_pid;
     let pidfd = warren_sys::pidfd::open(pid)?;
     let upper = warren_sys::pidfd::get_fd(&pidfd, warren_proto::UPPER_FD).map_err(|e| {
-        RuntimeError::StartFailed(format!("parent's writable layer is not reachable: {e}"))
+        StartCause::Helper {
+            what: "parent's writable layer is not reachable".into(),
+            detail: e.to_string(),
+        }
     })?;
     let seq = next_seq();
     let base = rt.images.root().join("tmp").join(format!(

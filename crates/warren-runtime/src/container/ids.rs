@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use crate::RuntimeError;
+use crate::{RuntimeError, StartCause};
 
 /// Ids in one sandbox's range.
 pub const RANGE: u32 = 65_536;
@@ -51,10 +51,11 @@ pub fn disjoint_from_owners(
     );
     let (o_start, o_end) = (u64::from(o), u64::from(o) + u64::from(super::OWNER_UIDS));
     if start < o_end && o_start < end {
-        return Err(RuntimeError::StartFailed(format!(
+        return Err(StartCause::Config(format!(
             "the host id pool {start}..{end} overlaps the sandbox owner uids {o_start}..{o_end} \
              (--id-pool-base, --id-ranges, --sandbox-owner-uid-base)"
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -72,11 +73,12 @@ impl IdPool {
     pub fn new(cfg: IdPoolConfig) -> Result<IdPool, RuntimeError> {
         let end = cfg.base as u64 + cfg.slots as u64 * RANGE as u64;
         if !cfg.base.is_multiple_of(RANGE) || cfg.slots == 0 || end > u32::MAX as u64 {
-            return Err(RuntimeError::StartFailed(format!(
+            return Err(StartCause::Config(format!(
                 "id pool base {} with {} ranges of {RANGE}: the base must be a multiple of \
                  {RANGE} and the pool end below 2^32",
                 cfg.base, cfg.slots
-            )));
+            ))
+            .into());
         }
         Ok(IdPool {
             cfg,

@@ -34,7 +34,7 @@ use warren_types::{NodeId, SandboxId, Substrate};
 
 use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
-use crate::{Instance, Runtime, RuntimeError, SandboxSpec, Usage};
+use crate::{Instance, Runtime, RuntimeError, SandboxSpec, StartCause, Usage};
 
 pub use record::ContainerRecord;
 pub use warren_proto::UserLimit;
@@ -171,10 +171,11 @@ pub struct ContainerRuntime {
 impl ContainerRuntime {
     pub fn new(cfg: ContainerConfig, images: Arc<ImageStore>) -> Result<Self, RuntimeError> {
         if !cfg.agent_bin.is_file() {
-            return Err(RuntimeError::StartFailed(format!(
+            return Err(StartCause::Config(format!(
                 "agent binary {} not found",
                 cfg.agent_bin.display()
-            )));
+            ))
+            .into());
         }
         match crate::program::linkage(&cfg.agent_bin) {
             Ok(crate::program::Linkage::Static) => {
@@ -335,10 +336,13 @@ fn idmap_userns(cfg: &ContainerConfig) -> Result<std::os::fd::OwnedFd, RuntimeEr
         .read(&mut buf)
         .map_err(|e| RuntimeError::io("user namespace helper", e))?;
     if n == 0 || buf[0] != b'u' {
-        return Err(RuntimeError::StartFailed(format!(
-            "cannot create a user namespace: {}",
-            String::from_utf8_lossy(&buf[..n]).trim_start_matches('!')
-        )));
+        return Err(StartCause::Helper {
+            what: "cannot create a user namespace".into(),
+            detail: String::from_utf8_lossy(&buf[..n])
+                .trim_start_matches('!')
+                .to_string(),
+        }
+        .into());
     }
     let range = warren_sys::ns::IdRange {
         inside: 0,
@@ -394,12 +398,15 @@ fn shared_sysfs(at: &std::path::Path) -> Result<PathBuf, RuntimeError> {
         })
         .map_err(|e| RuntimeError::io("start the shared sysfs thread", e))?
         .join()
-        .map_err(|_| RuntimeError::StartFailed("the shared sysfs thread panicked".into()))??;
+        .map_err(|_| StartCause::Helper {
+            what: "the shared sysfs thread".into(),
+            detail: "panicked".into(),
+        })??;
     if !is_sysfs(at) {
-        return Err(RuntimeError::StartFailed(format!(
-            "{} is not a sysfs after mounting one",
-            at.display()
-        )));
+        return Err(StartCause::Mount {
+            what: format!("{} is not a sysfs after mounting one", at.display()),
+        }
+        .into());
     }
     Ok(at.to_path_buf())
 }
@@ -445,14 +452,19 @@ async fn mount_devpts(agent_bin: &std::path::Path, agent_pid: u32) -> Result<(),
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), exited).await;
     match read {
         Ok(Ok(_)) if reply.first() == Some(&b'o') => Ok(()),
-        Ok(Ok(_)) => Err(RuntimeError::StartFailed(format!(
-            "cannot mount the sandbox's devpts: {}",
-            String::from_utf8_lossy(&reply).trim_start_matches('!')
-        ))),
+        Ok(Ok(_)) => Err(StartCause::Mount {
+            what: format!(
+                "cannot mount the sandbox's devpts: {}",
+                String::from_utf8_lossy(&reply).trim_start_matches('!')
+            ),
+        }
+        .into()),
         Ok(Err(e)) => Err(RuntimeError::io("devpts helper", e)),
-        Err(_) => Err(RuntimeError::StartFailed(
-            "the devpts helper did not answer in time".into(),
-        )),
+        Err(_) => Err(StartCause::Helper {
+            what: "the devpts helper".into(),
+            detail: "no answer in time".into(),
+        }
+        .into()),
     }
 }
 
@@ -566,9 +578,7 @@ impl Instance for Container {
             if crate::procfs::start_time(self.record.agent_pid)
                 != Some(self.record.agent_start_time)
             {
-                return Err(RuntimeError::StartFailed(
-                    "the sandbox's agent is gone".into(),
-                ));
+                return Err(StartCause::AgentGone.into());
             }
             mount_devpts(&self.agent_bin, self.record.agent_pid).await?;
             *ready = true;

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::RuntimeError;
+use crate::{RuntimeError, StartCause};
 
 /// How the node keeps writable layers on disk.
 #[derive(Debug, Clone, PartialEq)]
@@ -355,17 +355,19 @@ fn file_mb(f: &Path) -> u64 {
 }
 
 fn run(cmd: &mut std::process::Command, what: &str) -> Result<(), RuntimeError> {
-    let out = warren_sys::children::output(cmd).map_err(|e| {
-        RuntimeError::StartFailed(format!(
-            "{what}: {e} (the node needs btrfs-progs for writable layers on disk)"
-        ))
+    let out = warren_sys::children::output(cmd).map_err(|e| StartCause::ToolMissing {
+        what: what.to_string(),
+        package: "btrfs-progs",
+        purpose: "writable layers on disk",
+        source: e,
     })?;
     if !out.status.success() {
-        return Err(RuntimeError::StartFailed(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(StartCause::Tool {
+            what: what.to_string(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -400,11 +402,14 @@ fn mount_image(image: &Path, dir: &Path) -> Result<(), RuntimeError> {
         &format!("mount {} at {}", image.display(), dir.display()),
     )?;
     if !warren_sys::btrfs::is_btrfs(dir) {
-        return Err(RuntimeError::StartFailed(format!(
-            "{} is not a btrfs after mounting {}",
-            dir.display(),
-            image.display()
-        )));
+        return Err(StartCause::Mount {
+            what: format!(
+                "{} is not a btrfs after mounting {}",
+                dir.display(),
+                image.display()
+            ),
+        }
+        .into());
     }
     // Direct I/O from the loop device to the file: its pages are cached once (by the btrfs
     // above), not a second time as the image file's.
@@ -426,7 +431,9 @@ fn direct_io(image: &Path) -> Result<(), RuntimeError> {
         .and_then(|l| l.split(':').next())
         .filter(|d| d.starts_with("/dev/loop"))
         .ok_or_else(|| {
-            RuntimeError::StartFailed(format!("no loop device for {}", image.display()))
+            RuntimeError::from(StartCause::Mount {
+                what: format!("no loop device for {}", image.display()),
+            })
         })?;
     run(
         std::process::Command::new("losetup").args(["--direct-io=on", dev]),

@@ -16,7 +16,7 @@ use super::{destroy, disk, qmp::Qmp, vcpus, Accel, Vm, VmRuntime, VMM_OVERHEAD_M
 use crate::agent::AgentConn;
 use crate::cgroup::CgroupSet;
 use crate::procfs::start_time;
-use crate::{RuntimeError, SandboxSpec};
+use crate::{RuntimeError, SandboxSpec, StartCause};
 
 /// Longest a cold boot may take until the agent answers (TCG boots in ~4 s; a loaded
 /// 2-core host running several at once needs much more).
@@ -103,7 +103,10 @@ async fn start(
     let (exited, death) = watch_exit(pid, Some(status), launch.dir.to_path_buf())?;
     let qmp = Qmp::connect(&qemu::qmp_socket(launch.dir), Duration::from_secs(20))
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("{e}{}", qemu::log_tail(launch.dir))))?;
+        .map_err(|e| StartCause::Vmm {
+            step: "connecting to QMP".into(),
+            detail: format!("{e}{}", qemu::log_tail(launch.dir)),
+        })?;
     let agent = connect(&qemu::agent_socket(launch.dir)).await?;
     Ok(Started {
         pid,
@@ -158,10 +161,11 @@ async fn connect(path: &Path) -> Result<UnixStream, RuntimeError> {
         match UnixStream::connect(path).await {
             Ok(s) => return Ok(s),
             Err(e) if start.elapsed() > Duration::from_secs(20) => {
-                return Err(RuntimeError::StartFailed(format!(
-                    "agent socket {}: {e}",
-                    path.display()
-                )))
+                return Err(StartCause::AgentSocket {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+                .into())
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
         }
@@ -179,35 +183,38 @@ async fn wait_ready(
     let death = s.death.clone();
     let read = async {
         loop {
-            let f = Frame::read_async(&mut s.agent).await.map_err(|e| {
-                RuntimeError::StartFailed(format!(
-                    "guest agent ({what}): {e}{}",
-                    qemu::log_tail(dir)
-                ))
-            })?;
+            let f = Frame::read_async(&mut s.agent)
+                .await
+                .map_err(|e| StartCause::AgentIo {
+                    step: what.to_string(),
+                    source: e,
+                    log: qemu::log_tail(dir),
+                })?;
             if f.kind != Kind::Init {
                 continue;
             }
             match f.parse::<InitReply>() {
                 Ok(InitReply::Ready { .. }) => return Ok(()),
                 Ok(InitReply::Failed { message }) => {
-                    return Err(RuntimeError::StartFailed(message))
+                    return Err(StartCause::AgentRefused(message).into())
                 }
                 _ => continue,
             }
         }
     };
     tokio::select! {
-        r = tokio::time::timeout(timeout, read) => r.map_err(|_| {
-            RuntimeError::StartFailed(format!(
-                "guest agent did not answer ({what}) within {timeout:?}{}",
-                qemu::log_tail(dir)
-            ))
+        r = tokio::time::timeout(timeout, read) => r.map_err(|_| StartCause::AgentTimeout {
+            step: format!("{what}, {timeout:?}"),
+            log: qemu::log_tail(dir),
         })?,
-        _ = exited.wait_for(|e| *e) => Err(RuntimeError::StartFailed(format!(
-            "during {what}: {}",
-            death.get().cloned().unwrap_or_else(|| format!("QEMU exited{}", qemu::log_tail(dir)))
-        ))),
+        _ = exited.wait_for(|e| *e) => Err(StartCause::Vmm {
+            step: what.to_string(),
+            detail: death
+                .get()
+                .cloned()
+                .unwrap_or_else(|| format!("QEMU exited{}", qemu::log_tail(dir))),
+        }
+        .into()),
     }
 }
 
@@ -238,13 +245,6 @@ async fn cleanup(cgroups: &CgroupSet, dir: &Path, id: &str) {
     }
 }
 
-fn as_start_failed(e: RuntimeError) -> RuntimeError {
-    match e {
-        RuntimeError::StartFailed(_) | RuntimeError::ImageNotFound(_) => e,
-        other => RuntimeError::StartFailed(other.to_string()),
-    }
-}
-
 /// Cold boot. With `ram_file` the guest's RAM is the file `ram` of the sandbox's directory,
 /// mapped shared (a template's VM: its snapshot then leaves the RAM out of the stream).
 pub async fn boot(
@@ -265,7 +265,7 @@ pub async fn boot(
     };
     boot_with(rt, spec, layers, &dir, accel, ram, BOOT_TIMEOUT)
         .await
-        .map_err(as_start_failed)
+        .map_err(RuntimeError::into_start_failure)
 }
 
 async fn boot_with(
@@ -387,12 +387,13 @@ pub async fn restore(
 ) -> Result<Vm, RuntimeError> {
     let key = rt.key(spec, layers).await?;
     if snap.meta.machine != key {
-        return Err(RuntimeError::StartFailed(format!(
+        return Err(StartCause::Snapshot(format!(
             "snapshot {} was made for another machine ({:?}); this sandbox is {:?}",
             snap.dir.display(),
             snap.meta.machine,
             key
-        )));
+        ))
+        .into());
     }
     let t0 = Instant::now();
     let dir = rt.sandbox_dir(spec.id.as_str());
@@ -403,7 +404,9 @@ pub async fn restore(
     } else {
         Ram::Anonymous
     };
-    let cgroups = prepare(rt, spec, &dir).await.map_err(as_start_failed)?;
+    let cgroups = prepare(rt, spec, &dir)
+        .await
+        .map_err(RuntimeError::into_start_failure)?;
     let mut marks = (Duration::ZERO, Duration::ZERO);
     let result = async {
         let t_prepared = t0.elapsed();
@@ -446,9 +449,9 @@ pub async fn restore(
                 .await?;
             s.qmp.wait_migration(RESTORE_TIMEOUT).await
         };
-        incoming.await.map_err(|e| {
-            RuntimeError::StartFailed(format!("restore: {e}{}", qemu::log_tail(&dir)))
-        })?;
+        incoming
+            .await
+            .map_err(|e| StartCause::Snapshot(format!("restore: {e}{}", qemu::log_tail(&dir))))?;
         let t_migrated = t0.elapsed();
         if s.qmp.status().await? != "running" {
             s.qmp.cont().await?;
@@ -463,7 +466,11 @@ pub async fn restore(
         )
         .write_async(&mut s.agent)
         .await
-        .map_err(|e| RuntimeError::StartFailed(format!("greeting the restored agent: {e}")))?;
+        .map_err(|e| StartCause::AgentIo {
+            step: "greeting the restored agent".into(),
+            source: e,
+            log: String::new(),
+        })?;
         wait_ready(&mut s, &dir, RESTORE_TIMEOUT, "restore").await?;
         tracing::debug!(
             sandbox = %spec.id,
@@ -481,7 +488,7 @@ pub async fn restore(
         Ok(s) => s,
         Err(e) => {
             cleanup(&cgroups, &dir, spec.id.as_str()).await;
-            return Err(as_start_failed(e));
+            return Err(e.into_start_failure());
         }
     };
     tracing::debug!(sandbox = %spec.id, ms = t0.elapsed().as_millis() as u64, "VM restored");

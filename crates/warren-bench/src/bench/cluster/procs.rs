@@ -13,20 +13,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use warren_client::Client;
 
-/// Where the Warren binaries are: `$WARREN_BIN_DIR`, else next to this executable.
-pub fn bin_dir() -> Result<PathBuf> {
-    if let Ok(d) = std::env::var("WARREN_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("finding this executable")?;
-    Ok(exe
-        .parent()
-        .context("the executable has a directory")?
-        .to_path_buf())
-}
-
 fn binary(name: &str) -> Result<PathBuf> {
-    let p = bin_dir()?.join(name);
+    let p = super::super::daemon::bin_dir()?.join(name);
     if !p.exists() {
         bail!(
             "{} not found (build it with `cargo build --release --workspace --bins`, or set \
