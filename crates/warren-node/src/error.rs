@@ -35,6 +35,14 @@ pub enum StoreError {
         #[source]
         cause: AppendFailure,
     },
+    /// A log file of the trajectory journal failed.
+    #[error("{what} ({path}): {source}")]
+    Journal {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<JournalError>,
+    },
     /// An output blob file could not be written, read or listed.
     #[error("trajectory blob {what} ({path}): {source}")]
     Blob {
@@ -52,12 +60,83 @@ pub enum StoreError {
     },
 }
 
+/// Why a write or a scan of the trajectory journal failed: its index (the redb tables of
+/// log lengths, steps and output references) or one of its files (a log, an output blob).
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The index failed.
+    #[error("index: {0}")]
+    Index(#[from] redb::Error),
+    /// A log file could not be created, written or synced.
+    #[error("log file ({what}): {source}")]
+    Log {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A log could not be read back, or an output blob written (the error names the file).
+    #[error("{0}")]
+    File(#[source] Box<StoreError>),
+}
+
+/// redb's own error types, each an index failure.
+macro_rules! index_errors {
+    ($($t:ty),*) => {
+        $(impl From<$t> for JournalError {
+            fn from(e: $t) -> Self {
+                JournalError::Index(e.into())
+            }
+        })*
+    };
+}
+index_errors!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<StoreError> for JournalError {
+    fn from(e: StoreError) -> Self {
+        JournalError::File(Box::new(e))
+    }
+}
+
+impl JournalError {
+    /// A stable name of the failure (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            JournalError::Index(_) => "index",
+            JournalError::Log { .. } => "log",
+            JournalError::File(_) => "file",
+        }
+    }
+
+    /// As an error of the state file at `path` while doing `what`: an index failure is a
+    /// `Db` error, a file's keeps its own path.
+    pub fn into_store(self, what: &'static str, path: &std::path::Path) -> StoreError {
+        match self {
+            JournalError::Index(e) => StoreError::Db {
+                what,
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            },
+            JournalError::File(e) => *e,
+            e @ JournalError::Log { .. } => StoreError::Journal {
+                what,
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
 /// Why a trajectory append was not committed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AppendFailure {
-    /// Its group's transaction failed (every append of the group shares the cause).
+    /// Its group's write failed (every append of the group shares the cause).
     #[error("append: {0}")]
-    Commit(std::sync::Arc<redb::Error>),
+    Commit(std::sync::Arc<JournalError>),
     /// The journal's writer is gone (the node is stopping).
     #[error("the trajectory writer stopped")]
     Stopped,

@@ -39,7 +39,7 @@ pub mod trajectory;
 
 pub use api::{router, ROUTES};
 pub use config::NodeConfig;
-pub use error::{NodeError, StoreError};
+pub use error::{JournalError, NodeError, StoreError};
 pub use functions::Functions;
 pub use images::Images;
 pub use manager::{Created, ListFilter, Manager, RecoveryReport};

@@ -113,7 +113,6 @@ impl std::fmt::Debug for Shipper {
     }
 }
 
-/// A store error as the shipper reports it.
 /// Why shipping or sealing a trajectory failed (the shipper retries a pass with backoff; a
 /// seal that fails is a warning of the delete).
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +133,18 @@ pub enum ShipError {
     /// The shipper's thread went away before the seal was done.
     #[error("the trajectory shipper stopped")]
     Stopped,
+}
+
+impl ShipError {
+    /// A stable name of the failure (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ShipError::Store(_) => "store",
+            ShipError::Journal(_) => "journal",
+            ShipError::Encode { .. } => "encode",
+            ShipError::Stopped => "stopped",
+        }
+    }
 }
 
 fn encode<T: serde::Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>, ShipError> {
@@ -196,7 +207,7 @@ impl Shipper {
             let r = self.seal_now(journal, &job.id, &job.live).await;
             if let Err(e) = &r {
                 self.metrics.errors.inc();
-                tracing::warn!(sandbox = %job.id, error = %e, "cannot seal the shipped trajectory");
+                tracing::warn!(sandbox = %job.id, error = %e, kind = e.kind(), "cannot seal the shipped trajectory");
             }
             let _ = job.done.send(r);
         }
@@ -259,7 +270,7 @@ impl Shipper {
                     let mut st = self.lock();
                     st.backoff = (st.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
                     st.retry_at = Some(Instant::now() + st.backoff);
-                    tracing::warn!(sandbox = %id, error = %e, retry_in_ms = st.backoff.as_millis() as u64, "cannot ship a trajectory segment");
+                    tracing::warn!(sandbox = %id, error = %e, kind = e.kind(), retry_in_ms = st.backoff.as_millis() as u64, "cannot ship a trajectory segment");
                     return;
                 }
             }

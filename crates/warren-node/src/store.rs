@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warren_types::{CreateSandboxRequest, SandboxId, SandboxInfo};
 
+use crate::error::JournalError;
 pub use crate::error::StoreError;
 use crate::trajectory::{journal, Journal};
 
@@ -275,13 +276,16 @@ impl Store {
     fn removing(
         &self,
         what: &'static str,
-        f: impl FnOnce(&redb::WriteTransaction, &mut journal::Gone) -> Result<(), redb::Error>,
+        f: impl FnOnce(&redb::WriteTransaction, &mut journal::Gone) -> Result<(), JournalError>,
     ) -> Result<(), StoreError> {
         let files = self.journal.blob_dir();
         blocking(|| {
             let _lock = files.lock();
             let mut gone = journal::Gone::default();
-            self.write_now(what, |tx| f(tx, &mut gone))?;
+            let err = |e: JournalError| e.into_store(what, &self.path);
+            let tx = self.db.begin_write().map_err(|e| err(e.into()))?;
+            f(&tx, &mut gone).map_err(err)?;
+            tx.commit().map_err(|e| err(e.into()))?;
             self.journal.unlink(&gone);
             Ok(())
         })

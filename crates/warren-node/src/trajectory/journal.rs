@@ -35,7 +35,7 @@ use warren_types::SandboxId;
 use super::blobs::BlobDir;
 use super::logs::{self, LogDir};
 use super::{Blob, Blobs, Digest, StoredEntry};
-use crate::error::{AppendFailure, StoreError};
+use crate::error::{AppendFailure, JournalError, StoreError};
 
 const ENTRIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory");
 const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("trajectory_steps");
@@ -158,8 +158,9 @@ pub(crate) struct Gone {
     pub logs: Vec<String>,
 }
 
-fn io(e: impl std::fmt::Display) -> redb::Error {
-    redb::Error::Io(std::io::Error::other(e.to_string()))
+/// A log file step that failed.
+fn log_err(what: &'static str) -> impl Fn(std::io::Error) -> JournalError {
+    move |source| JournalError::Log { what, source }
 }
 
 /// Most entries (and step index rows) one transaction deletes, so removing a long
@@ -177,7 +178,7 @@ pub(crate) fn clear_some(
     logs: &LogDir,
     id: &SandboxId,
     gone: &mut Gone,
-) -> Result<bool, redb::Error> {
+) -> Result<bool, JournalError> {
     let range = (id.as_str(), 0u64)..=(id.as_str(), u64::MAX);
     let mut refs: Vec<String> = Vec::new();
     let mut lens = tx.open_table(LOGS)?;
@@ -185,8 +186,8 @@ pub(crate) fn clear_some(
     if let Some((len, _)) = committed {
         // Every entry's blob references go in this one transaction (a sandbox's blobs are
         // bounded by its budget), with the length that makes its entries exist.
-        let mut records = logs.reader(id.as_str(), len).map_err(io)?;
-        while let Some(r) = records.next_from(0).map_err(io)? {
+        let mut records = logs.reader(id.as_str(), len)?;
+        while let Some(r) = records.next_from(0)? {
             if let Ok(e) = StoredEntry::decode(&r.payload) {
                 refs.extend(e.blob_refs().into_iter().map(String::from));
             }
@@ -293,7 +294,7 @@ fn write_group(
     logs: &LogDir,
     group: &[Job],
     durable: bool,
-) -> Result<bool, redb::Error> {
+) -> Result<bool, JournalError> {
     // New output and records are on disk before the transaction that refers to them commits,
     // output first: a record recovered after a crash finds its output.
     let _files = files.lock();
@@ -306,7 +307,7 @@ fn write_group(
                 let n = blob_refs.get(d.as_str())?.map(|g| g.value()).unwrap_or(0);
                 if n == 0 {
                     // The append fails as a whole, saying which file could not be written.
-                    files.write(d, bytes).map_err(io)?;
+                    files.write(d, bytes)?;
                 }
                 blob_refs.insert(d.as_str(), n + 1)?;
             }
@@ -316,7 +317,7 @@ fn write_group(
         // Logs started ahead of their first entry: the file, grown, and its row.
         for id in group.iter().filter_map(|j| j.start.as_ref()) {
             if lens.get(id.as_str())?.is_none() {
-                written.push(logs.start(id.as_str()).map_err(io)?);
+                written.push(logs.start(id.as_str()).map_err(log_err("create"))?);
                 lens.insert(id.as_str(), (0, 0))?;
                 created = true;
             }
@@ -345,13 +346,13 @@ fn write_group(
             // entry on disk already.
             created |= row.is_none();
             let (len, _) = row.unwrap_or((0, 0));
-            written.push(logs.write_at(id, len, records)?);
+            written.push(logs.write_at(id, len, records).map_err(log_err("write"))?);
             lens.insert(*id, (len + records.len() as u64, *last))?;
             starts.push(len);
         }
-        sync_files(&written)?;
+        sync_files(&written).map_err(log_err("sync"))?;
         if created {
-            logs.sync_dir()?;
+            logs.sync_dir().map_err(log_err("sync the directory"))?;
         }
         let mut steps = tx.open_table(STEPS)?;
         let appends = group.iter().filter_map(|j| j.append.as_ref());
@@ -430,7 +431,11 @@ fn writer(
                 volatile = 0;
             }
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, entries = group.len(), "trajectory append failed")
+                let kind = match e {
+                    AppendFailure::Commit(cause) => cause.kind(),
+                    AppendFailure::Stopped => "stopped",
+                };
+                tracing::warn!(path = %path.display(), error = %e, kind, entries = group.len(), "trajectory append failed")
             }
         }
         for job in group {
@@ -451,7 +456,7 @@ fn writer(
 /// record was synced before its append answered (its group's index commit was volatile); a
 /// record of a group that never answered may be among them, which is harmless: its step is
 /// then answered from the log when retried. Returns how many records were indexed.
-fn recover(db: &Database, logs: &LogDir) -> Result<usize, redb::Error> {
+fn recover(db: &Database, logs: &LogDir) -> Result<usize, JournalError> {
     let tx = db.begin_write()?;
     let mut n = 0;
     {
@@ -463,7 +468,7 @@ fn recover(db: &Database, logs: &LogDir) -> Result<usize, redb::Error> {
             .map(|item| item.map(|(k, v)| (k.value().to_string(), v.value())))
             .collect::<Result<_, _>>()?;
         for (id, (len, last)) in indexed {
-            let tail = logs.tail(&id, len, last).map_err(io)?;
+            let tail = logs.tail(&id, len, last)?;
             if tail.records.is_empty() {
                 continue;
             }
@@ -511,7 +516,7 @@ impl Journal {
     ) -> Result<Journal, StoreError> {
         // The tails first: output files their records refer to are kept by the sweep.
         let logs = LogDir::open_unchecked(log_dir)?;
-        recover(&db, &logs).map_err(|e| db_err(&path, "recover log tails", e))?;
+        recover(&db, &logs).map_err(|e| e.into_store("recover log tails", &path))?;
         let lens = committed_logs(&db).map_err(|e| db_err(&path, "read log lengths", e))?;
         let logs = Arc::new(logs.cut(&lens)?);
         let keep = referenced(&db).map_err(|e| db_err(&path, "read blob references", e))?;
