@@ -337,6 +337,11 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .expect("opening the daemon log");
+        // The shared image store, unless the extra arguments name one of the daemon's own.
+        let store = match self.extra_args.iter().any(|a| a == "--image-store") {
+            true => Vec::new(),
+            false => vec!["--image-store".into(), image_store().into_os_string()],
+        };
         let child = Command::new(bin_dir().join("warrend"))
             .arg("--socket")
             .arg(&self.socket)
@@ -344,8 +349,7 @@ impl Daemon {
             .arg(&self.state_dir)
             .arg("--node")
             .arg(&self.node)
-            .arg("--image-store")
-            .arg(image_store())
+            .args(store)
             .args(&self.extra_args)
             // Requests are logged at debug level: the log shows which calls were answered.
             .env("RUST_LOG", "info,warren_node=debug")
