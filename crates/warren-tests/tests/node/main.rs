@@ -15,6 +15,7 @@ mod lifecycle;
 mod logs;
 mod malformed;
 mod metrics;
+mod one_answer;
 mod pools;
 mod restart;
 mod resume;
