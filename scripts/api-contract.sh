@@ -77,7 +77,8 @@ done
 # (directory uploads, image archives, build contexts) have no generator. A pull would reach out to a public
 # registry: the contract run talks to its own daemon on loopback only. The cluster routes
 # are the gateway's: a node does not serve them. The event stream never ends, so it has no
-# response to check (the API tests read it and check its refusals). A sandbox's ports answer
+# response to check (the node's API tests read it, check its refusals and check each event's
+# data against its schema under `x-warren-events`). A sandbox's ports answer
 # whatever the server inside says (nothing listens in a generated sandbox: 502), which no
 # schema describes; crates/warren-tests (sandbox/ports.rs) checks them against real servers.
 # scripts/schemathesis_hooks.py gives generated sandboxes lifetimes longer than the run (a

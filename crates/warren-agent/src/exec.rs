@@ -158,6 +158,7 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         affinity: None,
         default_time_slice: warren_sys::process::TimeSlice::for_current(0),
         join_cgroups: command_groups(),
+        exit_instead: None,
     };
     Ok(Prepared { cmd, setup })
 }
@@ -452,6 +453,22 @@ async fn collect(mut r: pipe::Receiver, p: Rc<Proc>, is_err: bool, state: Rc<Com
     }
 }
 
+/// A background process whose program cannot be started ends as `prog &` ends in a shell,
+/// and as a foreground command's answer says: a process that exits at once with 127 (no such
+/// program) or 126 (not executable), the reason on its stderr. Set up as the program would
+/// have been; a set-up that fails (the first start's error, again) is the caller's error.
+fn stand_in(spec: &ExecSpec, err: &std::io::Error) -> std::io::Result<std::process::Child> {
+    let (status, message) = spawn_failed(&spec.argv[0], err);
+    let Ok(Prepared { mut cmd, mut setup }) = prepare(spec) else {
+        return Err(std::io::Error::new(err.kind(), err.to_string()));
+    };
+    setup.exit_instead = Some((message.into_bytes(), status));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    spawn(&mut cmd, setup)
+}
+
 /// Starts a background process; its output is kept up to the cap for `wait`.
 pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
     let Prepared { mut cmd, setup } = match prepare(&spec) {
@@ -461,7 +478,8 @@ pub async fn background(spec: ExecSpec, state: &Rc<Commands>) -> Event {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = match spawn(&mut cmd, setup) {
+    let started = spawn(&mut cmd, setup).or_else(|err| stand_in(&spec, &err));
+    let mut child = match started {
         Ok(c) => {
             warren_sys::process::make_oom_victim(c.id());
             c

@@ -13,6 +13,7 @@ use crate::{blob_key, chunks_key, hex_of, BlobError, BlobStore, ChunkTable, Laye
 pub struct CacheSource {
     cache: Arc<LayerCache>,
     fuse: Option<crate::fuse::LazyMount>,
+    rt: tokio::runtime::Handle,
     prefetching: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -22,13 +23,14 @@ impl CacheSource {
         let fuse = match cache.config().mode {
             Mode::Lazy => {
                 let dir = cache.config().dir.join("lazy");
-                Some(crate::fuse::mount(cache.clone(), &dir, rt)?)
+                Some(crate::fuse::mount(cache.clone(), &dir, rt.clone())?)
             }
             Mode::Eager => None,
         };
         Ok(CacheSource {
             cache,
             fuse,
+            rt,
             prefetching: Default::default(),
         })
     }
@@ -97,6 +99,31 @@ impl LayerSource for CacheSource {
 
     fn unpin(&self, digests: &[String]) {
         digests.iter().for_each(|d| self.cache.unpin(d));
+    }
+
+    /// Blocks on the upload: call it off the runtime's threads.
+    fn publish(&self, digest: &str, file: &std::path::Path) -> Result<bool, ImageError> {
+        let hex = hex_of(digest)
+            .map_err(|e| fetch_err(digest, e))?
+            .to_string();
+        let store = self.cache.store().clone();
+        self.rt
+            .block_on(async {
+                // The chunk table goes last: a store that has it has the whole layer.
+                if store.head(&chunks_key(&hex)).await.is_ok() {
+                    return Ok(());
+                }
+                let t = publish_layer(&*store, file, crate::DEFAULT_CHUNK_SIZE).await?;
+                if t.digest != digest {
+                    return Err(BlobError::Corrupt {
+                        key: blob_key(&hex),
+                        message: format!("{} hashes to {}", file.display(), t.digest),
+                    });
+                }
+                Ok(())
+            })
+            .map_err(|e| fetch_err(digest, e))?;
+        Ok(true)
     }
 
     fn stats(&self) -> Option<warren_image::SourceStats> {

@@ -12,6 +12,9 @@
 //! - `trajectories/<sandbox id>/sandbox.json`: the [`SandboxRecord`] (its record and
 //!   hostname), written before its first segment and again at the seal: what a node makes
 //!   a new sandbox like when it revives one that is gone.
+//! - `trajectories/<sandbox id>/revived.json`: the [`Revived`] mark, written by a node that
+//!   revived the sandbox from the store before the new sandbox runs anything: the sandbox's
+//!   own node, if it comes back, deletes the original instead of resuming it (a fence).
 //! - `trajectories/blobs/<sha256 hex>`: an output (or an input: an exec's stdin, an
 //!   upload's content) too large to be inline in its entry,
 //!   content-addressed (uploading it again is harmless), written before the segment that
@@ -61,6 +64,11 @@ pub fn seal_key(id: &SandboxId) -> String {
 /// The key of the sandbox record of `id`.
 pub fn record_key(id: &SandboxId) -> String {
     format!("trajectories/{id}/sandbox.json")
+}
+
+/// The key of the revive mark of `id` (see [`Revived`]).
+pub fn revived_key(id: &SandboxId) -> String {
+    format!("trajectories/{id}/revived.json")
 }
 
 /// The key of an output blob.
@@ -125,6 +133,42 @@ pub struct Seal {
     pub last_seq: u64,
     /// Unix time in milliseconds.
     pub sealed_at_ms: u64,
+}
+
+/// Format version of revive marks.
+pub const REVIVED_FORMAT: u32 = 1;
+
+/// Written (`revived.json`) when a node revives a sandbox from the store: the original is
+/// fenced, its node deletes it if it ever comes back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Revived {
+    pub format: u32,
+    /// The original sandbox.
+    pub sandbox: String,
+    /// The sandbox it was revived as.
+    pub revived_as: String,
+    /// Unix time in milliseconds.
+    pub at_ms: u64,
+}
+
+/// The revive mark of `id`, if a node revived it from the store.
+pub async fn revived(
+    store: &dyn BlobStore,
+    id: &SandboxId,
+) -> Result<Option<Revived>, TrajectoryStoreError> {
+    let key = revived_key(id);
+    match store.get(&key).await {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| TrajectoryStoreError::Corrupt {
+                    key,
+                    message: e.to_string(),
+                })
+        }
+        Err(BlobError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Errors of reading and writing shipped trajectories.

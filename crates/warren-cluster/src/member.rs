@@ -34,6 +34,24 @@ pub struct MemberConfig {
     pub min_publish: Duration,
     /// Relative change of a load figure that is worth publishing.
     pub change: f64,
+    /// Run before the node registers again after it lost its registration (not before the
+    /// first one): while it was away its sandboxes may have been revived elsewhere.
+    pub before_rejoin: Option<RejoinHook>,
+}
+
+/// What a node does before it registers again after losing its registration; the node is
+/// not registered (gateways send it nothing) until it finishes.
+#[derive(Clone)]
+pub struct RejoinHook(
+    pub  Arc<
+        dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+    >,
+);
+
+impl std::fmt::Debug for RejoinHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RejoinHook")
+    }
 }
 
 impl MemberConfig {
@@ -46,6 +64,7 @@ impl MemberConfig {
             tick: Duration::from_millis(250),
             min_publish: Duration::from_secs(1),
             change: 0.05,
+            before_rejoin: None,
         }
     }
 }
@@ -156,6 +175,8 @@ async fn run(
 ) {
     let boot = Instant::now();
     let mut registered_once = false;
+    // Registering again after a lost registration (the hook runs first).
+    let mut rejoin = false;
     let mut client: Option<Client> = None;
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -176,6 +197,12 @@ async fn run(
                 }
             },
         };
+        if rejoin {
+            if let Some(hook) = &cfg.before_rejoin {
+                (hook.0)().await;
+            }
+            rejoin = false;
+        }
         let record = source();
         match register(&c, &cfg, &record).await {
             Ok(lease) => {
@@ -219,6 +246,7 @@ async fn run(
                     }
                 }
                 state.send_replace(MemberState::Connecting);
+                rejoin = true;
             }
             Err(ClusterError::DuplicateNode {
                 id,

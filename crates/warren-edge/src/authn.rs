@@ -107,10 +107,11 @@ impl Authenticator {
         let source = peer.map(Peer::source).unwrap_or(Source::Unknown);
         match token.and_then(|t| file.authenticate(t)) {
             Some(c) => {
-                self.throttle.succeed(source);
+                self.throttle
+                    .succeed(source, c.tenant.as_deref(), Instant::now());
                 Verdict::Caller(c)
             }
-            None => Verdict::Refused(self.throttle.fail(source, Instant::now())),
+            None => Verdict::Refused(self.throttle.fail(source, token, Instant::now())),
         }
     }
 }
@@ -154,7 +155,13 @@ pub async fn authenticate(
             "a token is required: send Authorization: Bearer <token> (WARREN_TOKEN for the CLI and SDK)",
         ),
         Verdict::Refused(delay) => {
-            tracing::info!(peer = ?peer, delay_ms = delay.as_millis() as u64, "refused a bad token");
+            // Rate-limited: a flood of bad tokens must not flood the log.
+            if let Some(quiet) = auth.throttle.log_refusal(Instant::now()) {
+                tracing::warn!(
+                    peer = ?peer, delay_ms = delay.as_millis() as u64, not_logged = quiet,
+                    "refused a bad token"
+                );
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -213,12 +220,12 @@ mod tests {
     }
 
     #[test]
-    fn repeated_failures_are_slowed_and_a_success_forgives() {
+    fn repeated_failures_are_slowed_and_a_success_forgives_nothing() {
         let a = auth();
         let peer = Peer::Tcp("192.0.2.9:1".parse().unwrap());
         let mut delays = Vec::new();
-        for _ in 0..FREE_FAILURES + 2 {
-            match a.caller(Some(&peer), Some(&bearer("wrong"))) {
+        for i in 0..FREE_FAILURES + 2 {
+            match a.caller(Some(&peer), Some(&bearer(&format!("{i}-wrong")))) {
                 Verdict::Refused(d) => delays.push(d),
                 v => panic!("{v:?}"),
             }
@@ -231,13 +238,25 @@ mod tests {
         assert!(
             matches!(a.caller(Some(&again), Some(&bearer("x"))), Verdict::Refused(d) if !d.is_zero())
         );
+        // A good token is answered at once, and forgives nothing.
         assert!(matches!(
             a.caller(Some(&again), Some(&bearer("good"))),
             Verdict::Caller(_)
         ));
         assert!(
-            matches!(a.caller(Some(&again), Some(&bearer("x"))), Verdict::Refused(d) if d.is_zero())
+            matches!(a.caller(Some(&again), Some(&bearer("y"))), Verdict::Refused(d) if !d.is_zero())
         );
+        // Its tenant's later guesses from a fresh address count with the earlier ones.
+        let fresh = Peer::Tcp("203.0.113.5:1".parse().unwrap());
+        assert!(matches!(
+            a.caller(Some(&fresh), Some(&bearer("good"))),
+            Verdict::Caller(_)
+        ));
+        assert!(matches!(
+            a.caller(Some(&fresh), Some(&bearer("z"))),
+            Verdict::Refused(_)
+        ));
+        assert_eq!(a.throttle.tenant_failures("a"), 2);
     }
 
     #[test]

@@ -23,8 +23,10 @@ pub struct Health {
     pub version: &'static str,
     /// Substrates some ready node serves.
     pub substrates: Vec<&'static str>,
-    /// Sandboxes held by the registered nodes, as last published.
-    pub sandboxes: u64,
+    /// Sandboxes held by the registered nodes, as last published; administrators only (a
+    /// user token sees nothing summed over other tenants).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandboxes: Option<u64>,
     pub gateway: GatewayHealth,
     /// Who the gateway took the caller for.
     pub caller: warren_types::CallerSummary,
@@ -60,19 +62,20 @@ pub async fn health(State(gw): State<Gateway>, who: Option<Extension<Caller>>) -
         }
     }
     substrates.sort_by_key(|s| s.as_str());
+    let caller = caller(who);
     Json(Health {
         status: "ok",
         node: gw.config().name.clone(),
         version: env!("CARGO_PKG_VERSION"),
         substrates: substrates.iter().map(|s| s.as_str()).collect(),
-        sandboxes,
+        sandboxes: caller.is_admin().then_some(sandboxes),
         gateway: GatewayHealth {
             nodes_ready: ready,
             nodes_draining: draining,
             nodes_lost: lost,
             etcd_connected: v.connected,
         },
-        caller: caller(who).summary(),
+        caller: caller.summary(),
     })
 }
 
@@ -125,9 +128,13 @@ fn summaries(gw: &Gateway) -> ClusterInfo {
     }
 }
 
-/// `GET /v1/cluster`.
-pub async fn info(State(gw): State<Gateway>) -> Json<ClusterInfo> {
-    Json(summaries(&gw))
+/// `GET /v1/cluster` (administrators: every node's load, pools and images, all tenants').
+pub async fn info(
+    State(gw): State<Gateway>,
+    who: Option<Extension<Caller>>,
+) -> GatewayResult<Json<ClusterInfo>> {
+    caller(who).require_admin("GET /v1/cluster")?;
+    Ok(Json(summaries(&gw)))
 }
 
 async fn set_drain(gw: &Gateway, raw: &str, drained: bool) -> GatewayResult<Json<NodeSummary>> {

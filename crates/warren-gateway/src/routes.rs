@@ -101,3 +101,7 @@ async fn count(
     tracing::debug!(%method, path, status = resp.status().as_u16(), us = started.elapsed().as_micros() as u64, "request");
     resp
 }
+
+#[cfg(test)]
+#[path = "routes_tests.rs"]
+mod tests;

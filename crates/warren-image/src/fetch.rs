@@ -22,6 +22,12 @@ pub trait LayerSource: Send + Sync + std::fmt::Debug {
     fn stats(&self) -> Option<SourceStats> {
         None
     }
+    /// Uploads `file`, a layer made on this node (a build's), so that other nodes can fetch
+    /// it. `Ok(false)`: the source takes no uploads. A layer the source has already is
+    /// not sent again.
+    fn publish(&self, _digest: &str, _file: &std::path::Path) -> Result<bool, ImageError> {
+        Ok(false)
+    }
 }
 
 /// Counters of a [`LayerSource`] (for `/metrics`).
@@ -49,6 +55,23 @@ impl ImageStore {
     /// Sets the source of layers missing from the store (once).
     pub fn set_layer_source(&self, source: Arc<dyn LayerSource>) {
         let _ = self.source.set(source);
+    }
+
+    /// Uploads the local layers among `digests` to the layer source (a blob store), for
+    /// other nodes to start from; the digests it took (none without a writable source).
+    /// Blocking: call it off the async threads.
+    pub fn publish_layers(&self, digests: &[String]) -> Result<Vec<String>, ImageError> {
+        let Some(s) = self.source.get() else {
+            return Ok(Vec::new());
+        };
+        let mut sent = Vec::new();
+        for d in digests {
+            let blob = self.blob_path(d)?;
+            if blob.exists() && s.publish(d, &blob)? {
+                sent.push(d.clone());
+            }
+        }
+        Ok(sent)
     }
 
     /// Makes sure a layer is local or available from the source.

@@ -16,10 +16,12 @@
 //! leases/<holder>.json        layers a live sandbox, fork or import holds (never collected)
 //! mnt/<hex>                   the layer mounted read-only (shared by every sandbox)
 //! mnt/<hex>.idmap-<base>      the same, idmapped for sandboxes whose root is host uid <base>
+//! mnt/.users                  held shared by every daemon of the store (see `users`)
 //! gc.lock                     shared by lease/add, exclusive while collecting
 //! ```
 //! The store may be shared by several daemons on one host; mounts are made under a file lock.
-//! This crate never mounts anything per sandbox.
+//! This crate never mounts anything per sandbox. The last daemon to stop with no sandbox left
+//! on the store takes its mounts down (`users`).
 //!
 //! Garbage collection (`gc`) unmounts and deletes every layer that no image and no lease
 //! references. A sandbox's lease is written (under the shared lock, together with resolving
@@ -36,6 +38,7 @@ pub mod import;
 mod layer;
 mod lease;
 mod store;
+mod users;
 
 pub use error::ImageError;
 pub use fetch::{LayerPins, LayerSource, SourceStats};
@@ -43,4 +46,5 @@ pub use gc::is_temp_holder;
 pub use import::{ImportReport, ImportSource};
 pub use lease::Lease;
 pub use store::{ImageManifest, ImageStore};
+pub use users::{MountRelease, StoreUser};
 pub use warren_types::{GcReport, ImageDeleted, ImageInfo, LayerInfo};

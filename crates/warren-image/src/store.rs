@@ -513,7 +513,7 @@ impl ImageStore {
     }
 
     /// The store's cross-process mount lock (held while mounting).
-    fn mount_flock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, ImageError> {
+    pub(crate) fn mount_flock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, ImageError> {
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)

@@ -316,7 +316,7 @@ impl Network {
     fn elements(&self, policy: &NetworkPolicy) -> Result<Vec<Elem>, NetError> {
         let mut out = Vec::new();
         let mut push = |cidr: &str, ports: Ports, protos: Vec<Proto>| -> Result<(), NetError> {
-            let (net, len) = parse_cidr(cidr).map_err(NetError::Policy)?;
+            let (net, len) = parse_cidr(cidr).map_err(|e| NetError::Policy(e.to_string()))?;
             let (lo, hi) = ports.bounds();
             for proto in protos {
                 out.push(Elem {

@@ -130,7 +130,25 @@ impl Builds {
         };
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
-            let last = match warren_build::build(host, req, tx.clone()).await {
+            // The log passes through here to note the layers this build made or reused.
+            let (step_tx, mut step_rx) = mpsc::channel(64);
+            let forward = async {
+                let mut made = Vec::new();
+                while let Some(ev) = step_rx.recv().await {
+                    if let BuildEvent::StepDone { layer: Some(l), .. }
+                    | BuildEvent::Cached { layer: Some(l), .. } = &ev
+                    {
+                        made.push(l.clone());
+                    }
+                    let _ = tx.send(ev).await;
+                }
+                made
+            };
+            let (built, made) = tokio::join!(warren_build::build(host, req, step_tx), forward);
+            if let Ok(b) = &built {
+                publish(&store, &made, &b.image).await;
+            }
+            let last = match built {
                 Ok(b) => BuildEvent::Result {
                     image: Box::new(b.image),
                     steps_run: b.steps_run,
@@ -148,6 +166,33 @@ impl Builds {
             let _ = tx.send(last).await;
         });
         Ok(rx)
+    }
+}
+
+/// With a blob store, uploads the image's layers this build made (the base's are the base's
+/// to publish) before the result is told, so that other nodes start from them lazily. An
+/// upload that fails (a read-only HTTP store, an outage) leaves the image on this node
+/// alone, with a warning in the node's log: the image is built and tagged all the same.
+async fn publish(store: &Arc<ImageStore>, made: &[String], image: &warren_types::ImageInfo) {
+    let own: Vec<String> = image
+        .layers
+        .iter()
+        .map(|l| l.digest.clone())
+        .filter(|d| made.contains(d))
+        .collect();
+    if own.is_empty() {
+        return;
+    }
+    let st = store.clone();
+    match tokio::task::spawn_blocking(move || st.publish_layers(&own)).await {
+        Ok(Ok(sent)) if !sent.is_empty() => {
+            tracing::info!(image = %image.reference, layers = sent.len(), "built layers published to the blob store")
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(image = %image.reference, error = %e, "the built layers stay on this node")
+        }
+        Err(e) => tracing::warn!(error = %e, "publishing the built layers"),
     }
 }
 

@@ -301,6 +301,11 @@ pub struct ChildSetup {
     /// `cgroup.procs` files (open for writing) the child moves itself into before anything
     /// else: the sandbox's leaf group of commands. A move that fails fails the start.
     pub join_cgroups: Vec<std::os::fd::RawFd>,
+    /// Instead of running the program, the child writes this message to its stderr and exits
+    /// with this status once set up: what stands in for a program that could not be started,
+    /// so a background process that cannot run ends as `prog &` ends in a shell (a process
+    /// with an id, its status and the reason on stderr).
+    pub exit_instead: Option<(Vec<u8>, i32)>,
 }
 
 /// The shortest time slice the kernel grants an ordinary task (0.1 ms).
@@ -448,9 +453,9 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         v
     });
     // SAFETY: the closure only makes async-signal-safe syscalls (open, write, close,
-    // sched_setattr, sched_setaffinity, setrlimit, sched_setscheduler, setsid, ioctl, setgroups, setresgid, setresuid) and
-    // allocates nothing (the group list, the AppArmor request and the paths are prepared
-    // before fork).
+    // sched_setattr, sched_setaffinity, setrlimit, sched_setscheduler, setsid, ioctl, setgroups, setresgid, setresuid, _exit) and
+    // allocates nothing (the group list, the AppArmor request, the stand-in's message and the
+    // paths are prepared before fork).
     unsafe {
         cmd.pre_exec(move || {
             // Into the commands' group first: what the child allocates from here on is
@@ -538,6 +543,12 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
                 if libc::setresuid(*uid, *uid, *uid) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+            }
+            if let Some((message, status)) = &setup.exit_instead {
+                // The parent's start sees the exec error pipe close unwritten: a started
+                // child, which exits here.
+                libc::write(2, message.as_ptr().cast(), message.len());
+                libc::_exit(*status);
             }
             Ok(())
         });
@@ -638,6 +649,29 @@ mod single_thread_tests {
         assert!(e.to_string().contains("single-threaded"), "{e}");
         let e = crate::clone::clone_checked(nix::sched::CloneFlags::empty()).unwrap_err();
         assert!(e.to_string().contains("single-threaded"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod stand_in_tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_stand_in_starts_says_why_and_exits_with_its_status() {
+        // The program does not exist: the stand-in never reaches its exec.
+        let mut cmd = std::process::Command::new("/no/such/program");
+        configure_child(
+            &mut cmd,
+            ChildSetup {
+                exit_instead: Some((b"cannot run it\n".to_vec(), 127)),
+                ..Default::default()
+            },
+        );
+        let out = cmd.output().expect("the stand-in starts");
+        assert_eq!(out.status.code(), Some(127), "{:?}", out.status.signal());
+        assert_eq!(out.stderr, b"cannot run it\n");
+        assert!(out.stdout.is_empty());
     }
 }
 

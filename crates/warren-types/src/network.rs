@@ -78,24 +78,22 @@ impl Ports {
     }
 
     /// Parses `443`, `"8000-8100"`, `"any"` or `"*"`.
-    pub fn parse(s: &str) -> Result<Ports, String> {
+    pub fn parse(s: &str) -> Result<Ports, AddressError> {
         let s = s.trim();
         if s == "any" || s == "*" {
             return Ok(Ports::Any);
         }
-        let port = |p: &str| -> Result<u16, String> {
+        let port = |p: &str| -> Result<u16, AddressError> {
             match p.trim().parse::<u16>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "ports must be 1-65535, a range \"lo-hi\" or \"any\"; got {s:?}"
-                )),
+                _ => Err(AddressError::Ports(s.to_string())),
             }
         };
         match s.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (port(a)?, port(b)?);
                 if a > b {
-                    return Err(format!("port range {s:?} is reversed"));
+                    return Err(AddressError::Reversed(s.to_string()));
                 }
                 Ok(Ports::Range(a, b))
             }
@@ -105,6 +103,21 @@ impl Ports {
             }
         }
     }
+}
+
+/// Why ports or a network were refused (the message says what is expected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("ports must be 1-65535, a range \"lo-hi\" or \"any\"; got {0:?}")]
+    Ports(String),
+    #[error("port range {0:?} is reversed")]
+    Reversed(String),
+    #[error("cidr {0:?}: only IPv4 networks are supported")]
+    NotIpv4(String),
+    #[error("cidr {0:?} is not an IPv4 network like 10.1.0.0/16")]
+    Cidr(String),
+    #[error("cidr {0:?}: prefix length must be 0-32")]
+    Prefix(String),
 }
 
 impl std::fmt::Display for Ports {
@@ -160,21 +173,21 @@ pub struct AllowRule {
 impl AllowRule {
     /// The network as (first address, prefix length), host bits cleared.
     pub fn net(&self) -> Result<(Ipv4Addr, u8), ApiError> {
-        parse_cidr(&self.cidr).map_err(ApiError::invalid)
+        parse_cidr(&self.cidr).map_err(|e| ApiError::invalid(e.to_string()))
     }
 }
 
 /// Parses an IPv4 CIDR or address into (network address, prefix length).
-pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), AddressError> {
     let (addr, len) = match s.split_once('/') {
         Some((a, l)) => (a, l),
         None => (s, "32"),
     };
     let ip: Ipv4Addr = addr.trim().parse().map_err(|_| {
         if addr.contains(':') {
-            format!("cidr {s:?}: only IPv4 networks are supported")
+            AddressError::NotIpv4(s.to_string())
         } else {
-            format!("cidr {s:?} is not an IPv4 network like 10.1.0.0/16")
+            AddressError::Cidr(s.to_string())
         }
     })?;
     let len: u8 = len
@@ -182,7 +195,7 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
         .parse()
         .ok()
         .filter(|l| *l <= 32)
-        .ok_or_else(|| format!("cidr {s:?}: prefix length must be 0-32"))?;
+        .ok_or_else(|| AddressError::Prefix(s.to_string()))?;
     let mask = if len == 0 {
         0
     } else {

@@ -192,18 +192,40 @@ function fmtMode(m) {
 
 // ---- charts (canvas) -----------------------------------------------------------------------
 
+// A chart's axis: from 0 to a top at or above `high` (or `max`, for a fixed scale) in at
+// most four equal steps of a round size (1, 2, 2.5 or 5 times a power of ten; whole numbers
+// for counts), with as many decimals as the step needs, so no two ticks read the same.
+// An axis is at least 1 high: a chart of an idle sandbox reads 0 to 1 %, not 0.0 five times.
+function axisTicks(high, max, integer) {
+  const want = max || Math.max(high, 1);
+  const raw = want / 4;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  let step = [1, 2, 2.5, 5, 10].find((m) => m * mag >= raw - 1e-9 * mag) * mag;
+  if (integer) step = Math.max(1, Math.ceil(step));
+  const n = Math.max(1, Math.ceil(want / step - 1e-9));
+  let decimals = 0;
+  while (decimals < 6 && Math.abs(Math.round(step * 10 ** decimals) - step * 10 ** decimals) > 1e-6) {
+    decimals++;
+  }
+  const values = [];
+  for (let i = 0; i <= n; i++) values.push(i * step);
+  return { values: values, top: n * step, decimals: decimals };
+}
+
 class Chart {
   constructor(title, unit, color, opts) {
     this.title = title;
     this.unit = unit;
     this.color = color;
     this.max = opts && opts.max;
+    this.integer = Boolean(opts && opts.integer);
     this.format = (opts && opts.format) || ((v) => v.toFixed(1));
     this.points = [];
     this.canvas = el('canvas', { width: 420, height: 140 });
     this.latest = el('span', { class: 'latest' }, '—');
     this.node = el('div', { class: 'chart', dataset: { chart: title } },
       el('div', { class: 'title' }, title + ': ', this.latest), this.canvas);
+    this.draw();
   }
 
   push(v) {
@@ -216,27 +238,32 @@ class Chart {
 
   draw() {
     const c = this.canvas;
+    const ticks = axisTicks(Math.max(0, ...this.points), this.max, this.integer);
+    const labels = ticks.values.map((v) => v.toFixed(ticks.decimals) + (this.unit ? ' ' + this.unit : ''));
+    // The axis as drawn, for a reader of the page (and its tests).
+    this.node.dataset.ticks = labels.join('|');
     const g = c.getContext('2d');
     if (!g) return;
     const w = c.width;
     const h = c.height;
     const pad = 24;
     g.clearRect(0, 0, w, h);
-    const top = Math.max(this.max || 0, ...this.points, 1e-9) * (this.max ? 1 : 1.15);
+    const top = ticks.top;
     g.strokeStyle = '#dde1e8';
     g.fillStyle = '#6b7385';
     g.font = '10px sans-serif';
     g.lineWidth = 1;
-    for (let i = 0; i <= 4; i++) {
-      const y = pad / 2 + (h - pad) * (i / 4);
+    const left = Math.ceil(Math.max(...labels.map((l) => g.measureText(l).width))) + 6;
+    ticks.values.forEach((v, i) => {
+      const y = pad / 2 + (h - pad) * (1 - v / top);
       g.beginPath();
-      g.moveTo(pad + 16, y);
+      g.moveTo(left, y);
       g.lineTo(w, y);
       g.stroke();
-      g.fillText(this.format(top * (1 - i / 4)), 0, y + 3);
-    }
+      g.fillText(labels[i], 0, y + 3);
+    });
     if (this.points.length === 0) return;
-    const step = (w - pad - 16) / (CHART_POINTS - 1);
+    const step = (w - left) / (CHART_POINTS - 1);
     const x0 = w - step * (this.points.length - 1);
     g.strokeStyle = this.color;
     g.lineWidth = 2;
@@ -401,6 +428,8 @@ async function nodes(health) {
     return [{ id: health.node, state: 'ready', load: health.load || {}, version: health.version,
       memory_total_mb: health.host ? health.host.memory_total_mb : null }];
   }
+  // The cluster view (every tenant's load) is an administrator's.
+  if (!health.caller || health.caller.role !== 'admin') return [];
   const cluster = await api('/v1/cluster');
   return (cluster.nodes || []).map((n) => ({ id: n.id, state: n.state, load: n.load || {},
     version: n.version, memory_total_mb: n.capacity ? n.capacity.memory_total_mb : null }));
@@ -433,7 +462,7 @@ function totals(ns) {
 
 async function overview(main) {
   const health = await api('/v1/health');
-  const sbChart = new Chart('Sandboxes', '', '#2b6cb0', { format: (v) => v.toFixed(0) });
+  const sbChart = new Chart('Sandboxes', '', '#2b6cb0', { format: (v) => v.toFixed(0), integer: true });
   const cpuChart = health.gateway
     ? new Chart('CPU pressure (highest node)', '%', '#c05621', { max: 100 })
     : new Chart('Host CPU busy', '%', '#c05621', { max: 100 });

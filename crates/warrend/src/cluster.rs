@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use warren_cluster::etcd::parse_endpoints;
-use warren_cluster::{Keys, MemberConfig, Membership};
+use warren_cluster::{Keys, MemberConfig, Membership, RejoinHook};
 use warren_image::ImageStore;
 use warren_node::Node;
 use warren_types::{NodeRecord, WarmPool, NODE_RECORD_FORMAT};
@@ -121,6 +121,23 @@ pub fn start(
     });
     let mut cfg = MemberConfig::new(endpoints);
     cfg.keys = Keys::new(&args.etcd_prefix);
+    // Gateways may have revived this node's sandboxes on other nodes while it was away: those
+    // originals go before the node is routed to again.
+    let (trajectories, sandboxes) = (node.trajectories.clone(), node.sandboxes.clone());
+    cfg.before_rejoin = Some(RejoinHook(Arc::new(move || {
+        let (t, m) = (trajectories.clone(), sandboxes.clone());
+        let rejoin: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(async move {
+                let deleted = t.delete_revived(&m).await;
+                if !deleted.is_empty() {
+                    tracing::warn!(
+                        sandboxes = deleted.len(),
+                        "deleted sandboxes revived elsewhere while the node was out of the cluster"
+                    );
+                }
+            });
+        rejoin
+    })));
     Ok(Some(Membership::start(cfg, source)))
 }
 

@@ -6,8 +6,10 @@
 //! an earlier run left, and serves the API on a Unix socket (and optionally TCP).
 //!
 //! Stopping the daemon (SIGTERM/SIGINT) stops serving; it never stops sandboxes: they are
-//! re-adopted by the next start. This binary owns process-wide setup only; everything about
-//! sandboxes lives in `warren-node`.
+//! re-adopted by the next start. The image store's host mounts (layers, the writable-layer
+//! file system, the shared sysfs) go with the last daemon of the store that stops with no
+//! sandbox left on it (`ImageStore::release_mounts`), and stay otherwise. This binary owns
+//! process-wide setup only; everything about sandboxes lives in `warren-node`.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use warren_image::ImageStore;
+use warren_image::{ImageStore, MountRelease, StoreUser};
 use warren_node::{Manager, Node, NodeConfig, Store};
 use warren_runtime::container::{ContainerConfig, ContainerRuntime};
 use warren_runtime::security::SecurityReport;
@@ -503,6 +505,16 @@ async fn run(args: Args) -> Result<()> {
         ImageStore::open(&args.image_store)
             .with_context(|| format!("opening the image store {}", args.image_store.display()))?,
     );
+    // Before anything mounts in the store (the runtimes mount the writable-layer file system
+    // and the shared sysfs at start): the last user of the store to stop takes them down. It
+    // waits while a stopping daemon of the store unmounts.
+    let store_user = {
+        let images = images.clone();
+        tokio::task::spawn_blocking(move || images.user())
+            .await
+            .context("the image store users task")?
+            .with_context(|| format!("using the image store {}", args.image_store.display()))?
+    };
     let blob_source = blobs::attach(&args.blobs, &args.state_dir, &images)?;
     let mut container = ContainerConfig::new(args.node.clone(), agent.clone());
     container.landlock = !args.no_landlock;
@@ -622,6 +634,15 @@ async fn run(args: Args) -> Result<()> {
             .ship_trajectories(store, &manager)
             .context("starting the trajectory shipper")?;
         info!(store = %url, "shipping trajectories");
+        // Before serving: sandboxes revived on another node while this one was down are not
+        // resumed beside their copies.
+        let deleted = node.trajectories.delete_revived(&manager).await;
+        if !deleted.is_empty() {
+            warn!(
+                sandboxes = deleted.len(),
+                "deleted sandboxes that were revived on another node"
+            );
+        }
     }
     let _reaper = manager.spawn_reaper();
     let trimmer = spawn_heap_trimmer(manager.clone());
@@ -722,8 +743,35 @@ async fn run(args: Args) -> Result<()> {
     }
     // Warm function containers are not sandboxes: they do not outlive the daemon.
     node.stop().await;
+    release_store_mounts(&images, store_user, &manager).await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
+}
+
+/// At a clean stop: the store's mounts go when this daemon was its last user and no sandbox
+/// (of this node or any other) is left on it; else they stay for the sandboxes and the next
+/// start.
+async fn release_store_mounts(images: &Arc<ImageStore>, user: StoreUser, manager: &Manager) {
+    let held = manager.count();
+    if held > 0 {
+        drop(user);
+        info!(
+            sandboxes = held,
+            "image store mounts kept: this node's sandboxes keep running"
+        );
+        return;
+    }
+    let store = images.clone();
+    match tokio::task::spawn_blocking(move || store.release_mounts(user)).await {
+        Ok(MountRelease::Unmounted(m)) => {
+            info!(mounts = m.len(), store = %images.root().display(), "image store mounts removed")
+        }
+        Ok(MountRelease::Kept(why)) => info!(reason = %why, "image store mounts kept"),
+        Ok(MountRelease::Failed(m)) => {
+            warn!(mounts = ?m, "image store mounts that could not be removed")
+        }
+        Err(e) => warn!(error = %e, "image store mounts: the release task failed"),
+    }
 }
 
 /// A percentage from 0 to 100.

@@ -444,7 +444,8 @@ class AsyncClient:
     async def cluster(self) -> Dict[str, Any]:
         """The cluster as a gateway sees it (``GET /v1/cluster``, gateways only): ``nodes``
         (each with ``id``, ``address``, ``state`` -- ``ready``, ``draining`` or ``lost`` --,
-        substrates, capacity and load), ``etcd_connected`` and ``revision``."""
+        substrates, capacity and load), ``etcd_connected`` and ``revision``. Needs the admin
+        role (``Forbidden`` otherwise): it shows every tenant's load and images."""
         resp = await self._http.request("GET", "/v1/cluster", retry=True)
         return dict(resp.json())
 

@@ -1,10 +1,12 @@
 //! `warren-bench build`: Dockerfile builds (not part of `all`).
 //!
 //! 1. A cold build of a 6-step Dockerfile — a package install (`dpkg -i` of a `.deb` the
-//!    bench makes with `dpkg-deb`), a `pip install` of a wheel the bench makes (pip run from
-//!    its own wheel, the host's, with the wheels' directory as its only index), copies — through the node
-//!    (`--no-cache`), and `podman build --no-cache` of the same file and context in the same
-//!    run, from a base podman imports from the node's own image (a tar of its layer).
+//!    bench makes with `dpkg-deb`), a `pip install` of a wheel the bench makes from a PEP 503
+//!    simple index the bench lays out (`index/simple/<name>/`, served on the step's own
+//!    loopback by `python3 -m http.server` for the `pip install` — the build has no network,
+//!    podman's neither — and pip run from its own wheel, the host's), copies — through the
+//!    node (`--no-cache`), and `podman build --no-cache` of the same file and context in the
+//!    same run, from a base podman imports from the node's own image (a tar of its layer).
 //! 2. The cached rebuild of the same file (every step from the cache).
 //! 3. 100 task images from one base, each adding its own files: the bytes of the layers they
 //!    hold (each counted once) against the base's plus each task's own layers.
@@ -73,8 +75,11 @@ const DOCKERFILE: &str = r#"ARG BASE=default
 FROM ${BASE}
 COPY pkg/ /tmp/pkg/
 RUN dpkg -i /tmp/pkg/warren-bench-tool_1.0_all.deb && warren-bench-tool
-COPY wheel/ /tmp/wheel/
-RUN python3 "$(echo /tmp/wheel/pip-*.whl)/pip" install --no-cache-dir --no-index --find-links /tmp/wheel --break-system-packages --disable-pip-version-check -q benchpkg && python3 -c "import benchpkg; print(benchpkg.VALUE)"
+COPY index/ /tmp/index/
+RUN (python3 -m http.server --bind 127.0.0.1 --directory /tmp/index 8765 >/dev/null 2>&1 & echo $! > /tmp/index.pid) \
+ && until python3 -c "import socket; socket.create_connection(('127.0.0.1', 8765))" 2>/dev/null; do sleep 0.05; done \
+ && python3 "$(echo /tmp/index/pip/pip-*.whl)/pip" install --no-cache-dir --index-url http://127.0.0.1:8765/simple/ --break-system-packages --disable-pip-version-check -q benchpkg \
+ && kill "$(cat /tmp/index.pid)" && rm /tmp/index.pid && python3 -c "import benchpkg; print(benchpkg.VALUE)"
 COPY app/ /app/
 RUN python3 -m compileall -q /app && echo built > /app/built
 "#;
@@ -125,7 +130,12 @@ fn make_context(dir: &Path) -> anyhow::Result<()> {
         "dpkg-deb",
     )?;
     std::fs::remove_dir_all(&deb)?;
-    std::fs::create_dir_all(dir.join("wheel"))?;
+    // The index: `simple/` (PEP 503: a page of projects, a page of files per project, each
+    // link with its sha256) over `files/`.
+    let index = dir.join("index");
+    std::fs::create_dir_all(index.join("files"))?;
+    std::fs::create_dir_all(index.join("simple/benchpkg"))?;
+    let wheel = index.join("files/benchpkg-1.0-py3-none-any.whl");
     sh(
         Command::new("python3").args(["-c", r#"
 import sys, zipfile
@@ -144,16 +154,30 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
         record.append("%s,sha256=%s,%d" % (path, h, len(b)))
     record.append("benchpkg-1.0.dist-info/RECORD,,")
     z.writestr("benchpkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-"#]).arg(dir.join("wheel/benchpkg-1.0-py3-none-any.whl")),
+"#]).arg(&wheel),
         "python3 (making a wheel)",
     )?;
-    // pip itself, beside the wheel (the base has none): the host's copy.
+    use sha2::Digest as _;
+    let sum = sha2::Sha256::digest(std::fs::read(&wheel)?);
+    let hex: String = sum.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(
+        index.join("simple/index.html"),
+        "<!DOCTYPE html>\n<html><body><a href=\"benchpkg/\">benchpkg</a></body></html>\n",
+    )?;
+    std::fs::write(
+        index.join("simple/benchpkg/index.html"),
+        format!(
+            "<!DOCTYPE html>\n<html><body><a href=\"../../files/benchpkg-1.0-py3-none-any.whl#sha256={hex}\">benchpkg-1.0-py3-none-any.whl</a></body></html>\n"
+        ),
+    )?;
+    // pip itself, outside the index (the base has none): the host's copy.
     let pip = pip_wheel().context(
         "no pip wheel in /usr/share/python-wheels (scripts/setup-test.sh installs python3-venv)",
     )?;
+    std::fs::create_dir_all(index.join("pip"))?;
     std::fs::copy(
         &pip,
-        dir.join("wheel").join(pip.file_name().unwrap_or_default()),
+        index.join("pip").join(pip.file_name().unwrap_or_default()),
     )?;
     for i in 0..20 {
         let d = dir.join(format!("app/mod{i}"));

@@ -5,7 +5,11 @@
 //!   same `dd` on the host, in a directory of the file system the node's writable-layer file
 //!   lives on (`--host-dir`, default the system's temporary directory);
 //! - `git clone --no-local` of a 20,000-file repository the bench makes (inside the sandbox
-//!   for the inside figure, on the host for the host one; the making is not timed);
+//!   for the inside figure, on the host for the host one; the making is not timed), and the
+//!   same clone on the host through an overlay mount whose upper directory is on the node's
+//!   writable-layer file system (`--writable-dir`, default `<store>/mnt/writable`; mounted as
+//!   the agent mounts a sandbox's root, `userxattr`): the floor of the inside figure without
+//!   the sandbox;
 //! - create → first `exec true` p50 of sandboxes on disk vs in memory, alternating.
 //!
 //! The same shell script runs inside and on the host and times itself (`date +%s%N`), so
@@ -36,6 +40,12 @@ pub struct DiskBench {
     /// Seconds of the clone inside and on the host.
     pub clone_inside_s: f64,
     pub clone_host_s: f64,
+    /// Seconds of the clone on the host through an overlay whose upper directory is on the
+    /// writable-layer file system (none where that file system is not there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clone_host_overlay_s: Option<f64>,
+    /// The writable-layer file system of that figure.
+    pub writable_dir: String,
     /// Create → first exec on each medium (alternating creates).
     pub first_exec_disk: Latency,
     pub first_exec_memory: Latency,
@@ -110,7 +120,38 @@ async fn inside(s: &Setup, id: &str, script: &str) -> anyhow::Result<String> {
     Ok(r.stdout)
 }
 
-pub async fn disk(s: &Setup, rounds: usize, host_dir: &str) -> anyhow::Result<DiskBench> {
+/// The clone on the host through an overlay mount at `DIR/warren-bench-overlay-<pid>/merged`
+/// (empty lower, upper and work directories beside it on `dir`'s file system); nanoseconds.
+/// The mount and the directories go whatever happens.
+fn overlay_clone(dir: &str) -> anyhow::Result<f64> {
+    let base =
+        std::path::Path::new(dir).join(format!("warren-bench-overlay-{}", std::process::id()));
+    let d = |n: &str| base.join(n).display().to_string();
+    for n in ["lower", "upper", "work", "merged"] {
+        std::fs::create_dir_all(base.join(n)).with_context(|| format!("mkdir {}", d(n)))?;
+    }
+    let mounted = host_sh(&format!(
+        "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={},userxattr {}",
+        d("lower"),
+        d("upper"),
+        d("work"),
+        d("merged")
+    ));
+    let timed = mounted.and_then(|_| {
+        host_sh(&repo_script(&d("merged")))?;
+        nanos(&host_sh(&clone_script(&d("merged")))?)
+    });
+    let _ = host_sh(&format!("umount {}", d("merged")));
+    let _ = std::fs::remove_dir_all(&base);
+    timed
+}
+
+pub async fn disk(
+    s: &Setup,
+    rounds: usize,
+    host_dir: &str,
+    writable_dir: &str,
+) -> anyhow::Result<DiskBench> {
     s.note(format!(
         "disk: 1 GiB write and a {REPO_FILES}-file clone inside a sandbox on disk vs on the host ({host_dir}); {rounds} creates per medium"
     ));
@@ -128,6 +169,15 @@ pub async fn disk(s: &Setup, rounds: usize, host_dir: &str) -> anyhow::Result<Di
         .await
         .with_context(|| format!("delete {}", sb.id))?;
     let (write_inside, write_host, clone_inside, clone_host) = measured?;
+    let clone_host_overlay = match std::path::Path::new(writable_dir).is_dir() {
+        true => Some(overlay_clone(writable_dir).context("the clone through an overlay")?),
+        false => {
+            s.note(format!(
+                "disk: no writable-layer file system at {writable_dir}: no overlay figure"
+            ));
+            None
+        }
+    };
     let (mut disk, mut memory) = (Vec::new(), Vec::new());
     for i in 0..rounds.max(1) * 2 {
         s.stop.check()?;
@@ -157,6 +207,8 @@ pub async fn disk(s: &Setup, rounds: usize, host_dir: &str) -> anyhow::Result<Di
         write_host_mib_s: mib_s(write_host),
         clone_inside_s: clone_inside / 1e9,
         clone_host_s: clone_host / 1e9,
+        clone_host_overlay_s: clone_host_overlay.map(|n| n / 1e9),
+        writable_dir: writable_dir.to_string(),
         first_exec_disk: Latency::from_samples(disk),
         first_exec_memory: Latency::from_samples(memory),
         host_dir: host_dir.to_string(),
@@ -186,9 +238,16 @@ impl DiskBench {
     /// The text report.
     pub fn render(&self) -> String {
         let (w, c) = self.ratios();
+        let overlay = self.clone_host_overlay_s.map_or(String::new(), |o| {
+            format!(
+                ", host through an overlay on {} {o:.2} s (inside {:.2}× of it)",
+                self.writable_dir,
+                self.clone_inside_s / o
+            )
+        });
         format!(
             "disk: 1 GiB write inside {:.0} MiB/s vs host {:.0} MiB/s ({w:.2}×, {}); \
-             git clone of {REPO_FILES} files inside {:.2} s vs host {:.2} s ({c:.2}×); \
+             git clone of {REPO_FILES} files inside {:.2} s vs host {:.2} s ({c:.2}×){overlay}; \
              create → first exec p50 on disk {:.1} ms vs in memory {:.1} ms\n",
             self.write_inside_mib_s,
             self.write_host_mib_s,

@@ -176,6 +176,10 @@ pub struct Args {
     /// the node's writable-layer file lives on)
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     pub host_dir: String,
+    /// disk: the node's writable-layer file system, for the clone through an overlay
+    /// [default: <image store>/mnt/writable]
+    #[arg(long, value_name = "DIR")]
+    pub writable_dir: Option<String>,
     /// Print one JSON document instead of tables
     #[arg(long)]
     pub json: bool,
@@ -818,7 +822,13 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
     }
     if args.which == Which::Disk {
         stop.check()?;
-        report.disk = Some(disk::disk(setup, n(50), &args.host_dir).await?);
+        let writable = args.writable_dir.clone().unwrap_or_else(|| {
+            build::store_dir(None)
+                .join("mnt/writable")
+                .display()
+                .to_string()
+        });
+        report.disk = Some(disk::disk(setup, n(50), &args.host_dir, &writable).await?);
     }
     if args.which == Which::Pause {
         stop.check()?;

@@ -20,6 +20,15 @@ use super::extract::{Auth, QueryPairs};
 use super::HttpResult;
 use crate::manager::{Event, Manager, SandboxChange, Subscription, Telemetry};
 
+/// The events' names, as the stream sends them (`api/openapi.yaml` gives each one's data
+/// schema under the route's `x-warren-events`; the tests check both against each other).
+pub(crate) const SANDBOX: &str = "sandbox";
+pub(crate) const DELETED: &str = "deleted";
+pub(crate) const LOAD: &str = "load";
+pub(crate) const LAGGED: &str = "lagged";
+#[cfg(test)]
+pub(crate) const NAMES: [&str; 4] = [SANDBOX, DELETED, LOAD, LAGGED];
+
 const DEFAULT_INTERVAL_MS: u64 = 2000;
 const INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;
 
@@ -41,15 +50,15 @@ impl Feed {
     async fn next(&mut self) -> Option<SseEvent> {
         tokio::select! {
             ev = self.sub.next() => Some(match ev? {
-                Event::Sandbox(SandboxChange::Changed(info)) => json_event("sandbox", &*info),
+                Event::Sandbox(SandboxChange::Changed(info)) => json_event(SANDBOX, &*info),
                 Event::Sandbox(SandboxChange::Deleted { id, why, .. }) => json_event(
-                    "deleted",
+                    DELETED,
                     &serde_json::json!({ "id": id.as_str(), "reason": why }),
                 ),
-                Event::Lagged(n) => json_event("lagged", &serde_json::json!({ "missed": n })),
+                Event::Lagged(n) => json_event(LAGGED, &serde_json::json!({ "missed": n })),
             }),
             _ = self.ticks.tick() => Some(json_event(
-                "load",
+                LOAD,
                 &serde_json::json!({
                     "node": self.manager.config().node.to_string(),
                     "sandboxes": self.manager.count(),

@@ -27,6 +27,8 @@ mod tests;
 #[cfg(test)]
 mod tests_events;
 #[cfg(test)]
+mod tests_methods;
+#[cfg(test)]
 mod tests_ports;
 mod trajectory;
 

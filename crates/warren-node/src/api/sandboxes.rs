@@ -23,6 +23,7 @@ pub struct Health {
     pub node: String,
     pub version: &'static str,
     pub substrates: Vec<&'static str>,
+    /// Sandboxes on the node; a user token's tenant's only.
     pub sandboxes: usize,
     /// seccomp, Landlock (ABI and what is enforced) and AppArmor on this node.
     pub security: warren_runtime::security::SecurityReport,
@@ -30,8 +31,10 @@ pub struct Health {
     pub state: StateUsage,
     /// What the node applies when a request leaves it out.
     pub defaults: NodeDefaults,
-    /// Sandboxes by state and substrate, memory and CPU pressure (what a gateway places by).
-    pub load: warren_types::NodeLoad,
+    /// Sandboxes by state and substrate, memory and CPU pressure (what a gateway places by);
+    /// administrators only (it counts every tenant's sandboxes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<warren_types::NodeLoad>,
     /// The host: memory and CPU time so far (a client takes two readings for a CPU share).
     pub host: HostUsage,
     /// The writable-layer space on disk of the node's containers; `null` where the node
@@ -94,7 +97,10 @@ fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
 /// `state` of `/v1/health`.
 #[derive(Debug, Serialize)]
 pub struct StateUsage {
-    pub bytes: u64,
+    /// Administrators only: outputs are stored once per content, so the size would tell a
+    /// tenant whether another printed the same output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     pub max_bytes: u64,
     /// True once `bytes` reached `max_bytes`: trajectories keep digests and sizes only.
     pub full: bool,
@@ -116,17 +122,28 @@ pub async fn health(
     State(telemetry): State<Telemetry>,
     Auth(caller): Auth,
 ) -> Json<Health> {
+    // A user token sees its tenant's count and nothing summed over other tenants.
+    let admin = caller.is_admin();
+    let sandboxes = if admin {
+        m.count()
+    } else {
+        m.list(&ListFilter {
+            tenant: caller.scope().map(str::to_string),
+            ..ListFilter::default()
+        })
+        .len()
+    };
     Json(Health {
         status: "ok",
         node: m.config().node.to_string(),
         version: env!("CARGO_PKG_VERSION"),
         substrates: m.substrates().served().iter().map(|s| s.as_str()).collect(),
-        sandboxes: m.count(),
+        sandboxes,
         security: m.config().security.clone(),
         state: {
             let (bytes, max_bytes) = telemetry.state_usage(&m);
             StateUsage {
-                bytes,
+                bytes: admin.then_some(bytes),
                 max_bytes,
                 full: bytes >= max_bytes,
             }
@@ -136,7 +153,7 @@ pub async fn health(
             max_ttl_secs: m.config().ttl_cap(),
             exec_timeout_secs: m.config().default_exec_timeout_secs,
         },
-        load: telemetry.load(&m),
+        load: admin.then(|| telemetry.load(&m)),
         host: HostUsage::read(telemetry.capacity(&m).memory_total_mb),
         disk: m
             .substrates()

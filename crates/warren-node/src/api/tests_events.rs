@@ -117,3 +117,135 @@ async fn events_tell_changes_and_load_to_those_who_may_see_them() {
     let load = admin.next("load").await;
     assert_eq!(load["sandboxes"], 1, "the load follows");
 }
+
+/// `api/openapi.yaml`.
+fn spec() -> serde_yaml::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../api/openapi.yaml");
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Checks `v` against an OpenAPI 3.0 schema of `spec` (`$ref`, `allOf`, `nullable`, `type`,
+/// `enum`, `required`, `properties`, `additionalProperties`, `items`): every field the data
+/// has is described, every required one is there, with its type. Answers what differs.
+fn check(spec: &serde_yaml::Value, schema: &serde_yaml::Value, v: &serde_json::Value, at: &str) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        let named = &spec["components"]["schemas"][name];
+        assert!(!named.is_null(), "{at}: no schema {name}");
+        return check(spec, named, v, at);
+    }
+    if let Some(all) = schema["allOf"].as_sequence() {
+        for s in all {
+            check(spec, s, v, at);
+        }
+    }
+    if v.is_null() {
+        let typed = !schema["type"].is_null() || schema["allOf"].is_sequence();
+        assert!(
+            !typed || schema["nullable"].as_bool() == Some(true),
+            "{at}: null where the spec says not nullable"
+        );
+        return;
+    }
+    if let Some(values) = schema["enum"].as_sequence() {
+        let known: Vec<&str> = values.iter().filter_map(|x| x.as_str()).collect();
+        assert!(
+            v.as_str().is_some_and(|x| known.contains(&x)),
+            "{at}: {v} is not one of {known:?}"
+        );
+    }
+    let ok = match schema["type"].as_str() {
+        None => true,
+        Some("object") => v.is_object(),
+        Some("array") => v.is_array(),
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        Some(t) => panic!("{at}: unknown type {t}"),
+    };
+    assert!(ok, "{at}: {v} is not of type {:?}", schema["type"]);
+    if let Some(obj) = v.as_object() {
+        for req in schema["required"].as_sequence().into_iter().flatten() {
+            let req = req.as_str().unwrap();
+            assert!(
+                obj.contains_key(req),
+                "{at}: required field {req} missing: {v}"
+            );
+        }
+        let props = schema["properties"].as_mapping();
+        for (k, x) in obj {
+            let field = props.and_then(|p| p.get(k.as_str()));
+            match (field, &schema["additionalProperties"]) {
+                (Some(s), _) => check(spec, s, x, &format!("{at}.{k}")),
+                (None, serde_yaml::Value::Mapping(_)) => check(
+                    spec,
+                    &schema["additionalProperties"],
+                    x,
+                    &format!("{at}.{k}"),
+                ),
+                (None, serde_yaml::Value::Bool(true)) => {}
+                // Without properties the object is a free map (described in words).
+                (None, _) if props.is_none() => {}
+                (None, _) => panic!("{at}: field {k} is not in the spec: {v}"),
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            check(spec, items, x, &format!("{at}[{i}]"));
+        }
+    }
+}
+
+/// The stream's events, as sent, against `x-warren-events` of `GET /v1/events` in the spec:
+/// the same names, and each event's data described by its schema. A lag is made by a reader
+/// that reads nothing while more changes than the channel keeps go by.
+#[tokio::test]
+async fn every_event_is_as_the_spec_says() {
+    let spec = spec();
+    let events = &spec["paths"]["/v1/events"]["get"]["responses"]["200"]["x-warren-events"];
+    let named: std::collections::BTreeSet<&str> = events
+        .as_mapping()
+        .expect("x-warren-events of GET /v1/events")
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        named,
+        super::events::NAMES.into_iter().collect(),
+        "the stream's event names"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager_in(dir.path(), |_| {});
+    let app = super::router(crate::Node::new(m.clone(), None));
+    let (_, mut reader) = open(&app, "/v1/events?interval_ms=250", None).await;
+    let (_, mut behind) = open(&app, "/v1/events", None).await;
+    let mut seen = Vec::new();
+    seen.push((super::events::LOAD, reader.next("load").await));
+    // The slow reader has its subscription once its first event (a load) is read.
+    behind.next("load").await;
+    let info = m
+        .create(CreateSandboxRequest {
+            labels: [("a".to_string(), "b".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .info;
+    seen.push((super::events::SANDBOX, reader.next("sandbox").await));
+    let id: SandboxId = info.id.parse().unwrap();
+    for _ in 0..1100 {
+        m.extend(&id, 3600).await.unwrap();
+    }
+    m.delete(&id).await.unwrap();
+    seen.push((super::events::DELETED, reader.next("deleted").await));
+    seen.push((super::events::LAGGED, behind.next("lagged").await));
+    for (name, data) in &seen {
+        check(&spec, &events[*name], data, name);
+    }
+    assert!(seen
+        .iter()
+        .any(|(n, d)| *n == "lagged" && d["missed"].as_u64() > Some(0)));
+}

@@ -3,7 +3,7 @@
 //! on this node (deleted, or on a node that was lost) is read from the trajectory store
 //! when the node ships there, as the caller's tenant may see it.
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -26,7 +26,7 @@ pub async fn export(
         .authorize(&caller, &id)
         .and_then(|()| trajectories.trajectory(&m, &id, from));
     let body = match here {
-        Ok(pages) => Body::from_stream(local(pages)),
+        Ok(pages) => Body::from_stream(pages.into_stream()),
         Err(NodeError::SandboxNotFound { .. }) if trajectories.ships_trajectories() => {
             let pages = trajectories.shipped_trajectory(&id, from, &caller).await?;
             Body::from_stream(warren_blob::trajectory::ndjson(pages))
@@ -34,21 +34,4 @@ pub async fn export(
         Err(e) => return Err(e.into()),
     };
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
-}
-
-fn local(
-    pages: crate::manager::TrajectoryPages,
-) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
-    futures::stream::unfold(pages, |mut pages| async move {
-        match pages.next_page().await? {
-            Ok(entries) => Some((
-                Ok(Bytes::from(warren_types::trajectory::ndjson_lines(
-                    &entries,
-                ))),
-                pages,
-            )),
-            // An error after the first line can only abort the transfer.
-            Err(e) => Some((Err(std::io::Error::other(e.to_string())), pages)),
-        }
-    })
 }

@@ -23,6 +23,7 @@ mod create;
 mod delete;
 mod events;
 mod exec;
+mod export;
 mod files;
 mod fork;
 mod held;

@@ -507,6 +507,14 @@ impl Trajectories {
                 "a new sandbox has a bad id: {e}"
             )))
         })?;
+        // Before the new sandbox runs anything: the original's node, if it comes back,
+        // deletes the original instead of resuming it beside its revived copy.
+        if let Err(e) = source.fence(id, &new).await {
+            if let Err(d) = sandboxes.delete(&new).await {
+                tracing::warn!(sandbox = %new, error = %d, "cannot delete a failed revive");
+            }
+            return Err(e.into());
+        }
         let mut replay = Replay {
             manager: sandboxes.clone(),
             new: new.clone(),

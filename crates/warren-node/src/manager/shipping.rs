@@ -85,6 +85,57 @@ impl Trajectories {
         self.state.log_source.get().cloned()
     }
 
+    /// Deletes this node's sandboxes that a node revived from the trajectory store (their
+    /// revive mark is there, see `warren_blob::trajectory::Revived`): the revived copy goes
+    /// on, the original must not run another step beside it. Answers each deleted sandbox
+    /// with the one it was revived as. The daemon calls it after recovery, before it serves,
+    /// and before it registers in the cluster again after losing its registration. A mark
+    /// that cannot be read is logged and the sandbox kept.
+    pub async fn delete_revived(&self, sandboxes: &Manager) -> Vec<(SandboxId, String)> {
+        use futures::StreamExt;
+        let Some(shipper) = self.shipper() else {
+            return Vec::new();
+        };
+        let store = shipper.store().clone();
+        let ids: Vec<SandboxId> = sandboxes.inner.registry.map().keys().cloned().collect();
+        let marks: Vec<_> = futures::stream::iter(ids)
+            .map(|id| {
+                let store = store.clone();
+                async move {
+                    let mark = warren_blob::trajectory::revived(store.as_ref(), &id).await;
+                    (id, mark)
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut deleted = Vec::new();
+        for (id, mark) in marks {
+            let mark = match mark {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!(sandbox = %id, error = %e, "cannot read whether the sandbox was revived elsewhere; keeping it");
+                    continue;
+                }
+            };
+            warn!(
+                sandbox = %id, revived_as = %mark.revived_as,
+                "the sandbox was revived on another node while this one was away: deleting the original"
+            );
+            let Ok(sb) = sandboxes.lookup(&id) else {
+                continue;
+            };
+            match sandboxes.end(&sb, "revived on another node").await {
+                Ok(()) => deleted.push((id, mark.revived_as)),
+                Err(e) => {
+                    warn!(sandbox = %id, error = %e, "cannot delete a revived sandbox's original")
+                }
+            }
+        }
+        deleted
+    }
+
     /// True when trajectories are shipped to a store (and read from it once a sandbox is
     /// not on the node).
     pub fn ships_trajectories(&self) -> bool {

@@ -5,6 +5,7 @@ use warren_types::{SandboxId, TrajectoryCall, TrajectoryEntry};
 
 use super::{Manager, Sandbox, Trajectories};
 use crate::error::NodeError;
+use crate::trajectory::{Blobs, StoredEntry};
 
 /// Most entries read per page.
 const PAGE: usize = 256;
@@ -14,7 +15,7 @@ const PAGE_BYTES: u64 = 1 << 20;
 
 /// The pages of one export.
 pub struct TrajectoryPages {
-    manager: Manager,
+    pub(super) manager: Manager,
     id: SandboxId,
     next_seq: u64,
     done: bool,
@@ -33,6 +34,19 @@ impl TrajectoryPages {
     /// The next entries; `None` after the last page. Entries appended while the export runs
     /// are included when they come before its end.
     pub async fn next_page(&mut self) -> Option<Result<Vec<TrajectoryEntry>, NodeError>> {
+        let (entries, blobs) = match self.next_stored(u64::MAX).await? {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(entries.iter().map(|e| e.export(&blobs)).collect()))
+    }
+
+    /// The next entries as stored, with the blobs they refer to that are shorter than
+    /// `load_under` bytes; `None` after the last page.
+    pub(super) async fn next_stored(
+        &mut self,
+        load_under: u64,
+    ) -> Option<Result<(Vec<StoredEntry>, Blobs), NodeError>> {
         if self.done {
             return None;
         }
@@ -41,9 +55,8 @@ impl TrajectoryPages {
             let (entries, blobs, more) = m
                 .journal()
                 .read()?
-                .entries_within(&id, from, PAGE, PAGE_BYTES)?;
-            let page = entries.iter().map(|e| e.export(&blobs)).collect::<Vec<_>>();
-            Ok::<_, NodeError>((page, more))
+                .entries_loading(&id, from, PAGE, PAGE_BYTES, load_under)?;
+            Ok::<_, NodeError>(((entries, blobs), more))
         })
         .await;
         let (page, more) = match read {
@@ -59,11 +72,11 @@ impl TrajectoryPages {
                 ))));
             }
         };
-        match page.last() {
+        match page.0.last() {
             Some(last) if more => self.next_seq = last.seq + 1,
             _ => self.done = true,
         }
-        if page.is_empty() {
+        if page.0.is_empty() {
             return None;
         }
         Some(Ok(page))

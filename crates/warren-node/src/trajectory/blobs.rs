@@ -123,6 +123,19 @@ impl BlobDir {
         }
     }
 
+    /// The file of `digest`, open for reading (an export streams it), if it is stored.
+    pub fn open_file(&self, digest: &str) -> Result<Option<std::fs::File>, StoreError> {
+        if !is_digest(digest) {
+            return Ok(None);
+        }
+        let path = self.path(digest);
+        match std::fs::File::open(&path) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path, "open", e)),
+        }
+    }
+
     /// Unlinks blobs whose last reference is gone (after that transaction committed).
     pub fn remove(&self, digests: &[String]) {
         for d in digests.iter().filter(|d| is_digest(d)) {

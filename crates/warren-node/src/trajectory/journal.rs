@@ -617,6 +617,12 @@ impl Journal {
         }
     }
 
+    /// The file of output blob `digest`, open for reading, if it is a file (older nodes kept
+    /// blobs in the state file: [`Reader::blob`]).
+    pub fn open_blob(&self, digest: &str) -> Result<Option<std::fs::File>, StoreError> {
+        self.blobs.open_file(digest)
+    }
+
     /// Bytes of the node's state on disk: the state file, the log files and the output blob
     /// files.
     pub fn state_bytes(&self) -> u64 {
@@ -763,6 +769,19 @@ impl Reader<'_> {
         limit: usize,
         max_bytes: u64,
     ) -> Result<(Vec<StoredEntry>, Blobs, bool), StoreError> {
+        self.entries_loading(id, from_seq, limit, max_bytes, u64::MAX)
+    }
+
+    /// Like [`Reader::entries_within`], reading only the blobs shorter than `load_under`
+    /// bytes: an export streams longer ones from their files ([`Journal::open_blob`]).
+    pub fn entries_loading(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        limit: usize,
+        max_bytes: u64,
+        load_under: u64,
+    ) -> Result<(Vec<StoredEntry>, Blobs, bool), StoreError> {
         let mut out = Vec::new();
         let mut bytes = 0u64;
         self.each(id, from_seq, |seq, v| {
@@ -780,7 +799,7 @@ impl Reader<'_> {
             }
             true
         })?;
-        let blobs = self.blobs(&out)?;
+        let blobs = self.blobs_under(&out, load_under)?;
         let more = out.len() == limit || bytes >= max_bytes;
         Ok((out, blobs, more))
     }
@@ -830,13 +849,31 @@ impl Reader<'_> {
     }
 
     fn blobs(&self, entries: &[StoredEntry]) -> Result<Blobs, StoreError> {
+        self.blobs_under(entries, u64::MAX)
+    }
+
+    /// One blob, from its file or the legacy table.
+    pub fn blob(&self, digest: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        let mut b = self.blobs_of(&[digest])?;
+        Ok(b.remove(digest))
+    }
+
+    /// The blobs `entries` refer to that are shorter than `max_len` bytes.
+    fn blobs_under(&self, entries: &[StoredEntry], max_len: u64) -> Result<Blobs, StoreError> {
+        let wanted: Vec<&str> = entries
+            .iter()
+            .flat_map(|e| e.blob_refs_under(max_len))
+            .collect();
+        self.blobs_of(&wanted)
+    }
+
+    fn blobs_of(&self, wanted: &[&str]) -> Result<Blobs, StoreError> {
         let mut out = Blobs::new();
-        let wanted: Vec<&str> = entries.iter().flat_map(|e| e.blob_refs()).collect();
         if wanted.is_empty() {
             return Ok(out);
         }
         let legacy = self.tx.open_table(BLOBS).map_err(|e| self.err(e))?;
-        for d in wanted {
+        for &d in wanted {
             if let Some(b) = self.files.read(d)? {
                 out.insert(d.to_string(), b);
             } else if let Some(b) = legacy.get(d).map_err(|e| self.err(e))? {

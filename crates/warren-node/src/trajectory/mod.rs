@@ -344,10 +344,15 @@ impl StoredEntry {
 
     /// Digests of the blobs this entry refers to.
     pub fn blob_refs(&self) -> Vec<&str> {
+        self.blob_refs_under(u64::MAX)
+    }
+
+    /// Digests of the blobs this entry refers to that are shorter than `max_len` bytes.
+    pub fn blob_refs_under(&self, max_len: u64) -> Vec<&str> {
         let mut refs: Vec<&str> = self
             .outputs()
             .into_iter()
-            .filter(|o| o.in_blob())
+            .filter(|o| o.in_blob() && o.len < max_len)
             .map(|o| o.sha256.as_str())
             .collect();
         // One reference per distinct blob of the entry (a file written twice with the same

@@ -42,4 +42,11 @@ pub trait LogSource: Send + Sync + 'static {
         from_seq: u64,
         limit: usize,
     ) -> Result<LogPage, StoreError>;
+
+    /// Records that `old` was revived as `new` where the original's node reads it when it
+    /// comes back (a source of logs of sandboxes held elsewhere); nothing by default (the
+    /// node's own log: its original lives here, and is the caller's to delete).
+    async fn fence(&self, _old: &SandboxId, _new: &SandboxId) -> Result<(), StoreError> {
+        Ok(())
+    }
 }

@@ -165,4 +165,21 @@ impl LogSource for StoreLogSource {
         }
         Ok(page)
     }
+
+    async fn fence(&self, old: &SandboxId, new: &SandboxId) -> Result<(), StoreError> {
+        let mark = shipped::Revived {
+            format: shipped::REVIVED_FORMAT,
+            sandbox: old.to_string(),
+            revived_as: new.to_string(),
+            at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        let bytes = serde_json::to_vec(&mark).expect("a revive mark serializes");
+        self.store
+            .put(&shipped::revived_key(old), bytes.into())
+            .await
+            .map_err(store_err)
+    }
 }

@@ -5,7 +5,8 @@
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
 //! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
-//! re-registered.
+//! re-registered. A Dockerfile built through a gateway: placed, its log streamed, its image
+//! used, its layers started lazily on another node from the blob store.
 
 #[path = "../common/browser.rs"]
 mod browser;
@@ -16,6 +17,7 @@ mod etcd;
 #[path = "../../../warren-image/tests/common/mod.rs"]
 mod layers;
 
+mod build;
 mod etcd_trouble;
 mod harness;
 mod hung;

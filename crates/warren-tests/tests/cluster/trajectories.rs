@@ -18,6 +18,8 @@ use crate::harness::{Cluster, GatewayProc};
 
 const ALPHA: &str = "trajectory-alpha-token-0123456789";
 const BETA: &str = "trajectory-beta-token-0123456789";
+/// An administrator (the cluster view is theirs only).
+const OPS: &str = "trajectory-ops-token-0123456789";
 
 /// The store directory and the auth file, removed when the test ends.
 struct Files {
@@ -61,9 +63,11 @@ fn files() -> Files {
         &f.auth,
         format!(
             "[[tenant]]\nname = \"alpha\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
-             [[tenant]]\nname = \"beta\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n",
+             [[tenant]]\nname = \"beta\"\nrole = \"user\"\ntoken_sha256 = [\"{}\"]\n\n\
+             [[tenant]]\nname = \"ops\"\nrole = \"admin\"\ntoken_sha256 = [\"{}\"]\n",
             sha(ALPHA),
-            sha(BETA)
+            sha(BETA),
+            sha(OPS)
         ),
     )
     .unwrap();
@@ -392,7 +396,8 @@ async fn a_sandbox_of_a_killed_node_revives_on_another_from_the_store() {
     let through = gw.client();
     let owner_id = c.nodes[owner].node.clone();
     let started = std::time::Instant::now();
-    while through.cluster().await.map_or(true, |i| {
+    let ops = client(gw.port, OPS);
+    while ops.cluster().await.map_or(true, |i| {
         !i.nodes
             .iter()
             .any(|n| n.id.as_str() == owner_id && n.state == NodeState::Lost)

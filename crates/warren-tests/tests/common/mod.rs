@@ -177,6 +177,37 @@ fn new_node_name() -> String {
     name
 }
 
+/// An image store of its own at `dir` holding image `default` (its layers hard-linked from
+/// [`image_store`], copied only across file systems), for a test that needs a store no other
+/// test's daemon uses.
+pub fn private_store(dir: &Path) -> PathBuf {
+    ensure_default_image();
+    let from = image_store();
+    let manifest = std::fs::read(from.join("images/default/latest.json"))
+        .expect("reading image default's manifest");
+    let v: serde_json::Value =
+        serde_json::from_slice(&manifest).expect("image default's manifest is JSON");
+    for sub in ["blobs/sha256", "layers", "images/default"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("creating the private store");
+    }
+    let layers = v["layers"].as_array().expect("the manifest lists layers");
+    for l in layers {
+        let hex = l
+            .as_str()
+            .and_then(|l| l.strip_prefix("sha256:"))
+            .expect("a layer digest");
+        let blob = Path::new("blobs/sha256").join(hex);
+        if std::fs::hard_link(from.join(&blob), dir.join(&blob)).is_err() {
+            std::fs::copy(from.join(&blob), dir.join(&blob)).expect("copying a layer");
+        }
+        let meta = Path::new("layers").join(format!("{hex}.json"));
+        let _ = std::fs::copy(from.join(&meta), dir.join(&meta));
+    }
+    std::fs::write(dir.join("images/default/latest.json"), manifest)
+        .expect("writing image default's manifest");
+    dir.to_path_buf()
+}
+
 /// Makes sure image `default` is in the store: registers the cached rootfs with
 /// `warren image build-layer` when that subcommand exists, else fails with what to run.
 pub fn ensure_default_image() {
@@ -247,6 +278,9 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub state_dir: PathBuf,
     pub log: PathBuf,
+    /// The image store it uses ([`image_store`] unless started with
+    /// [`Daemon::start_on_store`]).
+    pub image_store: PathBuf,
     child: Option<Child>,
     client: Client,
     /// Extra `warrend` arguments (e.g. `--network-config FILE`), kept across restarts.
@@ -263,6 +297,15 @@ impl Daemon {
     /// Like [`Daemon::start`], with extra `warrend` arguments made from the daemon's own
     /// directory (for config files written there).
     pub async fn start_with(args: impl FnOnce(&Path) -> Vec<String>) -> Option<Daemon> {
+        Self::start_on_store(image_store(), args).await
+    }
+
+    /// Like [`Daemon::start_with`], on the image store at `store` (which must hold what the
+    /// test creates; see [`private_store`]).
+    pub async fn start_on_store(
+        store: PathBuf,
+        args: impl FnOnce(&Path) -> Vec<String>,
+    ) -> Option<Daemon> {
         if should_skip() {
             return None;
         }
@@ -276,6 +319,7 @@ impl Daemon {
         let mut d = Daemon {
             state_dir: dir.join("state"),
             log: dir.join("warrend.log"),
+            image_store: store,
             client: client_for(&socket),
             socket,
             dir,
@@ -337,6 +381,14 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .expect("opening the daemon log");
+        // The shared image store, unless the extra arguments name one of the daemon's own.
+        let store = match self.extra_args.iter().any(|a| a == "--image-store") {
+            true => Vec::new(),
+            false => vec![
+                "--image-store".into(),
+                self.image_store.clone().into_os_string(),
+            ],
+        };
         let child = Command::new(bin_dir().join("warrend"))
             .arg("--socket")
             .arg(&self.socket)
@@ -344,8 +396,7 @@ impl Daemon {
             .arg(&self.state_dir)
             .arg("--node")
             .arg(&self.node)
-            .arg("--image-store")
-            .arg(image_store())
+            .args(store)
             .args(&self.extra_args)
             // Requests are logged at debug level: the log shows which calls were answered.
             .env("RUST_LOG", "info,warren_node=debug")

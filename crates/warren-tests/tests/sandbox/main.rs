@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod delete;
 mod disk;
 mod exec;
 mod files;

@@ -13,6 +13,35 @@ use warren_client::{CreateSandboxRequest, ExecRequest};
 use browser::{assert_clean, chromium, count, free_port, load, text_of};
 use common::{repo_root, skip, test_root, Daemon};
 
+/// The chart `title`'s axis (its `data-ticks`, as drawn): at least two ticks from 0 up, each
+/// in `unit`, no two alike.
+fn axis_reads_well(dom: &str, title: &str, unit: &str) {
+    let at = dom
+        .find(&format!("data-chart=\"{title}\""))
+        .unwrap_or_else(|| panic!("no chart {title}"));
+    let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+    let ticks = tag
+        .split("data-ticks=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .unwrap_or_else(|| panic!("chart {title} has no ticks: {tag}"));
+    let ticks: Vec<&str> = ticks.split('|').collect();
+    assert!(ticks.len() >= 2, "{title}: {ticks:?}");
+    let values: Vec<f64> = ticks
+        .iter()
+        .map(|t| {
+            let n = t
+                .strip_suffix(unit)
+                .unwrap_or_else(|| panic!("{title}: {t:?} not in {unit:?}"));
+            n.parse().unwrap_or_else(|_| panic!("{title}: {t:?}"))
+        })
+        .collect();
+    assert_eq!(values[0], 0.0, "{title}: {ticks:?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{title}: {ticks:?}");
+    let distinct: std::collections::BTreeSet<&&str> = ticks.iter().collect();
+    assert_eq!(distinct.len(), ticks.len(), "{title}: {ticks:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     let browser = match chromium() {
@@ -107,6 +136,8 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     // Overview: counts by state and substrate, the node with its memory, both charts.
     let l = page("/", "overview");
     assert_clean("overview", &l);
+    axis_reads_well(&l.dom, "Sandboxes", "");
+    axis_reads_well(&l.dom, "Host CPU busy", " %");
     assert_eq!(text_of(&l.dom, "id=\"count-sandboxes\""), Some("3"));
     assert_eq!(text_of(&l.dom, "id=\"count-running\""), Some("2"));
     assert_eq!(text_of(&l.dom, "id=\"count-paused\""), Some("1"));
@@ -183,6 +214,11 @@ async fn every_dashboard_page_loads_in_chromium_and_shows_the_node() {
     assert!(l.dom.contains("data-name=\"ui-file.txt\""), "{}", l.dom);
     assert_eq!(text_of(&l.dom, "id=\"cwd\""), Some("/root"));
     assert!(count(&l.dom, "<canvas") >= 2);
+    // The charts' axes: ticks that read differently, in the chart's unit (an idle sandbox's
+    // CPU once read 0.0 five times).
+    for (chart, unit) in [("CPU", " %"), ("Memory", " MiB")] {
+        axis_reads_well(&l.dom, chart, unit);
+    }
     // A paused one: its page draws too, and offers resume.
     let l = page(&format!("/sandbox/{}", ids[2]), "sandbox-paused");
     assert_clean("sandbox", &l);

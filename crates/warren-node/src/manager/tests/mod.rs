@@ -1,6 +1,7 @@
 //! Manager tests against the fake runtime and fake agent of [`crate::testing`].
 
 mod create;
+mod export;
 mod lifetime;
 mod pause;
 mod revive;

@@ -172,3 +172,62 @@ async fn a_deleted_sandbox_revives_on_another_node_from_the_store() {
         .unwrap_err();
     assert_eq!(e.to_api().code, ErrorCode::InvalidState, "{e}");
 }
+
+/// A revive from the store fences the original: its node, back, deletes it (and keeps a
+/// sandbox nobody revived).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deletes_its_sandboxes_revived_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn BlobStore> =
+        Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+    let a = Caller::tenant("a", Role::User, Quotas::default());
+    std::fs::create_dir_all(dir.path().join("n1")).unwrap();
+    let (m1, _rt1) = manager_in(&dir.path().join("n1"), |_| {});
+    m1.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m1)
+        .unwrap();
+    let old = episode(&m1, &a).await;
+    let kept = episode(&m1, &a).await;
+    let started = std::time::Instant::now();
+    while shipped::last_shipped(store.as_ref(), &old).await.unwrap() < 7 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the log was not shipped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(shipped::revived(store.as_ref(), &old)
+        .await
+        .unwrap()
+        .is_none());
+
+    // Another node revives it from the store (its node is away, the original still runs).
+    std::fs::create_dir_all(dir.path().join("n2")).unwrap();
+    let (m2, _rt2) = manager_in(&dir.path().join("n2"), |_| {});
+    m2.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m2)
+        .unwrap();
+    let r = m2.revive(&a, &old, ReviveOptions::default()).await.unwrap();
+    let mark = shipped::revived(store.as_ref(), &old)
+        .await
+        .unwrap()
+        .expect("the revive marks the original");
+    assert_eq!(
+        (mark.sandbox.as_str(), mark.revived_as.as_str()),
+        (old.as_str(), r.sandbox.id.as_str())
+    );
+
+    // The original's node deletes it, and only it.
+    let deleted = m1.parts().trajectories.delete_revived(&m1).await;
+    assert_eq!(deleted, vec![(old.clone(), r.sandbox.id.clone())]);
+    assert!(m1.get(&old).is_err());
+    let step = ExecRequest {
+        step: Some(8),
+        ..ExecRequest::shell("echo again")
+    };
+    assert!(m1.procs().exec(&old, step).await.is_err());
+    assert!(m1.get(&kept).is_ok());
+    assert!(m1.parts().trajectories.delete_revived(&m1).await.is_empty());
+}

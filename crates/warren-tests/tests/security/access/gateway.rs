@@ -2,7 +2,7 @@
 //! serves only TLS and requires client certificates, and a gateway that serves TLS with
 //! tokens and presents its own certificate to the node. Tokens pass through the gateway and
 //! the node decides what a tenant sees; the gateway's own routes need a token, and drain
-//! needs an administrator.
+//! needs an administrator, as does the cluster view.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -162,6 +162,14 @@ async fn a_tls_gateway_with_tokens_in_front_of_a_node_requiring_client_certifica
     assert!(none.cluster().await.unwrap_err().is_unauthorized());
     let wrong = https(gw_port, &ca_pem, Some("not-a-token"));
     assert!(wrong.get(&id).await.unwrap_err().is_unauthorized());
+
+    // A user token sees nothing summed over other tenants: no cluster view (every node's
+    // load and images), no cluster-wide sandbox count.
+    assert_eq!(code(a.cluster().await), ErrorCode::Forbidden);
+    let h = a.health().await.unwrap();
+    assert!(!h.extra.contains_key("sandboxes"), "{:?}", h.extra);
+    let h = admin.health().await.unwrap();
+    assert!(h.extra.contains_key("sandboxes"), "{:?}", h.extra);
 
     // Draining needs an administrator.
     let node_id = node.node.clone();

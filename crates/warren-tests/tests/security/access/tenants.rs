@@ -202,3 +202,59 @@ async fn listings_labels_and_keys_are_per_tenant() {
     assert!(own.contains("deleted"), "{own}");
     assert!(!other.contains("deleted"), "{other}");
 }
+
+/// No answer to a tenant depends on what another tenant did: its health counts its own
+/// sandboxes only and shows neither the node's load nor its state size (outputs are stored
+/// once per content, so that size would tell whether another tenant printed the same bytes),
+/// and an output another tenant printed before costs the same as a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_learns_nothing_of_anothers_outputs_or_counts() {
+    let Some((_d, port)) = daemon(&auth_file(""), &[]).await else {
+        return;
+    };
+    let (a, b, ops) = (
+        tcp(port, Some(TOKEN_A)),
+        tcp(port, Some(TOKEN_B)),
+        tcp(port, Some(TOKEN_OPS)),
+    );
+    let req = CreateSandboxRequest::default();
+    let (a1, a2) = (
+        a.create(&req).await.unwrap().id,
+        a.create(&req).await.unwrap().id,
+    );
+    let b1 = b.create(&req).await.unwrap().id;
+    b.create(&req).await.unwrap();
+    b.create(&req).await.unwrap();
+
+    // B prints 256 KiB (kept as a blob, stored once per content).
+    let print = |c: char| format!("head -c 262144 /dev/zero | tr '\\0' '{c}'");
+    let out = b.exec(&b1, &ExecRequest::shell(print('x'))).await.unwrap();
+    assert_eq!(out.stdout.len(), 262_144);
+
+    let health = |h: warren_client::Health| serde_json::Value::Object(h.extra);
+    let ha = health(a.health().await.unwrap());
+    assert_eq!(ha["sandboxes"], 2, "{ha}");
+    assert!(ha["state"].get("bytes").is_none(), "{ha}");
+    assert!(ha["state"]["max_bytes"].is_u64(), "{ha}");
+    assert!(ha.get("load").is_none(), "{ha}");
+    let hops = health(ops.health().await.unwrap());
+    assert_eq!(hops["sandboxes"], 5, "{hops}");
+    assert!(hops["state"]["bytes"].is_u64(), "{hops}");
+    assert!(hops["load"].is_object(), "{hops}");
+
+    // A prints what B printed, then something nobody printed: the same cost either way.
+    a.exec(&a1, &ExecRequest::shell(print('x'))).await.unwrap();
+    a.exec(&a2, &ExecRequest::shell(print('y'))).await.unwrap();
+    let cost = |s: warren_types::SandboxStats| s.trajectory_bytes;
+    let (seen, new) = (
+        cost(a.stats(&a1).await.unwrap()),
+        cost(a.stats(&a2).await.unwrap()),
+    );
+    // Both count the whole output; only their entries' encodings (durations) may differ.
+    assert!(
+        seen >= 262_144 && new >= 262_144 && seen.abs_diff(new) < 1024,
+        "an output another tenant printed costs {seen} bytes, a new one {new}"
+    );
+    let after = health(a.health().await.unwrap());
+    assert!(after["state"].get("bytes").is_none(), "{after}");
+}

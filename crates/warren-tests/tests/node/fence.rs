@@ -1,0 +1,118 @@
+//! A revived sandbox fences its original: two nodes share a trajectory store; the first is
+//! killed (SIGKILL, its sandbox keeps running), the second revives the sandbox from the store,
+//! and when the first comes back it deletes the original instead of resuming it beside its
+//! copy, and says why in its log. The original never runs another step.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use warren_client::ExecRequest;
+
+use crate::common::{test_root, wait_for, Daemon};
+
+fn step(cmd: &str, step: u64) -> ExecRequest {
+    ExecRequest {
+        step: Some(step),
+        ..ExecRequest::shell(cmd)
+    }
+}
+
+/// The shared trajectory store, removed when the test ends.
+struct StoreDir(PathBuf);
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether a shipped segment of `id`'s log holds `needle`.
+fn shipped(store: &Path, id: &str, needle: &str) -> bool {
+    let Ok(rd) = std::fs::read_dir(store.join("trajectories").join(id)) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        e.file_name().to_string_lossy().ends_with(".jsonl")
+            && std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(needle))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
+    let store = StoreDir(test_root().join(format!(
+        "fence-store-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )));
+    std::fs::create_dir_all(&store.0).unwrap();
+    let args = {
+        let s = store.0.display().to_string();
+        move |_: &Path| vec!["--trajectory-store".to_string(), s]
+    };
+    let Some(mut a) = Daemon::start_with(args.clone()).await else {
+        return;
+    };
+    let Some(b) = Daemon::start_with(args).await else {
+        return;
+    };
+    let id = a.sandbox().await;
+    let r = a
+        .exec(&id, &step("echo 1 >> /root/runs; wc -l < /root/runs", 1))
+        .await;
+    assert_eq!(r.stdout.trim(), "1", "{r:?}");
+    let on_disk = wait_for(Duration::from_secs(30), || async {
+        shipped(&store.0, &id, "/root/runs").then_some(())
+    })
+    .await;
+    assert!(on_disk.is_some(), "step 1 of {id} was never shipped");
+    let pids = a.sandbox_pids(&id);
+    assert!(!pids.is_empty());
+
+    // Its node dies; the sandbox keeps running there. Another node revives it.
+    a.kill9();
+    let revived = b.client().revive(&id, false).await.expect("revive");
+    let new = revived.sandbox.id.clone();
+    assert_eq!(revived.steps_replayed, 1, "{revived:?}");
+    let r = b
+        .exec(&new, &step("echo 1 >> /root/runs; wc -l < /root/runs", 2))
+        .await;
+    assert_eq!(r.stdout.trim(), "2", "{r:?}");
+
+    // The first node comes back: the original is gone, not resumed.
+    a.spawn().await;
+    let list = a.list().await;
+    assert!(
+        list.iter().all(|s| s.id != id),
+        "the original is back beside its revived copy: {list:?}"
+    );
+    let e = a
+        .client()
+        .exec(&id, &step("echo 1 >> /root/runs", 2))
+        .await
+        .expect_err("a step of the original");
+    assert!(
+        matches!(e.status(), Some(404) | Some(410)),
+        "a step of the original answered {e}"
+    );
+    let left = wait_for(Duration::from_secs(30), || async {
+        pids.iter()
+            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+            .then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "processes of the original are left: {pids:?}"
+    );
+    let log = a.log_tail(200);
+    assert!(
+        log.contains("revived on another node") && log.contains(&new),
+        "the log does not say why the original went:\n{log}"
+    );
+    // The copy goes on.
+    let r = b.exec(&new, &step("wc -l < /root/runs", 3)).await;
+    assert_eq!(r.stdout.trim(), "2", "{r:?}");
+}
