@@ -5,7 +5,7 @@
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
 //! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
-//! re-registered.
+//! re-registered. SandboxFusion's `/run_jupyter` through a gateway.
 
 #[path = "../common/browser.rs"]
 mod browser;
@@ -17,6 +17,7 @@ mod etcd;
 mod layers;
 
 mod etcd_trouble;
+mod fusion;
 mod harness;
 mod hung;
 mod loss;
