@@ -97,9 +97,9 @@ IMG_MB=$(( $(stat -c %s "$WORK/image.tar") >> 20 ))
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
 
 echo "importing ($IMG_MB MB archive) ..." >&2
-t0=$(now); W image import "$WORK/image.tar" --tag bench-big:1 --store "$STORE" >/dev/null; t1=$(now)
+t0=$(now); W image import "$WORK/image.tar" --tag bench-big:1 --force --store "$STORE" >/dev/null; t1=$(now)
 IMPORT=$(secs "$t0" "$t1")
-t0=$(now); W image import "$WORK/image.tar" --tag bench-big:2 --store "$STORE" >/dev/null; t1=$(now)
+t0=$(now); W image import "$WORK/image.tar" --tag bench-big:2 --force --store "$STORE" >/dev/null; t1=$(now)
 REIMPORT=$(secs "$t0" "$t1")
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
 mkdir "$WORK/untar"
@@ -116,15 +116,15 @@ fi
 rm -f "$WORK/image.tar" "$WORK/layer.tar"
 
 echo "building the stack layers ..." >&2
-W image build-layer /var/cache/warren/rootfs-default --tag default --store "$STORE" >/dev/null 2>&1 \
+W image build-layer /var/cache/warren/rootfs-default --tag default --force --store "$STORE" >/dev/null 2>&1 \
     || { echo "the default rootfs is missing: run scripts/build-default-image.sh" >&2; exit 1; }
 mkdir -p "$WORK/task/workspace" "$WORK/tools/opt/harness"
 for i in $(seq 1 200); do echo "task file $i" > "$WORK/task/workspace/f$i.txt"; done
 head -c 20000000 /dev/urandom > "$WORK/tools/opt/harness/tool.bin"
-W image build-layer "$WORK/task" --tag bench-task:1 --store "$STORE" >/dev/null 2>&1
-W image build-layer "$WORK/tools" --tag bench-tools:1 --store "$STORE" >/dev/null 2>&1
-W image stack --tag bench-s3:1 default bench-task:1 bench-tools:1 --store "$STORE" >/dev/null
-W image stack --tag bench-s3big:1 default bench-big:1 bench-task:1 --store "$STORE" >/dev/null
+W image build-layer "$WORK/task" --tag bench-task:1 --force --store "$STORE" >/dev/null 2>&1
+W image build-layer "$WORK/tools" --tag bench-tools:1 --force --store "$STORE" >/dev/null 2>&1
+W image stack --force --tag bench-s3:1 default bench-task:1 bench-tools:1 --store "$STORE" >/dev/null
+W image stack --force --tag bench-s3big:1 default bench-big:1 bench-task:1 --store "$STORE" >/dev/null
 
 "$BIN/warrend" --socket "$SOCK" --state-dir "$WORK/state" --node "$NODE" --image-store "$STORE" \
     >"$WORK/warrend.log" 2>&1 &

@@ -169,8 +169,10 @@ fi
 log "registering $ROOTFS as image 'default' in $STORE"
 mkdir -p "$STORE"
 start=$SECONDS
-if ! "$WARREN_BIN" image build-layer "$ROOTFS" --tag default --store "$STORE"; then
-    die "'$WARREN_BIN image build-layer $ROOTFS --tag default --store $STORE' failed"
+# --force: an older registration of this rootfs is replaced (the check above exits when
+# there is a current one).
+if ! "$WARREN_BIN" image build-layer "$ROOTFS" --tag default --store "$STORE" --force; then
+    die "'$WARREN_BIN image build-layer $ROOTFS --tag default --store $STORE --force' failed"
 fi
 { awk -v s="store=$STORE" '$2 != s' "$STAMP" 2>/dev/null || true; echo "$stamp_line"; } > "$STAMP.tmp"
 mv "$STAMP.tmp" "$STAMP"

@@ -5,7 +5,8 @@
 #   ./scripts/up.sh                       # warrend in the background, log in a file
 #   ./scripts/up.sh --service [--group G] # warrend as a systemd service (scripts/install-service.sh)
 #
-# Installs what a node needs (scripts/setup.sh), builds, registers the default image, installs
+# Installs what a node needs (scripts/setup.sh), builds, links `warren` into /usr/local/bin
+# (scripts/install-bin.sh), registers the default image, installs
 # the example network configuration (docs/examples/network.toml -> /etc/warren/network.toml,
 # unless there is one), starts warrend unless one already answers on the socket, waits for it
 # to be healthy and runs `warren demo`.
@@ -51,6 +52,9 @@ scripts/setup.sh
 log "cargo build --release"
 build_release
 
+log "warren on the PATH"
+scripts/install-bin.sh
+
 log "default image"
 scripts/build-default-image.sh
 
@@ -94,3 +98,4 @@ target/release/warren demo
 
 echo
 log "warrend keeps running (log $LOG); $STOP_HINT"
+log "next: warren health; warren create (see README.md, CLI)"

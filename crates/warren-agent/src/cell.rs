@@ -41,6 +41,8 @@ pub fn cell_config(cfg: &ContainerInit) -> ContainerInit {
     c.writable_dir = None;
     // The agent attached the layers at `LOWER_DIR`: a cell binds those paths.
     c.layer_trees = false;
+    // A call's commands stay in the cell's groups (the cell passes no descriptors on).
+    c.command_groups = 0;
     c
 }
 

@@ -62,6 +62,7 @@ fn a_cell_sees_the_layers_where_the_agent_bound_them() {
         resolv_conf: None,
         owner_uid: None,
         user_limits: vec![],
+        command_groups: 0,
     };
     let c = cell_config(&cfg);
     assert_eq!(
@@ -392,6 +393,7 @@ fn a_cell_starts_only_from_a_container_start_up_message() {
         resolv_conf: None,
         owner_uid: None,
         user_limits: vec![],
+        command_groups: 0,
     };
     let init = Init::Container {
         version: PROTOCOL_VERSION,

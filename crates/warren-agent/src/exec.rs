@@ -85,6 +85,22 @@ pub fn set_apparmor_profile(name: Option<&str>) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The `cgroup.procs` files of the sandbox's leaf group of commands, opened by the daemon
+/// and passed at start-up (none: commands stay in the sandbox's groups). Every command moves
+/// itself there before its `execve`, so an OOM kill among the commands never takes the agent.
+static COMMAND_GROUPS: std::sync::OnceLock<Vec<OwnedFd>> = std::sync::OnceLock::new();
+
+pub fn set_command_groups(fds: Vec<OwnedFd>) {
+    let _ = COMMAND_GROUPS.set(fds);
+}
+
+fn command_groups() -> Vec<std::os::fd::RawFd> {
+    COMMAND_GROUPS
+        .get()
+        .map(|v| v.iter().map(|f| f.as_raw_fd()).collect())
+        .unwrap_or_default()
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -141,6 +157,7 @@ pub(crate) fn prepare(spec: &ExecSpec) -> Result<Prepared, Event> {
         apparmor_profile: APPARMOR.get().cloned(),
         affinity: None,
         default_time_slice: warren_sys::process::TimeSlice::for_current(0),
+        join_cgroups: command_groups(),
     };
     Ok(Prepared { cmd, setup })
 }

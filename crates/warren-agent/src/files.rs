@@ -215,6 +215,11 @@ pub async fn write(path: &str, mode: Option<u32>, size: Option<u64>, mut inbox: 
         Err(ev) => return ev,
     };
     let dir = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+    // Missing parent directories are made (as `mkdir -p`, root-owned, mode 0755), as other
+    // sandboxes' file APIs do; a parent that is a file still fails.
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return io_event(path, &e);
+    }
     let dir_fd = match File::open(&dir) {
         Ok(f) => f,
         Err(e) => return io_event(path, &e),
@@ -284,20 +289,22 @@ pub async fn write(path: &str, mode: Option<u32>, size: Option<u64>, mut inbox: 
             Some(fr) => match fr.kind {
                 Kind::Stdin => {
                     written += fr.payload.len() as u64;
-                    let over = size.is_some_and(|n| written > n);
-                    let res = if over {
-                        Err(std::io::Error::other("more bytes than the announced size"))
-                    } else {
-                        f.write_all(&fr.payload)
+                    let over = size.filter(|n| written > *n);
+                    let res = match over {
+                        Some(n) => Err(Event::error(
+                            ErrorCode::InvalidRequest,
+                            format!("{path}: the upload announced {n} bytes and sent more"),
+                        )),
+                        None => f.write_all(&fr.payload).map_err(|e| io_event(path, &e)),
                     };
-                    if let Err(e) = res {
+                    if let Err(ev) = res {
                         // Keep reading so the daemon's upload is not stuck on a full inbox.
                         while let Some(fr) = inbox.recv().await {
                             if fr.kind != Kind::Stdin {
                                 break;
                             }
                         }
-                        return io_event(path, &e);
+                        return ev;
                     }
                 }
                 Kind::Eof => break,
@@ -579,18 +586,27 @@ mod tests {
         // Fewer bytes than announced.
         let ev = upload(&p, None, Some(10), vec![data(b"abc"), eof()]);
         assert_eq!(code_of(&ev), Some(ErrorCode::InvalidRequest), "{ev:?}");
-        // More bytes than announced.
+        // More bytes than announced: the same refusal as fewer.
         let ev = upload(&p, None, Some(2), vec![data(b"abc"), eof()]);
-        assert_eq!(code_of(&ev), Some(ErrorCode::FileError), "{ev:?}");
+        assert_eq!(code_of(&ev), Some(ErrorCode::InvalidRequest), "{ev:?}");
         // Cancelled.
         let cancel = Frame::new(1, Kind::Cancel, Vec::new());
         let ev = upload(&p, None, None, vec![data(b"abc"), cancel]);
         assert_eq!(code_of(&ev), Some(ErrorCode::Internal), "{ev:?}");
         assert_eq!(std::fs::read(&p).unwrap(), b"keep");
         assert_eq!(names(d.path()), ["f"], "no temporary file is left");
-        // Into a directory that does not exist.
-        let ev = upload(&d.path().join("no/f"), None, None, vec![eof()]);
-        assert_eq!(code_of(&ev), Some(ErrorCode::NotFound), "{ev:?}");
+        // Into directories that do not exist: they are made.
+        let ev = upload(
+            &d.path().join("no/such/f"),
+            None,
+            None,
+            vec![data(b"x"), eof()],
+        );
+        assert!(matches!(ev, Event::Done), "{ev:?}");
+        assert_eq!(std::fs::read(d.path().join("no/such/f")).unwrap(), b"x");
+        // Under a regular file: a file error, and nothing made.
+        let ev = upload(&p.join("x/f"), None, None, vec![eof()]);
+        assert_eq!(code_of(&ev), Some(ErrorCode::FileError), "{ev:?}");
     }
 
     #[test]

@@ -37,6 +37,18 @@ pub fn container(ctl: &mut UnixStream, cfg: &ContainerInit) -> R<()> {
     } else {
         None
     };
+    // The commands' leaf group (kept across the fork below: PID 1 starts the commands).
+    if cfg.command_groups > 0 {
+        let g = warren_sys::fd::recv_fds(ctl)?;
+        if g.len() != usize::from(cfg.command_groups) {
+            return Err(AgentError::Protocol(format!(
+                "{} command groups, {} announced",
+                g.len(),
+                cfg.command_groups
+            )));
+        }
+        crate::exec::set_command_groups(g);
+    }
     match Frame::read_blocking(ctl)
         .map_err(AgentError::frame("waiting for id maps"))?
         .parse::<Init>()

@@ -194,7 +194,8 @@ pub async fn build(
         let (n, t) = r.split_once(':').unwrap_or((r, "latest"));
         (n.to_string(), t.to_string())
     };
-    store.check_claim(&name, &tag, req.owner.as_deref())?;
+    // A build replaces an image of its tag (the rebuild of a task image is the usual case).
+    store.check_claim(&name, &tag, req.owner.as_deref(), true)?;
     let df = crate::parse::parse(&req.dockerfile)?;
     let (globals, mut defs) = stages(&df)?;
     let esc = df.escape;
@@ -311,7 +312,7 @@ pub async fn build(
     };
     let st = store.clone();
     let image = tokio::task::spawn_blocking(move || {
-        st.put_claimed_manifest(&m)?;
+        st.put_claimed_manifest(&m, true)?;
         st.info(&format!("{}:{}", m.name, m.tag))
     })
     .await

@@ -63,7 +63,8 @@ enum Command {
     Rm(commands::rm::Args),
     /// Open an interactive terminal in a sandbox.
     Shell(commands::shell::Args),
-    /// List the background processes of a sandbox.
+    /// List the background processes started in a sandbox through the API (spawn), not every
+    /// process in it: `warren exec ID -- ps aux` lists those.
     Ps(commands::ps::Args),
     /// Freeze sandboxes and push their memory out of RAM (any call resumes them).
     Pause(commands::pause::Args),
@@ -125,17 +126,33 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<i32> {
         Command::Stats(a) => commands::stats::run(&ctx, a).await,
         Command::Extend(a) => commands::extend::run(&ctx, a).await,
         Command::Completion(a) => {
+            ctx.local_only("warren completion", "")?;
             commands::completion::run(a, &mut <Cli as clap::CommandFactory>::command())
         }
         Command::Cluster(a) => commands::cluster::run(&ctx, a).await,
     }
 }
 
-/// The error as printed, with what to do when the daemon could not be reached.
+/// The error as printed, with what to do when the daemon could not be reached: a socket this
+/// user may not open is a permission problem (the daemon runs), anything else a daemon that
+/// is not there.
 fn explain(e: &anyhow::Error) -> String {
     let text = format!("{e:#}");
     if !text.contains("cannot connect to warrend at") {
         return text;
+    }
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    }) || text.contains("os error 13");
+    if denied {
+        return format!(
+            "{text}\n\
+             hint: warrend is there but this user may not open its socket. Run as root, or \
+             have the daemon grant a group access (`warrend --socket-group warren`, or \
+             `./scripts/up.sh --service --group warren`) and join it \
+             (`usermod -aG warren $USER`, then log in again)"
+        );
     }
     format!(
         "{text}\n\
@@ -146,7 +163,13 @@ fn explain(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = <Cli as clap::CommandFactory>::command()
+        .try_get_matches()
+        .and_then(|m| {
+            let flag = m.value_source("url") == Some(clap::parser::ValueSource::CommandLine);
+            <Cli as clap::FromArgMatches>::from_arg_matches(&m).map(|c| (c, flag))
+        });
+    let (cli, url_flag) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -159,6 +182,7 @@ fn main() -> ExitCode {
     };
     let ctx = Ctx {
         url: cli.url,
+        url_flag,
         token_file: cli.token_file,
         ca: cli.ca,
     };
@@ -218,6 +242,25 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "no --json on: {missing:?}");
+    }
+
+    #[test]
+    fn negative_numbers_get_warrens_own_message() {
+        for args in [
+            &["warren", "create", "--memory", "-5"][..],
+            &["warren", "create", "--disk", "-5G"],
+            &["warren", "create", "--ttl", "-5"],
+            &["warren", "create", "--pids", "-5"],
+            &["warren", "exec", "x", "-t", "-5", "--", "true"],
+            &["warren", "extend", "x", "--ttl", "-1h"],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err().to_string();
+            assert!(e.contains("negative"), "{args:?}: {e}");
+        }
+        let e = Cli::try_parse_from(["warren", "create", "--cpus", "-1"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not more than 0"), "{e}");
     }
 
     #[test]

@@ -115,8 +115,25 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// `n` and the noun, singular for one: `count(1, "layer")` is "1 layer".
+pub fn count(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n if noun.ends_with('s') => format!("{n} {noun}es"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_agree() {
+        assert_eq!(super::count(1, "layer"), "1 layer");
+        assert_eq!(super::count(0, "layer"), "0 layers");
+        assert_eq!(super::count(3, "step"), "3 steps");
+        assert_eq!(super::count(2, "process"), "2 processes");
+    }
+
     #[test]
     fn bytes_in_binary_units() {
         assert_eq!(super::bytes(512), "512B");

@@ -49,20 +49,30 @@ impl Client {
     }
 
     /// `POST /v1/images/import?tag=`: sends a `docker save` or OCI archive (streamed from
-    /// `archive`) for the node to convert and tag.
+    /// `archive`) for the node to convert and tag. An image of that tag is replaced only
+    /// with `force` (else 409 `conflict`).
     pub async fn import_image<R>(
         &self,
         archive: R,
         tag: Option<&str>,
+        force: bool,
     ) -> Result<ImageImported, ClientError>
     where
         R: tokio::io::AsyncRead + Send + 'static,
     {
         use futures::TryStreamExt;
         use http_body_util::{BodyExt, StreamBody};
-        let path = match tag {
-            Some(t) => format!("/v1/images/import?tag={}", enc(t)),
-            None => "/v1/images/import".to_string(),
+        let mut q = Vec::new();
+        if let Some(t) = tag {
+            q.push(format!("tag={}", enc(t)));
+        }
+        if force {
+            q.push("force=true".to_string());
+        }
+        let path = if q.is_empty() {
+            "/v1/images/import".to_string()
+        } else {
+            format!("/v1/images/import?{}", q.join("&"))
         };
         let chunks = tokio_util::io::ReaderStream::with_capacity(archive, 256 << 10)
             .map_ok(hyper::body::Frame::data);

@@ -71,24 +71,38 @@ impl Exclusions {
             }
         };
         let mut parts = Vec::new();
-        let mut add = |c: usize, what: String| {
+        // The verb agrees with the count: "1 node is draining", "2 nodes are draining".
+        let mut add = |c: usize, one: String, many: String| {
             if c > 0 {
-                parts.push(format!("{} {what}", n(c)));
+                parts.push(format!("{} {}", n(c), if c == 1 { one } else { many }));
             }
         };
+        let s = req.substrate.as_str();
         add(
             self.substrate,
-            format!("do not serve substrate {}", req.substrate.as_str()),
+            format!("does not serve substrate {s}"),
+            format!("do not serve substrate {s}"),
         );
-        add(self.image, format!("lack image {}", req.image.join(", ")));
+        let image = req.image.join(", ");
+        add(
+            self.image,
+            format!("lacks image {image}"),
+            format!("lack image {image}"),
+        );
+        let mib = req.memory_mb;
         add(
             self.too_big,
-            format!("are too small for {} MiB", req.memory_mb),
+            format!("is too small for {mib} MiB"),
+            format!("are too small for {mib} MiB"),
         );
-        add(self.draining, "are draining".into());
-        add(self.memory, "are short of memory".into());
-        add(self.full, "are full".into());
-        add(self.lost, "are lost".into());
+        for (c, what) in [
+            (self.draining, "draining"),
+            (self.memory, "short of memory"),
+            (self.full, "full"),
+            (self.lost, "lost"),
+        ] {
+            add(c, format!("is {what}"), format!("are {what}"));
+        }
         if parts.is_empty() {
             "the cluster has no nodes".into()
         } else {

@@ -389,7 +389,11 @@ async fn dispatch(State(f): State<Front>, req: Request) -> Response {
                 .local_sandbox(tokens, envd, id, port, req)
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
-            Place::Remote(owners) => e2b_shaped(owners.forward(&id, req).await).await,
+            Place::Remote(owners) => {
+                let mut req = req;
+                route::name_in_headers(req.headers_mut(), &id, port);
+                e2b_shaped(owners.forward(&id, req).await).await
+            }
         },
         Ok(route::Target::Control) => {
             let peer = req.extensions().get::<Peer>().cloned();

@@ -79,6 +79,18 @@ pub fn classify(headers: &HeaderMap, uri: &Uri, domain: Option<&str>) -> Result<
     Ok(Target::Control)
 }
 
+/// Names a sandbox port in the request's own headers (`E2b-Sandbox-Id`, `E2b-Sandbox-Port`),
+/// as a gateway does before it forwards a sandbox request to the sandbox's node: the `Host`
+/// (`{port}-{id}.{domain}`) is not forwarded (it names the gateway, and the node may serve
+/// another domain or none), the headers route the same on any node.
+pub fn name_in_headers(headers: &mut HeaderMap, id: &SandboxId, port: u16) {
+    use axum::http::HeaderValue;
+    if let Ok(v) = HeaderValue::from_str(id.as_str()) {
+        headers.insert(SANDBOX_ID_HEADER, v);
+    }
+    headers.insert(SANDBOX_PORT_HEADER, HeaderValue::from(port));
+}
+
 /// Warren's own paths: `/v1/…`, the dashboard, and every other literal route of the node API
 /// (`/metrics`, `/run_code`, ...).
 fn is_native(path: &str) -> bool {

@@ -259,6 +259,61 @@ async fn unknown_and_refused_routes_answer_in_e2bs_shape() {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
 }
 
+/// A gateway's hop to a node: the headers go as the gateway's proxy sends them (no `Host`).
+struct Hop(Router);
+
+impl Owners for Hop {
+    fn forward(&self, _: &SandboxId, mut req: Request) -> BoxFuture<'static, Response> {
+        req.headers_mut().remove(header::HOST);
+        Box::pin(oneshot(self.0.clone(), req))
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_forwards_host_routed_ports_to_a_node_of_any_domain() {
+    let id = sandbox();
+    // The node serves no domain: only the headers the gateway adds can route there.
+    let node = E2b::node(
+        stand_in(&id),
+        auth(false),
+        Tokens::from_secret([1; 32]),
+        None,
+    )
+    .wrap(Router::new());
+    let gw = E2b::gateway(
+        Router::new(),
+        auth(false),
+        Arc::new(Hop(node)),
+        Some("sb.example".into()),
+    )
+    .wrap(Router::new());
+    let host = format!("8000-{id}.sb.example");
+    let (s, b) = send(&gw, req("GET", "/index.html?x=1", &[("Host", &host)])).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert!(
+        b.starts_with(&format!("/v1/sandboxes/{id}/ports/8000/index.html?x=1 as ")),
+        "{b}"
+    );
+    // Header routing passes as it came.
+    let (s, b) = send(
+        &gw,
+        req(
+            "GET",
+            "/",
+            &[
+                ("E2b-Sandbox-Id", id.as_str()),
+                ("E2b-Sandbox-Port", "3000"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert!(
+        b.starts_with(&format!("/v1/sandboxes/{id}/ports/3000 as ")),
+        "{b}"
+    );
+}
+
 #[test]
 fn the_docs_list_every_route() {
     let docs = include_str!("../../../docs/e2b.md");

@@ -179,9 +179,10 @@ pub fn from_api(e: &ApiError) -> ConnectError {
         | ErrorCode::CapacityUnavailable => Code::ResourceExhausted,
         ErrorCode::Timeout => Code::DeadlineExceeded,
         ErrorCode::UnsupportedSubstrate => Code::Unimplemented,
-        ErrorCode::SandboxLost | ErrorCode::NodeUnreachable | ErrorCode::PortUnreachable => {
-            Code::Unavailable
-        }
+        ErrorCode::SandboxLost
+        | ErrorCode::NodeUnreachable
+        | ErrorCode::PortUnreachable
+        | ErrorCode::RegistryUnreachable => Code::Unavailable,
         ErrorCode::FileError => file_error_code(&e.message),
         ErrorCode::Unauthorized => Code::Unauthenticated,
         ErrorCode::Forbidden => Code::PermissionDenied,

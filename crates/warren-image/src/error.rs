@@ -28,6 +28,9 @@ pub enum ImageError {
     UnsupportedMedia { media_type: String, what: String },
     #[error("registry: {0}")]
     Registry(String),
+    /// The registry never answered (no connection, TLS, a timeout).
+    #[error("{0}")]
+    RegistryUnreachable(String),
     #[error("mounting layer {digest}: {source}")]
     Mount {
         digest: String,
@@ -45,6 +48,9 @@ pub enum ImageError {
     /// The tag belongs to another owner.
     #[error("{0}")]
     Taken(String),
+    /// The tag names an image already and the caller did not ask to replace it.
+    #[error("image {0} exists: choose another tag, or replace it (`--force`; `force` in the API)")]
+    Exists(String),
     /// A layer missing from the store could not be fetched (blob store unreachable, corrupt).
     #[error("layer {digest}: {message}")]
     Fetch { digest: String, message: String },
@@ -72,9 +78,12 @@ impl ImageError {
             | ImageError::BadArchive { .. }
             | ImageError::UnsupportedMedia { .. }
             | ImageError::DigestMismatch { .. } => ErrorCode::InvalidRequest,
-            ImageError::InUse(_) | ImageError::Taken(_) => ErrorCode::Conflict,
+            ImageError::InUse(_) | ImageError::Taken(_) | ImageError::Exists(_) => {
+                ErrorCode::Conflict
+            }
             // The registry or blob store upstream failed (502), not this node.
             ImageError::Fetch { .. } | ImageError::Registry(_) => ErrorCode::StartFailed,
+            ImageError::RegistryUnreachable(_) => ErrorCode::RegistryUnreachable,
             _ => ErrorCode::Internal,
         }
     }

@@ -50,11 +50,30 @@ pub(crate) fn mkfs(dir: &Path, out: &Path) -> Result<(), ImageError> {
     let out_res = warren_sys::children::output(&mut cmd)
         .map_err(|e| fail(format!("mkfs.erofs: {e} (install erofs-utils)")))?;
     if !out_res.status.success() {
-        return Err(fail(
-            String::from_utf8_lossy(&out_res.stderr).trim().to_string(),
-        ));
+        return Err(fail(mkfs_error(&String::from_utf8_lossy(&out_res.stderr))));
     }
     pin_build_time(out).map_err(fail)
+}
+
+/// What `mkfs.erofs` said went wrong: its error lines (`<E> …`), not the usage text it
+/// prints after some of them; a failure to open the output is this user's permission (or
+/// space) on the store.
+fn mkfs_error(stderr: &str) -> String {
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("<E>"))
+        .map(str::trim)
+        .collect();
+    let text = if errors.is_empty() {
+        stderr.lines().next().unwrap_or("").trim().to_string()
+    } else {
+        errors.join("; ")
+    };
+    if text.contains("erofs_io: failed to open") {
+        format!("mkfs.erofs cannot write the layer ({text}): the image store needs root (or write access)")
+    } else {
+        format!("mkfs.erofs: {text}")
+    }
 }
 
 /// Where an EROFS superblock starts, its magic, and the compat flag of its checksum
@@ -136,4 +155,19 @@ pub(crate) fn write_atomic(p: &Path, data: &[u8]) -> Result<(), ImageError> {
     std::fs::write(&tmp, data)
         .map_err(|e| ImageError::io(format!("write {}", tmp.display()), e))?;
     std::fs::rename(&tmp, p).map_err(|e| ImageError::io(format!("write {}", p.display()), e))
+}
+
+#[cfg(test)]
+mod mkfs_tests {
+    #[test]
+    fn mkfs_errors_are_one_line_without_the_usage_text() {
+        let stderr = "mkfs.erofs 1.5\n<E> erofs_io: failed to open(/s/tmp/x.img).\nusage: [options] FILE DIRECTORY\n\nGenerate erofs image from DIRECTORY to FILE, and [options] are:\n -d#   set output message level\n";
+        let m = super::mkfs_error(stderr);
+        assert!(!m.contains('\n') && !m.contains("usage"), "{m}");
+        assert!(m.contains("needs root"), "{m}");
+        let m = super::mkfs_error(
+            "<E> erofs: failed to parse source directory: [Error 2] No such file or directory\n",
+        );
+        assert_eq!(m, "mkfs.erofs: erofs: failed to parse source directory: [Error 2] No such file or directory");
+    }
 }

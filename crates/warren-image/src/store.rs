@@ -155,17 +155,29 @@ impl ImageStore {
 
     /// Refuses to let `owner` (a tenant, or `None` for the node's administrator) write tag
     /// `name:tag` when another owns it: a tenant may replace only its own images; the
-    /// administrator may replace any.
+    /// administrator may replace any. Unless `replace`, a tag that exists is refused too
+    /// ([`ImageError::Exists`]): replacing an image (the node's `default`, say) changes
+    /// every later sandbox made of it, so it is asked for, never done by accident.
     pub fn check_claim(
         &self,
         name: &str,
         tag: &str,
         owner: Option<&str>,
+        replace: bool,
     ) -> Result<(), ImageError> {
+        let r = format!("{name}:{tag}");
+        if !replace && self.manifest_path(name, tag).exists() {
+            // Another tenant's image is not named to this one: it is only "taken".
+            return Err(match (owner, self.manifest(&r)) {
+                (Some(o), Ok(m)) if m.owner.as_deref() != Some(o) => {
+                    ImageError::Taken(format!("{r} is taken; import under another name"))
+                }
+                _ => ImageError::Exists(r),
+            });
+        }
         let Some(owner) = owner else {
             return Ok(());
         };
-        let r = format!("{name}:{tag}");
         match self.manifest(&r) {
             Ok(m) if m.owner.as_deref() == Some(owner) => Ok(()),
             Ok(m) if m.owner.is_none() => Err(ImageError::Taken(format!(
@@ -178,10 +190,45 @@ impl ImageStore {
         }
     }
 
+    /// Whether tag `name:tag` already holds the image `layers` and `config` make for `owner`
+    /// (made of one archive or directory, not a stack). Tagging it again replaces nothing: an
+    /// import of the same archive twice, or by two daemons sharing this store (a gateway's
+    /// import reaches every node), is not refused as a replacement.
+    pub fn holds_same(
+        &self,
+        name: &str,
+        tag: &str,
+        owner: Option<&str>,
+        layers: &[String],
+        config: Option<&warren_types::ImageConfig>,
+    ) -> bool {
+        self.manifest(&format!("{name}:{tag}")).is_ok_and(|m| {
+            m.name == name
+                && m.tag == tag
+                && m.owner.as_deref() == owner
+                && m.layers == layers
+                && m.stack.is_empty()
+                && m.config.as_ref() == config
+        })
+    }
+
     /// Tags `m` for `m.owner` after [`ImageStore::check_claim`], atomically with the check.
-    pub fn put_claimed_manifest(&self, m: &ImageManifest) -> Result<(), ImageError> {
+    /// A tag that holds this same image already ([`ImageStore::holds_same`]) is left as it
+    /// is, whether or not `replace`.
+    pub fn put_claimed_manifest(&self, m: &ImageManifest, replace: bool) -> Result<(), ImageError> {
         let _claim = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.check_claim(&m.name, &m.tag, m.owner.as_deref())?;
+        if m.stack.is_empty()
+            && self.holds_same(
+                &m.name,
+                &m.tag,
+                m.owner.as_deref(),
+                &m.layers,
+                m.config.as_ref(),
+            )
+        {
+            return Ok(());
+        }
+        self.check_claim(&m.name, &m.tag, m.owner.as_deref(), replace)?;
         self.put_manifest(m)
     }
 
@@ -504,6 +551,70 @@ impl ImageStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_that_exists_is_replaced_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let layer = |text: &str| {
+            let blob = dir.path().join("x");
+            std::fs::write(&blob, text).unwrap();
+            store.add_blob(&blob).unwrap()
+        };
+        let (one, two) = (layer("a layer"), layer("another layer"));
+        let m = |source: &str, owner: Option<&str>, layer: &str| ImageManifest {
+            name: "default".into(),
+            tag: "latest".into(),
+            layers: vec![layer.to_string()],
+            created_ms: 1,
+            source: source.into(),
+            size_bytes: 7,
+            stack: vec![],
+            owner: owner.map(str::to_string),
+            config: None,
+        };
+        store
+            .put_claimed_manifest(&m("first", None, &one), false)
+            .unwrap();
+        let e = store
+            .put_claimed_manifest(&m("second", None, &two), false)
+            .unwrap_err();
+        assert!(
+            matches!(e, ImageError::Exists(ref r) if r == "default:latest"),
+            "{e}"
+        );
+        assert_eq!(e.code(), warren_types::ErrorCode::Conflict);
+        assert!(e.to_string().contains("--force"), "{e}");
+        assert_eq!(store.manifest("default").unwrap().source, "first");
+        // The same image again (the same layers and configuration) replaces nothing: it is
+        // not refused, and the tag keeps what it had.
+        let mut again = m("again", None, &one);
+        again.created_ms = 2;
+        store.put_claimed_manifest(&again, false).unwrap();
+        assert_eq!(store.manifest("default").unwrap().source, "first");
+        let mut other_config = m("other config", None, &one);
+        other_config.config = Some(warren_types::ImageConfig {
+            user: Some("nobody".into()),
+            ..Default::default()
+        });
+        let e = store
+            .put_claimed_manifest(&other_config, false)
+            .unwrap_err();
+        assert!(matches!(e, ImageError::Exists(_)), "{e}");
+        // A tenant is told the node's image is taken, forced or not, even the same image.
+        for replace in [false, true] {
+            for layer in [&one, &two] {
+                let e = store
+                    .put_claimed_manifest(&m("t", Some("alice"), layer), replace)
+                    .unwrap_err();
+                assert!(matches!(e, ImageError::Taken(_)), "{e}");
+            }
+        }
+        store
+            .put_claimed_manifest(&m("second", None, &two), true)
+            .unwrap();
+        assert_eq!(store.manifest("default").unwrap().source, "second");
+    }
 
     #[test]
     fn manifests_round_trip_and_resolve() {

@@ -126,6 +126,7 @@ async fn registry_import_round_trip() {
         insecure: true,
         credentials: None,
         owner: None,
+        replace: false,
     };
     let reference = format!("127.0.0.1:{}/test/rich:1", reg.port);
     let r = import_registry(store.clone(), &reference, "reg:1", &opts)
@@ -153,6 +154,33 @@ async fn registry_import_round_trip() {
         .unwrap();
     assert_eq!((again.converted, again.reused, again.bytes_read), (0, 2, 0));
 
+    // A tag that exists is refused unless replacing is asked for; the image stays as it was.
+    let e = import_registry(store.clone(), &by_digest, "reg:1", &opts)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ImageError::Exists(ref r) if r == "reg:1"),
+        "{e}"
+    );
+    assert_eq!(e.code(), warren_types::ErrorCode::Conflict);
+    // The same reference pulled again into its tag, unchanged, replaces nothing: not
+    // refused (two daemons sharing a store both pull what a gateway asks for).
+    import_registry(store.clone(), &reference, "reg:1", &opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.manifest("reg:1").unwrap(),
+        m,
+        "the tag kept what it had"
+    );
+    let replace = RegistryOptions {
+        replace: true,
+        ..opts.clone()
+    };
+    import_registry(store.clone(), &by_digest, "reg:1", &replace)
+        .await
+        .unwrap();
+
     // Unknown repositories and tags are clear errors; nothing is tagged.
     let missing = format!("127.0.0.1:{}/test/nope:1", reg.port);
     let e = import_registry(store.clone(), &missing, "nope:1", &opts)
@@ -165,6 +193,12 @@ async fn registry_import_round_trip() {
     let e = import_registry(store.clone(), &dead, "dead:1", &opts)
         .await
         .unwrap_err();
-    assert!(matches!(e, ImageError::Registry(_)), "{e}");
+    assert!(matches!(e, ImageError::RegistryUnreachable(_)), "{e}");
+    assert_eq!(e.code(), warren_types::ErrorCode::RegistryUnreachable);
+    assert!(
+        e.to_string()
+            .contains("cannot reach the registry 127.0.0.1:9"),
+        "{e}"
+    );
     assert_eq!(count(&store.root().join("tmp")), 0);
 }

@@ -15,6 +15,13 @@ pub enum NetError {
     /// A netlink call (links, addresses, routes) failed.
     #[error("netlink: {what}: {message}")]
     Netlink { what: String, message: String },
+    /// The kernel cannot list or delete tracked connections (no connection-tracking netlink:
+    /// `CONFIG_NF_CT_NETLINK`, module `nf_conntrack_netlink`).
+    #[error(
+        "connection tracking over netlink is not available in this kernel ({0}): it needs \
+         CONFIG_NF_CT_NETLINK (module nf_conntrack_netlink)"
+    )]
+    ConntrackUnsupported(String),
     /// An nftables batch was refused.
     #[error("nftables: {0}")]
     Nft(String),

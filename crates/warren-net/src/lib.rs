@@ -14,6 +14,7 @@
 //! links that are not its own.
 
 mod config;
+pub mod conntrack;
 mod error;
 pub mod link;
 pub mod resolver;
@@ -113,6 +114,13 @@ pub struct Network {
     /// Link indexes taken by [`Network::reserve`] for sandboxes still starting.
     reserved: Mutex<HashMap<String, u32>>,
     used: Mutex<BTreeSet<u32>>,
+    /// Link indexes whose address may still have tracked flows (forgetting them failed):
+    /// kept out of [`Network::alloc`] until a later attempt succeeds, so no sandbox is given
+    /// an address another sandbox's flows still reach.
+    dirty: Mutex<BTreeSet<u32>>,
+    /// Why this kernel's tracked flows cannot be forgotten (no ctnetlink), found at
+    /// [`Network::start`]: then a freed address is reused with whatever flows it has left.
+    conntrack_unsupported: Mutex<Option<String>>,
     /// Ok once [`Network::start`] cleaned up; until then (or after a failed start) policies
     /// are refused.
     ready: RwLock<Result<(), String>>,
@@ -162,6 +170,8 @@ impl Network {
             links: Mutex::new(HashMap::new()),
             reserved: Mutex::new(HashMap::new()),
             used: Mutex::new(BTreeSet::new()),
+            dirty: Mutex::new(BTreeSet::new()),
+            conntrack_unsupported: Mutex::new(None),
             ready: RwLock::new(Err("the network is not started".into())),
             table_made: Mutex::new(false),
         })
@@ -206,6 +216,29 @@ impl Network {
                     ),
                 });
             }
+            // Flows of the pool's addresses that an earlier run left: the addresses go to new
+            // sandboxes (adopted ones get new links too).
+            let net = Ipv4Addr::from(self.pool_base);
+            let len = self.pool_len();
+            let forgot = tokio::task::spawn_blocking(move || conntrack::forget(net, len))
+                .await
+                .map_err(|e| NetError::netlink("conntrack task", e))?;
+            let mut unsupported = self.conntrack_unsupported.lock().expect("conntrack lock");
+            match forgot {
+                Ok(n) => {
+                    *unsupported = None;
+                    if n > 0 {
+                        removed.push(format!("{n} tracked flows of the pool"));
+                    }
+                }
+                Err(e @ NetError::ConntrackUnsupported(_)) => {
+                    tracing::error!(error = %e, "flows of a deleted sandbox cannot be forgotten: a peer that goes on sending to a sandbox's address may reach the next sandbox given that address until the flow times out");
+                    *unsupported = Some(e.to_string());
+                }
+                Err(e) => return Err(e),
+            }
+            drop(unsupported);
+            self.dirty.lock().expect("dirty lock").clear();
             // The table itself is made by the first link: a node that never gives a sandbox a
             // network leaves no trace in the host's ruleset.
             if self.run(&self.table.exists_cmd()).is_ok() {
@@ -342,7 +375,9 @@ impl Network {
 
     fn alloc(&self) -> Result<u32, NetError> {
         let mut used = self.used.lock().expect("used lock");
-        let free = (0..self.pool_links).find(|i| !used.contains(i));
+        let dirty = self.dirty.lock().expect("dirty lock");
+        let free = (0..self.pool_links).find(|i| !used.contains(i) && !dirty.contains(i));
+        drop(dirty);
         let Some(i) = free else {
             return Err(NetError::PoolExhausted {
                 pool: self.table.pool.clone(),
@@ -443,7 +478,9 @@ impl Network {
         };
         let fail = |e: NetError| async {
             let _ = link::delete(&rules.ifname).await;
+            self.dirty.lock().expect("dirty lock").insert(index);
             self.free(index);
+            let _ = self.forget_dirty().await;
             Err(e)
         };
         // The link is made on a thread of its own while the rules go in here once the node's
@@ -563,8 +600,52 @@ impl Network {
         let res = self.run(&self.table.remove_link(&l.rules));
         drop(l._resolver);
         let del = link::delete(&l.rules.ifname).await;
+        // The address goes back to the pool only once no tracked flow names it: until then a
+        // peer's packets of this sandbox's flows would reach the next sandbox given it.
+        self.dirty.lock().expect("dirty lock").insert(index);
         self.free(index);
-        res.and(del)
+        let forgot = self.forget_dirty().await;
+        res.and(del).and(forgot)
+    }
+
+    /// Forgets the tracked flows of every link address whose flows may remain, and gives
+    /// the addresses whose flows are gone back to the pool.
+    async fn forget_dirty(&self) -> Result<(), NetError> {
+        if self
+            .conntrack_unsupported
+            .lock()
+            .expect("conntrack lock")
+            .is_some()
+        {
+            // Said once at start: nothing to wait for, the addresses go back as they are.
+            self.dirty.lock().expect("dirty lock").clear();
+            return Ok(());
+        }
+        let dirty: Vec<u32> = self
+            .dirty
+            .lock()
+            .expect("dirty lock")
+            .iter()
+            .copied()
+            .collect();
+        for index in dirty {
+            let addr = self.link_info(index).address;
+            let res = tokio::task::spawn_blocking(move || conntrack::forget(addr, 32))
+                .await
+                .map_err(|e| NetError::netlink("conntrack task", e))
+                .and_then(|r| r);
+            match res {
+                Ok(n) => {
+                    self.dirty.lock().expect("dirty lock").remove(&index);
+                    tracing::debug!(address = %addr, flows = n, "forgot the flows of a link address");
+                }
+                Err(e) => {
+                    tracing::warn!(address = %addr, error = %e, "cannot forget the tracked flows of a link address: it is not given to another sandbox until they are");
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sandboxes that have a link.

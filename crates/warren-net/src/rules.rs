@@ -4,10 +4,16 @@
 //! this node's links (interface names `<prefix>*`), so other tables and other daemons are
 //! untouched. Per link `i`:
 //! - chain `sb_i`: anti-spoofing (source must be the link's sandbox address), then the
-//!   allow sets `a<i>_<layer>` (`ipv4_addr . inet_proto . inet_service`, intervals), then the
-//!   resolver's set `d<i>` (addresses learnt from allowed names, with their TTL), then drop;
+//!   packets of established flows, then the allow sets `a<i>_<layer>` (`ipv4_addr .
+//!   inet_proto . inet_service`, intervals), then the resolver's set `d<i>` (addresses learnt
+//!   from allowed names, with their TTL), then drop;
 //! - an element `"<ifname>" : jump sb_i` in the map `links` the forward chain dispatches on;
-//! - an element `"<ifname>" . <host address>` in `dns`, the one thing input accepts.
+//! - an element `"<ifname>" . <host address>` in `dns`, the one thing input accepts;
+//! - an element `"<ifname>" . <sandbox address>` in `srcs`, the only source input takes.
+//!
+//! Whatever comes from a link meets the link's own rules before any `established` shortcut:
+//! a sandbox that forges a neighbour's address cannot ride the neighbour's flows. (Flows of
+//! an address are forgotten before the address is reused, see `conntrack`.)
 //!
 //! Concatenated interval sets refuse overlapping elements, so a policy's elements are spread
 //! over as few "layers" (sets) as needed, each free of overlaps. A policy change is one batch
@@ -144,15 +150,17 @@ impl Table {
             "table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n\
   map links {{ type ifname : verdict; }}\n\
   set dns {{ type ifname . ipv4_addr; }}\n\
+  set srcs {{ type ifname . ipv4_addr; }}\n\
   chain forward {{ type filter hook forward priority filter; policy accept;\n\
-    oifname \"{p}*\" ct state established,related accept\n\
-    oifname \"{p}*\" drop\n\
-    iifname \"{p}*\" ct state established,related accept\n\
     iifname \"{p}*\" ip daddr {pool} drop\n\
     iifname \"{p}*\" iifname vmap @links\n\
     iifname \"{p}*\" drop\n\
+    oifname \"{p}*\" ct state established,related accept\n\
+    oifname \"{p}*\" drop\n\
   }}\n\
   chain input {{ type filter hook input priority filter; policy accept;\n\
+    iifname \"{p}*\" meta nfproto != ipv4 drop\n\
+    iifname \"{p}*\" iifname . ip saddr != @srcs drop\n\
     iifname \"{p}*\" ct state established,related accept\n\
     iifname \"{p}*\" meta l4proto {{ tcp, udp }} th dport 53 iifname . ip daddr @dns accept\n\
     iifname \"{p}*\" drop\n\
@@ -185,6 +193,9 @@ impl Table {
         s += &format!("add chain inet {t} sb_{i}\n");
         s += &format!("add rule inet {t} sb_{i} ip saddr != {} drop\n", l.peer);
         s += &format!("add rule inet {t} sb_{i} meta nfproto != ipv4 drop\n");
+        // After the source check: a flow's packets pass only through the link they came
+        // from, with that link's own address.
+        s += &format!("add rule inet {t} sb_{i} ct state established,related accept\n");
         for n in 0..l.layers.len() {
             s += &format!(
                 "add rule inet {t} sb_{i} ip daddr . meta l4proto . th dport @a{i}_{n} accept\n"
@@ -202,6 +213,10 @@ impl Table {
             "add element inet {t} dns {{ \"{}\" . {} }}\n",
             l.ifname, l.host
         );
+        s += &format!(
+            "add element inet {t} srcs {{ \"{}\" . {} }}\n",
+            l.ifname, l.peer
+        );
         s
     }
 
@@ -212,6 +227,10 @@ impl Table {
         s += &format!(
             "delete element inet {t} dns {{ \"{}\" . {} }}\n",
             l.ifname, l.host
+        );
+        s += &format!(
+            "delete element inet {t} srcs {{ \"{}\" . {} }}\n",
+            l.ifname, l.peer
         );
         s += &format!("flush chain inet {t} sb_{i}\ndelete chain inet {t} sb_{i}\n");
         for n in 0..l.layers.len() {
@@ -293,7 +312,7 @@ mod tests {
         assert!(add.contains("add element inet warren-n1 a3_0 { 10.254.1.0/24 . tcp . 443 }"));
         assert!(add.contains("ip saddr != 10.200.0.14 drop"));
         let rm = t.remove_link(&l);
-        for obj in ["sb_3", "a3_0", "d3", "links", "dns"] {
+        for obj in ["sb_3", "a3_0", "d3", "links", "dns", "srcs"] {
             assert!(rm.contains(obj), "{obj}");
         }
         assert!(t

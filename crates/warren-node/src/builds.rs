@@ -323,6 +323,9 @@ impl Host for NodeHost {
             insecure: self.insecure,
             credentials: None,
             owner,
+            // The name is the build's own (a hash of the reference); two builds pulling the
+            // same `FROM` at once both tag what the registry served, neither is refused.
+            replace: true,
         };
         warren_image::import::registry::import_registry(self.store.clone(), reference, &name, &opts)
             .await

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use warren_image::import::registry::{import_registry, RegistryOptions};
 use warren_image::import::ImportReport;
-use warren_image::{ImageError, ImageStore, ImportSource};
+use warren_image::{ImageError, ImageStore};
 use warren_types::auth::Caller;
 use warren_types::{
     ApiError, ErrorCode, GcReport, ImageDeleted, ImageImported, ImageInfo, PullRequest,
@@ -183,6 +183,7 @@ impl Images {
         &self,
         caller: &Caller,
         tag: Option<String>,
+        force: bool,
         mut body: S,
     ) -> Result<ImageImported, NodeError>
     where
@@ -215,10 +216,8 @@ impl Images {
         let result = match received {
             Ok(()) => {
                 let (p, owner) = (path.clone(), owner_for(caller));
-                self.on_store(move |s| {
-                    s.import_owned(&ImportSource::Archive(p), tag.as_deref(), owner.as_deref())
-                })
-                .await
+                self.on_store(move |s| s.import_upload(&p, tag.as_deref(), owner.as_deref(), force))
+                    .await
             }
             Err(e) => Err(NodeError::Api(ApiError::invalid(format!(
                 "receiving the archive: {e}"
@@ -248,6 +247,7 @@ impl Images {
                 .clone()
                 .map(|u| (u, req.password.clone().unwrap_or_default())),
             owner: owner_for(caller),
+            replace: req.force,
         };
         import_registry(store, &req.reference, &req.tag, &opts)
             .await

@@ -350,6 +350,17 @@ pub struct ContainerInit {
     /// it exists (at most the host's per-user limit applies on top, through the owner).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub user_limits: Vec<UserLimit>,
+    /// How many `cgroup.procs` files of the commands' leaf group (one per cgroup hierarchy
+    /// that has one) follow the layer mounts as passed descriptors (`SCM_RIGHTS`, one
+    /// byte), before [`Init::Mapped`]. The daemon opened them: the agent moves each command
+    /// it starts into the leaf by writing to them, so an OOM kill among the commands never
+    /// takes the agent. 0: no leaf (commands stay in the sandbox's groups).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub command_groups: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// One count of `/proc/sys/user/` (e.g. `max_inotify_watches`) and its value.

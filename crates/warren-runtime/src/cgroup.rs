@@ -209,6 +209,15 @@ impl Hierarchy {
     }
 }
 
+/// The leaf group of a sandbox's commands, under the sandbox's memory group: its memory
+/// limit is the sandbox's own (`memory_mb`), the sandbox group's is that plus the agent's
+/// share, so an OOM kill among the commands never needs the agent's memory and never picks
+/// the agent (which is not in the leaf).
+pub const COMMANDS_LEAF: &str = "commands";
+/// On cgroup v2 a group with child groups that use a controller holds no process: the agent
+/// lives in this leaf beside [`COMMANDS_LEAF`].
+pub const AGENT_LEAF: &str = "agent";
+
 /// The cgroups of one sandbox.
 #[derive(Debug, Clone)]
 pub struct CgroupSet {
@@ -278,20 +287,93 @@ impl CgroupSet {
         Ok(())
     }
 
-    /// Moves a process into every group.
+    /// Makes the leaf group of the sandbox's commands ([`COMMANDS_LEAF`], memory limit
+    /// `memory_mb`) in the hierarchy that has the memory controller, before any process is
+    /// in the sandbox's groups. On cgroup v2 the agent's leaf ([`AGENT_LEAF`]) too, as a
+    /// group whose children use a controller can hold no process.
+    pub fn create_commands_leaf(&self, memory_mb: u64) -> Result<(), RuntimeError> {
+        let mem = (memory_mb * 1024 * 1024).to_string();
+        for (ctl, dir) in &self.dirs {
+            match ctl {
+                Ctl::Memory => {
+                    let leaf = dir.join(COMMANDS_LEAF);
+                    std::fs::create_dir(&leaf).map_err(io(format!("create {}", leaf.display())))?;
+                    write(&leaf, "memory.limit_in_bytes", &mem)?;
+                    if leaf.join("memory.memsw.limit_in_bytes").exists() {
+                        let _ = write(&leaf, "memory.memsw.limit_in_bytes", &mem);
+                    }
+                }
+                Ctl::Unified if self.v2_only => {
+                    write(dir, "cgroup.subtree_control", "+memory")?;
+                    for name in [AGENT_LEAF, COMMANDS_LEAF] {
+                        let leaf = dir.join(name);
+                        std::fs::create_dir(&leaf)
+                            .map_err(io(format!("create {}", leaf.display())))?;
+                    }
+                    let leaf = dir.join(COMMANDS_LEAF);
+                    write(&leaf, "memory.max", &mem)?;
+                    let _ = write(&leaf, "memory.swap.max", "0");
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The `cgroup.procs` files of the commands' leaf, opened for writing (by the daemon, so
+    /// the kernel checks its credentials when the agent later writes a command's pid, or
+    /// `0` from the command itself). Empty when the sandbox has no leaf.
+    pub fn open_commands_leaf(&self) -> Result<Vec<std::os::fd::OwnedFd>, RuntimeError> {
+        let mut out = Vec::new();
+        for (_, dir) in &self.dirs {
+            let p = dir.join(COMMANDS_LEAF).join("cgroup.procs");
+            if !p.exists() {
+                continue;
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(io(format!("open {}", p.display())))?;
+            out.push(f.into());
+        }
+        Ok(out)
+    }
+
+    /// Moves a process into every group (on cgroup v2 into the agent's leaf when the
+    /// sandbox has one).
     pub fn add_pid(&self, pid: u32) -> Result<(), RuntimeError> {
         for (_, dir) in &self.dirs {
+            let agent = dir.join(AGENT_LEAF);
+            let dir = if agent.is_dir() { &agent } else { dir };
             write(dir, "cgroup.procs", &pid.to_string())?;
         }
         Ok(())
     }
 
-    /// Pids in the sandbox (from the first hierarchy).
+    /// The group directories of one hierarchy: the sandbox's, then its leaves.
+    fn with_leaves(dir: &Path) -> Vec<PathBuf> {
+        let mut out = vec![dir.to_path_buf()];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            out.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        out
+    }
+
+    /// Pids in the sandbox, its leaves included (from the first hierarchy).
     pub fn pids(&self) -> Vec<u32> {
         let mut out = Vec::new();
         for (_, dir) in &self.dirs {
             if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
                 out.extend(s.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+                for leaf in Self::with_leaves(dir).into_iter().skip(1) {
+                    if let Ok(s) = std::fs::read_to_string(leaf.join("cgroup.procs")) {
+                        out.extend(s.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+                    }
+                }
                 return out;
             }
         }
@@ -358,9 +440,14 @@ impl CgroupSet {
         }
     }
 
-    /// Removes the (empty) groups.
+    /// Removes the (empty) groups, leaves first.
     pub async fn remove(&self) -> Result<(), RuntimeError> {
-        for (_, dir) in &self.dirs {
+        let dirs: Vec<PathBuf> = self
+            .dirs
+            .iter()
+            .flat_map(|(_, d)| Self::with_leaves(d).into_iter().rev())
+            .collect();
+        for dir in &dirs {
             let mut tries = 0;
             loop {
                 match std::fs::remove_dir(dir) {
@@ -484,7 +571,8 @@ impl CgroupSet {
     /// them `memory.stat`, which the kernel sums up on each read).
     pub fn oom_kills(&self) -> Option<u64> {
         self.dirs.iter().find_map(|(ctl, d)| match ctl {
-            Ctl::Memory => read_field(d.join("memory.oom_control"), "oom_kill"),
+            Ctl::Memory => v1_oom_kills(d),
+            // Counted up the tree (leaves included) on v2.
             Ctl::Unified if self.v2_only => read_field(d.join("memory.events"), "oom_kill"),
             _ => None,
         })
@@ -500,7 +588,7 @@ impl CgroupSet {
                     u.memory_peak_bytes = read_u64(d.join("memory.max_usage_in_bytes"));
                     // With its children (function cells have groups of their own).
                     u.shmem_bytes = read_field(d.join("memory.stat"), "total_shmem");
-                    u.oom_kills = read_field(d.join("memory.oom_control"), "oom_kill");
+                    u.oom_kills = v1_oom_kills(d);
                 }
                 Ctl::Pids => u.pids = read_u64(d.join("pids.current")),
                 Ctl::Cpu => {
@@ -529,6 +617,18 @@ impl CgroupSet {
         }
         u
     }
+}
+
+/// OOM kills of a v1 memory group and its leaves: v1 counts a kill only in the group whose
+/// limit was hit.
+fn v1_oom_kills(dir: &Path) -> Option<u64> {
+    let own = read_field(dir.join("memory.oom_control"), "oom_kill")?;
+    let leaves: u64 = CgroupSet::with_leaves(dir)
+        .into_iter()
+        .skip(1)
+        .filter_map(|l| read_field(l.join("memory.oom_control"), "oom_kill"))
+        .sum();
+    Some(own + leaves)
 }
 
 /// The host's swap in bytes (`SwapTotal`): without it anonymous memory cannot leave RAM.

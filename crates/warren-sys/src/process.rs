@@ -298,6 +298,9 @@ pub struct ChildSetup {
     /// Give the child the kernel's default time slice again (the parent's short one, see
     /// [`set_time_slice`], is inherited across fork).
     pub default_time_slice: Option<TimeSlice>,
+    /// `cgroup.procs` files (open for writing) the child moves itself into before anything
+    /// else: the sandbox's leaf group of commands. A move that fails fails the start.
+    pub join_cgroups: Vec<std::os::fd::RawFd>,
 }
 
 /// The shortest time slice the kernel grants an ordinary task (0.1 ms).
@@ -450,6 +453,13 @@ pub fn configure_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     // before fork).
     unsafe {
         cmd.pre_exec(move || {
+            // Into the commands' group first: what the child allocates from here on is
+            // charged there.
+            for fd in &setup.join_cgroups {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             // Commands are the OOM killer's first choice, never the agent: raising a score
             // needs no privilege (hosts where the daemon cannot lower the agent's keep this),
             // and a command cannot go below the agent's score again.

@@ -58,6 +58,9 @@ pub enum ErrorCode {
     /// An image build failed at one of its steps (a `RUN` that exited non-zero or timed
     /// out, a `COPY` of a missing file); the message names the step. Nothing was tagged.
     BuildFailed,
+    /// A pull could not reach its registry (no connection, TLS, a timeout): the message
+    /// names the registry and what failed (HTTP 502). Nothing was tagged.
+    RegistryUnreachable,
     /// The step's command was running when the node's daemon went away and its result could
     /// not be recovered whole (e.g. its streamed stdin was cut off); the message says what is
     /// known. The command is not run again for this step.
@@ -81,7 +84,10 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::Timeout => 504,
             ErrorCode::UnsupportedSubstrate => 501,
-            ErrorCode::StartFailed | ErrorCode::SandboxLost | ErrorCode::PortUnreachable => 502,
+            ErrorCode::StartFailed
+            | ErrorCode::SandboxLost
+            | ErrorCode::PortUnreachable
+            | ErrorCode::RegistryUnreachable => 502,
             ErrorCode::Internal => 500,
         }
     }
@@ -111,12 +117,13 @@ impl ErrorCode {
             ErrorCode::NodeUnreachable => "node_unreachable",
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BuildFailed => "build_failed",
+            ErrorCode::RegistryUnreachable => "registry_unreachable",
             ErrorCode::StepInterrupted => "step_interrupted",
         }
     }
 
     /// All codes, for documentation and spec tests.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidPath,
         ErrorCode::NotFound,
@@ -139,6 +146,7 @@ impl ErrorCode {
         ErrorCode::NodeUnreachable,
         ErrorCode::PortUnreachable,
         ErrorCode::BuildFailed,
+        ErrorCode::RegistryUnreachable,
         ErrorCode::StepInterrupted,
     ];
 }

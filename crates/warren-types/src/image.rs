@@ -205,6 +205,9 @@ pub struct PullRequest {
     pub username: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// Replace an image of the same tag; without it such a tag is refused (409 `conflict`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 impl std::fmt::Display for PullRequest {

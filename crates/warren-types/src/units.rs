@@ -27,6 +27,9 @@ fn number_and_unit(s: &str) -> Option<(f64, String)> {
 /// A size in whole MiB: `512` (MiB), `512M`, `1G`, `1.5GiB`, `65536K`.
 pub fn parse_mib(s: &str) -> Result<u64, String> {
     let bad = || format!("expected a size like 512 (MiB), 512M, 1G or 1.5GiB, got {s:?}");
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s:?} is negative: a size is 1 MiB or more"));
+    }
     let (n, unit) = number_and_unit(s).ok_or_else(bad)?;
     let mib = n * mib_per(&unit).ok_or_else(bad)?;
     if mib < 1.0 {
@@ -44,6 +47,9 @@ pub fn parse_secs(s: &str) -> Result<f64, String> {
     let t = s.trim();
     if t.is_empty() {
         return Err(bad());
+    }
+    if t.starts_with('-') {
+        return Err(format!("{s:?} is negative: a duration is 0 or more"));
     }
     if let Ok(n) = t.parse::<f64>() {
         return (n.is_finite() && n >= 0.0).then_some(n).ok_or_else(bad);
@@ -82,9 +88,47 @@ pub fn parse_whole_secs(s: &str) -> Result<u64, String> {
     Ok(secs.ceil() as u64)
 }
 
+/// A number of CPUs (or any positive quantity): more than 0, fractions allowed.
+pub fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(n),
+        Ok(_) => Err(format!("{s:?} is not more than 0")),
+        Err(_) => Err(format!("expected a number like 1 or 0.5, got {s:?}")),
+    }
+}
+
+/// A count: a whole number, 0 or more.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s:?} is negative: a count is 0 or more"));
+    }
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("expected a whole number like 512, got {s:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn negative_values_are_named_as_such() {
+        for e in [
+            parse_mib("-5").unwrap_err(),
+            parse_secs("-5").unwrap_err(),
+            parse_whole_secs("-1m").unwrap_err(),
+            parse_count("-5").unwrap_err(),
+        ] {
+            assert!(e.contains("negative"), "{e}");
+        }
+        assert!(parse_positive("-1")
+            .unwrap_err()
+            .contains("not more than 0"));
+        assert!(parse_positive("0").is_err());
+        assert_eq!(parse_positive("0.5"), Ok(0.5));
+        assert_eq!(parse_count("7"), Ok(7));
+        assert!(parse_count("x").is_err());
+    }
 
     #[test]
     fn sizes() {

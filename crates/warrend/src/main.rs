@@ -91,9 +91,10 @@ struct Args {
     #[arg(long, default_value_t = warren_node::config::DEFAULT_STATE_MAX_BYTES >> 20)]
     state_max_mb: u64,
     /// Lifetime of a sandbox created without a ttl: 30m, 12h, 7d (a plain number is
-    /// seconds). Default: none (it lives until deleted, or --max-ttl).
-    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
-    default_ttl: Option<u64>,
+    /// seconds), or `none` (it lives until deleted, or --max-ttl). The default, a day, keeps
+    /// the sandboxes of a trainer that died from living forever; it is capped by --max-ttl.
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TTL, value_parser = ttl_or_none)]
+    default_ttl: OptionalSecs,
     /// Longest lifetime a create or an extension may give a sandbox: 1d, 30d. A sandbox
     /// created without a ttl (and no --default-ttl) gets this one.
     #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
@@ -140,9 +141,10 @@ struct Args {
     /// Longest a call waits for a warm container, in milliseconds, before `busy`.
     #[arg(long, default_value_t = 10_000)]
     function_queue_timeout_ms: u64,
-    /// Cap on the memory limits of all warm function containers, in MiB.
-    #[arg(long, default_value_t = 64 * 1024)]
-    function_max_memory_mb: u64,
+    /// Cap on the memory limits of all warm function containers, in MiB. Default: half the
+    /// host's memory (at most 64 GiB); never more than the host has.
+    #[arg(long)]
+    function_max_memory_mb: Option<u64>,
     /// A pool whose calls wait for their call environments grows only while the node's CPU
     /// pressure (PSI `some avg10`, percent) is at most this; 100 ignores the pressure.
     #[arg(long, default_value_t = 40.0, value_parser = pressure_percent)]
@@ -228,6 +230,60 @@ fn disk_medium(s: &str) -> Result<warren_types::DiskMedium, String> {
         "disk" => Ok(warren_types::DiskMedium::Disk),
         "memory" => Ok(warren_types::DiskMedium::Memory),
         _ => Err(format!("{s:?}: the medium is `disk` or `memory`")),
+    }
+}
+
+/// The warm function containers' memory cap: the operator's, else half the host's memory (at
+/// most 64 GiB), and never more than the host has (`host_mb`, when known).
+fn warm_memory_cap(asked: Option<u64>, host_mb: Option<u64>) -> u64 {
+    const MOST: u64 = 64 * 1024;
+    match (asked, host_mb) {
+        (Some(a), Some(h)) if a > h => {
+            tracing::warn!(
+                asked = a,
+                host_mb = h,
+                "--function-max-memory-mb is more than the host has; using the host's memory"
+            );
+            h
+        }
+        (Some(a), _) => a,
+        (None, Some(h)) => (h / 2).clamp(1, MOST),
+        (None, None) => MOST,
+    }
+}
+
+/// `--default-ttl` when not given: a day.
+const DEFAULT_TTL: &str = "24h";
+
+/// A duration in seconds or none; `builtin` when it is [`DEFAULT_TTL`] (not the operator's).
+#[derive(Debug, Clone, Copy)]
+struct OptionalSecs {
+    secs: Option<u64>,
+    builtin: bool,
+}
+
+/// `none` (or 0): no lifetime; else a duration.
+fn ttl_or_none(s: &str) -> Result<OptionalSecs, String> {
+    if s == "none" {
+        return Ok(OptionalSecs {
+            secs: None,
+            builtin: false,
+        });
+    }
+    let secs = warren_types::units::parse_whole_secs(s)?;
+    Ok(OptionalSecs {
+        secs: Some(secs).filter(|&n| n > 0),
+        builtin: s == DEFAULT_TTL,
+    })
+}
+
+/// `86400` as `1d`, `5400` as `90m`: the largest unit that divides it.
+fn human_secs(s: u64) -> String {
+    match s {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 
@@ -492,15 +548,26 @@ async fn run(args: Args) -> Result<()> {
     cfg.defaults.trajectory_mb = args.trajectory_mb;
     cfg.defaults.disk_medium = disk_default;
     cfg.state_max_bytes = args.state_max_mb << 20;
-    if let (Some(d), Some(m)) = (args.default_ttl, args.max_ttl) {
-        if d > m {
-            bail!("--default-ttl ({d} s) is longer than --max-ttl ({m} s)");
+    let default_ttl = match (args.default_ttl.secs, args.max_ttl) {
+        // The built-in default never exceeds an operator's cap.
+        (Some(d), Some(m)) if d > m && args.default_ttl.builtin => Some(m),
+        (Some(d), Some(m)) if d > m => {
+            bail!("--default-ttl ({d} s) is longer than --max-ttl ({m} s)")
         }
+        (d, _) => d,
+    };
+    match default_ttl {
+        Some(d) => info!(
+            default_ttl_secs = d,
+            "sandboxes created without a ttl are deleted {} after their creation (--default-ttl; `none` for no limit)",
+            human_secs(d)
+        ),
+        None => info!("sandboxes created without a ttl live until deleted (--default-ttl none)"),
     }
     if args.default_exec_timeout.is_some_and(|t| t <= 0.0) {
         bail!("--default-exec-timeout must be more than 0");
     }
-    cfg.default_ttl_secs = args.default_ttl;
+    cfg.default_ttl_secs = default_ttl;
     cfg.max_ttl_secs = args.max_ttl;
     cfg.default_exec_timeout_secs = args.default_exec_timeout;
     cfg.admission = warren_node::admission::AdmissionConfig {
@@ -512,7 +579,10 @@ async fn run(args: Args) -> Result<()> {
     cfg.functions.max_warm = args.function_max_warm.max(1);
     cfg.functions.max_queue = args.function_queue;
     cfg.functions.queue_timeout = Duration::from_millis(args.function_queue_timeout_ms);
-    cfg.functions.max_warm_memory_mb = args.function_max_memory_mb;
+    cfg.functions.max_warm_memory_mb = warm_memory_cap(
+        args.function_max_memory_mb,
+        warren_node::admission::meminfo().map(|m| m.total_mb),
+    );
     cfg.functions.max_cpu_pressure =
         (args.function_max_cpu_pressure < 100.0).then_some(args.function_max_cpu_pressure);
     cfg.security = security;
@@ -681,4 +751,32 @@ fn spawn_heap_trimmer(manager: warren_node::Manager) -> tokio::task::JoinHandle<
             held = now;
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_memory_never_exceeds_the_host() {
+        assert_eq!(warm_memory_cap(None, Some(24_000)), 12_000);
+        assert_eq!(warm_memory_cap(None, Some(1 << 20)), 64 * 1024);
+        assert_eq!(warm_memory_cap(Some(100_000), Some(24_000)), 24_000);
+        assert_eq!(warm_memory_cap(Some(4_096), Some(24_000)), 4_096);
+        assert_eq!(warm_memory_cap(None, None), 64 * 1024);
+    }
+
+    #[test]
+    fn the_default_lifetime_is_a_day_and_can_be_none() {
+        let d = ttl_or_none(DEFAULT_TTL).unwrap();
+        assert_eq!((d.secs, d.builtin), (Some(86_400), true));
+        let n = ttl_or_none("none").unwrap();
+        assert_eq!((n.secs, n.builtin), (None, false));
+        assert_eq!(ttl_or_none("0").unwrap().secs, None);
+        assert_eq!(ttl_or_none("30m").unwrap().secs, Some(1_800));
+        assert!(ttl_or_none("-1h").is_err());
+        assert_eq!(human_secs(86_400), "1d");
+        assert_eq!(human_secs(5_400), "90m");
+        assert_eq!(human_secs(61), "61s");
+    }
 }

@@ -340,6 +340,54 @@ class AsyncClient:
         resp = await self._http.request("POST", "/v1/images/gc")
         return dict(resp.json())
 
+    async def import_image(self, archive: str, tag: Optional[str] = None, *, force: bool = False) -> Dict[str, Any]:
+        """Imports a ``docker save`` or OCI archive tar (a file on this machine, streamed to
+        the node) as image ``tag`` (default: the archive's own name), ``POST
+        /v1/images/import``. A tag that names an image already raises :class:`Conflict`
+        unless ``force`` (sandboxes running on the old image keep it). Returns ``{"image",
+        "converted", "reused", "bytes_read", "seconds"}``."""
+        from ._build import _chunks
+
+        f = open(archive, "rb")  # noqa: SIM115 -- closed by _chunks
+        params: list = []
+        if tag is not None:
+            params.append(("tag", tag))
+        if force:
+            params.append(("force", "true"))
+        resp = await self._http.request(
+            "POST",
+            "/v1/images/import",
+            params=params,
+            content=_chunks(f),
+            timeout=self._http.call_timeout(None),
+        )
+        return dict(resp.json())
+
+    async def pull_image(
+        self,
+        reference: str,
+        tag: str,
+        *,
+        insecure: bool = False,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        force: bool = False,
+    ) -> Dict[str, Any]:
+        """Pulls ``host[:port]/repo[:tag|@digest]`` from an OCI registry onto the node as
+        image ``tag`` (``POST /v1/images/pull``); ``insecure`` talks plain HTTP. A tag that
+        exists raises :class:`Conflict` unless ``force``. Returns what :meth:`import_image`
+        returns."""
+        body: Dict[str, Any] = {"reference": reference, "tag": tag}
+        if insecure:
+            body["insecure"] = True
+        if username is not None:
+            body["username"] = username
+            body["password"] = password or ""
+        if force:
+            body["force"] = True
+        resp = await self._http.request("POST", "/v1/images/pull", json=body, timeout=self._http.call_timeout(None))
+        return dict(resp.json())
+
     async def build_image(
         self,
         context: str,

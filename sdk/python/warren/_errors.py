@@ -31,6 +31,7 @@ __all__ = [
     "CapacityUnavailable",
     "NodeUnreachable",
     "PortUnreachable",
+    "RegistryUnreachable",
     "StepConflict",
     "StepInterrupted",
     "BuildFailed",
@@ -236,6 +237,13 @@ class PortUnreachable(WarrenError):
     default_code = "port_unreachable"
 
 
+class RegistryUnreachable(WarrenError):
+    """A pull could not reach its registry (no connection, TLS, a timeout); nothing was
+    tagged (``registry_unreachable``, HTTP 502)."""
+
+    default_code = "registry_unreachable"
+
+
 class BuildFailed(WarrenError):
     """An image build failed at one of its steps; nothing was tagged (422).
 
@@ -312,6 +320,7 @@ _BY_CODE: Dict[str, Type[WarrenError]] = {
     "node_unreachable": NodeUnreachable,
     "port_unreachable": PortUnreachable,
     "build_failed": BuildFailed,
+    "registry_unreachable": RegistryUnreachable,
     "step_interrupted": StepInterrupted,
 }
 

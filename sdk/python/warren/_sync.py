@@ -418,6 +418,8 @@ class Client:
     image = _sync(AsyncClient.image)
     delete_image = _sync(AsyncClient.delete_image)
     gc_images = _sync(AsyncClient.gc_images)
+    import_image = _sync(AsyncClient.import_image)
+    pull_image = _sync(AsyncClient.pull_image)
     build_image = _sync(AsyncClient.build_image)
     cluster = _sync(AsyncClient.cluster)
     drain = _sync(AsyncClient.drain)

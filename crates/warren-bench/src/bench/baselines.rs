@@ -2,8 +2,10 @@
 //! JSON lines it prints (`{"name":..,"p50_ms":..,"p99_ms":..,"n":..}`, or
 //! `{"name":..,"error":..}` for a runtime that could not run).
 //!
-//! The script is found under `$WARREN_REPO`, else in the current directory or one of its
-//! parents. The rootfs is `$WARREN_BASELINE_ROOTFS`, else `/var/cache/warren/rootfs-default`.
+//! The script is compiled into the binary, so `warren bench --baselines` runs anywhere; with
+//! `$WARREN_REPO` set, that repository's copy runs instead (to try a changed script). The
+//! rootfs is `$WARREN_BASELINE_ROOTFS`, else `/var/cache/warren/rootfs-default`; both are
+//! checked before any measuring starts ([`check`]).
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +13,8 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 
 const SCRIPT: &str = "scripts/bench-baselines.sh";
+/// The script as built with this binary.
+const SHIPPED: &str = include_str!("../../../../scripts/bench-baselines.sh");
 const DEFAULT_ROOTFS: &str = "/var/cache/warren/rootfs-default";
 
 /// One baseline measurement, or why it could not be taken.
@@ -70,35 +74,52 @@ pub fn oci_exec(baselines: &[Baseline]) -> Option<&Baseline> {
     named("crun").or_else(|| named("runc"))
 }
 
-fn find_script() -> anyhow::Result<PathBuf> {
-    if let Some(repo) = std::env::var_os("WARREN_REPO") {
-        let p = Path::new(&repo).join(SCRIPT);
-        if p.is_file() {
-            return Ok(p);
-        }
+/// The repository's script when `$WARREN_REPO` names one, else `None` (the shipped one).
+fn repo_script() -> anyhow::Result<Option<PathBuf>> {
+    let Some(repo) = std::env::var_os("WARREN_REPO") else {
+        return Ok(None);
+    };
+    let p = Path::new(&repo).join(SCRIPT);
+    if !p.is_file() {
         bail!("WARREN_REPO is set but {} does not exist", p.display());
     }
-    let cwd = std::env::current_dir().context("reading the current directory")?;
-    for dir in cwd.ancestors() {
-        let p = dir.join(SCRIPT);
-        if p.is_file() {
-            return Ok(p);
-        }
+    Ok(Some(p))
+}
+
+fn rootfs() -> String {
+    std::env::var("WARREN_BASELINE_ROOTFS").unwrap_or_else(|_| DEFAULT_ROOTFS.to_string())
+}
+
+/// What `--baselines` needs, checked before the benchmarks run (they take minutes): the
+/// script (when taken from `$WARREN_REPO`) and the root file system the runtimes start.
+pub fn check() -> anyhow::Result<()> {
+    repo_script()?;
+    let rootfs = rootfs();
+    if !Path::new(&rootfs).join("bin").exists() {
+        bail!(
+            "--baselines needs a root file system at {rootfs} (scripts/build-default-image.sh \
+             makes it; or set WARREN_BASELINE_ROOTFS)"
+        );
     }
-    bail!("cannot find {SCRIPT}: run from the Warren repository or set WARREN_REPO")
+    Ok(())
 }
 
 /// Runs the baseline script with `n` iterations per runtime. Its stderr passes through.
 pub async fn run(n: usize) -> anyhow::Result<Vec<Baseline>> {
-    let script = find_script()?;
-    let rootfs =
-        std::env::var("WARREN_BASELINE_ROOTFS").unwrap_or_else(|_| DEFAULT_ROOTFS.to_string());
-    eprintln!("bench: running {} {rootfs} {n}", script.display());
-    let script_shown = script.display().to_string();
+    let script = repo_script()?;
+    let rootfs = rootfs();
+    let script_shown = script
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| format!("{SCRIPT} (built in)"));
+    eprintln!("bench: running {script_shown} {rootfs} {n}");
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("bash")
-            .arg(&script)
-            .arg(&rootfs)
+        let mut cmd = std::process::Command::new("bash");
+        match &script {
+            Some(p) => cmd.arg(p),
+            None => cmd.arg("-c").arg(SHIPPED).arg(SCRIPT),
+        };
+        cmd.arg(&rootfs)
             .arg(n.to_string())
             .stderr(std::process::Stdio::inherit())
             .output()
@@ -120,6 +141,16 @@ pub async fn run(n: usize) -> anyhow::Result<Vec<Baseline>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_script_ships_with_the_binary() {
+        assert!(
+            SHIPPED.starts_with("#!/usr/bin/env bash"),
+            "{}",
+            &SHIPPED[..40]
+        );
+        assert!(SHIPPED.contains("time_cmd"));
+    }
 
     #[test]
     fn lines_parse_and_match() {

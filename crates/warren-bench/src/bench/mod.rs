@@ -800,6 +800,9 @@ async fn measure(args: &Args, setup: &Setup, report: &mut Report) -> anyhow::Res
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if args.baselines {
+        baselines::check()?;
+    }
     if let Some(dir) = &args.report {
         report::usable(dir)?;
     }

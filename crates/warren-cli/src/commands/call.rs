@@ -15,7 +15,7 @@ pub struct Args {
     #[arg(long, short = 'i', default_value = "default")]
     pub image: Vec<String>,
     /// Kill the call after this long: 90s, 5m, 1.5 (a plain number is seconds)
-    #[arg(long, short = 't', value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
+    #[arg(long, short = 't', value_name = "DURATION", allow_hyphen_values = true, value_parser = warren_types::units::parse_secs)]
     pub timeout: Option<f64>,
     /// Copy a host file into the call first: LOCAL:REMOTE (repeatable)
     #[arg(long, short = 'f', value_name = "LOCAL:REMOTE")]
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     pub preload: Vec<String>,
     /// Memory limit of the pool's containers: 512M, 1G (a plain number is MiB)
-    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = warren_types::units::parse_mib)]
     pub memory: Option<u64>,
     /// Print the result (CallResult: output and returned files, as the daemon sent them) as
     /// JSON instead of printing the output and saving the files; the exit code is still the

@@ -16,34 +16,34 @@ pub struct Args {
     #[arg(long, value_parser = ["function", "container", "microvm", "vm"])]
     pub substrate: Option<String>,
     /// CPU cores (fractions allowed)
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = warren_types::units::parse_positive)]
     pub cpus: Option<f64>,
     /// Memory limit: 512M, 1G, 1.5GiB (a plain number is MiB)
-    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = warren_types::units::parse_mib)]
     pub memory: Option<u64>,
     /// Writable layer size: 512M, 10G (a plain number is MiB; with --disk-medium memory at
     /// most --memory)
-    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = warren_types::units::parse_mib)]
     pub disk: Option<u64>,
     /// Where a container's writable layer lives: `disk` (node-local disk with a quota, the
     /// node's default where it has one) or `memory` (a tmpfs charged to --memory)
     #[arg(long, value_name = "MEDIUM", value_parser = ["disk", "memory"])]
     pub disk_medium: Option<String>,
     /// Trajectory budget in MiB: output of later calls is logged as sha256 and size only
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = warren_types::units::parse_count)]
     pub trajectory_mb: Option<u64>,
     /// Process limit
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = warren_types::units::parse_count)]
     pub pids: Option<u64>,
     /// Best-effort CPU class: lowest CPU weight and SCHED_IDLE, yielding to other sandboxes
     #[arg(long)]
     pub best_effort: bool,
     /// Lifetime, after which the sandbox is deleted: 90s, 5m, 2h (a plain number is seconds)
-    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = warren_types::units::parse_whole_secs)]
     pub ttl: Option<u64>,
     /// Time without calls after which the sandbox is paused (deleted where the substrate
     /// cannot pause): 90s, 5m (a plain number is seconds)
-    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = warren_types::units::parse_whole_secs)]
     pub idle_timeout: Option<u64>,
     /// Environment variable for every command (repeatable)
     #[arg(long, short = 'e', value_name = "K=V", value_parser = parse_kv)]

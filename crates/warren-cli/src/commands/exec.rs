@@ -17,7 +17,7 @@ pub struct Args {
     /// Sandbox id
     pub id: String,
     /// Kill the command after this long: 90s, 5m, 1.5 (a plain number is seconds)
-    #[arg(long, short = 't', value_name = "DURATION", value_parser = warren_types::units::parse_secs)]
+    #[arg(long, short = 't', value_name = "DURATION", allow_hyphen_values = true, value_parser = warren_types::units::parse_secs)]
     pub timeout: Option<f64>,
     /// Working directory inside the sandbox
     #[arg(long, short = 'w')]
@@ -47,7 +47,7 @@ pub struct Args {
     pub kill_tree: bool,
     /// Most output kept per stream: 16M, 64M (a plain number is MiB; at most 64M) [default:
     /// 64M when streaming, the daemon's 1M with --json]
-    #[arg(long, value_name = "SIZE", value_parser = warren_types::units::parse_mib)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = warren_types::units::parse_mib)]
     pub max_output: Option<u64>,
     /// Print the result (ExecResult, output included) as JSON once the command ended, instead
     /// of streaming its output; the exit code is still the command's
@@ -70,6 +70,31 @@ pub fn exit_code(r: &ExecResult) -> i32 {
     } else {
         1
     }
+}
+
+/// What `warren exec` adds on stderr after a command ended: why it ended when the exit status
+/// cannot say (a timeout, the OOM killer), and `-s` when one word with spaces was not found
+/// as a program (`warren exec ID -- 'ls -la /tmp'`).
+pub fn notes(args: &Args, r: &ExecResult) -> Vec<String> {
+    let mut out = Vec::new();
+    if r.timed_out {
+        out.push("command timed out".to_string());
+    }
+    if r.oom_killed {
+        out.push(
+            "the command was killed by the out-of-memory killer: the sandbox ran out of memory \
+             (its processes and an in-memory writable layer share --memory)"
+                .to_string(),
+        );
+    }
+    if r.exit_code == Some(127) && !args.shell && args.cmd.len() == 1 && args.cmd[0].contains(' ') {
+        out.push(format!(
+            "hint: {:?} was run as one program name; to run it through a shell add -s: \
+             warren exec {} -s -- {:?}",
+            args.cmd[0], args.id, args.cmd[0]
+        ));
+    }
+    out
 }
 
 /// The request the arguments describe.
@@ -189,8 +214,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                 if result.stdout_truncated || result.stderr_truncated {
                     eprintln!("warren: output was cut at the cap (--max-output, at most 64M)");
                 }
-                if result.timed_out {
-                    eprintln!("warren: command timed out");
+                for line in notes(&args, &result) {
+                    eprintln!("warren: {line}");
                 }
                 return Ok(exit_code(&result));
             }
@@ -216,6 +241,43 @@ mod tests {
         assert_eq!(exit_code(&r(None, Some(9), false)), 137);
         assert_eq!(exit_code(&r(None, Some(9), true)), 124);
         assert_eq!(exit_code(&r(None, None, false)), 1);
+    }
+
+    #[test]
+    fn notes_say_why_a_command_ended_and_hint_at_a_shell() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let args = |words: &[&str]| {
+            let mut v = vec!["warren", "n1-x"];
+            v.extend(words);
+            Cli::try_parse_from(v).unwrap().args
+        };
+        let ended = |exit_code, oom_killed| ExecResult {
+            exit_code,
+            signal: exit_code.is_none().then_some(9),
+            oom_killed,
+            ..Default::default()
+        };
+        let spaced = args(&["--", "ls -la /tmp"]);
+        let n = notes(&spaced, &ended(Some(127), false));
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(
+            n[0].contains("-s") && n[0].contains("warren exec n1-x -s --"),
+            "{n:?}"
+        );
+        assert!(notes(
+            &args(&["-s", "--", "ls -la /tmp"]),
+            &ended(Some(127), false)
+        )
+        .is_empty());
+        assert!(notes(&args(&["--", "ls", "-la"]), &ended(Some(127), false)).is_empty());
+        assert!(notes(&spaced, &ended(Some(0), false)).is_empty());
+        let n = notes(&args(&["--", "big"]), &ended(None, true));
+        assert!(n[0].contains("out-of-memory"), "{n:?}");
     }
 
     #[test]

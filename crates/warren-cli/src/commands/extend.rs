@@ -10,7 +10,7 @@ pub struct Args {
     #[arg(required = true)]
     pub ids: Vec<String>,
     /// The new lifetime from now: 90s, 30m, 2h (a plain number is seconds)
-    #[arg(long, value_name = "DURATION", value_parser = warren_types::units::parse_whole_secs)]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = warren_types::units::parse_whole_secs)]
     pub ttl: u64,
     /// Print each sandbox (SandboxInfo) as JSON, one document a line
     #[arg(long)]

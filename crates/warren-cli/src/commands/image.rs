@@ -1,7 +1,9 @@
 //! `warren image`: the node's layer store, used directly (no daemon needed; root on the node).
-//! Import, build and tag here; `ls`/`inspect`/`rm`/`gc` are also served by the daemon's
-//! `/v1/images` routes. `import` goes through the daemon instead with `--remote`, or when
-//! `--url`/`WARREN_URL` names one: the archive is sent to it (or it pulls from the registry).
+//! With `--url`/`WARREN_URL` naming a daemon, `ls`, `inspect`, `rm`, `gc` and `import` act on
+//! that daemon through its `/v1/images` routes instead (`import --remote` too: the archive is
+//! sent to it, or it pulls from the registry), and `build` always does. `build-layer`,
+//! `stack`, `tag` and `verify` have no route: they refuse `--url` rather than act on this
+//! host's store while the user meant another.
 //!
 //! Registry credentials come from `--auth`, else from the docker config file
 //! (`$DOCKER_CONFIG/config.json`, default `~/.docker/config.json`, its `auths` entries).
@@ -14,6 +16,7 @@ use warren_image::import::registry::{import_registry, RegistryOptions};
 use warren_image::{ImageStore, ImportSource};
 
 use super::Ctx;
+use crate::table::count;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -43,6 +46,9 @@ enum Cmd {
         /// name[:tag]
         #[arg(long)]
         tag: String,
+        /// Replace the image of that tag if there is one.
+        #[arg(long)]
+        force: bool,
     },
     /// Import an image: a `docker save` tar, an OCI archive tar, an OCI image layout
     /// directory, or (with --registry) an image of an OCI registry. Each layer is converted
@@ -67,6 +73,10 @@ enum Cmd {
         /// Import through the daemon (also when --url or WARREN_URL names one)
         #[arg(long)]
         remote: bool,
+        /// Replace the image of that tag if there is one (every later sandbox of it gets the
+        /// new one; running sandboxes keep theirs).
+        #[arg(long)]
+        force: bool,
     },
     /// Tag a stack of existing images/layers (lowest first) as a new image. No layer is
     /// built or copied.
@@ -77,9 +87,18 @@ enum Cmd {
         /// Image refs or sha256 digests, lowest first.
         #[arg(required = true)]
         refs: Vec<String>,
+        /// Replace the image of that tag if there is one.
+        #[arg(long)]
+        force: bool,
     },
     /// Give an existing image another name[:tag].
-    Tag { source: String, target: String },
+    Tag {
+        source: String,
+        target: String,
+        /// Replace the image of that tag if there is one.
+        #[arg(long)]
+        force: bool,
+    },
     /// List images.
     Ls,
     /// Show one image with its layers; exit 1 if it does not exist.
@@ -106,6 +125,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     if let Cmd::Build(b) = &args.cmd {
         return super::image_build::run(ctx, b, args.json).await;
     }
+    if ctx.url.is_some() {
+        if let Some(code) = remote(ctx, &args).await? {
+            return Ok(code);
+        }
+    }
     if let Cmd::Import {
         path,
         registry,
@@ -113,20 +137,23 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         auth,
         tag,
         remote,
+        force,
     } = &args.cmd
     {
         if *remote || ctx.url.is_some() {
             let credentials = credentials(auth.as_deref(), registry.as_deref())?;
-            return import_remote(
-                ctx,
-                path.clone(),
-                registry.clone(),
-                *insecure,
-                credentials,
-                tag.clone(),
-                args.json,
-            )
-            .await;
+            let pull = match registry {
+                Some(reference) => Some(warren_client::PullRequest {
+                    reference: reference.clone(),
+                    tag: tag.clone().context("--tag is needed with --registry")?,
+                    insecure: *insecure,
+                    username: credentials.as_ref().map(|c| c.0.clone()),
+                    password: credentials.map(|c| c.1),
+                    force: *force,
+                }),
+                None => None,
+            };
+            return import_remote(ctx, path.clone(), pull, tag.clone(), *force, args.json).await;
         }
     }
     let store = Arc::new(
@@ -135,7 +162,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     );
     match args.cmd {
         Cmd::Build(_) => unreachable!("handled above"),
-        Cmd::BuildLayer { dir, tag } => {
+        Cmd::BuildLayer { dir, tag, force } => {
+            refuse_existing(&store, &tag, force)?;
             let started = std::time::Instant::now();
             let s = store.clone();
             let spin =
@@ -161,6 +189,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             auth,
             tag,
             remote: _,
+            force,
         } => {
             let credentials = credentials(auth.as_deref(), registry.as_deref())?;
             let spin = crate::progress::Spinner::start(format!(
@@ -177,13 +206,14 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                         insecure,
                         credentials,
                         owner: None,
+                        replace: force,
                     };
                     import_registry(store.clone(), &reference, &tag, &opts).await?
                 }
                 (Some(path), None) => {
                     let s = store.clone();
                     tokio::task::spawn_blocking(move || {
-                        s.import(&ImportSource::Archive(path), tag.as_deref())
+                        s.import_owned(&ImportSource::Archive(path), tag.as_deref(), None, force)
                     })
                     .await??
                 }
@@ -194,9 +224,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
                 return print_json(&report).map(|()| 0);
             }
             eprintln!(
-                "imported {} ({} layers: {} converted, {} already converted; {} MB read) in {:.1} s",
+                "imported {} ({}: {} converted, {} already converted; {} MB read) in {:.1} s",
                 report.image.reference,
-                report.image.layers.len(),
+                count(report.image.layers.len() as u64, "layer"),
                 report.converted,
                 report.reused,
                 report.bytes_read / 1_000_000,
@@ -204,7 +234,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             );
             println!("{}", report.image.reference);
         }
-        Cmd::Stack { tag, refs } => {
+        Cmd::Stack { tag, refs, force } => {
+            refuse_existing(&store, &tag, force)?;
             let s = store.clone();
             let m = tokio::task::spawn_blocking(move || s.tag_stack(&tag, &refs, None)).await??;
             if args.json {
@@ -212,7 +243,12 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             }
             println!("{}:{}", m.name, m.tag);
         }
-        Cmd::Tag { source, target } => {
+        Cmd::Tag {
+            source,
+            target,
+            force,
+        } => {
+            refuse_existing(&store, &target, force)?;
             let s = store.clone();
             let m = tokio::task::spawn_blocking(move || s.tag_stack(&target, &[source], None))
                 .await??;
@@ -226,20 +262,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             if args.json {
                 print_json(&list)?;
             } else {
-                println!(
-                    "{:<32} {:<12} {:>8} {:>10}  SOURCE",
-                    "IMAGE", "TAG", "LAYERS", "SIZE"
-                );
-                for m in list {
-                    println!(
-                        "{:<32} {:<12} {:>8} {:>9}M  {}",
-                        m.name,
-                        m.tag,
-                        m.layers.len(),
-                        m.size_bytes / (1 << 20),
-                        m.source
-                    );
-                }
+                print_list(&list);
             }
         }
         Cmd::Inspect { image } => match store.info(&image) {
@@ -288,33 +311,96 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `ls`, `inspect`, `rm` and `gc` through the daemon `--url` names; `None` for the commands
+/// that are not served there (after refusing `--url` for the local-only ones).
+async fn remote(ctx: &Ctx, args: &Args) -> anyhow::Result<Option<i32>> {
+    let local_only = |what: &str| {
+        ctx.local_only(
+            &format!("warren image {what}"),
+            " (run it on the node; `warren image import --url` sends an archive)",
+        )
+    };
+    let client = || ctx.client();
+    match &args.cmd {
+        Cmd::Ls => {
+            let list = client()?.images().await?;
+            if args.json {
+                print_json(&list)?;
+            } else {
+                print_list(&list);
+            }
+        }
+        Cmd::Inspect { image } => match client()?.image(image).await {
+            Ok(m) => print_json(&m)?,
+            Err(e) => {
+                eprintln!("warren: {e}");
+                return Ok(Some(1));
+            }
+        },
+        Cmd::Rm { image, no_gc } => {
+            anyhow::ensure!(
+                !no_gc,
+                "--no-gc works on this host's store only: the daemon always collects"
+            );
+            let r = client()?.delete_image(image).await?;
+            if args.json {
+                print_json(&r)?;
+            } else {
+                report_gc(&r.gc);
+            }
+        }
+        Cmd::Gc => {
+            let r = client()?.gc_images().await?;
+            if args.json {
+                print_json(&r)?;
+            } else {
+                report_gc(&r);
+            }
+        }
+        Cmd::BuildLayer { .. } => return local_only("build-layer").map(|()| None),
+        Cmd::Stack { .. } => return local_only("stack").map(|()| None),
+        Cmd::Tag { .. } => return local_only("tag").map(|()| None),
+        Cmd::Verify { .. } => return local_only("verify").map(|()| None),
+        Cmd::Import { .. } | Cmd::Build(_) => return Ok(None),
+    }
+    Ok(Some(0))
+}
+
+fn print_list(list: &[warren_image::ImageInfo]) {
+    println!(
+        "{:<32} {:<12} {:>8} {:>10}  SOURCE",
+        "IMAGE", "TAG", "LAYERS", "SIZE"
+    );
+    for m in list {
+        println!(
+            "{:<32} {:<12} {:>8} {:>9}M  {}",
+            m.name,
+            m.tag,
+            m.layers.len(),
+            m.size_bytes / (1 << 20),
+            m.source
+        );
+    }
+}
+
 /// `warren image import` through the daemon.
 async fn import_remote(
     ctx: &Ctx,
     path: Option<PathBuf>,
-    registry: Option<String>,
-    insecure: bool,
-    credentials: Option<(String, String)>,
+    pull: Option<warren_client::PullRequest>,
     tag: Option<String>,
+    force: bool,
     json: bool,
 ) -> anyhow::Result<i32> {
     let client = ctx.client()?;
-    let what = registry
-        .clone()
+    let what = pull
+        .as_ref()
+        .map(|p| p.reference.clone())
         .or_else(|| path.as_ref().map(|p| p.display().to_string()))
         .unwrap_or_default();
     let spin = crate::progress::Spinner::start(format!("importing {what} on the daemon"));
-    let r = match (path, registry) {
-        (_, Some(reference)) => {
-            let req = warren_client::PullRequest {
-                reference,
-                tag: tag.context("--tag is needed with --registry")?,
-                insecure,
-                username: credentials.as_ref().map(|c| c.0.clone()),
-                password: credentials.map(|c| c.1),
-            };
-            client.pull_image(&req).await
-        }
+    let r = match (path, pull) {
+        (_, Some(req)) => client.pull_image(&req).await,
         (Some(path), None) => {
             if path.is_dir() {
                 anyhow::bail!(
@@ -325,7 +411,7 @@ async fn import_remote(
             let f = tokio::fs::File::open(&path)
                 .await
                 .with_context(|| format!("opening {}", path.display()))?;
-            client.import_image(f, tag.as_deref()).await
+            client.import_image(f, tag.as_deref(), force).await
         }
         (None, None) => anyhow::bail!("give an archive path or --registry"),
     }
@@ -335,9 +421,9 @@ async fn import_remote(
         return print_json(&r).map(|()| 0);
     }
     eprintln!(
-        "imported {} on the daemon ({} layers: {} converted, {} already converted; {} MB read) in {:.1} s",
+        "imported {} on the daemon ({}: {} converted, {} already converted; {} MB read) in {:.1} s",
         r.image.reference,
-        r.image.layers.len(),
+        count(r.image.layers.len() as u64, "layer"),
         r.converted,
         r.reused,
         r.bytes_read / 1_000_000,
@@ -345,6 +431,18 @@ async fn import_remote(
     );
     println!("{}", r.image.reference);
     Ok(0)
+}
+
+/// Refuses to tag over an image that exists unless `--force`: the store replaces tags, so the
+/// question is asked here, before anything is built.
+fn refuse_existing(store: &ImageStore, tag: &str, force: bool) -> anyhow::Result<()> {
+    if force {
+        return Ok(());
+    }
+    if store.manifest(tag).is_ok() {
+        return Err(warren_image::ImageError::Exists(tag.to_string()).into());
+    }
+    Ok(())
 }
 
 /// `--auth user:password`, else the docker config's entry for the registry.
@@ -416,10 +514,10 @@ fn report_gc(r: &warren_image::GcReport) {
         println!("in use  {d}");
     }
     eprintln!(
-        "{} layers removed ({} MB freed), {} unreferenced layers still in use",
-        r.removed.len(),
+        "{} removed ({} MB freed), {} still in use",
+        count(r.removed.len() as u64, "layer"),
         r.freed_bytes / 1_000_000,
-        r.in_use.len()
+        count(r.in_use.len() as u64, "unreferenced layer")
     );
 }
 

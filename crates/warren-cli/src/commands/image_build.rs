@@ -134,9 +134,10 @@ pub async fn run(ctx: &Ctx, a: &BuildArgs, json: bool) -> anyhow::Result<i32> {
                     steps_cached,
                     seconds,
                 } if !quiet => eprintln!(
-                    "built {} ({} layers; {steps_run} steps run, {steps_cached} cached) in {seconds:.1} s",
+                    "built {} ({}; {} run, {steps_cached} cached) in {seconds:.1} s",
                     image.reference,
-                    image.layers.len()
+                    crate::table::count(image.layers.len() as u64, "layer"),
+                    crate::table::count(*steps_run as u64, "step"),
                 ),
                 _ => {}
             }

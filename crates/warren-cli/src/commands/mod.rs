@@ -45,11 +45,31 @@ use warren_client::Client;
 #[derive(Debug, Clone, Default)]
 pub struct Ctx {
     pub url: Option<String>,
+    /// The URL came from `--url` on the command line (not from `WARREN_URL`).
+    pub url_flag: bool,
     pub token_file: Option<std::path::PathBuf>,
     pub ca: Option<std::path::PathBuf>,
 }
 
 impl Ctx {
+    /// For a command that works on this host only (`what`): refuses `--url`, which it could
+    /// not honour, and says that `WARREN_URL` is not used, so no flag is silently ignored.
+    pub fn local_only(&self, what: &str, instead: &str) -> anyhow::Result<()> {
+        match (&self.url, self.url_flag) {
+            (Some(u), true) => anyhow::bail!(
+                "`{what}` works on this host only and cannot act on the daemon at {u}: drop \
+                 --url{instead}"
+            ),
+            (Some(u), false) => {
+                eprintln!(
+                    "warren: note: `{what}` works on this host only; WARREN_URL ({u}) is not used"
+                );
+                Ok(())
+            }
+            (None, _) => Ok(()),
+        }
+    }
+
     /// A client for the chosen daemon.
     pub fn client(&self) -> anyhow::Result<Client> {
         self.client_with(warren_client::DEFAULT_MAX_CONNECTIONS)

@@ -1,4 +1,5 @@
-//! `warren ps ID`: lists the background processes of a sandbox.
+//! `warren ps ID`: lists the background processes started through the API (`spawn`), which
+//! the node keeps track of; the sandbox's other processes are its own (`ps aux` in it).
 
 use anyhow::Context as _;
 use warren_client::{ProcessInfo, ProcessState};
@@ -50,6 +51,12 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&list)?);
     } else {
         print!("{}", render(&list, now_ms()));
+        eprintln!(
+            "warren: {} started through the API (spawn); every process of the sandbox: \
+             warren exec {} -- ps aux",
+            crate::table::count(list.len() as u64, "background process"),
+            args.id
+        );
     }
     Ok(0)
 }

@@ -39,7 +39,16 @@ impl Drop for RawMode {
 }
 
 fn window_size() -> (u16, u16) {
-    crossterm::terminal::size().unwrap_or((80, 24))
+    usable_size(crossterm::terminal::size().ok())
+}
+
+/// The terminal's size, or 80×24 when it reports none or a zero side (a serial console, some
+/// CI runners, `docker exec` without a TTY size): the daemon refuses 0 rows or columns.
+fn usable_size(reported: Option<(u16, u16)>) -> (u16, u16) {
+    match reported {
+        Some((c, r)) if c > 0 && r > 0 => (c, r),
+        _ => (80, 24),
+    }
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
@@ -94,5 +103,17 @@ pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
             eprintln!("warren: the terminal closed without an exit status");
             Ok(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_terminal_without_a_size_gets_80_by_24() {
+        use super::usable_size;
+        assert_eq!(usable_size(Some((0, 0))), (80, 24));
+        assert_eq!(usable_size(Some((120, 0))), (80, 24));
+        assert_eq!(usable_size(None), (80, 24));
+        assert_eq!(usable_size(Some((132, 43))), (132, 43));
     }
 }

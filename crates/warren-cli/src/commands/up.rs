@@ -78,6 +78,13 @@ pub fn endpoint_for(args: &[String], url: Option<&str>) -> anyhow::Result<Endpoi
 }
 
 pub async fn run(ctx: &Ctx, args: Args) -> anyhow::Result<i32> {
+    if let (Some(u), true) = (&ctx.url, ctx.url_flag) {
+        bail!(
+            "`warren up` starts warrend on this host and cannot start one at {u}: drop --url and \
+             give warrend its address after `--` (`warren up -d -- --socket PATH` or \
+             `-- --listen HOST:PORT`)"
+        );
+    }
     let warrend = find_binary("warrend")?;
     if !args.detach {
         let err = Command::new(&warrend).args(&args.warrend_args).exec();

@@ -250,3 +250,17 @@ fn spreads_evenly_with_a_lagging_view() {
     let mean = 38_000.0 / n as f64;
     assert!(max / mean <= 1.10, "max/mean {} ({placed:?})", max / mean);
 }
+
+#[test]
+fn reasons_agree_with_their_counts() {
+    let ex = Exclusions {
+        draining: 1,
+        image: 1,
+        full: 2,
+        ..Default::default()
+    };
+    assert_eq!(
+        ex.describe(&req()),
+        "1 node lacks image default, 1 node is draining, 2 nodes are full"
+    );
+}

@@ -122,26 +122,46 @@ impl Read for Decoded {
 
 impl ImageStore {
     /// Imports an image and tags it `tag` (default: the archive's own name for it, if it is a
-    /// valid image ref).
+    /// valid image ref), replacing an image of that tag.
     pub fn import(
         &self,
         src: &ImportSource,
         tag: Option<&str>,
     ) -> Result<ImportReport, ImageError> {
-        self.import_owned(src, tag, None)
+        self.import_owned(src, tag, None, true)
     }
 
     /// [`ImageStore::import`] for `owner` (a tenant, or `None` for the node's own images):
     /// the image is visible to that tenant alone, and a tag another owns is refused
-    /// ([`ImageStore::check_claim`]) before anything is converted.
+    /// ([`ImageStore::check_claim`]) before anything is converted; so is a tag that exists
+    /// unless `replace`.
     pub fn import_owned(
         &self,
         src: &ImportSource,
         tag: Option<&str>,
         owner: Option<&str>,
+        replace: bool,
     ) -> Result<ImportReport, ImageError> {
         let ImportSource::Archive(path) = src;
-        self.import_archive(path, tag, &format!("archive:{}", path.display()), owner)
+        self.import_archive(
+            path,
+            tag,
+            &format!("archive:{}", path.display()),
+            owner,
+            replace,
+        )
+    }
+
+    /// [`ImageStore::import_owned`] of an archive that came over the API: its source says
+    /// so, not where the node kept it while converting.
+    pub fn import_upload(
+        &self,
+        path: &Path,
+        tag: Option<&str>,
+        owner: Option<&str>,
+        replace: bool,
+    ) -> Result<ImportReport, ImageError> {
+        self.import_archive(path, tag, "upload", owner, replace)
     }
 
     pub(crate) fn import_archive(
@@ -150,6 +170,7 @@ impl ImageStore {
         tag: Option<&str>,
         source_desc: &str,
         owner: Option<&str>,
+        replace: bool,
     ) -> Result<ImportReport, ImageError> {
         let t0 = Instant::now();
         let src = Source::open(path)?;
@@ -169,7 +190,23 @@ impl ImageStore {
                 })?,
         };
         let (name, t) = split_ref(&tag)?;
-        self.check_claim(&name, &t, owner)?;
+        // An archive whose layers were all converted before, tagged as the image it makes
+        // already is, replaces nothing (see `holds_same`); any other is checked before
+        // anything is converted.
+        let known: Option<Vec<String>> = plan
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.digest, &l.diff_id]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|d| self.converted(d))
+            })
+            .collect();
+        let same = known.is_some_and(|layers| {
+            !layers.is_empty() && self.holds_same(&name, &t, owner, &layers, plan.config.as_ref())
+        });
+        self.check_claim(&name, &t, owner, replace || same)?;
         if plan.layers.is_empty() {
             return Err(ImageError::archive(src.name(), "the image has no layers"));
         }
@@ -202,7 +239,7 @@ impl ImageStore {
                 owner: owner.map(str::to_string),
                 config: plan.config.clone(),
             };
-            self.put_claimed_manifest(&m)?;
+            self.put_claimed_manifest(&m, replace)?;
             Ok::<_, ImageError>((m, report))
         })();
         match result {

@@ -32,10 +32,28 @@ pub struct RegistryOptions {
     /// The tenant the image is for (see [`crate::ImageStore::import_owned`]); `None` for the
     /// node's own images.
     pub owner: Option<String>,
+    /// Replace an image of the same tag (else such a tag is refused, [`ImageError::Exists`]).
+    pub replace: bool,
 }
 
 fn err(e: impl std::fmt::Display) -> ImageError {
     ImageError::Registry(e.to_string())
+}
+
+/// A failed registry call about `what`: one that never got an answer (no connection, TLS, a
+/// timeout) is [`ImageError::RegistryUnreachable`], naming the registry; any other is the
+/// registry's own refusal.
+fn call_err(host: &str, what: &str, e: oci_client::errors::OciDistributionError) -> ImageError {
+    use oci_client::errors::OciDistributionError as E;
+    match e {
+        E::RequestError(e) => ImageError::RegistryUnreachable(format!(
+            "cannot reach the registry {host} ({what}): {e}{}",
+            std::error::Error::source(&e)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default()
+        )),
+        e => err(format!("{what}: {e}")),
+    }
 }
 
 /// What the registry answered for a reference: an index (or docker manifest list) or a
@@ -83,7 +101,7 @@ async fn pull_to(
     client
         .pull_blob(r, &layer, f)
         .await
-        .map_err(|e| err(format!("pulling {digest}: {e}")))
+        .map_err(|e| call_err(r.registry(), &format!("pulling {digest}"), e))
 }
 
 /// Imports `reference` (`host[:port]/repo[:tag|@digest]`) and tags it `tag`.
@@ -94,7 +112,19 @@ pub async fn import_registry(
     opts: &RegistryOptions,
 ) -> Result<ImportReport, ImageError> {
     let (name, t) = crate::store::split_ref(tag)?;
-    store.check_claim(&name, &t, opts.owner.as_deref())?;
+    // A tag that exists is refused before the registry is asked, unless it was pulled from
+    // this same reference: whether the pull would change it is known once its layers are
+    // (`import_archive` checks; a pull of an unchanged image replaces nothing).
+    let source = format!("registry:{reference}");
+    let same_source = store
+        .manifest(&format!("{name}:{t}"))
+        .is_ok_and(|m| m.source == source);
+    store.check_claim(
+        &name,
+        &t,
+        opts.owner.as_deref(),
+        opts.replace || same_source,
+    )?;
     let r: Reference = reference
         .parse()
         .map_err(|e| ImageError::BadRef(format!("{reference}: {e}")))?;
@@ -113,7 +143,7 @@ pub async fn import_registry(
     let (mut body, mut digest) = client
         .pull_manifest_raw(&r, &auth, ACCEPT)
         .await
-        .map_err(|e| err(format!("{reference}: {e}")))?;
+        .map_err(|e| call_err(r.registry(), reference, e))?;
     let m = match answer(reference, &body)? {
         Answer::Manifest(m) => *m,
         Answer::Index(index) => {
@@ -134,7 +164,7 @@ pub async fn import_registry(
             (body, digest) = client
                 .pull_manifest_raw(&by_digest, &auth, ACCEPT)
                 .await
-                .map_err(|e| err(format!("{reference}: {e}")))?;
+                .map_err(|e| call_err(r.registry(), reference, e))?;
             match answer(reference, &body)? {
                 Answer::Manifest(m) => *m,
                 Answer::Index(_) => {
@@ -175,16 +205,19 @@ pub async fn import_registry(
             .map_err(|e| ImageError::io("write index.json", e))?;
         std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)
             .map_err(|e| ImageError::io("write oci-layout", e))?;
-        let (s, d, t, src, owner) = (
+        let (s, d, t, src, owner, replace) = (
             store.clone(),
             dir.clone(),
             tag.to_string(),
-            format!("registry:{reference}"),
+            source,
             opts.owner.clone(),
+            opts.replace,
         );
-        tokio::task::spawn_blocking(move || s.import_archive(&d, Some(&t), &src, owner.as_deref()))
-            .await
-            .map_err(err)?
+        tokio::task::spawn_blocking(move || {
+            s.import_archive(&d, Some(&t), &src, owner.as_deref(), replace)
+        })
+        .await
+        .map_err(err)?
     }
     .await;
     let _ = std::fs::remove_dir_all(&dir);

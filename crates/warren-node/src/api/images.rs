@@ -74,18 +74,22 @@ pub async fn gc(State(images): State<Images>, Auth(caller): Auth) -> HttpResult<
     Ok(Json(images.gc().await?))
 }
 
-/// `POST /v1/images/import?tag=name[:tag]`: the body is the archive. A tenant's import
-/// belongs to it; a tag another owns is refused (409).
+/// `POST /v1/images/import?tag=name[:tag][&force=true]`: the body is the archive. A tenant's
+/// import belongs to it; a tag another owns is refused (409), and so is one that exists
+/// unless `force`.
 pub async fn import(
     State(images): State<Images>,
     Auth(caller): Auth,
     q: QueryPairs,
     body: RawBody,
 ) -> HttpResult<Json<ImageImported>> {
-    q.only(&["tag"], &[])?;
+    q.only(&["tag", "force"], &[])?;
     let tag = q.get("tag").map(str::to_string);
+    let force = q.flag("force")?;
     Ok(Json(
-        images.import(&caller, tag, body.into_data_stream()).await?,
+        images
+            .import(&caller, tag, force, body.into_data_stream())
+            .await?,
     ))
 }
 

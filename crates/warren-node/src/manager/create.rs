@@ -281,6 +281,31 @@ impl Manager {
             }
         };
 
+        // The working directory exists from the start (as `mkdir -p`, like an image's
+        // WORKDIR), so a missing one is not the first command's failure; one that cannot be
+        // made (a file is in the way) fails the create, saying why.
+        // A function container's calls each get a fresh writable layer: nothing to make.
+        let workdir = {
+            let st = sb.lock();
+            st.info
+                .workdir
+                .clone()
+                .filter(|_| st.info.substrate != warren_types::Substrate::Function)
+        };
+        if let Some(w) = workdir {
+            if let Err(e) = instance.agent().mkdir(&w, true, None).await {
+                warn!(sandbox = %sb.id, error = %e, "cannot make the working directory; destroying it");
+                if let Err(de) = instance.destroy().await {
+                    warn!(sandbox = %sb.id, error = %de, "destroy after a failed workdir");
+                }
+                self.abandon_start(&sb.id, key).await;
+                return Err(ApiError::invalid(format!(
+                    "workdir {w}: cannot be made in the image: {e}"
+                ))
+                .into());
+            }
+        }
+
         let written = reserved.is_some();
         let networked = match early {
             Some(r) => r.map(|_| ()),

@@ -37,7 +37,17 @@ pub async fn create(
     // killer never picks) still has room to serve.
     let mut limits = spec.limits.clone();
     limits.memory_mb += AGENT_MEMORY_MB;
-    if let Err(e) = cgroups.create(&limits) {
+    // Commands (not a function's calls, whose cells are the agent's clones) get a leaf of
+    // their own limited to the sandbox's memory.
+    let leaf = function.is_none();
+    let made = cgroups.create(&limits).and_then(|()| {
+        if leaf {
+            cgroups.create_commands_leaf(spec.limits.memory_mb)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = made {
         let _ = cgroups.remove().await;
         crate::leases::release(&rt.images, &spec.id).await;
         return Err(e);
@@ -221,7 +231,9 @@ async fn start(
     };
     let mounted = t_mount.elapsed();
     let t_agent = std::time::Instant::now();
+    let command_groups = cgroups.open_commands_leaf()?;
     let config = ContainerInit {
+        command_groups: command_groups.len() as u8,
         lowerdirs: lowerdirs.clone(),
         disk_mb: spec.limits.disk_mb,
         writable_dir: writable_dir.as_ref().map(|d| d.display().to_string()),
@@ -293,6 +305,12 @@ async fn start(
         let raw: Vec<i32> = trees.iter().map(|t| t.as_raw_fd()).collect();
         warren_sys::fd::send_fds(&stream, &raw)?;
     }
+    if !command_groups.is_empty() {
+        use std::os::fd::AsRawFd;
+        let raw: Vec<i32> = command_groups.iter().map(|f| f.as_raw_fd()).collect();
+        warren_sys::fd::send_fds(&stream, &raw)?;
+    }
+    drop(command_groups);
     let t_mapped = t0.elapsed();
     // The namespace exists now (the first stage made it with the others); the link can be
     // made while the agent forks and builds the root. Handed over before `Mapped`: until it
@@ -315,7 +333,7 @@ async fn start(
     // default score): commands drop back to 0 before they start, and the agent has
     // `AGENT_MEMORY_MB` of its own beyond the sandbox's memory.
     if let Err(e) = std::fs::write(format!("/proc/{agent_pid}/oom_score_adj"), "-1000") {
-        tracing::trace!(error = %e, "cannot protect the agent from the OOM killer");
+        tracing::debug!(error = %e, "cannot lower the agent's OOM score (the commands' own cgroup still keeps OOM kills among them)");
     }
     match recv(&mut stream, "root filesystem").await? {
         InitReply::Ready { .. } => {}

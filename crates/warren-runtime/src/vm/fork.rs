@@ -26,7 +26,10 @@ pub async fn fork(
     let restores = children.iter().map(|spec| {
         let snap = &snap;
         async move {
-            let layers = crate::leases::acquire(&rt.images, &spec.id, &spec.image).await?;
+            // The parent's own layers, never its image refs again: a tag replaced since the
+            // parent started must not put other disks under its memory and writable disk.
+            let layers =
+                crate::leases::acquire(&rt.images, &spec.id, &parent.record.layers).await?;
             match create::restore(rt, spec, &layers, snap, DiskFrom::Copy).await {
                 Ok(vm) => Ok(Arc::new(vm) as Arc<dyn Instance>),
                 Err(e) => {

@@ -512,10 +512,15 @@ impl Daemon {
             .collect()
     }
 
-    /// Pids of sandbox `id`, read from its cgroups.
+    /// Pids of sandbox `id`, read from its cgroups and their leaves (the agent's first,
+    /// then its commands').
     pub fn sandbox_pids(&self, id: &str) -> Vec<u32> {
         let mut pids = Vec::new();
-        for d in self.cgroup_dirs(id) {
+        let groups = self.cgroup_dirs(id).into_iter().flat_map(|d| {
+            let leaves = ["agent", "commands"].map(|l| d.join(l));
+            std::iter::once(d).chain(leaves)
+        });
+        for d in groups {
             if let Ok(s) = std::fs::read_to_string(d.join("cgroup.procs")) {
                 for p in s.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
                     if !pids.contains(&p) {

@@ -513,3 +513,99 @@ fn blob_names() -> std::collections::BTreeSet<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// A tag that exists is replaced only when asked (`--force`, `force=true`), through the
+/// daemon and on the node's store alike; a sandbox running on the old image keeps it, in
+/// its files, through a collection and in its forks, while new sandboxes get the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_tag_is_replaced_only_with_force_never_under_a_sandbox() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let c = d.client();
+    let t = layers::scratch("replace");
+    let tag = format!("{}:1", unique("replace"));
+    let archive = |name: &str, text: &str| {
+        let p = t.path().join(name);
+        let l = layers::tar_entries(&[("srv/", ""), ("srv/which", text)]);
+        layers::docker_archive(&[l], "x:1", &p);
+        p
+    };
+    let (old, new) = (archive("old.tar", "old"), archive("new.tar", "new"));
+    let url = format!("unix://{}", d.socket.display());
+    let through_daemon = |p: &Path, force: bool| {
+        let mut a = vec!["image", "import", p.to_str().unwrap(), "--tag", &tag];
+        if force {
+            a.push("--force");
+        }
+        common::warren_at(&url, &a)
+    };
+    assert!(through_daemon(&old, false).status.success());
+    let id = d.create(&stack(&["default", &tag])).await.id;
+
+    // Refused without --force: warren's own exit status, a message naming the way out, and
+    // the image unchanged. The node's store says the same without a daemon in between.
+    let out = through_daemon(&new, false);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exists") && err.contains("--force"), "{err}");
+    let local = Command::new(bin_dir().join("warren"))
+        .args(["image", "import", new.to_str().unwrap(), "--tag", &tag])
+        .arg("--store")
+        .arg(image_store())
+        .env_remove("WARREN_URL")
+        .output()
+        .unwrap();
+    assert_eq!(local.status.code(), Some(125), "{local:?}");
+    assert!(String::from_utf8_lossy(&local.stderr).contains("--force"));
+    for (what, args) in [
+        ("stack", vec!["stack", "--tag", tag.as_str(), "default"]),
+        ("tag", vec!["tag", "default", tag.as_str()]),
+    ] {
+        let out = Command::new(bin_dir().join("warren"))
+            .arg("image")
+            .args(&args)
+            .arg("--store")
+            .arg(image_store())
+            .env_remove("WARREN_URL")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{what}: {out:?}");
+    }
+    let e = c
+        .pull_image(&warren_client::PullRequest {
+            reference: "127.0.0.1:9/never/reached:1".into(),
+            tag: tag.clone(),
+            insecure: true,
+            username: None,
+            password: None,
+            force: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&e), Some(ErrorCode::Conflict), "{e}");
+    let fresh = d.create(&stack(&["default", &tag])).await.id;
+    assert_eq!(d.sh_ok(&fresh, "cat /srv/which").await, "old");
+
+    // With --force: new sandboxes get the new image; the running one keeps the old.
+    assert!(through_daemon(&new, true).status.success());
+    c.gc_images().await.unwrap();
+    assert_eq!(d.sh_ok(&id, "cat /srv/which").await, "old");
+    let kids = c
+        .fork(
+            &id,
+            &ForkRequest {
+                n: 1,
+                labels: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.sh_ok(&kids[0].id, "cat /srv/which").await, "old");
+    let later = d.create(&stack(&["default", &tag])).await.id;
+    assert_eq!(d.sh_ok(&later, "cat /srv/which").await, "new");
+    for s in [&id, &fresh, &kids[0].id, &later] {
+        c.delete(s).await.unwrap();
+    }
+    c.delete_image(&tag).await.unwrap();
+}

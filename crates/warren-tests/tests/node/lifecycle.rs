@@ -180,6 +180,40 @@ async fn lifecycle_socket_group_owns_the_socket() {
     let daemon = nix::unistd::Group::from_name("daemon").unwrap().unwrap();
     assert_eq!(md.gid(), daemon.gid.as_raw());
     assert_eq!(md.mode() & 0o777, 0o660);
+
+    // A user outside the group is told it is a permission problem and how to grant access,
+    // not that the daemon is not running.
+    use std::os::unix::process::CommandExt as _;
+    let out = std::process::Command::new(crate::common::bin_dir().join("warren"))
+        .args(["--url", &format!("unix://{}", d.socket.display()), "health"])
+        .uid(65534)
+        .gid(65534)
+        .env_remove("WARREN_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--socket-group") && err.contains("usermod"),
+        "{err}"
+    );
+    assert!(!err.contains("is warrend running"), "{err}");
+}
+
+/// Without `--default-ttl` a node gives sandboxes created without a ttl a day, and says so
+/// in its health; a trainer that died leaves nothing behind for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_a_node_has_a_default_lifetime() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let h = d.client().health().await.unwrap();
+    assert_eq!(h.extra["defaults"]["ttl_secs"], 86_400, "{h:?}");
+    let sb = d.create(&CreateSandboxRequest::default()).await;
+    assert_eq!(sb.expires_at_ms.unwrap() - sb.created_at_ms, 86_400_000);
+    d.client().delete(&sb.id).await.unwrap();
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(log.contains("deleted 1d after their creation"), "{log}");
 }
 
 /// `warrend --default-ttl/--max-ttl/--default-exec-timeout`: reported by health, applied to

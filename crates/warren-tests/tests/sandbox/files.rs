@@ -205,6 +205,53 @@ async fn files_path_escape_and_missing_files() {
     assert_eq!(e.code(), Some(ErrorCode::NotFound), "{e}");
 }
 
+/// Missing parent directories are made: a file written under them, and a sandbox's working
+/// directory at its create. One that cannot be made (a file is in the way) is one clear
+/// error: a file error for the write, a refused create for the workdir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_workdirs_make_their_parents() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let c = d.client();
+    let id = d.sandbox().await;
+    c.write_file_bytes(&id, "/srv/new/deep/task.py", None, "print(1)\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        d.sh_ok(&id, "cat /srv/new/deep/task.py").await,
+        "print(1)\n"
+    );
+    let e = c
+        .write_file_bytes(&id, "/etc/hostname/x/y", None, "x")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::FileError), "{e}");
+    c.delete(&id).await.unwrap();
+
+    let sb = d
+        .create(&warren_client::CreateSandboxRequest {
+            workdir: Some("/workspace/run/7".into()),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(d.sh_ok(&sb.id, "pwd").await, "/workspace/run/7\n");
+    c.delete(&sb.id).await.unwrap();
+    let e = c
+        .create(&warren_client::CreateSandboxRequest {
+            workdir: Some("/etc/hostname/w".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidRequest), "{e}");
+    assert!(e.to_string().contains("workdir /etc/hostname/w"), "{e}");
+    assert!(
+        d.list().await.is_empty(),
+        "the refused create left a sandbox"
+    );
+}
+
 /// An upload whose directory the sandbox moves away while it streams, then cut off: its
 /// temporary file goes with it wherever the directory went (it was made and is removed
 /// through the directory's fd, not its path); one that completes lands in the moved

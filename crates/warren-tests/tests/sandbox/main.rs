@@ -12,6 +12,7 @@ mod ids;
 mod isolation;
 mod limits;
 mod mounts;
+mod oom;
 mod ports;
 mod snapshots;
 mod stats;

@@ -43,6 +43,14 @@ try:
         s = socket.create_connection((a[0], int(a[1])), timeout=T); s.close(); out("ok")
     elif cmd == "dns":
         out("ok " + ",".join(sorted({i[4][0] for i in socket.getaddrinfo(a[0], 80, socket.AF_INET)})))
+    elif cmd == "udpfrom":
+        # One datagram from a given port, then the first answer.
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", int(a[0]))); s.settimeout(T)
+        s.sendto(a[3].encode(), (a[1], int(a[2]))); d, _ = s.recvfrom(2048); out("ok " + d.decode())
+    elif cmd == "listen":
+        # Whatever reaches a UDP port in the next T seconds.
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", int(a[0]))); s.settimeout(T)
+        d, src = s.recvfrom(2048); out("ok got %s from %s:%d" % (d.decode(errors="replace"), src[0], src[1]))
     elif cmd == "udp":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(a[2].encode(), (a[0], int(a[1]))); out("ok")
     elif cmd == "spoof":
@@ -77,10 +85,39 @@ except Exception as e:
     out("fail " + type(e).__name__ + ": " + str(e))
 "#;
 
-/// The mirror: HTTP on 8080 and 9090 (answers "mirror PORT"), UDP on 5353 logged to a file.
+/// The mirror: HTTP on 8080 and 9090 (answers "mirror PORT"), UDP on 5353 logged to a file,
+/// and a UDP "pusher" on 5354: each datagram is logged (`recv SRC MSG` in `<log>.push`) and
+/// its sender gets `push-N` every 50 ms until `<log>.stop` exists (at most 120 s).
 const MIRROR: &str = r#"
-import http.server, socketserver, threading, socket, sys
+import http.server, socketserver, threading, socket, sys, os, time
 log = sys.argv[1]
+push_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); push_sock.bind(("0.0.0.0", 5354))
+note_lock = threading.Lock()
+def note(line):
+    with note_lock:
+        with open(log + ".push", "a") as f: f.write(line + "\n")
+def push(dst):
+    n, end = 0, time.time() + 120
+    while time.time() < end and not os.path.exists(log + ".stop"):
+        try: push_sock.sendto(b"push-%d" % n, dst)
+        except OSError: pass
+        n += 1; time.sleep(0.05)
+    note("end %s:%d" % dst)
+def pusher():
+    pushing = set()
+    while True:
+        d, src = push_sock.recvfrom(2048)
+        note("recv %s:%d %s" % (src[0], src[1], d.decode(errors="replace")))
+        if src not in pushing:
+            pushing.add(src); threading.Thread(target=push, args=(src,), daemon=True).start()
+def logged(f):
+    # A thread that dies says why in the log the tests read.
+    def run(*a):
+        try: f(*a)
+        except Exception as e: note("error %s: %r" % (f.__name__, e))
+    return run
+push = logged(push)
+threading.Thread(target=logged(pusher), daemon=True).start()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         b = ("mirror %d" % self.server.server_address[1]).encode()
@@ -89,8 +126,8 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-for p in (8080, 9090):
-    threading.Thread(target=S(("0.0.0.0", p), H).serve_forever, daemon=True).start()
+for port in (8080, 9090):
+    threading.Thread(target=S(("0.0.0.0", port), H).serve_forever, daemon=True).start()
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 5353))
 open(log + ".ready", "w").close()
 while True:
@@ -417,6 +454,7 @@ hostnames = ["npm.mirror.test"]
     }
 
     fn teardown(&mut self) {
+        let _ = std::fs::write(self.udp_log.with_extension("log.stop"), "");
         if let Some(mut m) = self.mirror.take() {
             let _ = m.kill();
             let _ = m.wait();
@@ -923,3 +961,5 @@ async fn restart_restores_links_and_teardown_leaves_nothing() {
 async fn restart_restores_links_and_teardown_leaves_nothing_microvm() {
     restart_restores_links_and_teardown_leaves_nothing_on(Substrate::Microvm).await
 }
+
+mod network_flows;

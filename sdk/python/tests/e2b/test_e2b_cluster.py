@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
+import httpx
 import pytest
 import warren
 from e2b_helpers import BIN_DIR, DOMAIN, E2bNode, free_port, need_e2b, start_e2b_node, stop_e2b_node
@@ -138,6 +139,19 @@ def test_the_gateway_serves_e2b_over_both_nodes(cluster: Cluster) -> None:
         listed = Sandbox.list(query=SandboxQuery(metadata={"run": run}), **opts).next_items()
         assert sorted(s.sandbox_id for s in listed) == sorted(s.sandbox_id for s in made)
         for sb in made:
+            # The data plane and sandbox ports through the gateway, to either node.
+            assert sb.commands.run("echo via $0", cwd="/tmp").stdout == "via /bin/bash\n"
+            sb.files.write("/srv/www/index.html", sb.sandbox_id)
+            assert sb.files.read("/srv/www/index.html") == sb.sandbox_id
+            server = sb.commands.run("cd /srv/www && exec python3 -m http.server 8000", background=True)
+            try:
+                r = _port_get(cluster.gateway + "/index.html", {"Host": sb.get_host(8000)})
+                assert (r.status_code, r.text) == (200, sb.sandbox_id)
+                heads = {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "8000"}
+                r = httpx.get(cluster.gateway + "/index.html", headers=heads, timeout=10)
+                assert (r.status_code, r.text) == (200, sb.sandbox_id)
+            finally:
+                server.kill()
             info = Sandbox.get_info(sb.sandbox_id, **opts)
             assert info.metadata == {"run": run} and info.state == "running"
             Sandbox.set_timeout(sb.sandbox_id, 600, **opts)
@@ -153,6 +167,16 @@ def test_the_gateway_serves_e2b_over_both_nodes(cluster: Cluster) -> None:
         for sb in made:
             assert Sandbox.kill(sb.sandbox_id, **opts) is True
     assert Sandbox.list(query=SandboxQuery(metadata={"run": run}), **opts).next_items() == []
+
+
+def _port_get(url: str, headers: Dict[str, str]) -> httpx.Response:
+    """GET through a sandbox port, retrying while the server inside starts (502 until then)."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = httpx.get(url, headers=headers, timeout=10)
+        if r.status_code != 502 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
 
 
 def self_ready(w: warren.Client, node: str) -> bool:

@@ -50,12 +50,13 @@ async fn import(
     c: &warren_client::Client,
     content: &str,
     tag: &str,
+    force: bool,
 ) -> Result<warren_types::ImageImported, ClientError> {
     let bytes = archive(content, "archive-own-name:1");
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&bytes).unwrap();
     let file = tokio::fs::File::open(f.path()).await.unwrap();
-    c.import_image(file, Some(tag)).await
+    c.import_image(file, Some(tag), force).await
 }
 
 /// The error's text with the image's name made neutral.
@@ -78,7 +79,7 @@ async fn images_belong_to_the_tenants_that_import_them() {
     // The store is the node's own and outlives the test: a tag of this run alone, removed
     // at the end.
     let own_tag = format!("a-tools-{}:1", std::process::id());
-    let own = import(&a, "of team a", &own_tag).await.unwrap();
+    let own = import(&a, "of team a", &own_tag, false).await.unwrap();
     assert_eq!(own.image.owner.as_deref(), Some("team-a"));
 
     // Listings: the node's own images for everyone, a tenant's only for it (and admins).
@@ -138,20 +139,28 @@ async fn images_belong_to_the_tenants_that_import_them() {
         ),
     );
 
-    // Replacing: another tenant's tag and the node's own images are refused; a tenant
-    // replaces its own; an admin may replace anything.
-    for tag in [own_tag.as_str(), "default", "default:latest"] {
-        let e = import(&b, "of team b", tag).await.unwrap_err();
-        assert_eq!(e.code(), Some(ErrorCode::Conflict), "{tag}: {e}");
-        assert_eq!(e.status(), Some(409), "{tag}: {e}");
+    // Replacing: another tenant's tag and the node's own images are refused, even with
+    // `force`; a tenant replaces its own (with `force`); an admin may replace anything.
+    for force in [false, true] {
+        for tag in [own_tag.as_str(), "default", "default:latest"] {
+            let e = import(&b, "of team b", tag, force).await.unwrap_err();
+            assert_eq!(e.code(), Some(ErrorCode::Conflict), "{tag}: {e}");
+            assert_eq!(e.status(), Some(409), "{tag}: {e}");
+        }
     }
     assert_eq!(
         ops.image(&own_tag).await.unwrap().owner.as_deref(),
         Some("team-a"),
         "a refused import changed nothing"
     );
-    import(&a, "of team a, again", &own_tag).await.unwrap();
-    let by_admin = import(&ops, "of ops", &own_tag).await.unwrap();
+    let e = import(&a, "of team a, again", &own_tag, false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Conflict), "{e}");
+    import(&a, "of team a, again", &own_tag, true)
+        .await
+        .unwrap();
+    let by_admin = import(&ops, "of ops", &own_tag, true).await.unwrap();
     assert_eq!(
         by_admin.image.owner, None,
         "an admin's import is the node's own"
