@@ -65,8 +65,7 @@ async fn run_jupyter_through_a_gateway() {
     assert_eq!(cells[1]["display"][0]["text/plain"], "42", "{v}");
     assert_eq!(cells[2]["error"][0]["ename"], "ZeroDivisionError", "{v}");
     assert_eq!(
-        cells[3]["display"][0]["text/plain"],
-        "7",
+        cells[3]["display"][0]["text/plain"], "7",
         "a cell after an exception still runs: {v}"
     );
     assert_eq!(v["files"]["out.txt"], b64("66"), "{v}");
@@ -97,8 +96,7 @@ async fn run_jupyter_through_a_gateway() {
         .await;
         assert_eq!(v["status"], "Success", "{v}");
         assert_eq!(
-            v["cells"][1]["display"][0]["text/plain"],
-            "(False, False, [])",
+            v["cells"][1]["display"][0]["text/plain"], "(False, False, [])",
             "a later run saw an earlier one: {v}"
         );
     }
