@@ -6,7 +6,8 @@
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
 //! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
 //! re-registered. A Dockerfile built through a gateway: placed, its log streamed, its image
-//! used, its layers started lazily on another node from the blob store.
+//! used, its layers started lazily on another node from the blob store. SandboxFusion's
+//! `/run_jupyter` through a gateway.
 
 #[path = "../common/browser.rs"]
 mod browser;
@@ -19,6 +20,7 @@ mod layers;
 
 mod build;
 mod etcd_trouble;
+mod fusion;
 mod harness;
 mod hung;
 mod loss;

@@ -249,11 +249,9 @@ async fn placement_routing_listing_drain_and_admission() {
     );
 }
 
-/// `warren image import` through a gateway: the archive is sent once and every node has the
-/// image; a sandbox on it can be created through either gateway; removed, it is gone from all.
-/// `POST /run_code` and `POST /run_jupyter` (SandboxFusion's protocol) are placed like a
-/// function call and answered by the node that ran them; a request that does not validate is refused in the protocol's
-/// shape by the gateway itself.
+/// `POST /run_code` (SandboxFusion's protocol) is placed like a function call and answered
+/// by the node that ran it; a request that does not validate is refused in the protocol's
+/// shape by the gateway itself (`/run_jupyter`: `fusion.rs`).
 async fn run_code_through_a_gateway(c: &Cluster) {
     let port = c.gateways[0].port;
     let (status, body) = http(
@@ -276,28 +274,10 @@ async fn run_code_through_a_gateway(c: &Cluster) {
     assert_eq!(status, 422, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["detail"][0]["loc"][0], "body", "{v}");
-    // `POST /run_jupyter` likewise: placed, run by a node, refused in the protocol's shape.
-    let (status, body) = http(
-        port,
-        "POST",
-        "/run_jupyter",
-        r#"{"cells": ["a = 6", "a * 7"]}"#,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["status"], "Success", "{v}");
-    assert_eq!(v["cells"][1]["display"][0]["text/plain"], "42", "{v}");
-    let (status, body) = http(
-        port,
-        "POST",
-        "/run_jupyter",
-        r#"{"cells": [], "kernel": "r"}"#,
-    )
-    .await;
-    assert_eq!(status, 422, "{body}");
 }
 
+/// `warren image import` through a gateway: the archive is sent once and every node has the
+/// image; a sandbox on it can be created through either gateway; removed, it is gone from all.
 async fn import_through_a_gateway_reaches_every_node(c: &Cluster) {
     let t = crate::layers::scratch("gateway-import");
     let tag = format!("gwimport{}:1", std::process::id());
