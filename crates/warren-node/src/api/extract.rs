@@ -99,6 +99,29 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
 /// A raw body (file uploads): streamed, no size limit.
 pub type RawBody = Body;
 
+/// The body of an upload that must hold something (a tar archive, an image, a build
+/// context): waits for its first bytes and refuses a body that ends before any with a 400,
+/// before anything is unpacked, imported or built; the bytes read go on in front of the rest.
+pub async fn non_empty(
+    body: RawBody,
+    what: &str,
+) -> Result<impl futures::Stream<Item = Result<bytes::Bytes, axum::Error>> + Send + Unpin, HttpError>
+{
+    use futures::StreamExt as _;
+    let mut rest = body.into_data_stream();
+    loop {
+        match rest.next().await {
+            None => {
+                return Err(HttpError::invalid(format!(
+                    "the request has no body: {what} is expected"
+                )))
+            }
+            Some(Ok(b)) if b.is_empty() => continue,
+            Some(first) => return Ok(futures::stream::once(std::future::ready(first)).chain(rest)),
+        }
+    }
+}
+
 async fn path_params(parts: &mut Parts) -> Result<Vec<(String, String)>, HttpError> {
     // Raw params fail only on bad percent-encoding; the values are checked by the caller.
     let raw = RawPathParams::from_request_parts(parts, &())

@@ -60,7 +60,8 @@ pub async fn upload_tar(
 ) -> HttpResult<Response> {
     let path = path_query(&q, &["path"])?;
     fits_disk(&m, &id, content_length(&headers))?;
-    files.write_tar(&id, &path, body.into_data_stream()).await?;
+    let body = super::extract::non_empty(body, "a tar archive").await?;
+    files.write_tar(&id, &path, body).await?;
     Ok(done(false))
 }
 

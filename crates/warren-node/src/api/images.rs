@@ -88,7 +88,12 @@ pub async fn import(
     let force = q.flag("force")?;
     Ok(Json(
         images
-            .import(&caller, tag, force, body.into_data_stream())
+            .import(
+                &caller,
+                tag,
+                force,
+                super::extract::non_empty(body, "an image archive").await?,
+            )
             .await?,
     ))
 }
@@ -161,7 +166,8 @@ pub async fn build(
         disk_mb: num("disk_mb")?.map(|x| x as u64),
         step_timeout_secs: num("step_timeout_secs")?,
     };
-    let rx = builds.build(&caller, opts, body.into_data_stream()).await?;
+    let body = super::extract::non_empty(body, "the build context as a tar").await?;
+    let rx = builds.build(&caller, opts, body).await?;
     let lines = futures::stream::unfold(rx, |mut rx| async move {
         let ev = rx.recv().await?;
         let mut line = serde_json::to_vec(&ev).unwrap_or_default();

@@ -1,9 +1,9 @@
 //! The API answers alike wherever the same thing happens: an empty argv is the same 400 on
 //! every command route; a program that does not exist is the same answer (exit 127, the
 //! reason on stderr, as a shell says) from exec, streamed exec, attached exec, a background
-//! process and a function call; an empty body writes an empty file, with or without a
-//! length. (A wrong method's 405 is checked on every path by the router tests of warren-node
-//! and warren-gateway.)
+//! process and a function call; an empty body writes an empty file, and a tar, image or build
+//! context with no body is the same 400. (A wrong method's 405 is checked on every path by the
+//! router tests of warren-node and warren-gateway.)
 
 use serde_json::Value;
 
@@ -137,7 +137,7 @@ async fn argv_and_missing_programs_get_one_answer_on_every_command_route() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_upload_is_an_empty_file() {
+async fn empty_uploads_get_one_answer() {
     let Some(d) = Daemon::start().await else {
         return;
     };
@@ -171,4 +171,37 @@ async fn an_empty_upload_is_an_empty_file() {
             .unwrap();
         assert_eq!(st.size, 0);
     }
+    // A tar, an image or a build context: no body is a 400, the same on each.
+    for (method, path, ct) in [
+        (
+            "PUT",
+            format!("{sb}/files/tar?path=/tmp"),
+            "application/x-tar",
+        ),
+        (
+            "POST",
+            "/v1/images/import?tag=empty-import".into(),
+            "application/x-tar",
+        ),
+        (
+            "POST",
+            "/v1/images/build?tag=empty-build".into(),
+            "application/x-tar",
+        ),
+    ] {
+        let what = format!("{method} {path} (no body)");
+        let (status, headers, resp) =
+            raw_request_with(&d.socket, method, &path, Some(ct), &[], Vec::new()).await;
+        assert_eq!(status, 400, "{what}: {}", String::from_utf8_lossy(&resp));
+        assert_eq!(
+            error_code(&what, status, &headers, &resp),
+            "invalid_request",
+            "{what}"
+        );
+    }
+    let images = d.client().images().await.unwrap();
+    assert!(
+        !images.iter().any(|i| i.reference.starts_with("empty-")),
+        "an empty upload tagged an image"
+    );
 }
