@@ -228,8 +228,24 @@ impl ImageStore {
         {
             return Ok(());
         }
-        self.check_claim(&m.name, &m.tag, m.owner.as_deref(), replace)?;
-        self.put_manifest(m)
+        match self.check_claim(&m.name, &m.tag, m.owner.as_deref(), replace) {
+            // Another daemon of this store may have tagged the same image between the two
+            // looks (the claim lock is this process's): the same image is still no change.
+            Err(ImageError::Exists(_))
+                if m.stack.is_empty()
+                    && self.holds_same(
+                        &m.name,
+                        &m.tag,
+                        m.owner.as_deref(),
+                        &m.layers,
+                        m.config.as_ref(),
+                    ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => self.put_manifest(m),
+        }
     }
 
     /// Moves a finished EROFS file into the store under its digest; returns the digest.

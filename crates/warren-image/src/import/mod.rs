@@ -206,7 +206,13 @@ impl ImageStore {
         let same = known.is_some_and(|layers| {
             !layers.is_empty() && self.holds_same(&name, &t, owner, &layers, plan.config.as_ref())
         });
-        self.check_claim(&name, &t, owner, replace || same)?;
+        match self.check_claim(&name, &t, owner, replace || same) {
+            // The tag may be taken by this same image in the meantime (another daemon of
+            // this store importing the same archive: a gateway's import reaches every node
+            // at once): decided when the image is tagged, against what it really is.
+            Err(ImageError::Exists(_)) => {}
+            r => r?,
+        }
         if plan.layers.is_empty() {
             return Err(ImageError::archive(src.name(), "the image has no layers"));
         }
@@ -268,6 +274,27 @@ impl ImageStore {
     }
 
     /// Converts one layer (or finds it converted); returns (layer, reused, bytes read).
+    /// The store-wide lock on converting the OCI layer `digest` (none for a layer without one).
+    fn conversion_lock(
+        &self,
+        digest: Option<&str>,
+    ) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, ImageError> {
+        let Some(hex) = digest.and_then(|d| crate::files::hex_of(d).ok()) else {
+            return Ok(None);
+        };
+        let dir = self.root().join("locks");
+        std::fs::create_dir_all(&dir).map_err(|e| ImageError::io("layer conversion lock", e))?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("convert-{hex}")))
+            .map_err(|e| ImageError::io("layer conversion lock", e))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map(Some)
+            .map_err(|(_, e)| ImageError::io("layer conversion lock", e.into()))
+    }
+
     fn convert_layer(
         &self,
         src: &Source,
@@ -275,6 +302,11 @@ impl ImageStore {
         l: &PlannedLayer,
         lease: &Lease,
     ) -> Result<(String, bool, u64), ImageError> {
+        // One conversion of a layer at a time among the daemons of this store: a second
+        // waits, then reuses the first's. Two conversions of one layer give two different
+        // EROFS files, so two daemons importing one archive at once (a gateway's import
+        // reaches every node) would make two different images of it under one tag.
+        let _converting = self.conversion_lock(l.digest.as_deref().or(l.diff_id.as_deref()))?;
         for known in [&l.digest, &l.diff_id].into_iter().flatten() {
             if let Some(d) = self.converted(known) {
                 let _shared = self.gc_lock(false)?;
