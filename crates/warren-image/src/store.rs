@@ -217,32 +217,23 @@ impl ImageStore {
     /// is, whether or not `replace`.
     pub fn put_claimed_manifest(&self, m: &ImageManifest, replace: bool) -> Result<(), ImageError> {
         let _claim = self.claim_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if m.stack.is_empty()
-            && self.holds_same(
-                &m.name,
-                &m.tag,
-                m.owner.as_deref(),
-                &m.layers,
-                m.config.as_ref(),
-            )
-        {
+        let same = || {
+            m.stack.is_empty()
+                && self.holds_same(
+                    &m.name,
+                    &m.tag,
+                    m.owner.as_deref(),
+                    &m.layers,
+                    m.config.as_ref(),
+                )
+        };
+        if same() {
             return Ok(());
         }
         match self.check_claim(&m.name, &m.tag, m.owner.as_deref(), replace) {
             // Another daemon of this store may have tagged the same image between the two
             // looks (the claim lock is this process's): the same image is still no change.
-            Err(ImageError::Exists(_))
-                if m.stack.is_empty()
-                    && self.holds_same(
-                        &m.name,
-                        &m.tag,
-                        m.owner.as_deref(),
-                        &m.layers,
-                        m.config.as_ref(),
-                    ) =>
-            {
-                Ok(())
-            }
+            Err(ImageError::Exists(_)) if same() => Ok(()),
             Err(e) => Err(e),
             Ok(()) => self.put_manifest(m),
         }

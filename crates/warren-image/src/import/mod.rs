@@ -190,26 +190,12 @@ impl ImageStore {
                 })?,
         };
         let (name, t) = split_ref(&tag)?;
-        // An archive whose layers were all converted before, tagged as the image it makes
-        // already is, replaces nothing (see `holds_same`); any other is checked before
-        // anything is converted.
-        let known: Option<Vec<String>> = plan
-            .layers
-            .iter()
-            .map(|l| {
-                [&l.digest, &l.diff_id]
-                    .into_iter()
-                    .flatten()
-                    .find_map(|d| self.converted(d))
-            })
-            .collect();
-        let same = known.is_some_and(|layers| {
-            !layers.is_empty() && self.holds_same(&name, &t, owner, &layers, plan.config.as_ref())
-        });
-        match self.check_claim(&name, &t, owner, replace || same) {
-            // The tag may be taken by this same image in the meantime (another daemon of
-            // this store importing the same archive: a gateway's import reaches every node
-            // at once): decided when the image is tagged, against what it really is.
+        // Another tenant's tag is refused before anything is converted. A tag that exists
+        // is decided when the image is tagged (`put_claimed_manifest`), against what the
+        // image really is: the same image again (the same archive imported twice, or by
+        // another daemon of this store at once: a gateway's import reaches every node)
+        // replaces nothing.
+        match self.check_claim(&name, &t, owner, replace) {
             Err(ImageError::Exists(_)) => {}
             r => r?,
         }
