@@ -61,6 +61,31 @@ pub struct Tenant {
     pub quotas: Quotas,
 }
 
+/// What is wrong in an auth file, and where.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    /// Not TOML of the auth file's shape.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// A tenant's name is not one the API accepts.
+    #[error("{message}")]
+    TenantName { name: String, message: String },
+    /// Two tenants have one name.
+    #[error("tenant {name:?} is listed twice")]
+    Twice { name: String },
+    /// A token hash is not 64 hex digits.
+    #[error(
+        "tenant {tenant:?}: token_sha256 entries must be 64 hex digits (sha256 of the token), got {hash:?}"
+    )]
+    Hash { tenant: String, hash: String },
+    /// One token hash stands in the file more than once (one token, two callers).
+    #[error("tenant {tenant:?}: token hash {hash} is listed more than once")]
+    SharedHash { tenant: String, hash: String },
+    /// A tenant's quota cannot work; `what` says which and why.
+    #[error("tenant {tenant:?}: {what}")]
+    Quota { tenant: String, what: &'static str },
+}
+
 /// A parsed, checked auth file.
 #[derive(Debug, Clone, Default)]
 pub struct AuthFile {
@@ -81,22 +106,25 @@ impl AuthFile {
             path: path.into(),
             source,
         })?;
-        AuthFile::parse(&text).map_err(|reason| EdgeError::AuthFile {
+        AuthFile::parse(&text).map_err(|source| EdgeError::AuthFile {
             path: path.into(),
-            reason,
+            source,
         })
     }
 
     /// Parses and checks the TOML text; the error says what is wrong and where.
-    pub fn parse(text: &str) -> Result<AuthFile, String> {
-        let file: FileToml = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<AuthFile, AuthFileError> {
+        let file: FileToml = toml::from_str(text)?;
         let mut out = AuthFile::default();
         let mut names = HashSet::new();
         let mut seen = HashSet::new();
         for t in file.tenant {
-            warren_types::auth::tenant_name(&t.name).map_err(|e| e.message)?;
+            warren_types::auth::tenant_name(&t.name).map_err(|e| AuthFileError::TenantName {
+                name: t.name.clone(),
+                message: e.message,
+            })?;
             if !names.insert(t.name.clone()) {
-                return Err(format!("tenant {:?} is listed twice", t.name));
+                return Err(AuthFileError::Twice { name: t.name });
             }
             let quotas = Quotas {
                 max_sandboxes: t.max_sandboxes,
@@ -111,18 +139,18 @@ impl AuthFile {
             for h in &t.token_sha256 {
                 let bytes = hex::decode(h.trim()).ok().filter(|b| b.len() == 32);
                 let Some(bytes) = bytes else {
-                    return Err(format!(
-                        "tenant {:?}: token_sha256 entries must be 64 hex digits (sha256 of the token), got {h:?}",
-                        t.name
-                    ));
+                    return Err(AuthFileError::Hash {
+                        tenant: t.name,
+                        hash: h.clone(),
+                    });
                 };
                 let mut hash = [0u8; 32];
                 hash.copy_from_slice(&bytes);
                 if !seen.insert(hash) {
-                    return Err(format!(
-                        "tenant {:?}: token hash {h} is listed more than once",
-                        t.name
-                    ));
+                    return Err(AuthFileError::SharedHash {
+                        tenant: t.name,
+                        hash: h.clone(),
+                    });
                 }
                 out.hashes.push((hash, index));
             }
@@ -157,8 +185,13 @@ impl AuthFile {
     }
 }
 
-fn check_quotas(name: &str, q: &Quotas) -> Result<(), String> {
-    let bad = |what: &str| Err(format!("tenant {name:?}: {what}"));
+fn check_quotas(name: &str, q: &Quotas) -> Result<(), AuthFileError> {
+    let bad = |what: &'static str| {
+        Err(AuthFileError::Quota {
+            tenant: name.to_string(),
+            what,
+        })
+    };
     if let Some(r) = q.creates_per_second {
         if !r.is_finite() || r <= 0.0 {
             return bad("creates_per_second must be a positive number");
@@ -255,7 +288,7 @@ mod tests {
             ("not toml [".to_string(), ""),
         ];
         for (text, want) in cases {
-            let err = AuthFile::parse(&text).expect_err(&text);
+            let err = AuthFile::parse(&text).expect_err(&text).to_string();
             assert!(err.contains(want), "{err:?} should mention {want:?}");
         }
     }

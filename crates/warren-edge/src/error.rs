@@ -14,8 +14,12 @@ pub enum EdgeError {
         source: std::io::Error,
     },
     /// The auth file is not valid TOML of the expected shape.
-    #[error("auth file {path}: {reason}")]
-    AuthFile { path: PathBuf, reason: String },
+    #[error("auth file {path}: {source}")]
+    AuthFile {
+        path: PathBuf,
+        #[source]
+        source: crate::auth_file::AuthFileError,
+    },
     /// A certificate, key or CA file is unusable.
     #[error("TLS {what} {path}: {reason}")]
     Tls {

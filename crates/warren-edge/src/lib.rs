@@ -46,7 +46,7 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
-pub use auth_file::{token_sha256, AuthFile, Tenant};
+pub use auth_file::{token_sha256, AuthFile, AuthFileError, Tenant};
 pub use authn::Authenticator;
 pub use error::EdgeError;
 pub use http_metrics::HttpMetrics;

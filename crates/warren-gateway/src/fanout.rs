@@ -16,7 +16,37 @@ use crate::error::GatewayError;
 use crate::Gateway;
 
 /// One node's answer: status, headers, whole body.
-pub type Answer = Result<(StatusCode, HeaderMap, Bytes), String>;
+pub type Answer = Result<(StatusCode, HeaderMap, Bytes), NoAnswer>;
+
+/// Why a node gave no answer to a request sent to every node.
+#[derive(Debug, thiserror::Error)]
+pub enum NoAnswer {
+    /// The request's body could not be made for this node (the spooled archive cannot be
+    /// reopened): nothing was sent.
+    #[error("reopen the archive: {0}")]
+    Body(#[source] std::io::Error),
+    /// The node could not be reached or did not answer.
+    #[error("{0}")]
+    Forward(#[from] crate::proxy::ForwardError),
+    /// The node's answer broke off.
+    #[error("{0}")]
+    Read(#[source] axum::Error),
+    /// The node did not answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Why an archive could not be received into the gateway's temporary file.
+#[derive(Debug, thiserror::Error)]
+enum SpoolError {
+    #[error("create a temporary file: {0}")]
+    Create(#[source] std::io::Error),
+    #[error("write the temporary file: {0}")]
+    Write(#[source] std::io::Error),
+    /// The caller's body broke off.
+    #[error("{0}")]
+    Receive(#[source] axum::Error),
+}
 
 /// Sends the same bodiless request to every live node (ready or draining), concurrently.
 pub async fn each_node(
@@ -47,7 +77,7 @@ async fn each_node_streaming(
     method: Method,
     path_and_query: &str,
     headers: &HeaderMap,
-    body: impl Fn() -> Result<Body, String>,
+    body: impl Fn() -> Result<Body, NoAnswer>,
     timeout: std::time::Duration,
 ) -> Vec<(NodeId, Answer)> {
     let view = gw.view().snapshot();
@@ -61,15 +91,14 @@ async fn each_node_streaming(
                 let resp = gw
                     .proxy()
                     .send(&address, method, path_and_query, headers, body?)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                 let (parts, body) = resp.into_parts();
-                let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+                let bytes = body.collect().await.map_err(NoAnswer::Read)?.to_bytes();
                 Ok((parts.status, parts.headers, bytes))
             };
             let answer = match tokio::time::timeout(timeout, call).await {
                 Ok(a) => a,
-                Err(_) => Err(format!("no answer within {timeout:?}")),
+                Err(_) => Err(NoAnswer::Timeout(timeout)),
             };
             (id, answer)
         }
@@ -172,7 +201,7 @@ pub async fn import(State(gw): State<Gateway>, req: Request) -> Response {
     };
     let path = spool.path().to_path_buf();
     let body = || {
-        let f = std::fs::File::open(&path).map_err(|e| format!("reopen the archive: {e}"))?;
+        let f = std::fs::File::open(&path).map_err(NoAnswer::Body)?;
         Ok(Body::from_stream(tokio_util::io::ReaderStream::new(
             tokio::fs::File::from_std(f),
         )))
@@ -237,21 +266,19 @@ async fn until_published(gw: &Gateway, reference: &str, nodes: &[NodeId]) {
 }
 
 /// Writes a request body to a new temporary file.
-async fn spool(body: Body) -> Result<tempfile::NamedTempFile, String> {
+async fn spool(body: Body) -> Result<tempfile::NamedTempFile, SpoolError> {
     use tokio::io::AsyncWriteExt;
     let tmp = tempfile::Builder::new()
         .prefix("warren-gateway-import-")
         .tempfile()
-        .map_err(|e| format!("create a temporary file: {e}"))?;
-    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(|e| e.to_string())?);
+        .map_err(SpoolError::Create)?;
+    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(SpoolError::Create)?);
     let mut body = body.into_data_stream();
     while let Some(chunk) = futures::StreamExt::next(&mut body).await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        out.write_all(&chunk)
-            .await
-            .map_err(|e| format!("write the temporary file: {e}"))?;
+        let chunk = chunk.map_err(SpoolError::Receive)?;
+        out.write_all(&chunk).await.map_err(SpoolError::Write)?;
     }
-    out.flush().await.map_err(|e| e.to_string())?;
+    out.flush().await.map_err(SpoolError::Write)?;
     Ok(tmp)
 }
 

@@ -161,9 +161,9 @@ impl Proxy {
         }
         if !upgrade && known_small(req.headers()) {
             let (parts, body) = req.into_parts();
-            let bytes = whole(body)
-                .await
-                .map_err(|message| ForwardError::Body { message })?;
+            let bytes = whole(body).await.map_err(|e| ForwardError::Body {
+                message: e.to_string(),
+            })?;
             req = Request::from_parts(parts, Body::from(bytes));
         }
         let mut resp = self.client.request(req).await.map_err(|e| {
@@ -207,9 +207,9 @@ impl Proxy {
         let small = known_small(&parts.headers);
         strip_hop_by_hop(&mut parts.headers);
         if small {
-            let bytes = whole(body).await.map_err(|message| ForwardError::Failed {
+            let bytes = whole(body).await.map_err(|e| ForwardError::Failed {
                 address: address.to_string(),
-                message,
+                message: e.to_string(),
             })?;
             return Ok(Response::from_parts(parts, Body::from(bytes)));
         }
@@ -250,16 +250,9 @@ fn known_small(h: &HeaderMap) -> bool {
 }
 
 /// Reads a body to its end.
-async fn whole<B>(body: B) -> Result<bytes::Bytes, String>
-where
-    B: http_body::Body,
-    B::Error: std::fmt::Display,
-{
+async fn whole<B: http_body::Body>(body: B) -> Result<bytes::Bytes, B::Error> {
     use http_body_util::BodyExt;
-    body.collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| e.to_string())
+    body.collect().await.map(|c| c.to_bytes())
 }
 
 /// The error and its causes, for the message (hyper's outer error says little).

@@ -20,9 +20,51 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use warren_types::network::{domain_pattern, parse_cidr, service_name, Ports, Protocol};
+use warren_types::network::{
+    domain_pattern, parse_cidr, service_name, AddressError, Ports, Protocol,
+};
 
 use crate::NetError;
+
+/// What is wrong with a network configuration (the file, or one of its entries).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// The file is not TOML of this shape.
+    #[error("{0}")]
+    Toml(#[source] toml::de::Error),
+    /// The file is not JSON of this shape.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    /// The address pool is not an IPv4 network.
+    #[error("pool: {0}")]
+    Pool(#[source] AddressError),
+    /// The address pool cannot hold enough links.
+    #[error("pool {pool} is too small (at most /28)")]
+    PoolTooSmall { pool: String },
+    /// A service's name is not one a policy can use.
+    #[error("{message}")]
+    ServiceName { name: String, message: String },
+    /// A service's network is not an IPv4 network.
+    #[error("service {service}: {source}")]
+    ServiceNetwork {
+        service: String,
+        #[source]
+        source: AddressError,
+    },
+    /// A service's hostname is not a name or a `*.` pattern.
+    #[error("service {service}: {message}")]
+    ServiceHostname {
+        service: String,
+        hostname: String,
+        message: String,
+    },
+    /// A static host entry's name is not a name or a `*.` pattern.
+    #[error("hosts: {message}")]
+    HostName { name: String, message: String },
+}
 
 /// A named service a policy can switch on.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -98,15 +140,15 @@ impl Default for NetConfig {
 impl NetConfig {
     /// Reads a `.json` file as JSON, anything else as TOML, and checks it.
     pub fn load(path: &std::path::Path) -> Result<NetConfig, NetError> {
-        let err = |message: String| NetError::Config {
+        let err = |source: ConfigError| NetError::Config {
             path: path.display().to_string(),
-            message,
+            source,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| err(ConfigError::Read(e)))?;
         let cfg: NetConfig = if path.extension().is_some_and(|e| e == "json") {
-            serde_json::from_str(&text).map_err(|e| err(e.to_string()))?
+            serde_json::from_str(&text).map_err(|e| err(ConfigError::Json(e)))?
         } else {
-            toml::from_str(&text).map_err(|e| err(e.to_string()))?
+            toml::from_str(&text).map_err(|e| err(ConfigError::Toml(e)))?
         };
         cfg.check().map_err(err)?;
         Ok(cfg)
@@ -118,31 +160,44 @@ impl NetConfig {
     }
 
     /// Checks names, networks and the pool.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(pool) = &self.pool {
-            let (_, len) = parse_cidr(pool).map_err(|e| format!("pool: {e}"))?;
+            let (_, len) = parse_cidr(pool).map_err(ConfigError::Pool)?;
             if len > 28 {
-                return Err(format!("pool {pool} is too small (at most /28)"));
+                return Err(ConfigError::PoolTooSmall { pool: pool.clone() });
             }
         }
         for (name, s) in &self.services {
-            service_name(name).map_err(|e| e.message)?;
+            service_name(name).map_err(|e| ConfigError::ServiceName {
+                name: name.clone(),
+                message: e.message,
+            })?;
             for c in &s.cidrs {
-                parse_cidr(c).map_err(|e| format!("service {name}: {e}"))?;
+                parse_cidr(c).map_err(|source| ConfigError::ServiceNetwork {
+                    service: name.clone(),
+                    source,
+                })?;
             }
             for h in &s.hostnames {
-                domain_pattern(h).map_err(|e| format!("service {name}: {}", e.message))?;
+                domain_pattern(h).map_err(|e| ConfigError::ServiceHostname {
+                    service: name.clone(),
+                    hostname: h.clone(),
+                    message: e.message,
+                })?;
             }
         }
         for name in self.hosts.keys() {
-            domain_pattern(name).map_err(|e| format!("hosts: {}", e.message))?;
+            domain_pattern(name).map_err(|e| ConfigError::HostName {
+                name: name.clone(),
+                message: e.message,
+            })?;
         }
         Ok(())
     }
 
     /// Node `node`'s pool as (network, prefix length).
-    pub fn pool_net(&self, node: &str) -> Result<(Ipv4Addr, u8), String> {
-        parse_cidr(&self.pool_for(node)).map_err(|e| format!("pool: {e}"))
+    pub fn pool_net(&self, node: &str) -> Result<(Ipv4Addr, u8), ConfigError> {
+        parse_cidr(&self.pool_for(node)).map_err(ConfigError::Pool)
     }
 }
 

@@ -4,8 +4,21 @@
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
     /// The node's network configuration file is unreadable or wrong.
-    #[error("network config {path}: {message}")]
-    Config { path: String, message: String },
+    #[error("network config {path}: {source}")]
+    Config {
+        path: String,
+        #[source]
+        source: crate::config::ConfigError,
+    },
+    /// Addresses of the sandbox pool are already on the host (another daemon's links, a
+    /// host network): sharing them would break both.
+    #[error(
+        "network config: the sandbox address pool {pool} overlaps addresses \
+         on this host ({}); another warrend may use it: give each daemon its own pool \
+         (`pool = \"10.x.0.0/16\"` in --network-config) or a distinct --node",
+        taken.join(", ")
+    )]
+    PoolInUse { pool: String, taken: Vec<String> },
     /// A policy names something the node does not offer (unknown service).
     #[error("{0}")]
     Policy(String),
@@ -24,7 +37,10 @@ pub enum NetError {
     ConntrackUnsupported(String),
     /// An nftables batch was refused.
     #[error("nftables: {0}")]
-    Nft(String),
+    Nft(#[from] warren_sys::nft::NftError),
+    /// nftables cannot be used on this host at all.
+    #[error("nftables: {0} (install nftables / libnftables1)")]
+    NftMissing(#[source] warren_sys::nft::NftError),
     /// The sandbox's resolver could not start.
     #[error("resolver on {addr}: {source}")]
     Resolver {

@@ -25,13 +25,13 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, RwLock};
 use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
 
-pub use config::{default_pool, NetConfig, Service};
+pub use config::{default_pool, ConfigError, NetConfig, Service};
 pub use error::NetError;
 use resolver::{Answers, Learn, NameRule, Resolver};
 use rules::{Elem, LinkRules, Proto, Table};
 
 /// Runs nft batches through libnftables (the library of the `nft` tool), one kept context.
-struct NftRunner(Result<warren_sys::nft::Nft, String>);
+struct NftRunner(Result<warren_sys::nft::Nft, warren_sys::nft::NftError>);
 
 impl NftRunner {
     fn open() -> NftRunner {
@@ -41,9 +41,7 @@ impl NftRunner {
     fn run(&mut self, batch: &str) -> Result<String, NetError> {
         match &mut self.0 {
             Ok(n) => n.run(batch).map_err(NetError::Nft),
-            Err(e) => Err(NetError::Nft(format!(
-                "{e} (install nftables / libnftables1)"
-            ))),
+            Err(e) => Err(NetError::NftMissing(e.clone())),
         }
     }
 }
@@ -150,11 +148,12 @@ fn tag(node: &str) -> String {
 impl Network {
     /// The network of node `node`. Touches nothing on the host until [`Network::start`].
     pub fn new(node: &str, cfg: NetConfig) -> Result<Network, NetError> {
-        cfg.check().map_err(|m| NetError::Config {
+        let err = |source| NetError::Config {
             path: "(network config)".into(),
-            message: m,
-        })?;
-        let (net, len) = cfg.pool_net(node).map_err(NetError::Policy)?;
+            source,
+        };
+        cfg.check().map_err(err)?;
+        let (net, len) = cfg.pool_net(node).map_err(err)?;
         let table = Table {
             name: format!("warren-{node}"),
             prefix: format!("wn{}", tag(node)),
@@ -205,15 +204,9 @@ impl Network {
             // daemon's links, a host network), and sharing it would break both.
             let taken = link::addresses_in(Ipv4Addr::from(self.pool_base), self.pool_len()).await?;
             if !taken.is_empty() {
-                return Err(NetError::Config {
-                    path: "(network config)".into(),
-                    message: format!(
-                        "the sandbox address pool {} overlaps addresses on this host ({}); \
-                         another warrend may use it: give each daemon its own pool \
-                         (`pool = \"10.x.0.0/16\"` in --network-config) or a distinct --node",
-                        self.table.pool,
-                        taken.join(", ")
-                    ),
+                return Err(NetError::PoolInUse {
+                    pool: self.table.pool.clone(),
+                    taken,
                 });
             }
             // Flows of the pool's addresses that an earlier run left: the addresses go to new

@@ -13,6 +13,34 @@ type RunCmd = unsafe extern "C" fn(*mut c_void, *const c_char) -> c_int;
 type BufferOut = unsafe extern "C" fn(*mut c_void) -> c_int;
 type GetBuffer = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 
+/// Why nftables could not be used or refused a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NftError {
+    /// `libnftables.so.1` is not installed or cannot be loaded.
+    #[error("cannot load libnftables.so.1: {detail}")]
+    Load { detail: String },
+    /// The library lacks a function this module calls (another version).
+    #[error("libnftables: {detail}")]
+    Symbol { detail: String },
+    /// The library could not make a context.
+    #[error("nft_ctx_new failed")]
+    Context,
+    /// The batch holds a NUL byte, which the C interface cannot carry.
+    #[error("nft commands contain NUL")]
+    Nul,
+    /// nftables refused the batch: its own error text, or its return code when it gave none.
+    #[error("{}", refusal(*rc, message))]
+    Refused { rc: i32, message: String },
+}
+
+fn refusal(rc: i32, message: &str) -> String {
+    if message.is_empty() {
+        format!("nft failed ({rc})")
+    } else {
+        message.to_string()
+    }
+}
+
 /// A libnftables context. Not thread-safe by itself: callers serialize use (`&mut self`).
 pub struct Nft {
     ctx: *mut c_void,
@@ -36,16 +64,21 @@ impl std::fmt::Debug for Nft {
 
 impl Nft {
     /// Opens `libnftables.so.1` and makes a context whose output and errors are buffered.
-    pub fn open() -> Result<Nft, String> {
+    pub fn open() -> Result<Nft, NftError> {
         // SAFETY: loading libnftables runs no initialisers with preconditions on us.
-        let lib = unsafe { libloading::Library::new("libnftables.so.1") }
-            .map_err(|e| format!("cannot load libnftables.so.1: {e}"))?;
+        let lib = unsafe { libloading::Library::new("libnftables.so.1") }.map_err(|e| {
+            NftError::Load {
+                detail: e.to_string(),
+            }
+        })?;
         // SAFETY: each symbol is looked up with the C signature documented in libnftables(3).
         let (new, free, run, buf_out, buf_err, get_out, get_err) = unsafe {
-            let sym = |name: &[u8]| -> Result<*mut c_void, String> {
+            let sym = |name: &[u8]| -> Result<*mut c_void, NftError> {
                 lib.get::<*mut c_void>(name)
                     .map(|s| *s)
-                    .map_err(|e| format!("libnftables: {e}"))
+                    .map_err(|e| NftError::Symbol {
+                        detail: e.to_string(),
+                    })
             };
             (
                 std::mem::transmute::<*mut c_void, CtxNew>(sym(b"nft_ctx_new\0")?),
@@ -60,7 +93,7 @@ impl Nft {
         // SAFETY: NFT_CTX_DEFAULT (0) is a valid flag set; a null result is checked.
         let ctx = unsafe { new(0) };
         if ctx.is_null() {
-            return Err("nft_ctx_new failed".into());
+            return Err(NftError::Context);
         }
         // SAFETY: ctx is a live context from nft_ctx_new.
         unsafe {
@@ -79,8 +112,8 @@ impl Nft {
 
     /// Runs a batch of nft commands (`nft -f` syntax) as one transaction; returns the output
     /// (for `list` commands) or the error text.
-    pub fn run(&mut self, commands: &str) -> Result<String, String> {
-        let c = CString::new(commands).map_err(|_| "nft commands contain NUL".to_string())?;
+    pub fn run(&mut self, commands: &str) -> Result<String, NftError> {
+        let c = CString::new(commands).map_err(|_| NftError::Nul)?;
         // SAFETY: ctx is live, `c` outlives the call.
         let rc = unsafe { (self.run)(self.ctx, c.as_ptr()) };
         // SAFETY: the buffers belong to ctx and stay valid until the next run; copied now.
@@ -100,10 +133,9 @@ impl Nft {
         if rc == 0 {
             Ok(out)
         } else {
-            Err(if err.trim().is_empty() {
-                format!("nft failed ({rc})")
-            } else {
-                err.trim().to_string()
+            Err(NftError::Refused {
+                rc,
+                message: err.trim().to_string(),
             })
         }
     }
