@@ -161,19 +161,25 @@ fn each_chunk(f: &mut std::fs::File, mut each: impl FnMut(&[u8]) -> bool) -> io:
     f.rewind()?;
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let mut n = 0;
-        while n < CHUNK {
-            match f.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let n = fill(f, &mut buf)?;
         if (n > 0 && !each(&buf[..n])) || n < CHUNK {
             return Ok(());
         }
     }
+}
+
+/// Reads into `buf` until it is full or the file ends; the number of bytes read.
+fn fill(f: &mut std::fs::File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Whether the file is UTF-8 throughout (checked chunk by chunk).
@@ -283,17 +289,11 @@ async fn stream_file(
         // One chunk read off the async workers.
         let (file, chunk) = tokio::task::spawn_blocking(move || {
             let mut buf = vec![0u8; CHUNK];
-            let mut n = 0;
-            while n < CHUNK {
-                match f.read(&mut buf[n..]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return (f, Err(e)),
-                }
-            }
-            buf.truncate(n);
-            (f, Ok(buf))
+            let read = fill(&mut f, &mut buf).map(|n| {
+                buf.truncate(n);
+                buf
+            });
+            (f, read)
         })
         .await
         .map_err(failed)?;
