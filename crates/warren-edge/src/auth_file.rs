@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use warren_types::{Caller, Quotas, Role};
 
-use crate::error::EdgeError;
+use crate::error::{AuthFileError, EdgeError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,31 +59,6 @@ pub struct Tenant {
     pub name: String,
     pub role: Role,
     pub quotas: Quotas,
-}
-
-/// What is wrong in an auth file, and where.
-#[derive(Debug, thiserror::Error)]
-pub enum AuthFileError {
-    /// Not TOML of the auth file's shape.
-    #[error("{0}")]
-    Toml(#[from] toml::de::Error),
-    /// A tenant's name is not one the API accepts.
-    #[error("{message}")]
-    TenantName { name: String, message: String },
-    /// Two tenants have one name.
-    #[error("tenant {name:?} is listed twice")]
-    Twice { name: String },
-    /// A token hash is not 64 hex digits.
-    #[error(
-        "tenant {tenant:?}: token_sha256 entries must be 64 hex digits (sha256 of the token), got {hash:?}"
-    )]
-    Hash { tenant: String, hash: String },
-    /// One token hash stands in the file more than once (one token, two callers).
-    #[error("tenant {tenant:?}: token hash {hash} is listed more than once")]
-    SharedHash { tenant: String, hash: String },
-    /// A tenant's quota cannot work; `what` says which and why.
-    #[error("tenant {tenant:?}: {what}")]
-    Quota { tenant: String, what: &'static str },
 }
 
 /// A parsed, checked auth file.

@@ -18,7 +18,7 @@ pub enum EdgeError {
     AuthFile {
         path: PathBuf,
         #[source]
-        source: crate::auth_file::AuthFileError,
+        source: AuthFileError,
     },
     /// A certificate, key or CA file is unusable.
     #[error("TLS {what} {path}: {reason}")]
@@ -37,4 +37,29 @@ pub enum EdgeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What is wrong in an auth file, and where.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    /// Not TOML of the auth file's shape.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// A tenant's name is not one the API accepts.
+    #[error("{message}")]
+    TenantName { name: String, message: String },
+    /// Two tenants have one name.
+    #[error("tenant {name:?} is listed twice")]
+    Twice { name: String },
+    /// A token hash is not 64 hex digits.
+    #[error(
+        "tenant {tenant:?}: token_sha256 entries must be 64 hex digits (sha256 of the token), got {hash:?}"
+    )]
+    Hash { tenant: String, hash: String },
+    /// One token hash stands in the file more than once (one token, two callers).
+    #[error("tenant {tenant:?}: token hash {hash} is listed more than once")]
+    SharedHash { tenant: String, hash: String },
+    /// A tenant's quota cannot work; `what` says which and why.
+    #[error("tenant {tenant:?}: {what}")]
+    Quota { tenant: String, what: &'static str },
 }

@@ -46,9 +46,9 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
-pub use auth_file::{token_sha256, AuthFile, AuthFileError, Tenant};
+pub use auth_file::{token_sha256, AuthFile, Tenant};
 pub use authn::Authenticator;
-pub use error::EdgeError;
+pub use error::{AuthFileError, EdgeError};
 pub use http_metrics::HttpMetrics;
 pub use serve::Peer;
 pub use tls::{Tls, TlsFiles};

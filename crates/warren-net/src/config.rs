@@ -20,51 +20,9 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use warren_types::network::{
-    domain_pattern, parse_cidr, service_name, AddressError, Ports, Protocol,
-};
+use warren_types::network::{domain_pattern, parse_cidr, service_name, Ports, Protocol};
 
-use crate::NetError;
-
-/// What is wrong with a network configuration (the file, or one of its entries).
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file cannot be read.
-    #[error("{0}")]
-    Read(#[source] std::io::Error),
-    /// The file is not TOML of this shape.
-    #[error("{0}")]
-    Toml(#[source] toml::de::Error),
-    /// The file is not JSON of this shape.
-    #[error("{0}")]
-    Json(#[source] serde_json::Error),
-    /// The address pool is not an IPv4 network.
-    #[error("pool: {0}")]
-    Pool(#[source] AddressError),
-    /// The address pool cannot hold enough links.
-    #[error("pool {pool} is too small (at most /28)")]
-    PoolTooSmall { pool: String },
-    /// A service's name is not one a policy can use.
-    #[error("{message}")]
-    ServiceName { name: String, message: String },
-    /// A service's network is not an IPv4 network.
-    #[error("service {service}: {source}")]
-    ServiceNetwork {
-        service: String,
-        #[source]
-        source: AddressError,
-    },
-    /// A service's hostname is not a name or a `*.` pattern.
-    #[error("service {service}: {message}")]
-    ServiceHostname {
-        service: String,
-        hostname: String,
-        message: String,
-    },
-    /// A static host entry's name is not a name or a `*.` pattern.
-    #[error("hosts: {message}")]
-    HostName { name: String, message: String },
-}
+use crate::{ConfigError, NetError};
 
 /// A named service a policy can switch on.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

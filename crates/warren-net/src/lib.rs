@@ -25,8 +25,8 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, RwLock};
 use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
 
-pub use config::{default_pool, ConfigError, NetConfig, Service};
-pub use error::NetError;
+pub use config::{default_pool, NetConfig, Service};
+pub use error::{ConfigError, NetError};
 use resolver::{Answers, Learn, NameRule, Resolver};
 use rules::{Elem, LinkRules, Proto, Table};
 
