@@ -23,6 +23,7 @@ use warren_sys::mount::{mount, Flags};
 use crate::exec::prepare;
 use crate::run::{Exit, Run};
 use crate::setup::{EtcFiles, CELL_DIR, ETC_LAYER, LOWER_DIR};
+use crate::warm::{preload_imports, resolved, warm_byte, PY_DEFS};
 
 use crate::error::{AgentError, Result as R};
 
@@ -63,16 +64,52 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
             std::process::exit(2)
         }
     };
-    if let Err(e) = build(&cfg, filters) {
-        let message = e.to_string();
-        let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
-        std::process::exit(1);
-    }
-    let warm = cfg
+    // The agent's zygote, when it has one (see `zygote`).
+    let zygote = cfg
         .function
         .as_ref()
-        .and_then(|f| f.interpreter.as_ref().map(|i| (i, f)))
-        .and_then(|(i, f)| WarmPython::start(i, f));
+        .and_then(|f| f.interpreter.as_ref())
+        .and_then(|_| warren_sys::fd::inherited(crate::zygote::ZYGOTE_FD).ok());
+    let mut landlock = match build(&cfg, filters, zygote.is_some()) {
+        Ok(r) => r,
+        Err(e) => {
+            let message = e.to_string();
+            let _ =
+                Frame::json(0, Kind::Init, &InitReply::Failed { message }).write_blocking(&mut ctl);
+            std::process::exit(1);
+        }
+    };
+    let interpreter = cfg
+        .function
+        .as_ref()
+        .and_then(|f| f.interpreter.as_ref().map(|i| (i, f)));
+    let forked = match (interpreter, zygote) {
+        (Some((name, _)), Some(sock)) => crate::zygote::request(crate::zygote::Request {
+            sock,
+            ruleset: landlock.as_ref(),
+            filter: filters.map(|f| f.finish_bytes()).unwrap_or_default(),
+        })
+        .map(|f| Warm::Forked(name.clone(), f)),
+        _ => None,
+    };
+    let warm = match forked {
+        Some(w) => Some(w),
+        None => {
+            // No interpreter from the zygote: the cell is restricted as without one, and
+            // starts its own.
+            if let Some(r) = landlock.take() {
+                if let Err(e) = warren_sys::landlock::enforce(&r) {
+                    let message = e.to_string();
+                    let _ = Frame::json(0, Kind::Init, &InitReply::Failed { message })
+                        .write_blocking(&mut ctl);
+                    std::process::exit(1);
+                }
+            }
+            interpreter
+                .and_then(|(i, f)| WarmPython::start(i, f))
+                .map(Warm::Spawned)
+        }
+    };
     if Frame::json(
         0,
         Kind::Init,
@@ -86,7 +123,7 @@ pub fn main(mut ctl: UnixStream, filters: Option<&warren_sys::seccomp::CellFilte
         std::process::exit(1);
     }
     match first_call(Frame::read_blocking(&mut ctl)) {
-        FirstCall::Run(stream, spec) => run(ctl, stream, spec, warm),
+        FirstCall::Run(stream, spec) => run(ctl, stream, spec, warm, landlock),
         FirstCall::Retired => {}
         FirstCall::Unexpected(stream, e) => {
             let ev = Event::error(e.code(), e.to_string());
@@ -131,7 +168,15 @@ fn first_call(f: Result<Frame, FrameError>) -> FirstCall {
     }
 }
 
-fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>) -> R<()> {
+/// Builds the cell's root and restricts the cell. With `defer_landlock` (a zygote's
+/// interpreter is asked for) the Landlock ruleset is made but not enforced, and returned:
+/// the call's process enforces it on itself, and the cell enforces it before it starts
+/// anything of its own.
+fn build(
+    cfg: &ContainerInit,
+    filters: Option<&warren_sys::seccomp::CellFilters>,
+    defer_landlock: bool,
+) -> R<Option<OwnedFd>> {
     mount(
         None,
         Path::new("/"),
@@ -154,7 +199,10 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
     warren_sys::caps::restrict_to(warren_sys::caps::DEFAULT_KEEP)?;
     warren_sys::process::set_no_new_privs()?;
     warren_sys::process::set_non_dumpable()?;
-    if cfg.landlock {
+    let mut ruleset = None;
+    if cfg.landlock && defer_landlock {
+        ruleset = warren_sys::landlock::sandbox_ruleset(Path::new("/"), Path::new("/dev"))?;
+    } else if cfg.landlock {
         warren_sys::landlock::restrict_sandbox(Path::new("/"), Path::new("/dev"))?;
     }
     if cfg.seccomp {
@@ -163,7 +211,25 @@ fn build(cfg: &ContainerInit, filters: Option<&warren_sys::seccomp::CellFilters>
             .ok_or_else(|| AgentError::Setup("seccomp filters missing".into()))?
             .finish()?;
     }
-    Ok(())
+    Ok(ruleset)
+}
+
+/// The cell's warm interpreter.
+enum Warm {
+    /// Started by the cell.
+    Spawned(WarmPython),
+    /// Forked by the zygote (named as the pool names its interpreter).
+    Forked(String, crate::zygote::Forked),
+}
+
+impl Warm {
+    /// The header for `argv` if the warm interpreter can run it.
+    fn header(&self, spec: &ExecSpec, env: &[(String, String)], cwd: &str) -> Option<Vec<u8>> {
+        match self {
+            Warm::Spawned(w) => w.header(spec, env, cwd),
+            Warm::Forked(name, _) => warm_header(name, spec, env, cwd),
+        }
+    }
 }
 
 /// Bootstrap of a pre-started Python: imports, writes one byte to say it is warm (the cell
@@ -179,70 +245,7 @@ const PY_BOOT: &str = r#"
 import os, sys
 __PRELOAD__
 os.write(1, b"R")
-def _warren_main(os, sys, fields):
-    n = b""
-    while not n.endswith(b"\n"):
-        c = os.read(0, 1)
-        if not c:
-            os._exit(0)
-        n += c
-    want = int(n)
-    raw = b""
-    while len(raw) < want:
-        c = os.read(0, want - len(raw))
-        if not c:
-            os._exit(0)
-        raw += c
-    f = fields(raw)
-    kind, body, cwd, argc = f[0], f[1], f[2], int(f[3])
-    os.chdir(cwd)
-    os.environ.clear()
-    env = f[4 + argc:]
-    for i in range(0, len(env) - 1, 2):
-        os.environ[env[i]] = env[i + 1]
-    sys.argv = f[4:4 + argc]
-    g = sys.modules["__main__"].__dict__
-    for k in [k for k in g if k not in ("__name__", "__builtins__", "__loader__", "__spec__")]:
-        del g[k]
-    g.update(__doc__=None, __package__=None, __annotations__={})
-    rc = 0
-    try:
-        if kind == "code":
-            exec(compile(body, "<string>", "exec"), g)
-        else:
-            sys.path[0] = os.path.dirname(os.path.abspath(body))
-            with open(body, "rb") as src:
-                code = compile(src.read(), body, "exec")
-            g.update(__file__=body, __cached__=None)
-            exec(code, g)
-    except SystemExit as e:
-        c = e.code
-        if c is None:
-            rc = 0
-        elif isinstance(c, int):
-            rc = c
-        else:
-            print(c, file=sys.stderr)
-            rc = 1
-    except BaseException as e:
-        import traceback
-        # From the program's own frames on, as the interpreter prints it.
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-        rc = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    os._exit(rc & 0xFF)
-def _warren_fields(b):
-    i, out = 0, []
-    while i < len(b):
-        j = b.index(b"\n", i)
-        n = int(b[i:j])
-        out.append(b[j + 1:j + 1 + n].decode())
-        i = j + 1 + n
-    return out
+__DEFS__
 _warren_main(os, sys, _warren_fields)
 "#;
 
@@ -254,17 +257,10 @@ struct WarmPython {
 
 impl WarmPython {
     fn start(interpreter: &str, f: &FunctionInit) -> Option<WarmPython> {
-        let preload: String = f
-            .preload
-            .iter()
-            .filter(|m| {
-                !m.is_empty()
-                    && m.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            })
-            .map(|m| format!("import {m}\n"))
-            .collect();
-        let boot = PY_BOOT.replace("__PRELOAD__", &preload);
+        let preload = preload_imports(f);
+        let boot = PY_BOOT
+            .replace("__PRELOAD__", &preload)
+            .replace("__DEFS__", PY_DEFS);
         let spec = ExecSpec {
             argv: vec![interpreter.to_string(), "-c".into(), boot],
             output_cap: 0,
@@ -354,69 +350,13 @@ fn warm_header(
     Some(h)
 }
 
-/// Longest a warm interpreter may take to import its modules; after that the cell goes on
-/// without it (its calls start cold). Below the agent's 20 s limit for a cell to start.
-const WARM_UP_TIMEOUT_MS: u16 = 15_000;
-
 /// Waits for the interpreter's "warm" byte. False when it exited (a preload failed to import)
 /// or took too long.
 fn warmed_up(child: &mut Child) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let Some(out) = child.stdout.as_mut() else {
-        return false;
-    };
-    let deadline = Instant::now() + Duration::from_millis(WARM_UP_TIMEOUT_MS.into());
-    loop {
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .as_millis();
-        if left == 0 {
-            return false;
-        }
-        let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
-        match poll(
-            &mut fds,
-            PollTimeout::from(left.min(u16::MAX as u128) as u16),
-        ) {
-            Ok(0) => return false,
-            Ok(_) => break,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return false,
-        }
+    match child.stdout.as_mut() {
+        Some(out) => warm_byte(out),
+        None => false,
     }
-    let mut b = [0u8; 1];
-    matches!(out.read(&mut b), Ok(1) if b[0] == b'R')
-}
-
-/// `cmd` with its program looked up in the command's own `PATH` (so that the standard
-/// library can use `posix_spawn`); unchanged when the program is a path or not found.
-fn resolved(cmd: std::process::Command, env: &[(String, String)]) -> std::process::Command {
-    use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    let prog = cmd.get_program().to_string_lossy().to_string();
-    if prog.contains('/') {
-        return cmd;
-    }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str())
-        .unwrap_or("/usr/bin:/bin");
-    let Some(full) = path.split(':').map(|d| Path::new(d).join(&prog)).find(|p| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }) else {
-        return cmd;
-    };
-    let mut c = std::process::Command::new(full);
-    c.arg0(&prog).args(cmd.get_args()).env_clear();
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    if let Some(d) = cmd.get_current_dir() {
-        c.current_dir(d);
-    }
-    c
 }
 
 /// Input from the agent: file contents then the command's stdin.
@@ -506,7 +446,35 @@ fn nonblocking(fd: impl Into<OwnedFd>) -> Option<std::fs::File> {
 
 /// Runs one call and reports it on `stream`: one thread, one poll loop over the command's
 /// output pipes, its stdin, its pidfd and the agent's socket.
-fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>) {
+/// The process that runs a call: its pipes, and where its exit is learnt (its pidfd, or the
+/// zygote's carrier's report when the cell did not start it).
+struct Proc {
+    pid: u32,
+    stdin: Option<std::fs::File>,
+    stdout: Option<std::fs::File>,
+    stderr: Option<std::fs::File>,
+    status: Option<OwnedFd>,
+}
+
+impl Proc {
+    fn child(mut c: Child) -> Proc {
+        Proc {
+            pid: c.id(),
+            stdin: c.stdin.take().and_then(nonblocking),
+            stdout: c.stdout.take().and_then(nonblocking),
+            stderr: c.stderr.take().and_then(nonblocking),
+            status: None,
+        }
+    }
+}
+
+fn run(
+    ctl: UnixStream,
+    stream: u32,
+    spec: InvokeSpec,
+    warm: Option<Warm>,
+    landlock: Option<OwnedFd>,
+) {
     let mut run = Run::new(stream, spec.exec.output_cap);
     let mut input = Input {
         ctl,
@@ -570,15 +538,35 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         .unwrap_or_else(|| "/".into());
     let header = warm.as_ref().and_then(|w| w.header(exec, &env, &cwd));
     let mut stdin_buf: std::collections::VecDeque<u8> = Default::default();
-    let mut child = match (header, warm) {
+    let child = match (header, warm) {
         (Some(h), Some(w)) => {
             stdin_buf.extend(h);
-            w.child
+            match w {
+                Warm::Spawned(w) => Proc::child(w.child),
+                Warm::Forked(_, f) => Proc {
+                    pid: 0,
+                    stdin: nonblocking(f.stdin),
+                    stdout: nonblocking(f.stdout),
+                    stderr: nonblocking(f.stderr),
+                    status: Some(f.status),
+                },
+            }
         }
         (_, w) => {
             // The warm interpreter (if any) is not used by this call.
             drop(w);
             kill_all();
+            // What the cell starts itself is held by its Landlock ruleset.
+            if let Some(r) = &landlock {
+                if let Err(e) = warren_sys::landlock::enforce(r) {
+                    return error_exit(
+                        &mut sock,
+                        stream,
+                        warren_types::ErrorCode::Internal,
+                        e.to_string(),
+                    );
+                }
+            }
             // Root needs no id switch and no session of its own (the whole cell goes at the
             // end): without a pre-exec hook, and with the program's path resolved here, the
             // command starts with a vfork-style spawn instead of a copy of this process.
@@ -602,7 +590,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 spawn_unhooked(&mut cmd, prep.setup.default_time_slice)
             };
             match spawned {
-                Ok(c) => oom_victim(c),
+                Ok(c) => Proc::child(oom_victim(c)),
                 Err(err) => {
                     let (frame, ev) = run.spawn_failed(&exec.argv[0], &err);
                     let _ = frame.write_blocking(&mut sock);
@@ -612,18 +600,23 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
             }
         }
     };
-    let pid = child.id();
+    let Proc {
+        pid,
+        mut stdin,
+        stdout: mut out,
+        stderr: mut err,
+        status,
+    } = child;
     let _ = Frame::json(stream, Kind::Event, &Event::Started { pid }).write_blocking(&mut sock);
-    let mut out = child.stdout.take().and_then(nonblocking);
-    let mut err = child.stderr.take().and_then(nonblocking);
-    let mut stdin = child.stdin.take().and_then(nonblocking);
-    drop(child);
     if exec.stdin {
         stdin_buf.extend(pending_in);
     }
     // Without stdin the command sees EOF at once (after the interpreter's header).
     let mut stdin_open = exec.stdin && !input_eof;
-    let pidfd = warren_sys::pidfd::open(pid).ok();
+    let pidfd = match status {
+        Some(_) => None,
+        None => warren_sys::pidfd::open(pid).ok(),
+    };
     let deadline = exec
         .timeout_ms
         .map(|t| run.started() + Duration::from_millis(t));
@@ -660,7 +653,7 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
         if let (Some(i), false) = (&stdin, stdin_buf.is_empty()) {
             add(&mut slots, 2, i.as_fd(), PollFlags::POLLOUT, &mut fds);
         }
-        if let (Some(p), None) = (&pidfd, exit) {
+        if let (Some(p), None) = (pidfd.as_ref().or(status.as_ref()), exit) {
             add(&mut slots, 3, p.as_fd(), PollFlags::POLLIN, &mut fds);
         }
         add(&mut slots, 4, sock.as_fd(), PollFlags::POLLIN, &mut fds);
@@ -741,7 +734,12 @@ fn run(ctl: UnixStream, stream: u32, spec: InvokeSpec, warm: Option<WarmPython>)
                 }
             }
         }
-        if r_pid || (pidfd.is_none() && exit.is_none()) {
+        if let (true, Some(s)) = (r_pid, &status) {
+            run.exited(crate::zygote::exit_of(s));
+            // The call is over: whatever it left running goes now, so its pipes close.
+            kill_all();
+            stdin = None;
+        } else if status.is_none() && (r_pid || (pidfd.is_none() && exit.is_none())) {
             use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
             let flag = if pidfd.is_some() {
                 None

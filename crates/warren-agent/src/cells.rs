@@ -23,6 +23,13 @@ struct ReadyCell {
     exit: tokio::sync::oneshot::Receiver<crate::run::Exit>,
 }
 
+/// The container's Python zygote (see `zygote`).
+struct Zygote {
+    pid: u32,
+    sock: std::os::fd::OwnedFd,
+    exit: tokio::sync::oneshot::Receiver<crate::run::Exit>,
+}
+
 /// The function containers' call environments.
 pub struct Cells {
     config: ContainerInit,
@@ -32,6 +39,10 @@ pub struct Cells {
     reaper: Rc<crate::reaper::Reaper>,
     /// The cell waiting for the next call.
     spare: Spare<ReadyCell>,
+    /// The zygote, when the pool has an interpreter and one could be started.
+    zygote: std::cell::RefCell<Option<Zygote>>,
+    /// Zygotes started so far (at most `zygote::MAX_STARTS`).
+    zygote_starts: std::cell::Cell<u32>,
 }
 
 impl Cells {
@@ -45,11 +56,91 @@ impl Cells {
             config: crate::cell::cell_config(config),
             reaper,
             spare: Spare::default(),
+            zygote: Default::default(),
+            zygote_starts: Default::default(),
         })
+    }
+
+    /// Starts the zygote: a child in new mount, ipc and uts namespaces that becomes the
+    /// pool's interpreter (`zygote::main`). Does not wait for it: a cell waits for its
+    /// interpreter, and starts its own when the zygote gives none.
+    fn start_zygote(&self) -> Result<Zygote, AgentError> {
+        let (ours, theirs) = warren_sys::fd::seqpacket_pair()?;
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(AgentError::io("/dev/null"))?;
+        use warren_sys::ns::Namespaces as N;
+        let flags = N::CLONE_NEWNS | N::CLONE_NEWIPC | N::CLONE_NEWUTS;
+        let pid = match warren_sys::clone::clone_checked(flags)? {
+            warren_sys::process::Forked::Child => {
+                let ctl = warren_proto::CONTROL_FD;
+                if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
+                    .is_err()
+                {
+                    std::process::exit(127);
+                }
+                std::mem::forget(theirs);
+                std::mem::forget(ours);
+                std::mem::forget(null);
+                crate::zygote::main(&self.config)
+            }
+            warren_sys::process::Forked::Parent { child } => child,
+        };
+        drop(theirs);
+        Ok(Zygote {
+            pid,
+            sock: ours,
+            exit: self.reaper.watch(pid),
+        })
+    }
+
+    /// A new cell's end of the zygote's socket, the other end handed to the zygote; starts
+    /// the zygote when there is none or it died. `None` without a zygote.
+    fn zygote_end(&self) -> Option<std::os::fd::OwnedFd> {
+        self.config.function.as_ref()?.interpreter.as_ref()?;
+        for _ in 0..2 {
+            let mut z = self.zygote.borrow_mut();
+            let alive = z.as_mut().is_some_and(|h| {
+                matches!(
+                    h.exit.try_recv(),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+                )
+            });
+            if !alive {
+                *z = None;
+                if self.zygote_starts.get() >= crate::zygote::MAX_STARTS {
+                    return None;
+                }
+                self.zygote_starts.set(self.zygote_starts.get() + 1);
+                match self.start_zygote() {
+                    Ok(h) => *z = Some(h),
+                    Err(e) => {
+                        eprintln!("warren-agent: zygote: {e}");
+                        return None;
+                    }
+                }
+            }
+            let h = z.as_ref()?;
+            let (cell, theirs) = warren_sys::fd::seqpacket_pair().ok()?;
+            match warren_sys::fd::send_fds_now(&h.sock, b"C", &[theirs.as_raw_fd()]) {
+                // Above the descriptors the cell's child puts in place (`ZYGOTE_FD` and below).
+                Ok(()) => return warren_sys::fd::dup_above(&cell, 16).ok(),
+                Err(_) => {
+                    // The interpreter died or is stuck (its carriers go on either way): the
+                    // next round starts another.
+                    let _ = warren_sys::process::kill(h.pid, libc::SIGKILL);
+                    *z = None;
+                }
+            }
+        }
+        None
     }
 
     /// Starts one cell and waits until it is ready.
     async fn start(&self) -> Result<ReadyCell, AgentError> {
+        let zygote = self.zygote_end();
         let (ours, theirs) = warren_sys::fd::socketpair()?;
         let null = std::fs::OpenOptions::new()
             .read(true)
@@ -63,14 +154,17 @@ impl Cells {
         let pid = match warren_sys::clone::clone_checked(flags)? {
             warren_sys::process::Forked::Child => {
                 let ctl = warren_proto::CONTROL_FD;
-                if warren_sys::clone::reset_child(theirs.as_raw_fd(), ctl, null.as_raw_fd())
-                    .is_err()
-                {
+                let mut keep = vec![(theirs.as_raw_fd(), ctl)];
+                if let Some(z) = &zygote {
+                    keep.push((z.as_raw_fd(), crate::zygote::ZYGOTE_FD));
+                }
+                if warren_sys::clone::reset_child_keeping(&keep, null.as_raw_fd()).is_err() {
                     std::process::exit(127);
                 }
                 std::mem::forget(theirs);
                 std::mem::forget(ours);
                 std::mem::forget(null);
+                std::mem::forget(zygote);
                 let Ok(fd) = warren_sys::fd::inherited(ctl) else {
                     std::process::exit(127)
                 };
@@ -82,6 +176,7 @@ impl Cells {
             warren_sys::process::Forked::Parent { child } => child,
         };
         drop(theirs);
+        drop(zygote);
         let exit = self.reaper.watch(pid);
         let kill = || {
             let _ = warren_sys::process::kill(pid, libc::SIGKILL);

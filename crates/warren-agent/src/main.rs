@@ -28,7 +28,9 @@ mod spare;
 mod tarball;
 mod users;
 mod vm;
+mod warm;
 mod wire;
+mod zygote;
 
 use std::os::fd::OwnedFd;
 use warren_proto::{Frame, Init, InitReply, PROTOCOL_VERSION};

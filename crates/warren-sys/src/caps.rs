@@ -22,6 +22,12 @@ pub const DEFAULT_KEEP: &[Capability] = &[
     Capability::CAP_AUDIT_WRITE,
 ];
 
+/// `keep` as a bit mask (bit n: capability n), for a process that sets its capabilities
+/// with `capset` on its own (a call's Python forked by the zygote).
+pub fn mask(keep: &[Capability]) -> u64 {
+    keep.iter().fold(0, |m, c| m | 1u64 << c.index())
+}
+
 fn err(what: &str, e: caps::errors::CapsError) -> SysError {
     SysError::new(what, std::io::Error::other(e.to_string()))
 }

@@ -48,15 +48,25 @@ pub fn clone_checked(flags: nix::sched::CloneFlags) -> Result<Forked> {
 /// on 0, 1 and 2, closes every other fd, and restores the default action of every signal
 /// the parent handled (its handlers write to fds that are now closed).
 pub fn reset_child(keep: RawFd, at: RawFd, null: RawFd) -> Result<()> {
+    reset_child_keeping(&[(keep, at)], null)
+}
+
+/// [`reset_child`] for several descriptors: each `(fd, at)` of `keep` is put on `at` (the
+/// `at`s are consecutive from the first, and no `fd` is one of the later `at`s).
+pub fn reset_child_keeping(keep: &[(RawFd, RawFd)], null: RawFd) -> Result<()> {
     for fd in 0..3 {
         nix::unistd::dup2(null, fd).map_err(|e| SysError::errno("dup2", e))?;
     }
-    if keep != at {
-        nix::unistd::dup2(keep, at).map_err(|e| SysError::errno("dup2", e))?;
-    } else {
-        crate::fd::set_cloexec(&BorrowedRaw(at), false)?;
+    let mut last = 2;
+    for &(keep, at) in keep {
+        if keep != at {
+            nix::unistd::dup2(keep, at).map_err(|e| SysError::errno("dup2", e))?;
+        } else {
+            crate::fd::set_cloexec(&BorrowedRaw(at), false)?;
+        }
+        last = last.max(at);
     }
-    crate::fd::close_fds_from(at + 1, &[]);
+    crate::fd::close_fds_from(last + 1, &[]);
     for sig in [libc::SIGCHLD, libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installs the default disposition; no handler code is involved.
         unsafe {

@@ -3,7 +3,20 @@
 use crate::{Result, SysError};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// A connected pair of `SOCK_STREAM` unix sockets, both close-on-exec.
+/// A connected pair of `SOCK_SEQPACKET` unix sockets (messages keep their bounds), both
+/// close-on-exec.
+pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SysError::errno("socketpair", e))
+}
+
+/// A connected pair of unix stream sockets, close-on-exec.
 pub fn socketpair() -> Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     socketpair(
@@ -118,6 +131,12 @@ pub const MAX_PASSED_FDS: usize = 64;
 /// Sends `fds` over the unix stream socket `sock` with one byte of data (`SCM_RIGHTS`). The
 /// receiver takes them with [`recv_fds`] before it reads anything else the sender wrote after.
 pub fn send_fds(sock: &impl AsRawFd, fds: &[RawFd]) -> Result<()> {
+    send_fds_with(sock, b"F", fds)
+}
+
+/// Sends `data` (not empty) with `fds` in one message over the unix socket `sock`; on a
+/// `SOCK_SEQPACKET` socket the receiver gets both in one `recvmsg`.
+pub fn send_fds_with(sock: &impl AsRawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     if fds.len() > MAX_PASSED_FDS {
         return Err(SysError::new(
@@ -128,11 +147,11 @@ pub fn send_fds(sock: &impl AsRawFd, fds: &[RawFd]) -> Result<()> {
             )),
         ));
     }
-    let iov = [std::io::IoSlice::new(b"F")];
+    let iov = [std::io::IoSlice::new(data)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     loop {
-        match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
-            Ok(1) => return Ok(()),
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) if n == data.len() => return Ok(()),
             Ok(_) => {
                 return Err(SysError::new(
                     "send descriptors",
@@ -149,6 +168,35 @@ pub fn send_fds(sock: &impl AsRawFd, fds: &[RawFd]) -> Result<()> {
                 let mut p = [PollFd::new(fd, PollFlags::POLLOUT)];
                 let _ = poll(&mut p, PollTimeout::from(1000u16));
             }
+            Err(e) => return Err(SysError::errno("send descriptors", e)),
+        }
+    }
+}
+
+/// A close-on-exec copy of `fd` on the lowest free descriptor at or above `min`.
+pub fn dup_above(fd: &impl AsRawFd, min: RawFd) -> Result<OwnedFd> {
+    let n = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min))
+        .map_err(|e| SysError::errno("dup", e))?;
+    // SAFETY: F_DUPFD_CLOEXEC just made this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// [`send_fds_with`] that never waits: a socket whose buffer is full is an error (`EAGAIN`).
+pub fn send_fds_now(sock: &impl AsRawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [std::io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, flags, None) {
+            Ok(n) if n == data.len() => return Ok(()),
+            Ok(_) => {
+                return Err(SysError::new(
+                    "send descriptors",
+                    std::io::Error::other("short send"),
+                ))
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(SysError::errno("send descriptors", e)),
         }
     }

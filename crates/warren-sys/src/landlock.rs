@@ -19,8 +19,9 @@
 use crate::{Result, SysError};
 use landlock::{
     Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 /// The newest ABI this code was written and tested for.
@@ -115,7 +116,42 @@ pub fn restrict_sandbox(root: &Path, dev: &Path) -> Result<Enforced> {
     if abi == 0 {
         return Ok(Enforced::for_abi(0));
     }
-    let status = Ruleset::default()
+    let status = sandbox_rules(root, dev)?
+        .restrict_self()
+        .map_err(bad("restrict_self"))?;
+    match status.ruleset {
+        RulesetStatus::NotEnforced => Ok(Enforced::for_abi(0)),
+        _ => Ok(Enforced::for_abi(abi.min(TARGET_ABI as u32))),
+    }
+}
+
+/// The ruleset [`restrict_sandbox`] enforces, as a descriptor another process enforces on
+/// itself (`landlock_restrict_self`, after `no_new_privs`): a call's Python forked by the
+/// zygote. `None` when the kernel has no Landlock.
+pub fn sandbox_ruleset(root: &Path, dev: &Path) -> Result<Option<OwnedFd>> {
+    if kernel_abi() == 0 {
+        return Ok(None);
+    }
+    Ok(sandbox_rules(root, dev)?.into())
+}
+
+/// Enforces a ruleset made by [`sandbox_ruleset`] on the calling thread (and everything it
+/// starts later). Requires `no_new_privs`.
+pub fn enforce(ruleset: &OwnedFd) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: landlock_restrict_self(fd, 0) takes a descriptor we own and no memory.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if r != 0 {
+        return Err(SysError::new(
+            "landlock restrict_self",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+fn sandbox_rules(root: &Path, dev: &Path) -> Result<RulesetCreated> {
+    Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
         .map_err(bad("handle"))?
@@ -127,13 +163,7 @@ pub fn restrict_sandbox(root: &Path, dev: &Path) -> Result<Enforced> {
         .add_rule(PathBeneath::new(path(root)?, tree_rights(TARGET_ABI)))
         .map_err(bad("rule /"))?
         .add_rule(PathBeneath::new(path(dev)?, AccessFs::IoctlDev))
-        .map_err(bad("rule /dev"))?
-        .restrict_self()
-        .map_err(bad("restrict_self"))?;
-    match status.ruleset {
-        RulesetStatus::NotEnforced => Ok(Enforced::for_abi(0)),
-        _ => Ok(Enforced::for_abi(abi.min(TARGET_ABI as u32))),
-    }
+        .map_err(bad("rule /dev"))
 }
 
 #[cfg(test)]

@@ -523,9 +523,15 @@ fn allow_list(extra: &[libc::c_long], ns_allowed: u64) -> Result<BpfProgram> {
 }
 
 /// What a function container's agent does for each call environment (cell) that the sandbox
-/// filter refuses: build its mounts and name its host...
-pub const CELL_BUILDING: &[libc::c_long] =
-    syscalls![SYS_mount, SYS_umount2, SYS_pivot_root, SYS_sethostname];
+/// filter refuses: build its mounts and name its host, and (the Python zygote's forks, see the
+/// agent's `zygote`) enter a cell's namespaces...
+pub const CELL_BUILDING: &[libc::c_long] = syscalls![
+    SYS_mount,
+    SYS_umount2,
+    SYS_pivot_root,
+    SYS_sethostname,
+    SYS_setns
+];
 
 /// ...in these new namespaces, made by `clone`.
 pub const CELL_NAMESPACES: u64 =
@@ -658,6 +664,20 @@ impl CellFilters {
     /// Installs the finish filter on the calling thread (a cell, before it runs anything).
     pub fn finish(&self) -> Result<()> {
         seccompiler::apply_filter(&self.finish).map_err(bad)
+    }
+
+    /// The finish filter as the kernel takes it (`struct sock_filter`s in this machine's byte
+    /// order), for a process that installs it with `prctl(PR_SET_SECCOMP)` on its own (a
+    /// call's Python forked by the zygote).
+    pub fn finish_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.finish.len() * 8);
+        for f in &self.finish {
+            out.extend_from_slice(&f.code.to_ne_bytes());
+            out.push(f.jt);
+            out.push(f.jf);
+            out.extend_from_slice(&f.k.to_ne_bytes());
+        }
+        out
     }
 }
 

@@ -5,9 +5,10 @@
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
 //! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
-//! re-registered. A Dockerfile built through a gateway: placed, its log streamed, its image
-//! used, its layers started lazily on another node from the blob store. SandboxFusion's
-//! `/run_jupyter` through a gateway.
+//! re-registered; a node cut off from etcd runs nothing in a sandbox revived elsewhere. A
+//! Dockerfile built through a gateway: placed, its log streamed, its image used, its layers
+//! started lazily on another node from the blob store. SandboxFusion's `/run_jupyter`
+//! through a gateway.
 
 #[path = "../common/browser.rs"]
 mod browser;
@@ -19,6 +20,7 @@ mod etcd;
 mod layers;
 
 mod build;
+mod cutoff;
 mod etcd_trouble;
 mod fusion;
 mod harness;

@@ -10,6 +10,7 @@ mod cli;
 mod isolation;
 mod limits;
 mod pool;
+mod zygote;
 
 use warren_client::{CallRequest, CallResult};
 

@@ -169,14 +169,18 @@ print(" ".join(f"{n}={e}" for n, (_, e) in res))
 "#
     );
     let in_sandbox = s.py(&probe).await;
-    let mut req = warren_client::CallRequest::argv(["python3", "-c", probe.as_str()]);
-    req.timeout_secs = Some(30.0);
-    let r = s.d.client().call(&req).await.expect("call");
-    assert_eq!(r.exit_code, Some(0), "{r:?}");
-    assert_eq!(
-        r.stdout, in_sandbox,
-        "a call and a sandbox answer differently"
-    );
+    // Started by the call's environment, and forked by the pool's Python zygote.
+    for interpreter in [None, Some("python3")] {
+        let mut req = warren_client::CallRequest::argv(["python3", "-c", probe.as_str()]);
+        req.timeout_secs = Some(30.0);
+        req.interpreter = interpreter.map(String::from);
+        let r = s.d.client().call(&req).await.expect("call");
+        assert_eq!(r.exit_code, Some(0), "{r:?}");
+        assert_eq!(
+            r.stdout, in_sandbox,
+            "a call ({interpreter:?}) and a sandbox answer differently"
+        );
+    }
     let words: Vec<&str> = in_sandbox.split_whitespace().collect();
     for name in [
         "keyctl",
