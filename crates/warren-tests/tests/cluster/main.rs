@@ -4,7 +4,8 @@
 //! node killed with SIGKILL (fast 503, then 410; creates go elsewhere) and restarted (its
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
-//! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
+//! deleted sandbox; a node lost during 40 rollouts: each of its rollouts revived and finished,
+//! no original alive when it returns. Membership itself: duplicate ids refused, a revoked lease
 //! re-registered; a node cut off from etcd runs nothing in a sandbox revived elsewhere. A
 //! Dockerfile built through a gateway: placed, its log streamed, its image used, its layers
 //! started lazily on another node from the blob store. SandboxFusion's `/run_jupyter`
@@ -28,5 +29,6 @@ mod hung;
 mod loss;
 mod membership;
 mod observe;
+mod rollouts;
 mod routing;
 mod trajectories;
