@@ -23,6 +23,6 @@ pub mod view;
 
 pub use error::{ClusterError, Result};
 pub use keys::Keys;
-pub use member::{MemberConfig, MemberState, Membership, RecordSource, RejoinHook};
+pub use member::{LeaseClock, MemberConfig, MemberState, Membership, RecordSource, RejoinHook};
 pub use place::{candidates, Exclusions, PlaceError, PlaceRequest};
 pub use view::{ClusterView, Member, View};

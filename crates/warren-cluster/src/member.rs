@@ -37,6 +37,35 @@ pub struct MemberConfig {
     /// Run before the node registers again after it lost its registration (not before the
     /// first one): while it was away its sandboxes may have been revived elsewhere.
     pub before_rejoin: Option<RejoinHook>,
+    /// Until when the node's registration certainly lives (see [`LeaseClock`]).
+    pub lease_clock: LeaseClock,
+}
+
+/// Until when a node's registration certainly lives: the send time of the last keep-alive
+/// (or grant) etcd answered with a live lease, plus the lease's time to live. Past it, the
+/// lease may have expired in etcd: gateways may have called the node lost and revived its
+/// sandboxes elsewhere, so the node must not run a step of one before it knows (it reads the
+/// revive marks, see `warren-node`'s `Trajectories`). Never registered: not in doubt (the
+/// node checked the marks at its start). Cheap to clone; every clone is the same clock.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseClock(Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl LeaseClock {
+    /// The registration lives at least until `until`.
+    fn lives_until(&self, until: Instant) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if t.is_none_or(|t| t < until) {
+            *t = Some(until);
+        }
+    }
+
+    /// True when the node was registered and its lease may have expired since.
+    pub fn in_doubt(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| Instant::now() >= t)
+    }
 }
 
 /// What a node does before it registers again after losing its registration; the node is
@@ -65,6 +94,7 @@ impl MemberConfig {
             min_publish: Duration::from_secs(1),
             change: 0.05,
             before_rejoin: None,
+            lease_clock: LeaseClock::default(),
         }
     }
 }
@@ -204,8 +234,11 @@ async fn run(
             rejoin = false;
         }
         let record = source();
+        let asked = Instant::now();
         match register(&c, &cfg, &record).await {
             Ok(lease) => {
+                cfg.lease_clock
+                    .lives_until(asked + Duration::from_secs(cfg.ttl_secs as u64));
                 backoff = Duration::from_millis(100);
                 registered_once = true;
                 info!(node = %record.id, lease, "registered in the cluster");
@@ -411,6 +444,8 @@ async fn keep_lease(
     let mut tick = tokio::time::interval(cfg.tick);
     let mut last_publish = Instant::now();
     let mut last_answer = Instant::now();
+    // When each keep-alive not answered yet was sent (etcd answers them in order).
+    let mut sent = std::collections::VecDeque::new();
     loop {
         tokio::select! {
             r = &mut *leave => {
@@ -421,6 +456,7 @@ async fn keep_lease(
                 };
             }
             _ = renew.tick() => {
+                sent.push_back(Instant::now());
                 if let Err(e) = keeper.keep_alive().await {
                     return LeaseEnd::Broken(format!("keep-alive: {e}"));
                 }
@@ -435,6 +471,10 @@ async fn keep_lease(
                 Ok(Some(r)) if r.ttl() > 0 => {
                     last_answer = Instant::now();
                     *answered = true;
+                    // Renewed after it was sent: the lease lives a TTL from then at least.
+                    if let Some(at) = sent.pop_front() {
+                        cfg.lease_clock.lives_until(at + ttl);
+                    }
                 }
                 Ok(Some(_)) => return LeaseEnd::Expired("the lease expired".into()),
                 Ok(None) => return LeaseEnd::Broken("keep-alive stream ended".into()),

@@ -6,8 +6,8 @@
 //! [`Envd::serve`] answers one such request for one sandbox; the caller (the E2B front,
 //! `warren-e2b`) has authenticated it already. Every call becomes in-process requests to the
 //! v1 router carrying the [`warren_types::Caller`] in their extensions, so they are checked,
-//! logged and answered exactly like native calls: commands are attached execs
-//! ([`process`]), files are the file routes ([`filesystem`], [`files`]).
+//! logged and answered exactly like native calls: commands are attached (or, without stdin,
+//! streamed) execs ([`process`]), files are the file routes ([`filesystem`], [`files`]).
 
 pub mod connect;
 pub mod files;

@@ -2,7 +2,9 @@
 //!
 //! Every `Start` is one `POST /v1/sandboxes/{id}/exec/attach`: its request body stays open
 //! as the command's stdin (fed by `SendInput`, `StreamInput`, ended by `CloseStdin`), its
-//! NDJSON answer is the command's output. A task here owns that call for the command's whole
+//! NDJSON answer is the command's output. A `Start` without stdin (`stdin: false`, what
+//! `commands.run` sends by default) is one `POST .../exec/stream` instead: same events, the
+//! command's stdin is /dev/null (as envd's is), and there is no stdin to feed. A task here owns that call for the command's whole
 //! life, so the command outlives the client's stream (E2B's background commands), and hands
 //! each event to whoever listens: the `Start` stream and any `Connect` stream after it.
 //! Commands are numbered per Envd (the pid the SDK sees), listed by `List`, ended by
@@ -250,6 +252,8 @@ impl Call<'_> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let pty = req.pty.map(|p| p.size.unwrap_or_default());
+        // A terminal always takes input; a command when asked (envd's default is yes).
+        let wants_stdin = pty.is_some() || req.stdin.unwrap_or(true);
         let (route, mut head, deadline) = match pty {
             None => {
                 let exec = ExecRequest {
@@ -265,7 +269,14 @@ impl Call<'_> {
                     ..Default::default()
                 };
                 (
-                    "/exec/attach",
+                    // Without stdin (what `commands.run` asks for unless told otherwise) the
+                    // command's stdin is /dev/null, as envd's own is, and the call is a plain
+                    // streamed exec: no stdin pipe, no task feeding it, no message closing it.
+                    if wants_stdin {
+                        "/exec/attach"
+                    } else {
+                        "/exec/stream"
+                    },
                     serde_json::to_vec(&exec).map_err(|e| ConnectError::internal(e.to_string()))?,
                     None,
                 )
@@ -286,32 +297,43 @@ impl Call<'_> {
                 )
             }
         };
-        head.push(b'\n');
-        // The body: the request line, then stdin as it is sent (closed at once without stdin).
-        let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(16);
-        // A terminal always takes input; a command when asked (envd's default is yes).
-        let wants_stdin = pty.is_some() || req.stdin.unwrap_or(true);
-        let body_stream =
-            futures::stream::once(
-                async move { Ok::<_, std::convert::Infallible>(Bytes::from(head)) },
-            )
+        let (stdin_tx, resp) = if wants_stdin {
+            // The body: the request line, then stdin as it is sent.
+            head.push(b'\n');
+            let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(16);
+            let body_stream = futures::stream::once(async move {
+                Ok::<_, std::convert::Infallible>(Bytes::from(head))
+            })
             .chain(tokio_stream(stdin_rx).map(Ok));
-        let resp = self
-            .sandbox
-            .call(
-                Method::POST,
-                route,
-                Some("application/octet-stream"),
-                Body::from_stream(body_stream),
-            )
-            .await?;
+            let resp = self
+                .sandbox
+                .call(
+                    Method::POST,
+                    route,
+                    Some("application/octet-stream"),
+                    Body::from_stream(body_stream),
+                )
+                .await?;
+            (Some(stdin_tx), resp)
+        } else {
+            let resp = self
+                .sandbox
+                .call(
+                    Method::POST,
+                    route,
+                    Some("application/json"),
+                    Body::from(head),
+                )
+                .await?;
+            (None, resp)
+        };
         let pid = self.procs.next_pid.fetch_add(1, Ordering::Relaxed) % 4_000_000 + 1000;
         let proc = Arc::new(Proc {
             pid,
             tag: req.tag,
             config,
             pty: pty.is_some(),
-            stdin: tokio::sync::Mutex::new(wants_stdin.then_some(stdin_tx)),
+            stdin: tokio::sync::Mutex::new(stdin_tx),
             subs: Mutex::new(Vec::new()),
             kill: CancellationToken::new(),
         });

@@ -17,7 +17,8 @@ use crate::connect::{envelope, FLAG_COMPRESSED, FLAG_END_STREAM};
 use crate::Envd;
 
 /// `cat` echoes stdin as stdout and exits 0 when stdin ends; `fail` writes to stderr and
-/// exits 3; anything else runs until the call is dropped.
+/// exits 3; anything else runs until the call is dropped. Also the streamed exec (a start
+/// without stdin): its body is the request alone, no newline, and stdin is empty.
 async fn attach(Path(_id): Path<String>, req: Request) -> Response {
     assert!(
         req.extensions().get::<Caller>().is_some(),
@@ -132,6 +133,7 @@ fn envd() -> Envd {
     Envd::new(
         axum::Router::new()
             .route("/v1/sandboxes/{id}/exec/attach", post(attach))
+            .route("/v1/sandboxes/{id}/exec/stream", post(attach))
             .route("/v1/sandboxes/{id}/pty/attach", post(pty_attach)),
     )
 }

@@ -19,8 +19,10 @@
 //!   to [`MAX_BACKOFF`]; entries stay in the journal meanwhile, so memory does not grow
 //!   with an outage.
 //! - Records: a sandbox's record and hostname (`sandbox.json`, what revive makes a new
-//!   sandbox like) are written before its first segment, and again at the seal (the last
-//!   record; a network policy changed meanwhile is also in the log, replayed in order).
+//!   sandbox like) are written by its create before it answers (while it starts; a create
+//!   whose record cannot be written fails), before its first segment if it is not there
+//!   yet, and again at the seal (the last record; a network policy changed meanwhile is
+//!   also in the log, replayed in order).
 //! - Deletion: the delete path asks for a [`Shipper::seal`] (everything left, then the
 //!   seal object) before the local log goes, and waits for it a bounded time.
 
@@ -287,8 +289,10 @@ impl Shipper {
         Ok(s)
     }
 
-    /// Writes the record of `id` (idempotent: the same object again).
-    async fn record(&self, id: &SandboxId, live: &Live) -> Result<(), ShipError> {
+    /// Writes the record of `id` (idempotent: the same object again). A create writes it
+    /// before it answers (see `manager/create.rs`), so a sandbox whose creation was answered
+    /// can be revived from the store even when its node died before its first segment.
+    pub(crate) async fn record(&self, id: &SandboxId, live: &Live) -> Result<(), ShipError> {
         let bytes = encode("sandbox record", &live.record())?;
         self.store
             .put(&shipped::record_key(id), bytes.into())

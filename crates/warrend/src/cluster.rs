@@ -121,6 +121,11 @@ pub fn start(
     });
     let mut cfg = MemberConfig::new(endpoints);
     cfg.keys = Keys::new(&args.etcd_prefix);
+    // Once its lease may have expired, the node reads a sandbox's revive mark before it runs
+    // anything in it: a gateway may have revived it elsewhere (see `Trajectories::fence`).
+    let clock = cfg.lease_clock.clone();
+    node.trajectories
+        .set_registration_doubt(Arc::new(move || clock.in_doubt()));
     // Gateways may have revived this node's sandboxes on other nodes while it was away: those
     // originals go before the node is routed to again.
     let (trajectories, sandboxes) = (node.trajectories.clone(), node.sandboxes.clone());

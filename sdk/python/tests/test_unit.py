@@ -405,3 +405,48 @@ def test_revive_report_parses() -> None:
     assert r.first_divergence is not None and r.first_divergence.step == 5
     assert r.first_divergence.got["stdout_sha256"] == "b"
     assert ReviveReport.from_json({**d, "first_divergence": None}, None).first_divergence is None
+
+
+async def test_revive_and_continue_waits_for_the_node_to_be_called_lost() -> None:
+    report = {
+        "sandbox": INFO,
+        "revived_from": "n2-01jd0m7x4e8k0k9yq1w2e3r4t5",
+        "replayed": 4,
+        "steps_replayed": 4,
+        "skipped": 0,
+        "last_step": 4,
+        "divergences": 0,
+        "first_divergence": None,
+        "stopped": False,
+        "duration_ms": 1.0,
+        "recorded_ms": 1.0,
+    }
+    unreachable = {"error": {"code": "node_unreachable", "message": "node n2 does not answer"}}
+    calls: List[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        if len(calls) <= 2:
+            return httpx.Response(503, json=unreachable)
+        return httpx.Response(200, json=report)
+
+    c = warren.AsyncClient("unix:///nonexistent.sock")
+    _mock(c, handler)
+    r = await c.revive_and_continue(report["revived_from"], poll=0.01)
+    assert r.sandbox.id == INFO["id"] and r.next_step == 5
+    assert calls == [f"/v1/sandboxes/{report['revived_from']}/revive"] * 3
+    assert warren.ReviveReport.from_json({**report, "last_step": None}, None).next_step == 1
+
+    # A node that is never called lost: the wait runs out with the node's error.
+    calls.clear()
+    _mock(c, lambda req: calls.append(req.url.path) or httpx.Response(503, json=unreachable))
+    with pytest.raises(warren.NodeUnreachable):
+        await c.revive_and_continue("n2-01jd0m7x4e8k0k9yq1w2e3r4t5", wait=0.05, poll=0.01)
+    assert 2 <= len(calls)
+    # Other errors at once.
+    calls.clear()
+    nf = {"error": {"code": "not_found", "message": "no such sandbox"}}
+    _mock(c, lambda req: calls.append(req.url.path) or httpx.Response(404, json=nf))
+    with pytest.raises(warren.NotFound):
+        await c.revive_and_continue("n2-01jd0m7x4e8k0k9yq1w2e3r4t5", poll=0.01)
+    assert len(calls) == 1

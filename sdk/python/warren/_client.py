@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
-from ._errors import CommandError
+from ._errors import CommandError, NodeUnreachable
 from ._function import CallResult, call_body
 from ._models import Health, ReviveReport, SandboxInfo
 from ._sandboxes import AsyncSandbox, _secs, parse_mib
@@ -294,6 +295,30 @@ class AsyncClient:
         )
         d = resp.json()
         return ReviveReport.from_json(d, AsyncSandbox(self, SandboxInfo.from_json(d["sandbox"])))
+
+    async def revive_and_continue(
+        self, sandbox_id: str, *, wait: float = 120.0, poll: float = 0.5, stop_on_divergence: bool = False
+    ) -> ReviveReport:
+        """Revives a rollout whose sandbox was lost (``410 sandbox_lost``, its node killed)
+        and tells where it goes on: continue in ``report.sandbox`` from ``report.next_step``
+        (the step above the last one the revived trajectory holds; steps the lost node
+        answered but had not shipped yet are run again there).
+
+        Through a gateway, a revive of a sandbox whose node does not answer yet is ``503
+        node_unreachable`` until the gateway calls the node lost (a few seconds); it is asked
+        again every ``poll`` seconds for at most ``wait`` seconds, then
+        :class:`~warren.NodeUnreachable` is raised. Other errors are raised at once. The
+        original, if its node comes back, is deleted there (it never runs a step beside its
+        copy).
+        """
+        deadline = time.monotonic() + max(0.0, wait)
+        while True:
+            try:
+                return await self.revive(sandbox_id, stop_on_divergence=stop_on_divergence)
+            except NodeUnreachable:
+                if time.monotonic() + poll > deadline:
+                    raise
+                await asyncio.sleep(poll)
 
     async def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None) -> List[AsyncSandbox]:
         """The node's sandboxes (oldest first) that carry every label in ``labels`` and, when

@@ -418,6 +418,11 @@ class ReviveReport:
     duration_ms: float
     recorded_ms: float
 
+    @property
+    def next_step(self) -> int:
+        """The step to run next in the new sandbox: above :attr:`last_step` (1 without one)."""
+        return (self.last_step or 0) + 1
+
     @classmethod
     def from_json(cls, d: Dict[str, Any], sandbox: Any) -> "ReviveReport":
         first = d.get("first_divergence")

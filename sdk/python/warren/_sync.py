@@ -409,6 +409,7 @@ class Client:
     create = _sync_sandbox(AsyncClient.create)
     get = _sync_sandbox(AsyncClient.get)
     revive = _sync(AsyncClient.revive)
+    revive_and_continue = _sync(AsyncClient.revive_and_continue)
     list = _sync_sandboxes(AsyncClient.list)
     delete_all = _sync(AsyncClient.delete_all)
     snapshots = _sync(AsyncClient.snapshots)

@@ -11,6 +11,9 @@
 //! twice or more is a step run twice, never (or an answer that never came) a step lost.
 //! Reported per run: steps, answers that were replays, steps twice, steps lost, and the
 //! restart time (kill → the node answers again). Targets: 0 twice, 0 lost.
+//!
+//! The same run's baseline: a first round with no kill (the same rollouts and steps, counted
+//! the same way), so a round's time with a kill reads against one without.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,6 +48,13 @@ pub struct CrashBench {
     pub lost: u64,
     /// Kill → the node answers again, per round.
     pub restart_ms: Vec<f64>,
+    /// The baseline round (no kill): its time, steps, steps twice and lost.
+    pub baseline_ms: f64,
+    pub baseline_steps: u64,
+    pub baseline_twice: u64,
+    pub baseline_lost: u64,
+    /// Each round with a kill: first create → last step answered.
+    pub round_ms: Vec<f64>,
 }
 
 impl CrashBench {
@@ -56,26 +66,59 @@ impl CrashBench {
     }
 
     pub fn render(&self) -> String {
-        let mut t = Table::new(["ROUNDS", "ROLLOUTS", "STEPS", "REPLAYED", "TWICE", "LOST"]);
+        let mut t = Table::new([
+            "",
+            "ROUNDS",
+            "ROLLOUTS",
+            "STEPS",
+            "REPLAYED",
+            "TWICE",
+            "LOST",
+            "ROUND p50",
+        ]);
         t.row([
+            "no kill (baseline)".to_string(),
+            "1".to_string(),
+            self.rollouts.to_string(),
+            self.baseline_steps.to_string(),
+            "0".to_string(),
+            self.baseline_twice.to_string(),
+            self.baseline_lost.to_string(),
+            format!("{} ms", ms(self.baseline_ms)),
+        ]);
+        t.row([
+            "kill -9 each round".to_string(),
             self.rounds.to_string(),
             self.rollouts.to_string(),
             self.steps.to_string(),
             self.replayed.to_string(),
             self.twice.to_string(),
             self.lost.to_string(),
+            format!("{} ms", ms(median(&self.round_ms))),
         ]);
-        let mut sorted = self.restart_ms.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
         format!(
             "daemon kill -9 during {} rollouts x {} steps, once per round\n{}\nrestart (kill -> answering) median: {} ms\n",
             self.rollouts,
             self.steps_per_rollout,
             t.render(),
-            ms(median)
+            ms(median(&self.restart_ms))
         )
     }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// What one round counted.
+#[derive(Debug, Default)]
+struct Counts {
+    steps: u64,
+    replayed: u64,
+    twice: u64,
+    lost: u64,
 }
 
 /// The crash run's daemon: its own state directory, removed with it.
@@ -147,7 +190,17 @@ fn runs(text: &str) -> BTreeMap<u64, u64> {
     m
 }
 
-async fn round(node: &mut Node, rollouts: usize, r: usize, out: &mut CrashBench) -> Result<()> {
+/// One round of `rollouts`; the daemon is killed part way through unless `kill` is false.
+/// Answers what it counted and the round's time (first create → last step answered).
+async fn round(
+    node: &mut Node,
+    rollouts: usize,
+    r: usize,
+    kill: bool,
+    restart_ms: &mut Vec<f64>,
+) -> Result<(Counts, f64)> {
+    let began = Instant::now();
+    let mut out = Counts::default();
     let c = node.client(rollouts + 8)?;
     let mut ids = Vec::new();
     for _ in 0..rollouts {
@@ -175,15 +228,21 @@ async fn round(node: &mut Node, rollouts: usize, r: usize, out: &mut CrashBench)
     // The kill comes at 20 % to 80 % of the round's steps, moving from round to round.
     let total = rollouts * STEPS as usize;
     let at = total * (20 + (r * 37) % 61) / 100;
-    while answered.load(Ordering::Relaxed) < at {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    if kill {
+        while answered.load(Ordering::Relaxed) < at {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let t = Instant::now();
+        node.kill9();
+        node.start().await?;
+        restart_ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let t = Instant::now();
-    node.kill9();
-    node.start().await?;
-    out.restart_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-    for (task, id) in tasks.into_iter().zip(&ids) {
-        let got = task.await?;
+    let mut all = Vec::new();
+    for task in tasks {
+        all.push(task.await?);
+    }
+    let took = began.elapsed().as_secs_f64() * 1000.0;
+    for (got, id) in all.into_iter().zip(&ids) {
         let file = c
             .exec(id, &ExecRequest::shell("cat /root/runs"))
             .await
@@ -207,7 +266,7 @@ async fn round(node: &mut Node, rollouts: usize, r: usize, out: &mut CrashBench)
         }
         let _ = c.delete(id).await;
     }
-    Ok(())
+    Ok((out, took))
 }
 
 pub async fn measure(rounds: usize, rollouts: usize) -> Result<CrashBench> {
@@ -223,8 +282,23 @@ pub async fn measure(rounds: usize, rollouts: usize) -> Result<CrashBench> {
         steps_per_rollout: STEPS,
         ..Default::default()
     };
+    let mut restarts = Vec::new();
+    let (base, took) = round(&mut node, rollouts, 0, false, &mut restarts).await?;
+    (out.baseline_steps, out.baseline_twice, out.baseline_lost) =
+        (base.steps, base.twice, base.lost);
+    out.baseline_ms = took;
+    eprintln!(
+        "baseline round (no kill): {} steps, {} twice, {} lost, {took:.0} ms",
+        base.steps, base.twice, base.lost
+    );
     for r in 0..rounds {
-        round(&mut node, rollouts, r, &mut out).await?;
+        let (n, took) = round(&mut node, rollouts, r, true, &mut restarts).await?;
+        out.steps += n.steps;
+        out.replayed += n.replayed;
+        out.twice += n.twice;
+        out.lost += n.lost;
+        out.round_ms.push(took);
+        out.restart_ms = restarts.clone();
         eprintln!(
             "round {}/{rounds}: {} steps, {} replayed, {} twice, {} lost",
             r + 1,

@@ -4,10 +4,13 @@
 //! - `/run_code` of a one-line python program, sequential p50 (after warm-up);
 //! - the same program as a plain `call` (the `CallRequest` the node makes of it: same pool,
 //!   same warm interpreter), sequential p50: the protocol's own cost is the difference;
+//! - the same program as a `call` with no warm interpreter (Python started in every call's
+//!   cell, what every call cost before the pools' Python zygote), sequential p50: the baseline
+//!   of the zygote;
 //! - `/run_code` calls/s from 16 (`-c`) concurrent clients, next to the same `call` from as
-//!   many clients (the protocol's share of the throughput) and `call true` (what the pools
-//!   serve when the program costs nothing), each after the pool grew to what the clients keep
-//!   busy.
+//!   many clients (the protocol's share of the throughput), the same program started cold,
+//!   and `call true` (what the pools serve when the program costs nothing), each after the
+//!   pool grew to what the clients keep busy.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,9 +29,13 @@ use crate::stats::Latency;
 pub struct FusionBench {
     pub run_code: Latency,
     pub call: Latency,
+    /// The same program with Python started in the call's cell (no warm interpreter).
+    pub cold: Latency,
     pub run_code_per_sec: f64,
     /// The same program as a plain `call` from as many clients.
     pub call_per_sec: f64,
+    /// The same program started cold, from as many clients.
+    pub cold_per_sec: f64,
     /// `call true` from as many clients.
     pub call_true_per_sec: f64,
     pub concurrency: usize,
@@ -110,16 +117,24 @@ pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<F
     let req: warren_fusion::RunCodeRequest = serde_json::from_value(b.clone())?;
     let (_, mut call) = warren_fusion::Plan::new(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
     call.image = ImageRef::Name(s.image.clone());
-    s.note("fusion: warming the pool (50 of each)");
+    let mut cold = call.clone();
+    cold.interpreter = None;
+    cold.preload.clear();
+    s.note("fusion: warming the pools (50 of each)");
     for _ in 0..50 {
         s.stop.check()?;
         run_ok(&s.client, &b).await?;
         s.client.call(&call).await.context("call")?;
+        s.client.call(&cold).await.context("call")?;
     }
     s.note(format!(
-        "fusion: {n} `/run_code` and {n} `call`, interleaved"
+        "fusion: {n} `/run_code`, {n} `call` and {n} cold `call`, interleaved"
     ));
-    let (mut rc, mut cl) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut rc, mut cl, mut co) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     for _ in 0..n {
         s.stop.check()?;
         let t = Instant::now();
@@ -129,6 +144,10 @@ pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<F
         let out = s.client.call(&call).await.context("call")?;
         anyhow::ensure!(out.success(), "call failed: {}", out.stderr);
         cl.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        let out = s.client.call(&cold).await.context("call")?;
+        anyhow::ensure!(out.success(), "cold call failed: {}", out.stderr);
+        co.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     let warm_up = concurrency * 20;
     s.note(format!(
@@ -143,14 +162,18 @@ pub async fn fusion(s: &Setup, n: usize, concurrency: usize) -> anyhow::Result<F
     let (throughput_calls, throughput_busy) = concurrent(s, &b, total, concurrency).await?;
     let secs = t0.elapsed().as_secs_f64();
     let call_per_sec = calls_per_sec(s, "the same program", &call, total, concurrency).await?;
+    let cold_per_sec =
+        calls_per_sec(s, "the same program, cold", &cold, total, concurrency).await?;
     let mut t_true = CallRequest::argv(["true".to_string()]);
     t_true.image = ImageRef::Name(s.image.clone());
     let call_true_per_sec = calls_per_sec(s, "`true`", &t_true, total, concurrency).await?;
     Ok(FusionBench {
         run_code: Latency::from_samples(rc),
         call: Latency::from_samples(cl),
+        cold: Latency::from_samples(co),
         run_code_per_sec: throughput_calls as f64 / secs,
         call_per_sec,
+        cold_per_sec,
         call_true_per_sec,
         concurrency,
         throughput_calls,
@@ -167,6 +190,7 @@ impl FusionBench {
         for (name, l) in [
             ("run_code python (SandboxFusion)", &self.run_code),
             ("call, same program and pool", &self.call),
+            ("call, same program, Python started cold", &self.cold),
         ] {
             t.row([
                 name.to_string(),
@@ -180,13 +204,14 @@ impl FusionBench {
         }
         format!(
             "{}\nfrom {} clients: run_code {:.1}/s ({} calls, {} refused busy); \
-             call of the same program {:.1}/s; call true {:.1}/s\n",
+             call of the same program {:.1}/s; started cold {:.1}/s; call true {:.1}/s\n",
             t.render(),
             self.concurrency,
             self.run_code_per_sec,
             self.throughput_calls,
             self.throughput_busy,
             self.call_per_sec,
+            self.cold_per_sec,
             self.call_true_per_sec,
         )
     }

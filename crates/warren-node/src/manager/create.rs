@@ -1,16 +1,24 @@
 //! Create: validate, reserve (node limit, idempotency key), record `creating`, start through
-//! the substrate's runtime, record `running`. A failed start leaves no record behind.
+//! the substrate's runtime (and write the sandbox's record in the trajectory store meanwhile,
+//! when the node ships to one), record `running`. A failed start leaves no record behind on
+//! the node (a record in the trajectory store stays: nobody was told its id).
 
 use std::sync::Arc;
 use tracing::{info, warn};
 use warren_runtime::Runtime;
-use warren_types::{ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
+use warren_types::{
+    ApiError, Caller, CreateSandboxRequest, ErrorCode, SandboxId, SandboxInfo, SandboxState,
+};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
+use crate::ship::Live;
 use crate::store::{StoredKey, StoredSandbox, FORMAT};
 use crate::trajectory::SandboxLog;
+
+/// Longest a create waits for its record to be written in the trajectory store.
+pub const RECORD_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The answer to a create.
 #[derive(Debug, Clone)]
@@ -252,13 +260,19 @@ impl Manager {
         // a new file. Awaited before anything can remove the sandbox's record and log.
         let log_started = self.journal().start_log(&sb.id).ok();
         let started = std::time::Instant::now();
-        let made = match from {
-            Some(f) => f.restore(&runtime, &spec).await,
-            None => runtime
-                .create(&spec)
-                .await
-                .map_err(|source| NodeError::CreateFailed { source }),
+        // Its record goes to the trajectory store (when the node ships to one) while it
+        // starts: once the create answers, a revive can make it again on any node, even if
+        // this one dies before its first step is shipped.
+        let making = async {
+            match from {
+                Some(f) => f.restore(&runtime, &spec).await,
+                None => runtime
+                    .create(&spec)
+                    .await
+                    .map_err(|source| NodeError::CreateFailed { source }),
+            }
         };
+        let (made, shipped) = futures::join!(making, self.record_in_store(sb));
         if let Some(rx) = log_started {
             if let Err(e) = self.journal().committed(rx).await {
                 // Only slower: the first entry makes the log then.
@@ -280,6 +294,15 @@ impl Manager {
                 return Err(e);
             }
         };
+        if let Err(e) = shipped {
+            // Answered, it could not be revived if this node died: refused instead.
+            warn!(sandbox = %sb.id, error = %e, "cannot record the sandbox in the trajectory store; destroying it");
+            if let Err(de) = instance.destroy().await {
+                warn!(sandbox = %sb.id, error = %de, "destroy after a failed trajectory record");
+            }
+            self.abandon_start(&sb.id, key).await;
+            return Err(e);
+        }
 
         // The working directory exists from the start (as `mkdir -p`, like an image's
         // WORKDIR), so a missing one is not the first command's failure; one that cannot be
@@ -366,6 +389,30 @@ impl Manager {
                 Err(e)
             }
         }
+    }
+
+    /// Writes `sb`'s record (`sandbox.json`) in the trajectory store, when the node ships
+    /// to one, within [`RECORD_WITHIN`]; a failure is the create's `start_failed`.
+    async fn record_in_store(&self, sb: &Sandbox) -> Result<(), NodeError> {
+        let Some(shipper) = self.inner.parts.trajectories.shipper().cloned() else {
+            return Ok(());
+        };
+        let live = Live {
+            info: sb.lock().info.clone(),
+            hostname: Some(sb.hostname.clone()),
+        };
+        let why = match tokio::time::timeout(RECORD_WITHIN, shipper.record(&sb.id, &live)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} s", RECORD_WITHIN.as_secs()),
+        };
+        Err(NodeError::Api(ApiError::new(
+            ErrorCode::StartFailed,
+            format!(
+                "cannot record the sandbox in the trajectory store, so it could not be \
+                 revived if this node died ({why}); nothing was left behind: retry"
+            ),
+        )))
     }
 
     /// Undoes a recorded start that failed: its network (link or reservation; nothing when it

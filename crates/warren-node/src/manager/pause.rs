@@ -190,6 +190,8 @@ impl Manager {
         sb: &Arc<Sandbox>,
         limit: Option<Duration>,
     ) -> Result<(Arc<dyn Instance>, SandboxInfo, ActivityGuard), NodeError> {
+        // A node cut off from its cluster runs nothing in a sandbox revived elsewhere.
+        self.inner.parts.trajectories.fence(self, sb).await?;
         // Busy first: from here on the reaper does not start an idle pause.
         let guard = ActivityGuard::new(sb.clone());
         loop {

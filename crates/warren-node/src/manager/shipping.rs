@@ -10,7 +10,7 @@ use std::time::Duration;
 use tracing::warn;
 use warren_blob::trajectory::{TrajectoryPages as ShippedPages, TrajectoryStoreError};
 use warren_blob::BlobStore;
-use warren_types::{ApiError, Caller, SandboxId};
+use warren_types::{ApiError, Caller, ErrorCode, SandboxId};
 
 use super::{Inner, Manager, Sandbox};
 use crate::error::NodeError;
@@ -35,7 +35,13 @@ struct State {
     shipper: OnceLock<Arc<Shipper>>,
     /// Where revive reads logs of sandboxes this node no longer holds (none: only its own).
     log_source: OnceLock<Arc<dyn LogSource>>,
+    /// True while the node's cluster registration may have expired (see
+    /// [`Trajectories::set_registration_doubt`]).
+    doubt: OnceLock<Doubt>,
 }
+
+/// Whether the node's cluster registration may have expired.
+pub type Doubt = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Trajectories {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,6 +140,64 @@ impl Trajectories {
             }
         }
         deleted
+    }
+
+    /// Tells the node when its cluster registration may have expired (`doubt` answers true):
+    /// gateways may then have called it lost and revived its sandboxes elsewhere. Once
+    /// only; a node outside a cluster has none.
+    pub fn set_registration_doubt(&self, doubt: Doubt) {
+        let _ = self.state.doubt.set(doubt);
+    }
+
+    /// Fences `sb` while the node's registration is in doubt (a cluster node cut off from
+    /// etcd, still reached by clients): before a call runs in it, its revive mark is read
+    /// from the trajectory store. A sandbox revived elsewhere is deleted (in a task of its
+    /// own, as at a rejoin) and the call answers `not_found` naming the copy; a mark that
+    /// cannot be read answers `node_unreachable` (retry: nothing ran). Without doubt, or
+    /// without a store to revive from, nothing is read.
+    pub(crate) async fn fence(
+        &self,
+        sandboxes: &Manager,
+        sb: &Arc<Sandbox>,
+    ) -> Result<(), NodeError> {
+        let (Some(doubt), Some(shipper)) = (self.state.doubt.get(), self.shipper()) else {
+            return Ok(());
+        };
+        if !doubt() {
+            return Ok(());
+        }
+        let mark = warren_blob::trajectory::revived(shipper.store().as_ref(), &sb.id).await;
+        let mark = match mark {
+            Ok(None) => return Ok(()),
+            Ok(Some(m)) => m,
+            Err(e) => {
+                return Err(NodeError::Api(ApiError::new(
+                    ErrorCode::NodeUnreachable,
+                    format!(
+                        "this node lost its cluster registration and cannot read whether sandbox \
+                         {} was revived elsewhere ({e}); nothing ran: retry",
+                        sb.id
+                    ),
+                )))
+            }
+        };
+        warn!(
+            sandbox = %sb.id, revived_as = %mark.revived_as,
+            "the sandbox was revived on another node while this node was out of the cluster: deleting the original"
+        );
+        let (m, gone) = (sandboxes.clone(), sb.clone());
+        tokio::spawn(async move {
+            if let Err(e) = m.end(&gone, "revived on another node").await {
+                warn!(sandbox = %gone.id, error = %e, "cannot delete a revived sandbox's original");
+            }
+        });
+        Err(NodeError::SandboxNotFound {
+            id: sb.id.clone(),
+            why: Some(format!(
+                "revived on another node as {} while this node was out of the cluster",
+                mark.revived_as
+            )),
+        })
     }
 
     /// True when trajectories are shipped to a store (and read from it once a sandbox is

@@ -4,10 +4,12 @@
 //! node killed with SIGKILL (fast 503, then 410; creates go elsewhere) and restarted (its
 //! sandboxes are reachable again); the etcd leader killed (no node marked lost); etcd quorum
 //! lost (routing goes on). Trajectories shipped to a shared store outlive a killed node and a
-//! deleted sandbox. Membership itself: duplicate ids refused, a revoked lease
-//! re-registered. A Dockerfile built through a gateway: placed, its log streamed, its image
-//! used, its layers started lazily on another node from the blob store. SandboxFusion's
-//! `/run_jupyter` through a gateway.
+//! deleted sandbox; a node lost during 40 rollouts: each of its rollouts revived and finished,
+//! no original alive when it returns. Membership itself: duplicate ids refused, a revoked lease
+//! re-registered; a node cut off from etcd runs nothing in a sandbox revived elsewhere. A
+//! Dockerfile built through a gateway: placed, its log streamed, its image used, its layers
+//! started lazily on another node from the blob store. SandboxFusion's `/run_jupyter`
+//! through a gateway.
 
 #[path = "../common/browser.rs"]
 mod browser;
@@ -19,6 +21,7 @@ mod etcd;
 mod layers;
 
 mod build;
+mod cutoff;
 mod etcd_trouble;
 mod fusion;
 mod harness;
@@ -26,5 +29,6 @@ mod hung;
 mod loss;
 mod membership;
 mod observe;
+mod rollouts;
 mod routing;
 mod trajectories;

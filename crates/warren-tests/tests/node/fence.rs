@@ -1,7 +1,8 @@
 //! A revived sandbox fences its original: two nodes share a trajectory store; the first is
 //! killed (SIGKILL, its sandbox keeps running), the second revives the sandbox from the store,
 //! and when the first comes back it deletes the original instead of resuming it beside its
-//! copy, and says why in its log. The original never runs another step.
+//! copy, and says why in its log. The original never runs another step. A sandbox whose node
+//! died right after its create answered (before any step was shipped) is revived the same way.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,21 +38,28 @@ fn shipped(store: &Path, id: &str, needle: &str) -> bool {
     })
 }
 
+impl StoreDir {
+    /// A new store under the test root, and the daemon arguments that ship to it.
+    fn new(name: &str) -> (StoreDir, impl Fn(&Path) -> Vec<String> + Clone) {
+        let store = StoreDir(test_root().join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        )));
+        std::fs::create_dir_all(&store.0).unwrap();
+        let s = store.0.display().to_string();
+        (store, move |_: &Path| {
+            vec!["--trajectory-store".to_string(), s.clone()]
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
-    let store = StoreDir(test_root().join(format!(
-        "fence-store-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    )));
-    std::fs::create_dir_all(&store.0).unwrap();
-    let args = {
-        let s = store.0.display().to_string();
-        move |_: &Path| vec!["--trajectory-store".to_string(), s]
-    };
+    let (store, args) = StoreDir::new("fence-store");
     let Some(mut a) = Daemon::start_with(args.clone()).await else {
         return;
     };
@@ -115,4 +123,53 @@ async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
     // The copy goes on.
     let r = b.exec(&new, &step("wc -l < /root/runs", 3)).await;
     assert_eq!(r.stdout.trim(), "2", "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_whose_node_died_right_after_its_create_is_revived() {
+    let (store, args) = StoreDir::new("fence-early-store");
+    let Some(mut a) = Daemon::start_with(args.clone()).await else {
+        return;
+    };
+    let Some(b) = Daemon::start_with(args).await else {
+        return;
+    };
+    let id = a.sandbox().await;
+    // The create answered: its record is in the store already, nothing else is.
+    let record = store.0.join("trajectories").join(&id).join("sandbox.json");
+    assert!(
+        record.exists(),
+        "no record of {id} in the store when its create answered"
+    );
+    let pids = a.sandbox_pids(&id);
+    assert!(!pids.is_empty());
+
+    // Its node dies at once; another node revives it, no step to replay.
+    a.kill9();
+    let revived = b.client().revive(&id, false).await.expect("revive");
+    let new = revived.sandbox.id.clone();
+    assert_eq!(revived.steps_replayed, 0, "{revived:?}");
+    let r = b
+        .exec(&new, &step("echo 1 >> /root/runs; wc -l < /root/runs", 1))
+        .await;
+    assert_eq!(r.stdout.trim(), "1", "{r:?}");
+
+    // The first node comes back without the original.
+    a.spawn().await;
+    let list = a.list().await;
+    assert!(
+        list.iter().all(|s| s.id != id),
+        "the original is back beside its revived copy: {list:?}"
+    );
+    let left = wait_for(Duration::from_secs(30), || async {
+        pids.iter()
+            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+            .then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "processes of the original are left: {pids:?}"
+    );
+    b.client().delete(&new).await.expect("deleting the copy");
 }

@@ -231,3 +231,70 @@ async fn a_node_deletes_its_sandboxes_revived_elsewhere() {
     assert!(m1.get(&kept).is_ok());
     assert!(m1.parts().trajectories.delete_revived(&m1).await.is_empty());
 }
+
+/// A created sandbox's record is in the store when the create answers, so a sandbox whose
+/// node died before its first step (nothing shipped yet) is revived elsewhere; a node that
+/// cannot write the record refuses the create and keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_is_in_the_store_before_its_create_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn BlobStore> =
+        Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+    let a = Caller::tenant("a", Role::User, Quotas::default());
+    let req = warren_types::CreateSandboxRequest {
+        labels: [("task".to_string(), "t2".to_string())].into(),
+        memory_mb: Some(200),
+        ..Default::default()
+    };
+    std::fs::create_dir_all(dir.path().join("n1")).unwrap();
+    let (m1, _rt1) = manager_in(&dir.path().join("n1"), |_| {});
+    m1.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m1)
+        .unwrap();
+    let old: SandboxId = m1
+        .create_as(&a, req)
+        .await
+        .unwrap()
+        .info
+        .id
+        .parse()
+        .unwrap();
+    // Read at once: the shipper has nothing to ship for a sandbox without entries.
+    let logged = StoreLogSource::new(store.clone())
+        .sandbox(&old)
+        .await
+        .unwrap()
+        .expect("the record is in the store when the create answers");
+    assert_eq!(logged.info.limits.memory_mb, 200);
+
+    // Its node is gone (never to ship anything); another node revives it.
+    drop(m1);
+    std::fs::create_dir_all(dir.path().join("n2")).unwrap();
+    let (m2, _rt2) = manager_in(&dir.path().join("n2"), |_| {});
+    m2.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m2)
+        .unwrap();
+    let r = m2.revive(&a, &old, ReviveOptions::default()).await.unwrap();
+    assert_eq!((r.replayed, r.last_step), (0, None), "{r:?}");
+    assert_eq!(r.sandbox.labels.get("task").map(String::as_str), Some("t2"));
+    assert_eq!(r.sandbox.tenant.as_deref(), Some("a"));
+
+    // A store that cannot be written: the create fails and leaves nothing on the node.
+    let broken = dir.path().join("broken");
+    std::fs::write(&broken, b"not a directory").unwrap();
+    std::fs::create_dir_all(dir.path().join("n3")).unwrap();
+    let (m3, _rt3) = manager_in(&dir.path().join("n3"), |_| {});
+    m3.parts()
+        .trajectories
+        .ship_trajectories(Arc::new(warren_blob::LocalStore::new(broken)), &m3)
+        .unwrap();
+    let e = m3
+        .create_as(&a, warren_types::CreateSandboxRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_api().code, ErrorCode::StartFailed, "{e}");
+    assert!(e.to_string().contains("trajectory store"), "{e}");
+    assert!(m3.list(&Default::default()).is_empty());
+}
