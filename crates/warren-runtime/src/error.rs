@@ -39,10 +39,10 @@ pub enum RuntimeError {
     PortUnreachable { port: u16, message: String },
     /// The node's writable-layer space cannot hold the sandbox now.
     #[error("{0}")]
-    NoDisk(String),
+    NoDisk(DiskRefusal),
     /// Every host id range of the node's pool is held by a sandbox.
-    #[error("{0}")]
-    NoIds(String),
+    #[error("all {ranges} host id ranges of this node are in use")]
+    NoIds { ranges: u32 },
 }
 
 impl RuntimeError {
@@ -63,7 +63,7 @@ impl RuntimeError {
             RuntimeError::Agent { code, .. } => *code,
             RuntimeError::Unsupported(_) => ErrorCode::UnsupportedSubstrate,
             RuntimeError::PortUnreachable { .. } => ErrorCode::PortUnreachable,
-            RuntimeError::NoDisk(_) | RuntimeError::NoIds(_) => ErrorCode::Busy,
+            RuntimeError::NoDisk(_) | RuntimeError::NoIds { .. } => ErrorCode::Busy,
             RuntimeError::Protocol(_)
             | RuntimeError::Sys(_)
             | RuntimeError::Io { .. }
@@ -186,9 +186,44 @@ impl RuntimeError {
             RuntimeError::StartFailed(_)
             | RuntimeError::ImageNotFound(_)
             | RuntimeError::NoDisk(_)
-            | RuntimeError::NoIds(_) => self,
+            | RuntimeError::NoIds { .. } => self,
             other => RuntimeError::StartFailed(StartCause::Step(Box::new(other))),
         }
+    }
+}
+
+/// Why the writable-layer space cannot take one more sandbox.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DiskRefusal {
+    /// The sandbox asks for more than the whole space holds: it can never fit here.
+    #[error(
+        "disk_mb {} is more than this node's writable-layer space ({} MiB with --disk-overcommit {overcommit})",
+        asked >> 20,
+        capacity >> 20
+    )]
+    TooLarge {
+        asked: u64,
+        capacity: u64,
+        overcommit: f64,
+    },
+    /// The quotas of the sandboxes held leave too little now.
+    #[error(
+        "this node's writable-layer space is committed: {} of {} MiB, {} MiB asked",
+        committed >> 20,
+        capacity >> 20,
+        asked >> 20
+    )]
+    Committed {
+        committed: u64,
+        capacity: u64,
+        asked: u64,
+    },
+}
+
+impl DiskRefusal {
+    /// True when the sandbox can never fit (asking again later does not help).
+    pub fn never(&self) -> bool {
+        matches!(self, DiskRefusal::TooLarge { .. })
     }
 }
 
@@ -224,7 +259,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(lost.code(), ErrorCode::StartFailed);
-        let busy = RuntimeError::NoDisk("full".into()).into_start_failure();
+        let busy = RuntimeError::NoIds { ranges: 4 }.into_start_failure();
         assert_eq!(busy.code(), ErrorCode::Busy);
         let missing = RuntimeError::ImageNotFound("x".into()).into_start_failure();
         assert_eq!(missing.code(), ErrorCode::NotFound);

@@ -28,7 +28,7 @@ pub use agent::{
     AgentConn, CollectedFile, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter,
     InvokeOutput, PtySession, StdinSink, StreamItem,
 };
-pub use error::{RuntimeError, StartCause};
+pub use error::{DiskRefusal, RuntimeError, StartCause};
 pub use ports::PortStream;
 
 /// Everything a runtime needs to build a sandbox (already validated by the API edge).

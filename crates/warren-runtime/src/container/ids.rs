@@ -102,10 +102,9 @@ impl IdPool {
                 return Ok(self.cfg.base + k * RANGE);
             }
         }
-        Err(RuntimeError::NoIds(format!(
-            "all {} host id ranges of this node are in use",
-            self.cfg.slots
-        )))
+        Err(RuntimeError::NoIds {
+            ranges: self.cfg.slots,
+        })
     }
 
     /// Marks the range whose root is `base` as taken (a sandbox re-adopted after a restart).

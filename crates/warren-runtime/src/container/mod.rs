@@ -632,11 +632,12 @@ impl Runtime for ContainerRuntime {
                  disk_medium memory",
             ));
         };
-        w.fits(limits.disk_mb << 20).map_err(|(why, never)| {
-            if never {
-                warren_types::ApiError::invalid(why)
+        w.fits(limits.disk_mb << 20).map_err(|why| {
+            if why.never() {
+                warren_types::ApiError::invalid(why.to_string())
             } else {
-                let mut e = warren_types::ApiError::new(warren_types::ErrorCode::Busy, why);
+                let mut e =
+                    warren_types::ApiError::new(warren_types::ErrorCode::Busy, why.to_string());
                 e.retry_after = Some(5);
                 e
             }

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::{RuntimeError, StartCause};
+use crate::{DiskRefusal, RuntimeError, StartCause};
 
 /// How the node keeps writable layers on disk.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,33 +162,23 @@ impl WritableStore {
         (self.total_bytes as f64 * self.overcommit) as u64
     }
 
-    /// Whether one more sandbox of `bytes` fits now: `Ok`, or why not (and whether it can
-    /// never fit).
-    pub fn fits(&self, bytes: u64) -> Result<(), (String, bool)> {
-        let cap = self.capacity();
-        if bytes > cap {
-            return Err((
-                format!(
-                    "disk_mb {} is more than this node's writable-layer space ({} MiB with \
-                     --disk-overcommit {})",
-                    bytes >> 20,
-                    cap >> 20,
-                    self.overcommit
-                ),
-                true,
-            ));
+    /// Whether one more sandbox of `bytes` fits now: `Ok`, or why not.
+    pub fn fits(&self, bytes: u64) -> Result<(), DiskRefusal> {
+        let capacity = self.capacity();
+        if bytes > capacity {
+            return Err(DiskRefusal::TooLarge {
+                asked: bytes,
+                capacity,
+                overcommit: self.overcommit,
+            });
         }
         let committed: u64 = self.lock().values().map(|(b, _)| b).sum();
-        if committed + bytes > cap {
-            return Err((
-                format!(
-                    "this node's writable-layer space is committed: {} of {} MiB, {} MiB asked",
-                    committed >> 20,
-                    cap >> 20,
-                    bytes >> 20
-                ),
-                false,
-            ));
+        if committed + bytes > capacity {
+            return Err(DiskRefusal::Committed {
+                committed,
+                capacity,
+                asked: bytes,
+            });
         }
         Ok(())
     }
@@ -203,13 +193,21 @@ impl WritableStore {
         {
             let mut c = self.lock();
             let committed: u64 = c.values().map(|(b, _)| b).sum();
-            if committed + bytes > self.capacity() {
-                drop(c);
-                let (why, _) = self
-                    .fits(bytes)
-                    .err()
-                    .unwrap_or_else(|| ("no writable-layer space left".into(), false));
-                return Err(RuntimeError::NoDisk(why));
+            let capacity = self.capacity();
+            if committed + bytes > capacity {
+                return Err(RuntimeError::NoDisk(if bytes > capacity {
+                    DiskRefusal::TooLarge {
+                        asked: bytes,
+                        capacity,
+                        overcommit: self.overcommit,
+                    }
+                } else {
+                    DiskRefusal::Committed {
+                        committed,
+                        capacity,
+                        asked: bytes,
+                    }
+                }));
             }
             c.insert(id.to_string(), (bytes, 0));
         }
