@@ -6,19 +6,13 @@
 use std::sync::Arc;
 use tracing::{info, warn};
 use warren_runtime::Runtime;
-use warren_types::{
-    ApiError, Caller, CreateSandboxRequest, ErrorCode, SandboxId, SandboxInfo, SandboxState,
-};
+use warren_types::{ApiError, Caller, CreateSandboxRequest, SandboxId, SandboxInfo, SandboxState};
 
 use super::{now_ms, KeyEntry, Manager, Sandbox};
 use crate::error::NodeError;
 use crate::metrics::Metrics;
-use crate::ship::Live;
 use crate::store::{StoredKey, StoredSandbox, FORMAT};
 use crate::trajectory::SandboxLog;
-
-/// Longest a create waits for its record to be written in the trajectory store.
-pub const RECORD_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The answer to a create.
 #[derive(Debug, Clone)]
@@ -272,7 +266,8 @@ impl Manager {
                     .map_err(|source| NodeError::CreateFailed { source }),
             }
         };
-        let (made, shipped) = futures::join!(making, self.record_in_store(sb));
+        let (made, shipped) =
+            futures::join!(making, self.inner.parts.trajectories.record_in_store(sb));
         if let Some(rx) = log_started {
             if let Err(e) = self.journal().committed(rx).await {
                 // Only slower: the first entry makes the log then.
@@ -389,30 +384,6 @@ impl Manager {
                 Err(e)
             }
         }
-    }
-
-    /// Writes `sb`'s record (`sandbox.json`) in the trajectory store, when the node ships
-    /// to one, within [`RECORD_WITHIN`]; a failure is the create's `start_failed`.
-    async fn record_in_store(&self, sb: &Sandbox) -> Result<(), NodeError> {
-        let Some(shipper) = self.inner.parts.trajectories.shipper().cloned() else {
-            return Ok(());
-        };
-        let live = Live {
-            info: sb.lock().info.clone(),
-            hostname: Some(sb.hostname.clone()),
-        };
-        let why = match tokio::time::timeout(RECORD_WITHIN, shipper.record(&sb.id, &live)).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {} s", RECORD_WITHIN.as_secs()),
-        };
-        Err(NodeError::Api(ApiError::new(
-            ErrorCode::StartFailed,
-            format!(
-                "cannot record the sandbox in the trajectory store, so it could not be \
-                 revived if this node died ({why}); nothing was left behind: retry"
-            ),
-        )))
     }
 
     /// Undoes a recorded start that failed: its network (link or reservation; nothing when it

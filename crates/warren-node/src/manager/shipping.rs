@@ -21,6 +21,9 @@ use crate::trajectory::{LogSource, StoreLogSource};
 /// sandbox goes anyway (and the store may miss the end of its log).
 pub const SEAL_WAIT: Duration = Duration::from_secs(5);
 
+/// Longest a create waits for its record to be written in the trajectory store.
+pub const RECORD_WITHIN: Duration = Duration::from_secs(30);
+
 /// The sandboxes' trajectories once written: export, shipping, revive. Owns the trajectory
 /// shipper (once a trajectory store is set) and the log source revive reads sandboxes this
 /// node no longer holds from; calls that need a sandbox are handed the manager. Cheap to
@@ -52,6 +55,30 @@ impl std::fmt::Debug for Trajectories {
 }
 
 impl Trajectories {
+    /// Writes `sb`'s record (`sandbox.json`) in the trajectory store, when the node ships
+    /// to one, within [`RECORD_WITHIN`]; a failure is the create's `start_failed`.
+    pub(crate) async fn record_in_store(&self, sb: &Sandbox) -> Result<(), NodeError> {
+        let Some(shipper) = self.shipper().cloned() else {
+            return Ok(());
+        };
+        let live = Live {
+            info: sb.lock().info.clone(),
+            hostname: Some(sb.hostname.clone()),
+        };
+        let why = match tokio::time::timeout(RECORD_WITHIN, shipper.record(&sb.id, &live)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} s", RECORD_WITHIN.as_secs()),
+        };
+        Err(NodeError::Api(ApiError::new(
+            ErrorCode::StartFailed,
+            format!(
+                "cannot record the sandbox in the trajectory store, so it could not be \
+                 revived if this node died ({why}); nothing was left behind: retry"
+            ),
+        )))
+    }
+
     /// Ships the trajectory of every sandbox of `sandboxes` to `store` from now on, on a
     /// thread of its own (see [`crate::ship`]), and reads logs back from it to revive
     /// sandboxes this node does not hold (a [`StoreLogSource`], unless another source was
