@@ -8,49 +8,13 @@
 //! configured services, and nothing with `--network none`.
 
 use super::{build, write};
+use crate::common::netslot::{must, run, take_slot, Slot};
 use crate::common::{self, Daemon};
 use crate::layers;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-/// A slot `S` held (by an exclusive lock) for this test's addresses and names.
-struct Slot {
-    n: u8,
-    _lock: nix::fcntl::Flock<File>,
-}
-
-fn take_slot() -> Slot {
-    let dir = PathBuf::from("/tmp/warren-tests-net-slots");
-    std::fs::create_dir_all(&dir).expect("slot dir");
-    for n in 1..=250u8 {
-        let f = File::create(dir.join(format!("{n}.lock"))).expect("slot file");
-        if let Ok(lock) = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            return Slot { n, _lock: lock };
-        }
-    }
-    panic!("no free network test slot");
-}
-
-fn run(cmd: &str, args: &[&str]) -> (bool, String) {
-    match Command::new(cmd).args(args).output() {
-        Ok(o) => (
-            o.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-        ),
-        Err(e) => (false, e.to_string()),
-    }
-}
-
-fn must(cmd: &str, args: &[&str]) {
-    let (ok, out) = run(cmd, args);
-    assert!(ok, "{cmd} {args:?} failed: {out}");
-}
 
 /// The mirror host: a network namespace serving `root` over HTTP on port 8080.
 struct Mirror {

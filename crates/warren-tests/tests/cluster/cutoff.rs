@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use warren_client::ExecRequest;
 
-use crate::common::{test_root, wait_for, Daemon};
+use crate::common::{assert_original_gone, shipped, test_root, wait_for, Daemon};
 use crate::etcd::EtcdCluster;
 
 fn step(cmd: &str, step: u64) -> ExecRequest {
@@ -83,17 +83,6 @@ impl Drop for StoreDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Whether a shipped segment of `id`'s log holds `needle`.
-fn shipped(store: &Path, id: &str, needle: &str) -> bool {
-    let Ok(rd) = std::fs::read_dir(store.join("trajectories").join(id)) else {
-        return false;
-    };
-    rd.flatten().any(|e| {
-        e.file_name().to_string_lossy().ends_with(".jsonl")
-            && std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(needle))
-    })
 }
 
 /// Whether `node` is registered in `etcd` (its leased key is there).
@@ -188,21 +177,7 @@ async fn a_node_cut_off_from_etcd_runs_nothing_in_a_sandbox_revived_elsewhere() 
         .expect_err("a step of the original beside its copy");
     assert_eq!(e.status(), Some(404), "a step of the original answered {e}");
     assert!(e.to_string().contains(&new), "{e}");
-    let left = wait_for(Duration::from_secs(30), || async {
-        pids.iter()
-            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
-            .then_some(())
-    })
-    .await;
-    assert!(
-        left.is_some(),
-        "processes of the original are left: {pids:?}"
-    );
-    let log = a.log_tail(200);
-    assert!(
-        log.contains("revived on another node") && log.contains(&new),
-        "the log does not say why the original went:\n{log}"
-    );
+    assert_original_gone(&a, &pids, Some(&new)).await;
     // A sandbox nobody revived goes on.
     let r = a.exec(&kept, &step("echo kept", 1)).await;
     assert_eq!(r.stdout, "kept\n", "{r:?}");

@@ -89,6 +89,8 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
+pub mod netslot;
+
 // Test binaries that use both this and another helper module load the rule twice.
 #[allow(clippy::duplicate_mod)]
 #[path = "../../../../tests/skip.rs"]
@@ -724,6 +726,39 @@ pub fn node_cgroup_dirs(node: &str) -> Vec<PathBuf> {
 /// A well-formed sandbox id of `node` that no daemon ever made.
 pub fn unknown_id(node: &str) -> String {
     format!("{node}-01jd0m7x4e8k0k9yq1w2e3r4t5")
+}
+
+/// Whether a shipped segment of `id`'s log in the trajectory store `store` holds `needle`.
+pub fn shipped(store: &Path, id: &str, needle: &str) -> bool {
+    let Ok(rd) = std::fs::read_dir(store.join("trajectories").join(id)) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        e.file_name().to_string_lossy().ends_with(".jsonl")
+            && std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(needle))
+    })
+}
+
+/// Asserts that the processes `pids` of a fenced original (a sandbox revived elsewhere) are gone
+/// within 30 s and, when `copy` is given, that `node`'s log says why, naming the copy.
+pub async fn assert_original_gone(node: &Daemon, pids: &[u32], copy: Option<&str>) {
+    let left = wait_for(Duration::from_secs(30), || async {
+        pids.iter()
+            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+            .then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "processes of the original are left: {pids:?}"
+    );
+    if let Some(copy) = copy {
+        let log = node.log_tail(200);
+        assert!(
+            log.contains("revived on another node") && log.contains(copy),
+            "the log does not say why the original went:\n{log}"
+        );
+    }
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or `None` after `limit`.

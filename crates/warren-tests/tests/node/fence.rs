@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use warren_client::ExecRequest;
 
-use crate::common::{test_root, wait_for, Daemon};
+use crate::common::{assert_original_gone, shipped, test_root, wait_for, Daemon};
 
 fn step(cmd: &str, step: u64) -> ExecRequest {
     ExecRequest {
@@ -25,17 +25,6 @@ impl Drop for StoreDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Whether a shipped segment of `id`'s log holds `needle`.
-fn shipped(store: &Path, id: &str, needle: &str) -> bool {
-    let Ok(rd) = std::fs::read_dir(store.join("trajectories").join(id)) else {
-        return false;
-    };
-    rd.flatten().any(|e| {
-        e.file_name().to_string_lossy().ends_with(".jsonl")
-            && std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(needle))
-    })
 }
 
 impl StoreDir {
@@ -105,21 +94,7 @@ async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
         matches!(e.status(), Some(404) | Some(410)),
         "a step of the original answered {e}"
     );
-    let left = wait_for(Duration::from_secs(30), || async {
-        pids.iter()
-            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
-            .then_some(())
-    })
-    .await;
-    assert!(
-        left.is_some(),
-        "processes of the original are left: {pids:?}"
-    );
-    let log = a.log_tail(200);
-    assert!(
-        log.contains("revived on another node") && log.contains(&new),
-        "the log does not say why the original went:\n{log}"
-    );
+    assert_original_gone(&a, &pids, Some(&new)).await;
     // The copy goes on.
     let r = b.exec(&new, &step("wc -l < /root/runs", 3)).await;
     assert_eq!(r.stdout.trim(), "2", "{r:?}");
@@ -161,15 +136,6 @@ async fn a_sandbox_whose_node_died_right_after_its_create_is_revived() {
         list.iter().all(|s| s.id != id),
         "the original is back beside its revived copy: {list:?}"
     );
-    let left = wait_for(Duration::from_secs(30), || async {
-        pids.iter()
-            .all(|p| !Path::new(&format!("/proc/{p}")).exists())
-            .then_some(())
-    })
-    .await;
-    assert!(
-        left.is_some(),
-        "processes of the original are left: {pids:?}"
-    );
+    assert_original_gone(&a, &pids, None).await;
     b.client().delete(&new).await.expect("deleting the copy");
 }

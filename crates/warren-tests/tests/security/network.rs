@@ -19,11 +19,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::netslot::{must, run, take_slot, Slot};
 use common::Daemon;
 use warren_client::{CreateSandboxRequest, Substrate};
 use warren_types::NetworkPolicy;
@@ -134,43 +134,6 @@ while True:
     d, src = u.recvfrom(2048)
     with open(log, "a") as f: f.write("%s %s\n" % (src[0], d.decode(errors="replace")))
 "#;
-
-/// A slot `S` held (by an exclusive lock) for this test's addresses and names.
-struct Slot {
-    n: u8,
-    _lock: nix::fcntl::Flock<File>,
-}
-
-fn take_slot() -> Slot {
-    let dir = PathBuf::from("/tmp/warren-tests-net-slots");
-    std::fs::create_dir_all(&dir).expect("slot dir");
-    for n in 1..=250u8 {
-        let f = File::create(dir.join(format!("{n}.lock"))).expect("slot file");
-        if let Ok(lock) = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            return Slot { n, _lock: lock };
-        }
-    }
-    panic!("no free network test slot");
-}
-
-fn run(cmd: &str, args: &[&str]) -> (bool, String) {
-    match Command::new(cmd).args(args).output() {
-        Ok(o) => (
-            o.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-        ),
-        Err(e) => (false, e.to_string()),
-    }
-}
-
-fn must(cmd: &str, args: &[&str]) {
-    let (ok, out) = run(cmd, args);
-    assert!(ok, "{cmd} {args:?} failed: {out}");
-}
 
 /// The test's world: its daemon, its mirror namespace, its slot.
 struct World {
