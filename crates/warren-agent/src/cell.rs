@@ -18,11 +18,10 @@ use warren_proto::{
     Call, ContainerInit, Event, ExecSpec, Frame, FrameError, FunctionInit, Init, InitReply,
     InvokeSpec, Kind, PROTOCOL_VERSION,
 };
-use warren_sys::mount::{mount, Flags};
 
 use crate::exec::prepare;
 use crate::run::{Exit, Run};
-use crate::setup::{EtcFiles, CELL_DIR, ETC_LAYER, LOWER_DIR};
+use crate::setup::{ETC_LAYER, LOWER_DIR};
 use crate::warm::{preload_imports, resolved, warm_byte, PY_DEFS};
 
 use crate::error::{AgentError, Result as R};
@@ -177,22 +176,7 @@ fn build(
     filters: Option<&warren_sys::seccomp::CellFilters>,
     defer_landlock: bool,
 ) -> R<Option<OwnedFd>> {
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        Flags::MS_REC | Flags::MS_PRIVATE,
-        None,
-    )?;
-    // The top layer is the agent's `ETC_LAYER` (see `cell_config`).
-    let root = crate::setup::stage_root(
-        cfg,
-        &crate::setup::Layers::paths(&cfg.lowerdirs),
-        Path::new(CELL_DIR),
-        EtcFiles::InLayer,
-    )?;
-    crate::setup::enter(&root)?;
-    warren_sys::ns::set_hostname(&cfg.hostname)?;
+    crate::setup::enter_cell_root(cfg)?;
     // The agent may run with a protective OOM score, which the cell inherits and cannot
     // change (it is not dumpable: its /proc files are not its own). Each command it starts is
     // made the OOM killer's first choice instead (see `oom_victim`).

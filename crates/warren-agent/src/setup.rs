@@ -126,6 +126,22 @@ fn build_root(cfg: &ContainerInit, trees: Option<&[std::os::fd::OwnedFd]>) -> R<
     Ok(())
 }
 
+/// Makes every mount private, stages a cell's root from its layers at `CELL_DIR` (the top
+/// layer is the agent's `ETC_LAYER`, see `cell_config`), enters it and sets the hostname: what a
+/// cell and the Python zygote (which runs on a view of a cell's root) both start with.
+pub fn enter_cell_root(cfg: &ContainerInit) -> R<()> {
+    make_private()?;
+    let root = stage_root(
+        cfg,
+        &Layers::paths(&cfg.lowerdirs),
+        Path::new(CELL_DIR),
+        EtcFiles::InLayer,
+    )?;
+    enter(&root)?;
+    warren_sys::ns::set_hostname(&cfg.hostname)?;
+    Ok(())
+}
+
 /// Makes every mount private to this mount namespace.
 fn make_private() -> R<()> {
     mount(

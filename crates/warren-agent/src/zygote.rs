@@ -199,21 +199,7 @@ pub fn main(cfg: &ContainerInit) -> ! {
 
 fn prepare_root(cfg: &ContainerInit) -> crate::error::Result<()> {
     use warren_sys::mount::{mount, Flags};
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        Flags::MS_REC | Flags::MS_PRIVATE,
-        None,
-    )?;
-    let root = crate::setup::stage_root(
-        cfg,
-        &crate::setup::Layers::paths(&cfg.lowerdirs),
-        Path::new(crate::setup::CELL_DIR),
-        crate::setup::EtcFiles::InLayer,
-    )?;
-    crate::setup::enter(&root)?;
-    warren_sys::ns::set_hostname(&cfg.hostname)?;
+    crate::setup::enter_cell_root(cfg)?;
     // Nothing a call does can write the zygote's files (a call's process reaches them only
     // through what it inherited, e.g. /proc/self/exe).
     mount(
