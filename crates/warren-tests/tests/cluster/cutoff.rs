@@ -8,7 +8,7 @@
 //!
 //! The cut is a TCP proxy of the test's own between the node and etcd (loopback).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use warren_client::ExecRequest;
 
-use crate::common::{assert_original_gone, shipped, test_root, wait_for, Daemon};
+use crate::common::{assert_original_gone, shipped, test_root, wait_for, Daemon, StoreDir};
 use crate::etcd::EtcdCluster;
 
 fn step(cmd: &str, step: u64) -> ExecRequest {
@@ -76,15 +76,6 @@ impl Drop for Proxy {
     }
 }
 
-/// The shared trajectory store, removed when the test ends.
-struct StoreDir(PathBuf);
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Whether `node` is registered in `etcd` (its leased key is there).
 fn registered(etcd: &EtcdCluster, node: &str) -> bool {
     etcd.ctl(&["get", &format!("/warren/nodes/{node}"), "--keys-only"])
@@ -102,27 +93,19 @@ async fn a_node_cut_off_from_etcd_runs_nothing_in_a_sandbox_revived_elsewhere() 
     };
     let endpoint = etcd.endpoints();
     let proxy = Proxy::start(endpoint.trim_start_matches("http://").to_string()).await;
-    let store = StoreDir(test_root().join(format!(
-        "cutoff-store-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    )));
-    std::fs::create_dir_all(&store.0).unwrap();
+    let store = StoreDir::new("cutoff-store");
     let node_args = |etcd: String| {
-        let s = store.0.display().to_string();
+        let shipping = store.args();
         move |_: &Path| {
             let port = crate::etcd::free_port();
-            vec![
+            let mut args = vec![
                 "--listen".to_string(),
                 format!("127.0.0.1:{port}"),
                 "--etcd".to_string(),
                 etcd,
-                "--trajectory-store".to_string(),
-                s,
-            ]
+            ];
+            args.extend(shipping);
+            args
         }
     };
     // A reaches etcd through the proxy only; B directly.

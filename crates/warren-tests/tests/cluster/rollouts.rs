@@ -12,7 +12,7 @@ use std::time::Duration;
 use warren_client::{Client, CreateSandboxRequest, ExecRequest};
 use warren_types::NodeState;
 
-use crate::common::{test_root, wait_for};
+use crate::common::{wait_for, StoreDir};
 use crate::harness::Cluster;
 
 const ROLLOUTS: usize = 40;
@@ -39,31 +39,11 @@ async fn run(c: &Client, id: &str, from: u64, answered: &AtomicUsize) -> u64 {
     STEPS + 1
 }
 
-/// The shared store, removed when the test ends.
-struct StoreDir(std::path::PathBuf);
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_loss_during_rollouts_every_lost_rollout_is_revived_and_finished() {
-    std::fs::create_dir_all(test_root()).unwrap();
-    let store = StoreDir(test_root().join(format!(
-        "rollouts-store-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    )));
-    std::fs::create_dir_all(&store.0).unwrap();
-    let s = store.0.display().to_string();
-    let Some(mut c) =
-        Cluster::start(2, 1, |_| vec!["--trajectory-store".to_string(), s.clone()]).await
-    else {
+    let store = StoreDir::new("rollouts-store");
+    let shipping = store.args();
+    let Some(mut c) = Cluster::start(2, 1, |_| shipping.clone()).await else {
         return;
     };
     let gw = c.gw(0).clone();

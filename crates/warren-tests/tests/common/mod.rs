@@ -728,6 +728,36 @@ pub fn unknown_id(node: &str) -> String {
     format!("{node}-01jd0m7x4e8k0k9yq1w2e3r4t5")
 }
 
+/// A trajectory store (a directory) of one test under the test root, removed when it ends.
+pub struct StoreDir(pub PathBuf);
+
+impl StoreDir {
+    /// A new, empty store named `name` plus this process and the time.
+    pub fn new(name: &str) -> StoreDir {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let store = StoreDir(test_root().join(format!("{name}-{}-{nanos}", std::process::id())));
+        std::fs::create_dir_all(&store.0).expect("creating the trajectory store");
+        store
+    }
+
+    /// The daemon arguments that ship to this store.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--trajectory-store".to_string(),
+            self.0.display().to_string(),
+        ]
+    }
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Whether a shipped segment of `id`'s log in the trajectory store `store` holds `needle`.
 pub fn shipped(store: &Path, id: &str, needle: &str) -> bool {
     let Ok(rd) = std::fs::read_dir(store.join("trajectories").join(id)) else {

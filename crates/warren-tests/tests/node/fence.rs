@@ -4,12 +4,11 @@
 //! copy, and says why in its log. The original never runs another step. A sandbox whose node
 //! died right after its create answered (before any step was shipped) is revived the same way.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use warren_client::ExecRequest;
 
-use crate::common::{assert_original_gone, shipped, test_root, wait_for, Daemon};
+use crate::common::{assert_original_gone, shipped, wait_for, Daemon, StoreDir};
 
 fn step(cmd: &str, step: u64) -> ExecRequest {
     ExecRequest {
@@ -18,41 +17,14 @@ fn step(cmd: &str, step: u64) -> ExecRequest {
     }
 }
 
-/// The shared trajectory store, removed when the test ends.
-struct StoreDir(PathBuf);
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl StoreDir {
-    /// A new store under the test root, and the daemon arguments that ship to it.
-    fn new(name: &str) -> (StoreDir, impl Fn(&Path) -> Vec<String> + Clone) {
-        let store = StoreDir(test_root().join(format!(
-            "{name}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        )));
-        std::fs::create_dir_all(&store.0).unwrap();
-        let s = store.0.display().to_string();
-        (store, move |_: &Path| {
-            vec!["--trajectory-store".to_string(), s.clone()]
-        })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
-    let (store, args) = StoreDir::new("fence-store");
-    let Some(mut a) = Daemon::start_with(args.clone()).await else {
+    let store = StoreDir::new("fence-store");
+    let args = store.args();
+    let Some(mut a) = Daemon::start_with(|_| args.clone()).await else {
         return;
     };
-    let Some(b) = Daemon::start_with(args).await else {
+    let Some(b) = Daemon::start_with(|_| args).await else {
         return;
     };
     let id = a.sandbox().await;
@@ -102,11 +74,12 @@ async fn a_node_that_comes_back_deletes_its_sandbox_revived_elsewhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_whose_node_died_right_after_its_create_is_revived() {
-    let (store, args) = StoreDir::new("fence-early-store");
-    let Some(mut a) = Daemon::start_with(args.clone()).await else {
+    let store = StoreDir::new("fence-early-store");
+    let args = store.args();
+    let Some(mut a) = Daemon::start_with(|_| args.clone()).await else {
         return;
     };
-    let Some(b) = Daemon::start_with(args).await else {
+    let Some(b) = Daemon::start_with(|_| args).await else {
         return;
     };
     let id = a.sandbox().await;
