@@ -17,6 +17,11 @@ use std::path::Path;
 use std::process::Command;
 use warren_client::{CreateSandboxRequest, ExecRequest, ImageRef};
 
+/// Runs podman: whether it succeeded, and its stdout and stderr.
+fn podman(args: &[&str]) -> (bool, String) {
+    common::netslot::run("podman", args)
+}
+
 /// A name unique to this test process.
 fn unique(what: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -5,7 +5,7 @@
 //! podman-built image, saved as an archive and imported, runs its sandboxes' commands with
 //! its env, working directory and user, and holds the same tree.
 
-use super::{build, result_of, write};
+use super::{build, podman, result_of, write};
 use crate::common::{self, image_store, Daemon};
 use crate::layers;
 use std::process::Command;
@@ -31,21 +31,6 @@ const DESCRIBE: &str =
     [ -e \"$p\" ] || [ -L \"$p\" ] || { echo \"$p absent\"; continue; }; \
     find \"$p\" -printf '%p %y %m %U %G %l\\n'; \
     find \"$p\" -type f -exec sha256sum {} +; done | sort";
-
-fn podman(args: &[&str]) -> (bool, String) {
-    let out = Command::new("podman").args(args).output();
-    match out {
-        Ok(o) => (
-            o.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-        ),
-        Err(e) => (false, e.to_string()),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warren_and_podman_build_the_same_image() {

@@ -5,7 +5,7 @@
 //! second build uses the pulled copy. Without `--insecure` the plain-HTTP registry is an
 //! error naming the reference; a bare name that is no image says how to name a registry.
 
-use super::{build, result_of, write};
+use super::{build, podman, result_of, write};
 use crate::common::{self, Daemon};
 use crate::layers;
 use std::process::{Child, Command, Stdio};
@@ -60,20 +60,6 @@ fn start_registry(dir: &std::path::Path) -> Registry {
         std::thread::sleep(Duration::from_millis(50));
     }
     r
-}
-
-fn podman(args: &[&str]) -> (bool, String) {
-    match Command::new("podman").args(args).output() {
-        Ok(o) => (
-            o.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-        ),
-        Err(e) => (false, e.to_string()),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

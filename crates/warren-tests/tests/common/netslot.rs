@@ -1,6 +1,6 @@
 //! Network-test slots: a slot `S` (1..=250) names the addresses `10.254.S.0/24` and the links
 //! and namespaces of one test; a lock file held for the test's life keeps two tests (of any
-//! binary) from taking the same slot. And two small runners of host tools (`ip`, `nft`).
+//! binary) from taking the same slot. And two small runners of host tools (`ip`, `nft`, `podman`).
 
 use std::fs::File;
 use std::path::PathBuf;
