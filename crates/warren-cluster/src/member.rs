@@ -1,6 +1,7 @@
 //! The node side of membership: register `<root>/nodes/<id>` under a lease, keep the lease
-//! alive, publish the load summary, and register again by itself after a lost lease or an etcd
-//! outage. The node serves its sandboxes all along: nothing here is on its request path.
+//! alive (through any etcd outage, until etcd says the lease is gone), publish the load
+//! summary, and register again by itself after a lost lease. The node serves its sandboxes all
+//! along: nothing here is on its request path.
 //!
 //! A second live node with the same id is refused: the key is created in a transaction on
 //! `create_revision == 0`; an existing key of another incarnation (taken at boot) is somebody
@@ -192,9 +193,8 @@ impl Drop for Membership {
 
 type LeaveRx = tokio::sync::oneshot::Receiver<tokio::sync::oneshot::Sender<()>>;
 
-/// Longest pause between attempts to reach etcd or register: short, so a node whose lease
-/// ran out while etcd was away (a new leader gives leases one more TTL) registers again well
-/// within that TTL once etcd answers.
+/// Longest pause between attempts to reach etcd, renew the lease or register: short, so a
+/// node renews its lease well within the TTL a new leader gives every lease once etcd is back.
 const RETRY_CAP: Duration = Duration::from_millis(500);
 
 async fn run(
