@@ -176,11 +176,11 @@ async fn etcd_leader_killed_and_quorum_lost() {
             break;
         }
         let id = c.gw(0).create(&small()).await.unwrap().id;
-        let owner = c.owner(&id);
-        if probes.contains_key(&owner) {
-            extra.push(id);
-        } else {
-            probes.insert(owner, id);
+        match probes.entry(c.owner(&id)) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(id);
+            }
+            std::collections::btree_map::Entry::Occupied(_) => extra.push(id),
         }
     }
     for id in extra {
