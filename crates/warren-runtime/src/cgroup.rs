@@ -6,6 +6,7 @@
 //! used, plus the v2 `unified` mount when present (for `cgroup.kill`).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use warren_types::Limits;
 
@@ -173,6 +174,7 @@ impl Hierarchy {
                 .map(|(c, p)| (*c, p.join(name)))
                 .collect(),
             v2_only: self.v2_only,
+            oom_files: Arc::default(),
         }
     }
 
@@ -181,6 +183,7 @@ impl Hierarchy {
         CgroupSet {
             dirs: self.parents.clone(),
             v2_only: self.v2_only,
+            oom_files: Arc::default(),
         }
         .usage()
     }
@@ -218,6 +221,10 @@ pub const AGENT_LEAF: &str = "agent";
 pub struct CgroupSet {
     dirs: Vec<(Ctl, PathBuf)>,
     v2_only: bool,
+    /// The `memory.oom_control` files of the v1 memory group and its leaves, listed at the
+    /// first [`CgroupSet::oom_kills`] (after the sandbox's creation made its leaves; only
+    /// Warren makes them): that count is read before every command.
+    oom_files: Arc<OnceLock<Vec<PathBuf>>>,
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> Result<(), RuntimeError> {
@@ -230,7 +237,7 @@ fn read_u64(p: PathBuf) -> Option<u64> {
 }
 
 /// The value of `key` in a flat-keyed file (`memory.events`, `memory.oom_control`).
-fn read_field(p: PathBuf, key: &str) -> Option<u64> {
+fn read_field(p: impl AsRef<Path>, key: &str) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok())?
@@ -566,7 +573,18 @@ impl CgroupSet {
     /// them `memory.stat`, which the kernel sums up on each read).
     pub fn oom_kills(&self) -> Option<u64> {
         self.dirs.iter().find_map(|(ctl, d)| match ctl {
-            Ctl::Memory => v1_oom_kills(d),
+            Ctl::Memory => match self.oom_files.get() {
+                Some(files) => v1_oom_sum(files),
+                None => {
+                    let files = v1_oom_files(d);
+                    let kills = v1_oom_sum(&files);
+                    // Kept once the group was there to be listed.
+                    if kills.is_some() {
+                        let _ = self.oom_files.set(files);
+                    }
+                    kills
+                }
+            },
             // Counted up the tree (leaves included) on v2.
             Ctl::Unified if self.v2_only => read_field(d.join("memory.events"), "oom_kill"),
             _ => None,
@@ -617,11 +635,25 @@ impl CgroupSet {
 /// OOM kills of a v1 memory group and its leaves: v1 counts a kill only in the group whose
 /// limit was hit.
 fn v1_oom_kills(dir: &Path) -> Option<u64> {
-    let own = read_field(dir.join("memory.oom_control"), "oom_kill")?;
-    let leaves: u64 = CgroupSet::with_leaves(dir)
+    v1_oom_sum(&v1_oom_files(dir))
+}
+
+/// The `memory.oom_control` files of a v1 memory group (first) and of its leaves.
+fn v1_oom_files(dir: &Path) -> Vec<PathBuf> {
+    CgroupSet::with_leaves(dir)
         .into_iter()
-        .skip(1)
-        .filter_map(|l| read_field(l.join("memory.oom_control"), "oom_kill"))
+        .map(|d| d.join("memory.oom_control"))
+        .collect()
+}
+
+/// The OOM kills counted in `files` ([`v1_oom_files`]); `None` when the group's own cannot
+/// be read.
+fn v1_oom_sum(files: &[PathBuf]) -> Option<u64> {
+    let (own, leaves) = files.split_first()?;
+    let own = read_field(own, "oom_kill")?;
+    let leaves: u64 = leaves
+        .iter()
+        .filter_map(|f| read_field(f, "oom_kill"))
         .sum();
     Some(own + leaves)
 }

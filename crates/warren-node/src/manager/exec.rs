@@ -51,10 +51,16 @@ pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> Result<ExecSpe
 }
 
 /// Marks `exit` as an OOM kill when it died of SIGKILL and the sandbox's OOM killer fired
-/// since `before` (its count of OOM kills when the command started).
-pub(crate) fn mark_oom(exit: &mut ExitInfo, before: Option<u64>, now: Option<u64>) {
+/// since `before` (its count of OOM kills when the command started). The count now is read
+/// (`now`) only for a SIGKILL: a command that exited otherwise was not OOM-killed, and the
+/// read is a file or more per exec.
+pub(crate) fn mark_oom(
+    exit: &mut ExitInfo,
+    before: Option<u64>,
+    now: impl FnOnce() -> Option<u64>,
+) {
     if exit.signal == Some(SIGKILL) {
-        if let (Some(a), Some(b)) = (before, now) {
+        if let (Some(a), Some(b)) = (before, now()) {
             exit.oom_killed = b > a;
         }
     }
@@ -208,7 +214,7 @@ impl Drive {
                 m.observe_exec(self.substrate, self.started.elapsed());
                 exit.stdout_truncated |= self.out_over;
                 exit.stderr_truncated |= self.err_over;
-                mark_oom(&mut exit, self.ooms, self.instance.oom_kills());
+                mark_oom(&mut exit, self.ooms, || self.instance.oom_kills());
                 return Next::End(Ok(ExecOutput {
                     stdout: std::mem::take(&mut self.out),
                     stderr: std::mem::take(&mut self.err),
@@ -347,7 +353,7 @@ impl Processes {
                     Metrics::inc(&m.inner.parts.telemetry.metrics().exec_errors);
                     NodeError::runtime(&sid, e)
                 })?;
-                mark_oom(&mut out.exit, ooms, instance.oom_kills());
+                mark_oom(&mut out.exit, ooms, || instance.oom_kills());
                 m.inner
                     .parts
                     .telemetry
@@ -380,6 +386,7 @@ impl Processes {
             }
             Begun::Run(run) => run,
         };
+        run.digested(digest);
         let req = self.with_default_timeout(req);
         let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
         let (instance, info, busy) = run.ready_within(limit).await?;
@@ -439,6 +446,7 @@ impl Processes {
             }
             Begun::Run(run) => run,
         };
+        run.digested(digest);
         let req = self.with_default_timeout(req);
         let limit = req.timeout_secs.map(std::time::Duration::from_secs_f64);
         let (instance, info, busy) = run.ready_within(limit).await?;

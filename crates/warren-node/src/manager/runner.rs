@@ -154,10 +154,19 @@ pub(crate) struct Run<K> {
     guard: Option<StepGuard>,
     started_ms: u64,
     input: Option<Fed>,
+    /// The digest of the call it will log, when its caller computed it already (to claim
+    /// the step): hashing a request costs as much as a small exec's other daemon work.
+    digest: Option<Digest>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K: CallKind> Run<K> {
+    /// The digest of the call this run will log (computed by its caller from that same
+    /// call), so it is not computed again when the call is logged.
+    pub(crate) fn digested(&mut self, digest: Digest) {
+        self.digest = Some(digest);
+    }
+
     /// Logs `input` as what the call was fed.
     pub(crate) fn feed(&mut self, input: Option<Fed>) {
         self.input = input;
@@ -249,7 +258,13 @@ impl<K: CallKind> Run<K> {
     ) -> Result<R, NodeError> {
         let m = &self.manager;
         let step = self.guard.as_ref().map(StepGuard::step);
-        let digest = request_digest(&call);
+        let digest = match self.digest {
+            Some(d) => {
+                debug_assert!(d == request_digest(&call), "a run's digest is its call's");
+                d
+            }
+            None => request_digest(&call),
+        };
         // A step's foreground command was held by the agent until now (see `hold`).
         let held = step.filter(|_| matches!(call, TrajectoryCall::Exec(_)));
         let mut entry = StoredEntry::new(call, step, self.started_ms);
@@ -334,6 +349,7 @@ impl Manager {
                 guard,
                 started_ms: now_ms(),
                 input: None,
+                digest: None,
                 kind: PhantomData,
             })
         };
@@ -427,6 +443,7 @@ impl Manager {
             }
             Begun::Run(r) => r,
         };
+        r.digested(digest);
         r.feed(input);
         let go = async move {
             let (instance, info, _busy) = r.ready_within(limit).await?;
