@@ -21,7 +21,7 @@ fn py(code: &str, warm: bool) -> CallRequest {
 }
 
 /// Prints the call's parent pid first: 0 when the zygote forked the call (its parent, the
-/// carrier, is outside the cell's pid namespace), 1 when the cell started it.
+/// zygote, is outside the cell's pid namespace), 1 when the cell started it.
 const PARENT: &str = "import os; print(os.getppid())";
 
 /// Whether host process `pid` runs the zygote's program (the zygote, or a fork of it).
@@ -31,7 +31,7 @@ fn runs_zygote_program(pid: u32) -> bool {
 }
 
 /// Host pids of `node`'s zygote interpreters: processes running the zygote's program whose
-/// parent does not (its forks, the carriers and the calls' interpreters, run it too).
+/// parent does not (its forks, the calls' interpreters, run it too).
 fn zygotes(node: &str) -> Vec<u32> {
     let group = format!("warren-{node}");
     let mut out = Vec::new();
