@@ -209,6 +209,9 @@ def _warren_zygote(os, sys, main, fields):
     cells, calls = {}, {}
     poll = select.poll()
     poll.register(3, select.POLLIN)
+    # The builtin `compile`, which runs every call's program, makes the interpreter's ~120
+    # `ast` node classes the first time it is used: made here once, not in every call.
+    compile("pass", "<zygote>", "exec")
     # What the zygote has made so far is never collected by a call's process: its collector
     # does not write (and so copy) the zygote's pages.
     gc.freeze()
