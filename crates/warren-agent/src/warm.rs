@@ -9,9 +9,11 @@ use warren_proto::FunctionInit;
 
 /// The bootstrap's functions, shared with the zygote (`crate::zygote`): `_warren_main` reads
 /// one call's header and runs it (and, given a descriptor to report on, writes `X` and the
-/// program's exit code there before it exits); `_warren_fields` splits the header.
+/// program's exit code there before it exits, in the call's own process only, not in a
+/// child the program forked); `_warren_fields` splits the header.
 pub const PY_DEFS: &str = r#"
 def _warren_main(os, sys, fields, report=None):
+    me = os.getpid()
     n = b""
     while not n.endswith(b"\n"):
         c = os.read(0, 1)
@@ -71,7 +73,8 @@ def _warren_main(os, sys, fields, report=None):
         sys.stderr.flush()
     except BaseException:
         pass
-    if report is not None:
+    # Only the call's own process reports: a child the program forked ends here too.
+    if report is not None and os.getpid() == me:
         try:
             os.write(report, bytes((88, rc & 0xFF)))
         except BaseException:

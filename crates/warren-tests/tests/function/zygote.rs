@@ -155,6 +155,30 @@ async fn a_killed_zygote_is_replaced_without_a_failed_call() {
     );
 }
 
+/// A call's process reports its own exit code as it ends (see warren-agent `zygote`); a
+/// child the program forks, which runs to the program's end first, reports nothing: the call
+/// ends with its own process, output and exit code whole, forked or started cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_the_program_forks_does_not_end_the_call() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let code = "import os, sys, time
+pid = os.fork()
+if pid == 0:
+    print('child', flush=True)
+    sys.exit(0)
+os.waitpid(pid, 0)
+time.sleep(0.3)
+print('parent')
+sys.exit(7)";
+    for warm in [true, false] {
+        let out = call(&d, &py(code, warm)).await;
+        assert_eq!(out.exit_code, Some(7), "warm {warm}: {out:?}");
+        assert_eq!(out.stdout, "child\nparent\n", "warm {warm}: {out:?}");
+    }
+}
+
 /// The same lines of `/proc/self/status` and the same answers to limits, for a forked Python
 /// and one the cell starts: capabilities, `no_new_privs`, seccomp filters, CPUs and time
 /// slice, OOM score, Landlock (a device node refused with EACCES), timeouts, memory
