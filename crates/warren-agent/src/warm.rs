@@ -14,6 +14,14 @@ use warren_proto::FunctionInit;
 pub const PY_DEFS: &str = r#"
 def _warren_main(os, sys, fields, report=None):
     me = os.getpid()
+    if report is not None:
+        # The descriptor is checked again at the end: a program may have closed it and
+        # opened something else there.
+        try:
+            st = os.fstat(report)
+            ino = (st.st_dev, st.st_ino)
+        except OSError:
+            report = None
     n = b""
     while not n.endswith(b"\n"):
         c = os.read(0, 1)
@@ -76,7 +84,9 @@ def _warren_main(os, sys, fields, report=None):
     # Only the call's own process reports: a child the program forked ends here too.
     if report is not None and os.getpid() == me:
         try:
-            os.write(report, bytes((88, rc & 0xFF)))
+            st = os.fstat(report)
+            if (st.st_dev, st.st_ino) == ino:
+                os.write(report, bytes((88, rc & 0xFF)))
         except BaseException:
             pass
     os._exit(rc & 0xFF)
