@@ -36,7 +36,8 @@
 //!   that fails ends it before `R`: the cell then starts its own interpreter (the path
 //!   without a zygote).
 //! - The call's exit reaches the cell on its socket ([`exit_of`]): the bootstrap reports the
-//!   program's exit code as it exits; the zygote, which waits for its calls' processes
+//!   program's exit code as it exits (in the call's own process only: a child the program
+//!   forked ends through the same code); the zygote, which waits for its calls' processes
 //!   (one pidfd each in its poll loop), sends the wait status of one that ended otherwise
 //!   (a signal, `os._exit`, an `exec`). The cell kills what the call left (`kill(-1)` as its
 //!   pid namespace's PID 1) and ends as always. The call's process is a copy of the zygote:
