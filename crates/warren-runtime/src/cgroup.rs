@@ -490,9 +490,7 @@ impl CgroupSet {
     /// Freezes (or thaws) every process and waits (up to 5 s) until the kernel says so.
     pub async fn freeze(&self, frozen: bool) -> Result<(), RuntimeError> {
         let Some((v2, d)) = self.freezer() else {
-            return Err(RuntimeError::Unsupported(
-                "no cgroup freezer on this host".into(),
-            ));
+            return Err(crate::Unsupported::NoFreezer.into());
         };
         if v2 {
             write(d, "cgroup.freeze", if frozen { "1" } else { "0" })?;

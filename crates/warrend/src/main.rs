@@ -90,7 +90,7 @@ fn vm_runtimes(
 ) -> Vec<Arc<dyn warren_runtime::Runtime>> {
     let cfg = config::vm(args, agent);
     if let Some(why) = cfg.unavailable() {
-        warn!(reason = why, "VM substrates (microvm, vm) disabled");
+        warn!(reason = %why, "VM substrates (microvm, vm) disabled");
         return Vec::new();
     }
     let mut out: Vec<Arc<dyn warren_runtime::Runtime>> = Vec::new();
