@@ -269,20 +269,34 @@ fn rate(n: usize, secs: f64) -> f64 {
 }
 
 /// Whether `more` sandboxes at `per_kib` each fit into `available_kib` with the reserve left.
-pub fn fits(available_kib: u64, more: usize, per_kib: u64) -> Result<(), String> {
-    let need = (more as u64).saturating_mul(per_kib);
-    if available_kib >= need.saturating_add(RESERVE_KIB) {
+pub fn fits(available_kib: u64, more: usize, per_kib: u64) -> Result<(), NoRoom> {
+    let need_kib = (more as u64).saturating_mul(per_kib);
+    if available_kib >= need_kib.saturating_add(RESERVE_KIB) {
         Ok(())
     } else {
-        Err(format!(
-            "{more} more sandboxes need about {} MiB ({} KiB each as measured so far, with a \
-             margin) and {} MiB must stay free, but MemAvailable is {} MiB",
-            need / 1024,
+        Err(NoRoom {
+            more,
+            need_kib,
             per_kib,
-            RESERVE_KIB / 1024,
-            available_kib / 1024
-        ))
+            available_kib,
+        })
     }
+}
+
+/// The next step of the curve would leave less than the reserve free.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{more} more sandboxes need about {} MiB ({per_kib} KiB each as measured so far, with a \
+     margin) and {} MiB must stay free, but MemAvailable is {} MiB",
+    need_kib / 1024,
+    RESERVE_KIB / 1024,
+    available_kib / 1024
+)]
+pub struct NoRoom {
+    pub more: usize,
+    pub need_kib: u64,
+    pub per_kib: u64,
+    pub available_kib: u64,
 }
 
 /// The counts to measure: sorted, without duplicates or zero.
@@ -420,7 +434,7 @@ mod tests {
     #[test]
     fn steps_that_do_not_fit_are_refused() {
         assert!(fits(10 << 20, 1000, 2048).is_ok());
-        let why = fits(3 << 20, 1000, 2048).unwrap_err();
+        let why = fits(3 << 20, 1000, 2048).unwrap_err().to_string();
         assert!(why.contains("MemAvailable is 3072 MiB"), "{why}");
         assert!(fits(1 << 40, usize::MAX, u64::MAX).is_err());
     }
