@@ -628,7 +628,7 @@ fn v1_oom_kills(dir: &Path) -> Option<u64> {
 pub fn swap_total_bytes() -> u64 {
     crate::procfs::MemInfo::read()
         .ok()
-        .and_then(|m| m.kib("SwapTotal"))
+        .and_then(|m| m.swap_total_kib)
         .unwrap_or(0)
         * 1024
 }

@@ -261,7 +261,7 @@ impl Parts {
         info!(host = %runtime.describe(), "container runtime ready");
         let host = config::Host {
             writable_on_disk: runtime.writable().is_some(),
-            memory_mb: warren_node::admission::meminfo().map(|m| m.total_mb),
+            memory_mb: warren_node::admission::meminfo().map(|m| m.total_mb()),
             security,
         };
         let mut runtimes: Vec<Arc<dyn warren_runtime::Runtime>> = vec![Arc::new(runtime)];

@@ -38,30 +38,29 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
-    #[cfg(test)]
-    pub fn parse(text: &str) -> Option<MemInfo> {
-        MemInfo::from_fields(&warren_runtime::procfs::MemInfo::parse(text))
-    }
-
-    fn from_fields(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
-        let field = |name: &str| m.kib(name);
+    /// The report's figures of the host's memory; the curve needs the slab fields.
+    fn from_host(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
         Some(MemInfo {
-            total_kib: field("MemTotal")?,
-            available_kib: field("MemAvailable")?,
-            slab_kib: field("Slab")?,
-            sunreclaim_kib: field("SUnreclaim")?,
-            kernel_stack_kib: field("KernelStack").unwrap_or(0),
-            page_tables_kib: field("PageTables").unwrap_or(0),
-            percpu_kib: field("Percpu").unwrap_or(0),
-            anon_kib: field("AnonPages").unwrap_or(0),
-            shmem_kib: field("Shmem").unwrap_or(0),
+            total_kib: m.total_kib,
+            available_kib: m.available_kib,
+            slab_kib: m.slab_kib?,
+            sunreclaim_kib: m.sunreclaim_kib?,
+            kernel_stack_kib: m.kernel_stack_kib.unwrap_or(0),
+            page_tables_kib: m.page_tables_kib.unwrap_or(0),
+            percpu_kib: m.percpu_kib.unwrap_or(0),
+            anon_kib: m.anon_kib.unwrap_or(0),
+            shmem_kib: m.shmem_kib.unwrap_or(0),
         })
     }
 
+    #[cfg(test)]
+    pub fn parse(text: &str) -> Option<MemInfo> {
+        MemInfo::from_host(&warren_runtime::procfs::MemInfo::parse(text).ok()?)
+    }
+
     fn read() -> anyhow::Result<MemInfo> {
-        let m = warren_runtime::procfs::MemInfo::read().context("reading /proc/meminfo")?;
-        MemInfo::from_fields(&m)
-            .context("/proc/meminfo lacks MemTotal/MemAvailable/Slab/SUnreclaim")
+        MemInfo::from_host(&warren_runtime::procfs::MemInfo::read()?)
+            .context("/proc/meminfo lacks Slab/SUnreclaim")
     }
 
     fn used_kib(&self) -> u64 {
@@ -398,6 +397,7 @@ mod tests {
         assert_eq!(m.used_kib(), 4_096_000);
         assert_eq!((m.slab_kib, m.sunreclaim_kib), (700_000, 100_000));
         assert!(MemInfo::parse("MemTotal: 5 kB\nMemAvailable: 1 kB\n").is_none());
+        assert!(MemInfo::parse("MemTotal: 5 kB\nSlab: 1 kB\nSUnreclaim: 1 kB\n").is_none());
     }
 
     #[test]

@@ -338,10 +338,7 @@ impl VmRuntime {
 /// vCPUs for a sandbox: its CPU limit rounded up.
 /// The host's memory in MiB (`MemTotal`), 0 when unknown.
 pub(crate) fn host_memory_mb() -> u64 {
-    crate::procfs::MemInfo::read()
-        .ok()
-        .and_then(|m| m.kib("MemTotal"))
-        .map_or(0, |kib| kib / 1024)
+    crate::procfs::MemInfo::read().map_or(0, |m| m.total_mb())
 }
 
 fn vcpus(spec: &SandboxSpec) -> u32 {
