@@ -11,12 +11,21 @@ use crate::error::{ClusterError, Result};
 /// How long a unary etcd call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How often HTTP/2 pings go to a connection that received nothing meanwhile. etcd closes a
+/// connection that pings more often than its `--grpc-keepalive-min-time` (5 s by default)
+/// three times running while it sends nothing ("too_many_pings"): with a 1 s ping, a quiet
+/// watch was cut every 4 s. The calls that must notice a dead member sooner have their own
+/// bound: unary calls [`CALL_TIMEOUT`], a lease keep-alive its answers every second, the
+/// gateways' watch the progress it asks for (see `view`).
+pub const PING_EVERY: Duration = Duration::from_secs(10);
+
 /// A client over `endpoints` (`http://host:port`, or `host:port`). Connections are made
-/// lazily and balanced over the endpoints; HTTP/2 keep-alives notice a dead member in ~2 s.
+/// lazily and balanced over the endpoints; a member that stops answering pings is dropped
+/// within [`PING_EVERY`] + 5 s.
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_millis(500))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        .with_keep_alive(PING_EVERY, Duration::from_secs(5))
         .with_keep_alive_while_idle(true);
     bounded("connect", Client::connect(endpoints, Some(opts))).await
 }

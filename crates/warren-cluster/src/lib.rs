@@ -2,10 +2,10 @@
 //!
 //! - [`member`]: a node registers `<root>/nodes/<id>` under a lease (TTL 3 s, renewed every
 //!   second), refuses to share its id with another live node, publishes its load summary
-//!   (at most once a second, or on a change over 5%), and registers again by itself after a
-//!   lost lease or an etcd outage;
+//!   (at most once a second, or on a change over 5%), keeps its lease through an etcd outage,
+//!   and registers again by itself once etcd says the lease is gone;
 //! - [`view`]: a gateway's one prefix watch and the view it keeps (re-listed after a
-//!   compaction or a disconnect, kept as is while etcd is away);
+//!   compaction, a disconnect or a silent watch, kept as is while etcd is away);
 //! - [`place`]: filters and power-of-k choices over a view (pure);
 //! - [`drain`]: the drain marks;
 //! - [`keys`]: the key layout.
@@ -21,7 +21,7 @@ pub mod member;
 pub mod place;
 pub mod view;
 
-pub use error::{ClusterError, Result};
+pub use error::{ClusterError, IdHeld, JoinError, Result};
 pub use keys::Keys;
 pub use member::{LeaseClock, MemberConfig, MemberState, Membership, RecordSource, RejoinHook};
 pub use place::{candidates, Exclusions, PlaceError, PlaceRequest};

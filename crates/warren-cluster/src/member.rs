@@ -1,6 +1,7 @@
 //! The node side of membership: register `<root>/nodes/<id>` under a lease, keep the lease
-//! alive, publish the load summary, and register again by itself after a lost lease or an etcd
-//! outage. The node serves its sandboxes all along: nothing here is on its request path.
+//! alive (through any etcd outage, until etcd says the lease is gone), publish the load
+//! summary, and register again by itself after a lost lease. The node serves its sandboxes all
+//! along: nothing here is on its request path.
 //!
 //! A second live node with the same id is refused: the key is created in a transaction on
 //! `create_revision == 0`; an existing key of another incarnation (taken at boot) is somebody
@@ -15,7 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use warren_types::{NodeLoad, NodeRecord};
 
-use crate::error::{ClusterError, Result};
+use crate::error::{ClusterError, IdHeld, JoinError, Result};
 use crate::etcd::{bounded, connect};
 use crate::keys::Keys;
 
@@ -107,7 +108,7 @@ pub enum MemberState {
     /// Registered under this lease.
     Registered { lease: i64 },
     /// Another live node holds the id.
-    Refused(String),
+    Refused(IdHeld),
 }
 
 /// Produces the node's current record (called at most every `tick`).
@@ -154,7 +155,7 @@ impl Membership {
 
     /// Waits until registered (`Ok(true)`), refused (`Err`), or `limit` passed (`Ok(false)`:
     /// etcd is unreachable; registration goes on in the background).
-    pub async fn wait_registered(&self, limit: Duration) -> Result<bool, String> {
+    pub async fn wait_registered(&self, limit: Duration) -> Result<bool, JoinError> {
         let mut rx = self.state.clone();
         let res = tokio::time::timeout(
             limit,
@@ -163,10 +164,10 @@ impl Membership {
         .await;
         match res {
             Err(_) => Ok(false),
-            Ok(Err(_)) => Err("the membership task stopped".into()),
+            Ok(Err(_)) => Err(JoinError::Stopped),
             Ok(Ok(s)) => match &*s {
                 MemberState::Registered { .. } => Ok(true),
-                MemberState::Refused(why) => Err(why.clone()),
+                MemberState::Refused(why) => Err(JoinError::Refused(why.clone())),
                 MemberState::Connecting => Ok(false),
             },
         }
@@ -192,9 +193,8 @@ impl Drop for Membership {
 
 type LeaveRx = tokio::sync::oneshot::Receiver<tokio::sync::oneshot::Sender<()>>;
 
-/// Longest pause between attempts to reach etcd or register: short, so a node whose lease
-/// ran out while etcd was away (a new leader gives leases one more TTL) registers again well
-/// within that TTL once etcd answers.
+/// Longest pause between attempts to reach etcd, renew the lease or register: short, so a
+/// node renews its lease well within the TTL a new leader gives every lease once etcd is back.
 const RETRY_CAP: Duration = Duration::from_millis(500);
 
 async fn run(
@@ -209,6 +209,8 @@ async fn run(
     let mut rejoin = false;
     let mut client: Option<Client> = None;
     let mut backoff = Duration::from_millis(100);
+    // The lease of a registration whose key moved to a new lease (revoked once registered).
+    let mut replaced: Option<i64> = None;
     loop {
         let c = match &client {
             Some(c) => c.clone(),
@@ -243,15 +245,33 @@ async fn run(
                 registered_once = true;
                 info!(node = %record.id, lease, "registered in the cluster");
                 state.send_replace(MemberState::Registered { lease });
-                // Keep this lease as long as it lives: a broken stream (etcd member gone,
-                // leader election) is retried on the same lease, which a new leader extends.
-                let patience = Duration::from_secs(cfg.ttl_secs as u64 * 2);
-                let mut broken_since: Option<Instant> = None;
+                // A lease left behind when the key moved to this one: nothing lives under it.
+                if let Some(old) = replaced.take().filter(|old| *old != lease) {
+                    let mut c = c.clone();
+                    let _ = bounded("lease revoke", c.lease_revoke(old)).await;
+                }
+                // Keep this lease until etcd says it is gone: an outage (etcd member gone,
+                // leader election, quorum lost, the node cut off) is waited out on the same
+                // lease, which lives on in etcd as long as no leader let it expire (a new
+                // leader extends every lease). Registering again while it may live would
+                // leave the old key to expire under gateways' eyes.
+                let mut c = c;
+                let mut outage: Option<Instant> = None;
+                let mut warned = false;
+                let mut retry = Duration::from_millis(100);
                 loop {
                     let (end, answered) =
                         serve_lease(&c, &cfg, &source, source(), lease, &mut leave).await;
                     if answered {
-                        broken_since = None;
+                        if warned {
+                            info!(
+                                lease,
+                                "etcd answers again; still registered under the same lease"
+                            );
+                        }
+                        outage = None;
+                        warned = false;
+                        retry = Duration::from_millis(100);
                     }
                     match end {
                         LeaseEnd::Leave(done) => {
@@ -262,18 +282,30 @@ async fn run(
                             return;
                         }
                         LeaseEnd::Expired(why) => {
-                            warn!(reason = %why, "cluster registration lost; registering again");
+                            warn!(reason = %why, lease, "cluster registration lost; registering again");
+                            replaced = Some(lease);
                             break;
                         }
                         LeaseEnd::Broken(why) => {
-                            let since = *broken_since.get_or_insert_with(Instant::now);
-                            if since.elapsed() > patience {
-                                warn!(reason = %why, "etcd unreachable for too long; registering again");
-                                break;
+                            let since = *outage.get_or_insert_with(Instant::now);
+                            if !warned && since.elapsed() > Duration::from_secs(cfg.ttl_secs as u64)
+                            {
+                                warn!(reason = %why, lease,
+                                    "etcd has not renewed the lease for a lease lifetime; \
+                                     renewing it until etcd answers whether it still lives");
+                                warned = true;
+                            } else {
+                                debug!(reason = %why, "lease keep-alive interrupted; retrying");
                             }
-                            debug!(reason = %why, "lease keep-alive interrupted; retrying");
-                            if wait_or_leave(&mut leave, Duration::from_millis(200)).await {
+                            if wait_or_leave(&mut leave, retry).await {
                                 return;
+                            }
+                            retry = (retry * 2).min(RETRY_CAP);
+                            // A fresh connection: the old one may be wedged (closed by the
+                            // server, or to a member that is gone).
+                            if let Ok(fresh) = connect(&cfg.endpoints).await {
+                                client = Some(fresh.clone());
+                                c = fresh;
                             }
                         }
                     }
@@ -288,9 +320,11 @@ async fn run(
             }) => {
                 // At boot the key may be our previous run's, waiting for its lease to end.
                 let patience = Duration::from_secs(cfg.ttl_secs as u64 * 2 + 1);
-                let why = format!(
-                    "node id {id} is held by another live node (incarnation {incarnation} at {address})"
-                );
+                let why = IdHeld {
+                    id,
+                    incarnation,
+                    address,
+                };
                 if registered_once || boot.elapsed() > patience {
                     if !matches!(&*state.borrow(), MemberState::Refused(_)) {
                         warn!(reason = %why, "cluster registration refused");
@@ -400,11 +434,56 @@ async fn register(client: &Client, cfg: &MemberConfig, record: &NodeRecord) -> R
     })
 }
 
+/// What a node can tell about its lease from etcd's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseFate {
+    /// etcd says the lease does not exist (it expired or was revoked): register again.
+    Gone,
+    /// etcd renewed it, or did not answer about it (unreachable, no leader, no quorum, a
+    /// broken stream): the lease may live on, since only a leader expires leases and a new
+    /// leader extends every lease. Keep renewing it.
+    MayLive,
+}
+
+/// The fate of a lease whose keep-alive answered with `ttl` seconds left.
+fn fate_of_ttl(ttl: i64) -> LeaseFate {
+    if ttl > 0 {
+        LeaseFate::MayLive
+    } else {
+        LeaseFate::Gone
+    }
+}
+
+/// The fate of a lease whose keep-alive failed with `e`. etcd answers a keep-alive of a lease
+/// it does not have with TTL 0 (the client makes that "lease not found" when it opens the
+/// stream), and other lease calls with "requested lease not found"; any other failure says
+/// nothing about the lease.
+fn fate_of_error(e: &ClusterError) -> LeaseFate {
+    let not_found = |m: &str| m.contains("lease not found");
+    match e {
+        ClusterError::Etcd(etcd_client::Error::LeaseKeepAliveError(m)) if not_found(m) => {
+            LeaseFate::Gone
+        }
+        ClusterError::Etcd(etcd_client::Error::GRpcStatus(s)) if not_found(s.message()) => {
+            LeaseFate::Gone
+        }
+        _ => LeaseFate::MayLive,
+    }
+}
+
+/// How keeping the lease ends after a keep-alive failed with `e`.
+fn failed(e: &ClusterError) -> LeaseEnd {
+    match fate_of_error(e) {
+        LeaseFate::Gone => LeaseEnd::Expired(format!("etcd says the lease is gone: {e}")),
+        LeaseFate::MayLive => LeaseEnd::Broken(e.to_string()),
+    }
+}
+
 enum LeaseEnd {
     Leave(tokio::sync::oneshot::Sender<()>),
     /// The lease is gone (or the key left it): register anew.
     Expired(String),
-    /// etcd did not answer; the lease may still live.
+    /// etcd did not answer; the lease may still live: renew it again.
     Broken(String),
 }
 
@@ -434,12 +513,17 @@ async fn keep_lease(
 ) -> LeaseEnd {
     let mut c = client.clone();
     let key = cfg.keys.node(&published.id);
+    let ttl = Duration::from_secs(cfg.ttl_secs as u64);
+    // Opening the stream sends a first keep-alive and waits for its answer: a live lease
+    // (renewed from now), or "not found".
+    let opened = Instant::now();
     let (mut keeper, mut stream) =
         match bounded("lease keep-alive", c.lease_keep_alive(lease)).await {
             Ok(k) => k,
-            Err(e) => return LeaseEnd::Broken(e.to_string()),
+            Err(e) => return failed(&e),
         };
-    let ttl = Duration::from_secs(cfg.ttl_secs as u64);
+    *answered = true;
+    cfg.lease_clock.lives_until(opened + ttl);
     let mut renew = tokio::time::interval(cfg.keepalive);
     let mut tick = tokio::time::interval(cfg.tick);
     let mut last_publish = Instant::now();
@@ -460,25 +544,26 @@ async fn keep_lease(
                 if let Err(e) = keeper.keep_alive().await {
                     return LeaseEnd::Broken(format!("keep-alive: {e}"));
                 }
-                // No answer for a whole lease time: etcd is away; the lease may still live
-                // (a new leader extends leases), so register again, which takes the key
-                // back if it is still ours.
+                // No answer for a whole lease time: the stream may be stuck on a member
+                // that is gone; open a new one (on the same lease, which may still live).
                 if last_answer.elapsed() > ttl + cfg.keepalive {
                     return LeaseEnd::Broken("no keep-alive answer".into());
                 }
             }
             m = stream.message() => match m {
-                Ok(Some(r)) if r.ttl() > 0 => {
+                Ok(Some(r)) => {
                     last_answer = Instant::now();
                     *answered = true;
+                    if fate_of_ttl(r.ttl()) == LeaseFate::Gone {
+                        return LeaseEnd::Expired("etcd says the lease expired".into());
+                    }
                     // Renewed after it was sent: the lease lives a TTL from then at least.
                     if let Some(at) = sent.pop_front() {
                         cfg.lease_clock.lives_until(at + ttl);
                     }
                 }
-                Ok(Some(_)) => return LeaseEnd::Expired("the lease expired".into()),
                 Ok(None) => return LeaseEnd::Broken("keep-alive stream ended".into()),
-                Err(e) => return LeaseEnd::Broken(format!("keep-alive stream: {e}")),
+                Err(e) => return failed(&ClusterError::Etcd(e)),
             },
             _ = tick.tick() => {
                 if last_publish.elapsed() < cfg.min_publish {
@@ -578,6 +663,44 @@ mod tests {
             images: Default::default(),
             layers: vec![],
             blob_store: false,
+        }
+    }
+
+    #[test]
+    fn only_etcd_saying_so_ends_a_lease() {
+        // Renewed: keep it. TTL 0 (or -1): etcd has no such lease.
+        assert_eq!(fate_of_ttl(3), LeaseFate::MayLive);
+        assert_eq!(fate_of_ttl(0), LeaseFate::Gone);
+        assert_eq!(fate_of_ttl(-1), LeaseFate::Gone);
+        // The client's answer when it opens a keep-alive of a lease etcd does not have.
+        let gone = ClusterError::Etcd(etcd_client::Error::LeaseKeepAliveError(
+            "lease not found".into(),
+        ));
+        assert_eq!(fate_of_error(&gone), LeaseFate::Gone);
+        assert!(matches!(failed(&gone), LeaseEnd::Expired(_)));
+        let status = tonic::Status::not_found("etcdserver: requested lease not found");
+        let gone = ClusterError::Etcd(etcd_client::Error::GRpcStatus(status));
+        assert_eq!(fate_of_error(&gone), LeaseFate::Gone);
+        // etcd away, without a leader or quorum, slow, or the connection cut: the lease may
+        // live on (a new leader extends it), so the node keeps renewing it.
+        let away = [
+            ClusterError::Timeout {
+                what: "lease keep-alive",
+                ms: 2000,
+            },
+            ClusterError::Etcd(etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+                "etcdserver: no leader",
+            ))),
+            ClusterError::Etcd(etcd_client::Error::GRpcStatus(tonic::Status::unknown(
+                "h2 protocol error: error reading a body from connection",
+            ))),
+            ClusterError::Etcd(etcd_client::Error::LeaseKeepAliveError(
+                "channel closed".into(),
+            )),
+        ];
+        for e in &away {
+            assert_eq!(fate_of_error(e), LeaseFate::MayLive, "{e}");
+            assert!(matches!(failed(e), LeaseEnd::Broken(_)), "{e}");
         }
     }
 

@@ -323,8 +323,13 @@ async fn watch_loop(weak: std::sync::Weak<Shared>) {
         drop(shared);
         match ended {
             Ok(()) => backoff = Duration::from_millis(100),
-            Err(e) => {
-                debug!(error = %e, "cluster watch interrupted; keeping the last view");
+            // It was live: say so once, and list again soon.
+            Err((e, true)) => {
+                info!(error = %e, "cluster watch interrupted; keeping the last view and listing again");
+                backoff = Duration::from_millis(100);
+            }
+            Err((e, false)) => {
+                debug!(error = %e, "cluster watch not established; keeping the last view");
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
@@ -332,11 +337,32 @@ async fn watch_loop(weak: std::sync::Weak<Shared>) {
     }
 }
 
-/// One list + watch, until the watch ends (compaction, disconnect) or fails.
+/// How often the watch asks etcd for its progress: the answer shows the watch is live even
+/// when nothing changes (keeps the connection busy, see [`crate::etcd::PING_EVERY`]).
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// A watch that has heard nothing (no event, no progress) for this long is given up: its
+/// connection or member is gone without a word; a fresh connection lists again.
+const SILENCE: Duration = Duration::from_secs(5);
+
+/// One list + watch on a fresh connection, until the watch ends (compaction, cancel) or
+/// fails. A failure says whether the watch had been live (listed and watching).
 async fn watch_once(
     weak: &std::sync::Weak<Shared>,
     endpoints: &[String],
     keys: &Keys,
+) -> Result<(), (crate::ClusterError, bool)> {
+    let mut live = false;
+    watch_inner(weak, endpoints, keys, &mut live)
+        .await
+        .map_err(|e| (e, live))
+}
+
+async fn watch_inner(
+    weak: &std::sync::Weak<Shared>,
+    endpoints: &[String],
+    keys: &Keys,
+    live: &mut bool,
 ) -> crate::Result<()> {
     let mut client = connect(endpoints).await?;
     let prefix = keys.prefix();
@@ -364,10 +390,28 @@ async fn watch_once(
         ),
     )
     .await?;
+    *live = true;
+    let mut progress = tokio::time::interval(PROGRESS_EVERY);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = tokio::time::Instant::now();
     loop {
-        let Some(resp) = stream.message().await? else {
+        let resp = tokio::select! {
+            m = stream.message() => m?,
+            _ = progress.tick() => {
+                if heard.elapsed() > SILENCE {
+                    return Err(crate::ClusterError::Timeout {
+                        what: "watch progress",
+                        ms: SILENCE.as_millis() as u64,
+                    });
+                }
+                stream.request_progress().await?;
+                continue;
+            }
+        };
+        let Some(resp) = resp else {
             return Ok(());
         };
+        heard = tokio::time::Instant::now();
         if resp.canceled() || resp.compact_revision() > 0 {
             info!(
                 compacted = resp.compact_revision(),
@@ -390,7 +434,10 @@ async fn watch_once(
                     EventType::Delete => next.apply_delete(keys, kv.key(), kv.mod_revision()),
                 }
             }
-            next.revision = next.revision.max(rev);
+            // A progress answer (no events) may run ahead of events still to come.
+            if !resp.events().is_empty() {
+                next.revision = next.revision.max(rev);
+            }
             next
         });
     }

@@ -44,6 +44,11 @@ impl Daemon {
         })
     }
 
+    /// The running daemon's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -37,10 +37,16 @@ use crate::table::{ms, Table};
 
 const DRIVER: &str = include_str!("e2b_driver.py");
 
+/// Rounds of the CPU-per-call arms (they alternate in order from round to round), each of
+/// `-n` / [`CPU_ROUNDS`] * 2 calls per arm: short rounds side by side, so that the load of a
+/// shared machine moves every arm alike.
+const CPU_ROUNDS: usize = 10;
+
 /// What the driver prints.
 #[derive(Debug, Deserialize)]
 struct Raw {
     run: RawRun,
+    cpu: CpuPerCall,
     create: RawCreate,
     rollouts: Rollouts,
 }
@@ -60,6 +66,71 @@ struct RawCreate {
     e2b: Vec<f64>,
     native: Vec<f64>,
     native_bash: Vec<f64>,
+}
+
+/// CPU time per call, in ms, of one arm over one round (see `e2b_driver.py`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CpuSample {
+    /// `warrend`'s `utime + stime`, every thread.
+    pub daemon: f64,
+    /// The Python client's `process_time` (the SDK of the arm, its event loop).
+    pub client: f64,
+    /// The sandbox cgroup's `cpu_usec` (the agent and `bash -l -c true`).
+    pub sandbox: f64,
+}
+
+/// CPU per call of the same program (`/bin/bash -l -c true`) three ways, one sample per round.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CpuPerCall {
+    /// E2B's `commands.run("true")` (envd `Start` → the node's streamed exec).
+    pub e2b: Vec<CpuSample>,
+    /// Warren's `exec_stream` (`/exec/stream`, NDJSON).
+    pub exec_stream: Vec<CpuSample>,
+    /// Warren's `exec` (`/exec`, one JSON answer).
+    pub exec: Vec<CpuSample>,
+}
+
+impl CpuPerCall {
+    fn render(&self) -> String {
+        let mut t = Table::new([
+            "CPU PER CALL (ms, mean of rounds ± its std. error)",
+            "DAEMON",
+            "CLIENT",
+            "SANDBOX",
+        ]);
+        let col = |v: &[CpuSample], f: fn(&CpuSample) -> f64| {
+            let (mean, se) = mean_se(v.iter().map(f));
+            format!("{mean:.3} ± {se:.3}")
+        };
+        for (name, v) in [
+            ("E2B commands.run(\"true\")", &self.e2b),
+            ("Warren exec_stream bash -l -c true", &self.exec_stream),
+            ("Warren exec bash -l -c true", &self.exec),
+        ] {
+            t.row([
+                name.to_string(),
+                col(v, |s| s.daemon),
+                col(v, |s| s.client),
+                col(v, |s| s.sandbox),
+            ]);
+        }
+        t.render()
+    }
+}
+
+/// The mean of `xs` and its standard error.
+fn mean_se(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    let xs: Vec<f64> = xs.collect();
+    let n = xs.len() as f64;
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, (var / n).sqrt())
 }
 
 /// The concurrent rollouts.
@@ -93,6 +164,8 @@ pub struct E2bBench {
     pub create_native: Latency,
     /// Warren's `create` → `exec /bin/bash -l -c true`.
     pub create_native_bash: Latency,
+    /// CPU per call of `run("true")`, streamed and one-shot exec of the same program.
+    pub cpu: CpuPerCall,
     pub rollouts: Rollouts,
 }
 
@@ -180,6 +253,9 @@ impl E2bBench {
         for e in &r.first_errors {
             out.push_str(&format!("  error: {e}\n"));
         }
+        if !self.cpu.e2b.is_empty() {
+            out.push_str(&self.cpu.render());
+        }
         out
     }
 }
@@ -229,7 +305,13 @@ fn python() -> String {
     std::env::var("WARREN_BENCH_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-async fn drive(url: &str, dir: &std::path::Path, n: usize, rollouts: usize) -> Result<Raw> {
+async fn drive(
+    url: &str,
+    dir: &std::path::Path,
+    daemon_pid: u32,
+    n: usize,
+    rollouts: usize,
+) -> Result<Raw> {
     let py = python();
     let probe = tokio::process::Command::new(&py)
         .args(["-c", "import e2b, warren"])
@@ -254,6 +336,10 @@ async fn drive(url: &str, dir: &std::path::Path, n: usize, rollouts: usize) -> R
             n_create.to_string(),
             rollouts.to_string(),
             "20".to_string(),
+            daemon_pid.to_string(),
+            // CPU per call: twice as many calls per arm as the latency arms take.
+            (2 * n).div_ceil(CPU_ROUNDS).to_string(),
+            CPU_ROUNDS.to_string(),
         ])
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -280,7 +366,8 @@ pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let mut node = Node::start(&dir, rollouts).await?;
-    let raw = drive(&node.url(), &dir, n, rollouts).await;
+    let pid = node.daemon.pid().context("the daemon is not running")?;
+    let raw = drive(&node.url(), &dir, pid, n, rollouts).await;
     node.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     let raw = raw?;
@@ -294,6 +381,7 @@ pub async fn measure(n: usize, rollouts: usize) -> Result<E2bBench> {
         create_e2b: Latency::from_samples(raw.create.e2b),
         create_native: Latency::from_samples(raw.create.native),
         create_native_bash: Latency::from_samples(raw.create.native_bash),
+        cpu: raw.cpu,
         rollouts: raw.rollouts,
     })
 }

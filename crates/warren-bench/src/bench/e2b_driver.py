@@ -2,7 +2,8 @@
 SDK (`warren`) against one `warrend --e2b`, in one process and one event loop, alternating
 sample by sample so that both see the same machine.
 
-Arguments: URL N_RUN N_CREATE ROLLOUTS COMMANDS. Prints one JSON document on stdout:
+Arguments: URL N_RUN N_CREATE ROLLOUTS COMMANDS DAEMON_PID N_CPU ROUNDS. Prints one JSON
+document on stdout:
 
 - `run`: ms of `commands.run("true")` (E2B; the SDK runs `/bin/bash -l -c true`), `exec true`,
   `exec /bin/bash -c true` and `exec /bin/bash -l -c true` (Warren), in one sandbox (made
@@ -10,12 +11,18 @@ Arguments: URL N_RUN N_CREATE ROLLOUTS COMMANDS. Prints one JSON document on std
   and `exec /bin/bash -l -c true` in a second sandbox with Debian's stock login profile;
 - `create`: ms of `AsyncSandbox.create` → first `commands.run("true")` and of Warren's
   `create` → `exec true` and → `exec /bin/bash -l -c true` (kills/deletes not timed);
+- `cpu`: CPU time per call of `commands.run("true")`, Warren's `exec_stream` and Warren's
+  `exec` of `/bin/bash -l -c true` (what `run("true")` starts), N_CPU calls per arm and
+  round, ROUNDS rounds, one arm after the other in one sandbox: the daemon's (every thread of
+  DAEMON_PID), this client's (`process_time`: both SDKs) and the sandbox's
+  (its cgroup's `cpu_usec`: the agent and the command), in ms per call;
 - `rollouts`: ROLLOUTS `AsyncSandbox` rollouts at once (create, COMMANDS commands, a file
   written and read back, kill): wall seconds, errors and the first few error texts.
 """
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -27,16 +34,18 @@ WARMUP = 20
 
 
 def main() -> None:
-    url, n_run, n_create, rollouts, commands = sys.argv[1], *map(int, sys.argv[2:6])
+    url = sys.argv[1]
+    n_run, n_create, rollouts, commands, daemon_pid, n_cpu, rounds = map(int, sys.argv[2:9])
     opts = {"api_url": url, "sandbox_url": url, "api_key": "warren-bench", "domain": "e2b.bench"}
-    out = asyncio.run(bench(url, opts, n_run, n_create, rollouts, commands))
+    out = asyncio.run(bench(url, opts, n_run, n_create, rollouts, commands, (daemon_pid, n_cpu, rounds)))
     json.dump(out, sys.stdout)
 
 
-async def bench(url, opts, n_run, n_create, rollouts, commands):
+async def bench(url, opts, n_run, n_create, rollouts, commands, cpu):
     async with warren.AsyncClient(url, max_retries=0) as native:
         return {
             "run": await run_true(native, opts, n_run),
+            "cpu": await cpu_per_call(native, opts, *cpu),
             "create": await create_then_run(native, opts, n_create),
             "rollouts": await many(opts, rollouts, commands),
         }
@@ -103,6 +112,62 @@ async def run_true(native, opts, n):
     finally:
         await sbx.kill()
         await stock.kill()
+
+
+def daemon_cpu_ms(pid):
+    """`utime + stime` of process `pid` (every thread, those gone included), in ms. The
+    kernel counts it to the nanosecond and shows it in clock ticks: over short rounds the
+    rounding averages out (summing `/proc/PID/task/*/schedstat` instead would lose the time
+    of threads that exit, as the blocking pool's do)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # After the command's name: state is field 3, utime 14 and stime 15 (from 1).
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_call(native, opts, daemon_pid, n, rounds):
+    """Per arm and round: ms of CPU per call in the daemon, this client and the sandbox."""
+    names = ["e2b", "exec_stream", "exec"]
+    out = {k: [] for k in names}
+    if n <= 0 or rounds <= 0:
+        return out
+    sbx = await AsyncSandbox.create(timeout=600, metadata={"bench": "e2b"}, **opts)
+    try:
+        w = await native.get(sbx.sandbox_id)
+        login = ["/bin/bash", "-l", "-c", "true"]
+
+        async def e2b_run():
+            r = await sbx.commands.run("true")
+            assert r.exit_code == 0, r
+
+        async def stream():
+            r = await w.exec_stream(login).wait()
+            assert r.exit_code == 0, r
+
+        async def one_shot():
+            r = await w.exec(login)
+            assert r.exit_code == 0, r
+
+        arms = {"e2b": e2b_run, "exec_stream": stream, "exec": one_shot}
+        for arm in arms.values():
+            for _ in range(WARMUP):
+                await arm()
+        for r in range(rounds):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                s0 = (await w.stats())["cpu_usec"] or 0
+                d0, c0 = daemon_cpu_ms(daemon_pid), time.process_time()
+                for _ in range(n):
+                    await arms[name]()
+                c1, d1 = time.process_time(), daemon_cpu_ms(daemon_pid)
+                s1 = (await w.stats())["cpu_usec"] or 0
+                out[name].append({
+                    "daemon": (d1 - d0) / n,
+                    "client": (c1 - c0) * 1000.0 / n,
+                    "sandbox": (s1 - s0) / 1000.0 / n,
+                })
+        return out
+    finally:
+        await sbx.kill()
 
 
 async def create_then_run(native, opts, n):

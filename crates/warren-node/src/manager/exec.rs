@@ -64,12 +64,22 @@ const SIGKILL: i32 = 9;
 
 /// A streamed command: [`ExecEvent`]s as they come, ending with `exit` or `error`.
 ///
-/// The command is driven by its own task, which logs it when it ends. Dropping this before
-/// the end stops a command without a step (logged as cancelled); a command with a step runs
-/// on to its end and is logged, so that a retry of the step gets its result.
+/// A command without a step is driven by its reader: each [`ExecEvents::next`] reads the
+/// agent's next chunk, and the exit is logged in the call that returns it (no task, no
+/// channel between the command and the answer). Dropping it before the end stops the
+/// command at once and logs it as cancelled. A command with a step is driven by its own task
+/// and runs on to its end when its reader goes away, so that a retry of the step gets its
+/// result.
 pub struct ExecEvents {
-    rx: mpsc::Receiver<ExecEvent>,
     id: SandboxId,
+    src: Source,
+}
+
+enum Source {
+    /// Events from a task (a step's command) or a replayed record.
+    Channel(mpsc::Receiver<ExecEvent>),
+    /// A command driven by the reader; `None` after its last event.
+    Inline(Option<Box<(Drive, ExecStream)>>),
 }
 
 impl std::fmt::Debug for ExecEvents {
@@ -81,9 +91,24 @@ impl std::fmt::Debug for ExecEvents {
 }
 
 impl ExecEvents {
-    /// The next event; `None` after the last one.
+    /// The next event; `None` after the last one. Once the command has ended, the call that
+    /// logs it must run to its end (it returns the `exit`): keep it, do not race it.
     pub async fn next(&mut self) -> Option<ExecEvent> {
-        self.rx.recv().await
+        match &mut self.src {
+            Source::Channel(rx) => rx.recv().await,
+            Source::Inline(slot) => {
+                let (drive, stream) = &mut **slot.as_mut()?;
+                match drive.next(stream).await {
+                    Next::Output(ev) => Some(ev),
+                    Next::End(outcome) => {
+                        let (drive, stream) = *slot.take()?;
+                        // The command has ended: nothing to cancel.
+                        drop(stream);
+                        Some(drive.finish(outcome).await)
+                    }
+                }
+            }
+        }
     }
 
     /// A recorded result, as the events a stream would have sent.
@@ -97,7 +122,25 @@ impl ExecEvents {
             let _ = tx.try_send(ExecEvent::Stderr { data: err });
         }
         let _ = tx.try_send(ExecEvent::Exit { result: r });
-        ExecEvents { rx, id }
+        ExecEvents {
+            id,
+            src: Source::Channel(rx),
+        }
+    }
+}
+
+impl Drop for ExecEvents {
+    fn drop(&mut self) {
+        let Source::Inline(slot) = &mut self.src else {
+            return;
+        };
+        let Some(inline) = slot.take() else { return };
+        let (drive, stream) = *inline;
+        // Stops the command at once (its reader went away); the log entry follows.
+        drop(stream);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { drive.run.cancel(drive.call).await });
+        }
     }
 }
 
@@ -110,7 +153,14 @@ fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64, over: &mut bool) {
     buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
 }
 
-/// What the task driving a streamed command needs.
+/// What a streamed command's next chunk came to.
+enum Next {
+    Output(ExecEvent),
+    /// The command ended (or its stream broke): the outcome to log.
+    End(Result<ExecOutput, NodeError>),
+}
+
+/// A streamed command on its way: what logging it needs and the output kept so far.
 struct Drive {
     manager: Manager,
     id: SandboxId,
@@ -122,86 +172,74 @@ struct Drive {
     substrate: warren_types::Substrate,
     /// The sandbox's OOM kill count when the command started.
     ooms: Option<u64>,
+    started: Instant,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    out_over: bool,
+    err_over: bool,
     _busy: ActivityGuard,
 }
 
 impl Drive {
-    /// Drives `stream` on its own task; the caller reads the events.
+    /// The events of `stream`: read by the caller, or (a step's command) by a task of its own.
     fn start(self, stream: ExecStream) -> ExecEvents {
-        let (tx, rx) = mpsc::channel(16);
         let id = self.id.clone();
-        tokio::spawn(self.run(stream, tx));
-        ExecEvents { rx, id }
+        if !self.run.runs_to_end() {
+            return ExecEvents {
+                id,
+                src: Source::Inline(Some(Box::new((self, stream)))),
+            };
+        }
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(self.run_to_end(stream, tx));
+        ExecEvents {
+            id,
+            src: Source::Channel(rx),
+        }
     }
 
-    async fn run(self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
-        let m = &self.manager.inner.parts.telemetry.metrics();
-        let started = Instant::now();
-        let runs_to_end = self.run.runs_to_end();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut out_over, mut err_over) = (false, false);
-        let mut listening = true;
-        let outcome = loop {
-            let item = if listening && !runs_to_end {
-                // A caller that goes away stops the command at once, not at its next output.
-                tokio::select! {
-                    item = stream.next() => item,
-                    _ = tx.closed() => break None,
-                }
-            } else {
-                stream.next().await
-            };
-            let (event, buf, over) = match item {
-                Some(Ok(StreamItem::Stdout(b))) => {
-                    let ev = ExecEvent::Stdout {
-                        data: self.encoding.encode(&b),
-                    };
-                    (ev, (&mut out, b), &mut out_over)
-                }
-                Some(Ok(StreamItem::Stderr(b))) => {
-                    let ev = ExecEvent::Stderr {
-                        data: self.encoding.encode(&b),
-                    };
-                    (ev, (&mut err, b), &mut err_over)
-                }
-                Some(Ok(StreamItem::Exit(mut exit))) => {
-                    m.observe_exec(self.substrate, started.elapsed());
-                    exit.stdout_truncated |= out_over;
-                    exit.stderr_truncated |= err_over;
-                    mark_oom(&mut exit, self.ooms, self.instance.oom_kills());
-                    break Some(Ok(ExecOutput {
-                        stdout: out,
-                        stderr: err,
-                        exit,
-                    }));
-                }
-                Some(Err(e)) => {
-                    Metrics::inc(&m.exec_errors);
-                    break Some(Err(NodeError::runtime(&self.id, e)));
-                }
-                None => {
-                    Metrics::inc(&m.exec_errors);
-                    break Some(Err(NodeError::Api(ApiError::new(
-                        warren_types::ErrorCode::SandboxLost,
-                        "the command's stream ended without an exit",
-                    ))));
-                }
-            };
-            keep(buf.0, &buf.1, self.cap, over);
-            if listening && tx.send(event).await.is_err() {
-                listening = false;
-                if !runs_to_end {
-                    break None;
-                }
+    /// The next output event of `stream`, or the command's outcome.
+    async fn next(&mut self, stream: &mut ExecStream) -> Next {
+        let m = self.manager.inner.parts.telemetry.metrics();
+        let (data, kind) = match stream.next().await {
+            Some(Ok(StreamItem::Stdout(b))) => (b, true),
+            Some(Ok(StreamItem::Stderr(b))) => (b, false),
+            Some(Ok(StreamItem::Exit(mut exit))) => {
+                m.observe_exec(self.substrate, self.started.elapsed());
+                exit.stdout_truncated |= self.out_over;
+                exit.stderr_truncated |= self.err_over;
+                mark_oom(&mut exit, self.ooms, self.instance.oom_kills());
+                return Next::End(Ok(ExecOutput {
+                    stdout: std::mem::take(&mut self.out),
+                    stderr: std::mem::take(&mut self.err),
+                    exit,
+                }));
+            }
+            Some(Err(e)) => {
+                Metrics::inc(&m.exec_errors);
+                return Next::End(Err(NodeError::runtime(&self.id, e)));
+            }
+            None => {
+                Metrics::inc(&m.exec_errors);
+                return Next::End(Err(NodeError::Api(ApiError::new(
+                    warren_types::ErrorCode::SandboxLost,
+                    "the command's stream ended without an exit",
+                ))));
             }
         };
-        // Stops the command when it is still running (its caller went away).
-        drop(stream);
-        let Some(outcome) = outcome else {
-            self.run.cancel(self.call).await;
-            return;
-        };
-        let last = match self.run.finish(self.call, outcome).await {
+        let data_text = self.encoding.encode(&data);
+        if kind {
+            keep(&mut self.out, &data, self.cap, &mut self.out_over);
+            Next::Output(ExecEvent::Stdout { data: data_text })
+        } else {
+            keep(&mut self.err, &data, self.cap, &mut self.err_over);
+            Next::Output(ExecEvent::Stderr { data: data_text })
+        }
+    }
+
+    /// Logs the outcome; answers the stream's last event.
+    async fn finish(self, outcome: Result<ExecOutput, NodeError>) -> ExecEvent {
+        match self.run.finish(self.call, outcome).await {
             Ok(mut r) => {
                 // The output went out as it came.
                 r.stdout.clear();
@@ -209,7 +247,24 @@ impl Drive {
                 ExecEvent::Exit { result: r }
             }
             Err(e) => ExecEvent::Error { error: e.to_api() },
+        }
+    }
+
+    /// A step's command: driven to its end and logged whether or not anyone reads `tx`.
+    async fn run_to_end(mut self, mut stream: ExecStream, tx: mpsc::Sender<ExecEvent>) {
+        let mut listening = true;
+        let outcome = loop {
+            match self.next(&mut stream).await {
+                Next::Output(ev) => {
+                    if listening && tx.send(ev).await.is_err() {
+                        listening = false;
+                    }
+                }
+                Next::End(outcome) => break outcome,
+            }
         };
+        drop(stream);
+        let last = self.finish(outcome).await;
         if listening {
             let _ = tx.send(last).await;
         }
@@ -351,6 +406,11 @@ impl Processes {
             instance,
             substrate: info.substrate,
             ooms,
+            started: Instant::now(),
+            out: Vec::new(),
+            err: Vec::new(),
+            out_over: false,
+            err_over: false,
             _busy: busy,
         };
         Ok(drive.start(stream))
@@ -402,6 +462,11 @@ impl Processes {
             instance,
             substrate: info.substrate,
             ooms,
+            started: Instant::now(),
+            out: Vec::new(),
+            err: Vec::new(),
+            out_over: false,
+            err_over: false,
             _busy: busy,
         };
         Ok((drive.start(stream), sink))

@@ -401,7 +401,7 @@ impl Daemon {
             .args(store)
             .args(&self.extra_args)
             // Requests are logged at debug level: the log shows which calls were answered.
-            .env("RUST_LOG", "info,warren_node=debug")
+            .env("RUST_LOG", "info,warren_node=debug,warren_cluster=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
             .stderr(log)
