@@ -431,7 +431,7 @@ fn nonblocking(fd: impl Into<OwnedFd>) -> Option<std::fs::File> {
 /// Runs one call and reports it on `stream`: one thread, one poll loop over the command's
 /// output pipes, its stdin, its pidfd and the agent's socket.
 /// The process that runs a call: its pipes, and where its exit is learnt (its pidfd, or the
-/// zygote's carrier's report when the cell did not start it).
+/// reports on the zygote's socket when the cell did not start it).
 struct Proc {
     pid: u32,
     stdin: Option<std::fs::File>,

@@ -128,7 +128,7 @@ impl Cells {
                 // Above the descriptors the cell's child puts in place (`ZYGOTE_FD` and below).
                 Ok(()) => return warren_sys::fd::dup_above(&cell, 16).ok(),
                 Err(_) => {
-                    // The interpreter died or is stuck (its carriers go on either way): the
+                    // The interpreter died or is stuck (the calls it forked go on either way): the
                     // next round starts another.
                     let _ = warren_sys::process::kill(h.pid, libc::SIGKILL);
                     *z = None;

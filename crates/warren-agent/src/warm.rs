@@ -8,9 +8,20 @@ use std::time::{Duration, Instant};
 use warren_proto::FunctionInit;
 
 /// The bootstrap's functions, shared with the zygote (`crate::zygote`): `_warren_main` reads
-/// one call's header and runs it; `_warren_fields` splits the header.
+/// one call's header and runs it (and, given a descriptor to report on, writes `X` and the
+/// program's exit code there before it exits, in the call's own process only, not in a
+/// child the program forked); `_warren_fields` splits the header.
 pub const PY_DEFS: &str = r#"
-def _warren_main(os, sys, fields):
+def _warren_main(os, sys, fields, report=None):
+    me = os.getpid()
+    if report is not None:
+        # The descriptor is checked again at the end: a program may have closed it and
+        # opened something else there.
+        try:
+            st = os.fstat(report)
+            ino = (st.st_dev, st.st_ino)
+        except OSError:
+            report = None
     n = b""
     while not n.endswith(b"\n"):
         c = os.read(0, 1)
@@ -27,10 +38,15 @@ def _warren_main(os, sys, fields):
     f = fields(raw)
     kind, body, cwd, argc = f[0], f[1], f[2], int(f[3])
     os.chdir(cwd)
-    os.environ.clear()
     env = f[4 + argc:]
-    for i in range(0, len(env) - 1, 2):
-        os.environ[env[i]] = env[i + 1]
+    env = [(env[i], env[i + 1]) for i in range(0, len(env) - 1, 2)]
+    # Usually the environment the interpreter already has (a zygote's fork, the same
+    # image): then nothing is set or unset.
+    if list(os.environ.items()) != env:
+        for k in list(os.environ):
+            del os.environ[k]
+        for k, v in env:
+            os.environ[k] = v
     sys.argv = f[4:4 + argc]
     g = sys.modules["__main__"].__dict__
     for k in [k for k in g if k not in ("__name__", "__builtins__", "__loader__", "__spec__")]:
@@ -65,6 +81,14 @@ def _warren_main(os, sys, fields):
         sys.stderr.flush()
     except BaseException:
         pass
+    # Only the call's own process reports: a child the program forked ends here too.
+    if report is not None and os.getpid() == me:
+        try:
+            st = os.fstat(report)
+            if (st.st_dev, st.st_ino) == ino:
+                os.write(report, bytes((88, rc & 0xFF)))
+        except BaseException:
+            pass
     os._exit(rc & 0xFF)
 def _warren_fields(b):
     i, out = 0, []

@@ -103,7 +103,7 @@ struct Inner {
     tick: u64,
 }
 
-type EvictHook = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+type EvictHook = Box<dyn Fn(&str) -> Result<(), warren_image::ImageError> + Send + Sync>;
 
 /// The cache. Its blocking methods may be called from any thread, also from async code.
 pub struct LayerCache {
@@ -178,7 +178,10 @@ impl LayerCache {
 
     /// Called with the digest of a layer before its files are removed; an error refuses the
     /// eviction (the node uses it to detach the layer's mounts).
-    pub fn set_evict_hook(&self, f: impl Fn(&str) -> Result<(), String> + Send + Sync + 'static) {
+    pub fn set_evict_hook(
+        &self,
+        f: impl Fn(&str) -> Result<(), warren_image::ImageError> + Send + Sync + 'static,
+    ) {
         *self.on_evict.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
     }
 

@@ -28,4 +28,24 @@ pub enum ClusterError {
     UnknownNode(String),
 }
 
+/// Another live node holds this node's id: the registration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node id {id} is held by another live node (incarnation {incarnation} at {address})")]
+pub struct IdHeld {
+    pub id: NodeId,
+    pub incarnation: String,
+    pub address: String,
+}
+
+/// Why a node did not join the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// The membership task ended.
+    #[error("the membership task stopped")]
+    Stopped,
+    /// Another live node holds the id.
+    #[error("{0}")]
+    Refused(IdHeld),
+}
+
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;

@@ -21,7 +21,7 @@ pub mod member;
 pub mod place;
 pub mod view;
 
-pub use error::{ClusterError, Result};
+pub use error::{ClusterError, IdHeld, JoinError, Result};
 pub use keys::Keys;
 pub use member::{LeaseClock, MemberConfig, MemberState, Membership, RecordSource, RejoinHook};
 pub use place::{candidates, Exclusions, PlaceError, PlaceRequest};

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use warren_types::{NodeLoad, NodeRecord};
 
-use crate::error::{ClusterError, Result};
+use crate::error::{ClusterError, IdHeld, JoinError, Result};
 use crate::etcd::{bounded, connect};
 use crate::keys::Keys;
 
@@ -108,7 +108,7 @@ pub enum MemberState {
     /// Registered under this lease.
     Registered { lease: i64 },
     /// Another live node holds the id.
-    Refused(String),
+    Refused(IdHeld),
 }
 
 /// Produces the node's current record (called at most every `tick`).
@@ -155,7 +155,7 @@ impl Membership {
 
     /// Waits until registered (`Ok(true)`), refused (`Err`), or `limit` passed (`Ok(false)`:
     /// etcd is unreachable; registration goes on in the background).
-    pub async fn wait_registered(&self, limit: Duration) -> Result<bool, String> {
+    pub async fn wait_registered(&self, limit: Duration) -> Result<bool, JoinError> {
         let mut rx = self.state.clone();
         let res = tokio::time::timeout(
             limit,
@@ -164,10 +164,10 @@ impl Membership {
         .await;
         match res {
             Err(_) => Ok(false),
-            Ok(Err(_)) => Err("the membership task stopped".into()),
+            Ok(Err(_)) => Err(JoinError::Stopped),
             Ok(Ok(s)) => match &*s {
                 MemberState::Registered { .. } => Ok(true),
-                MemberState::Refused(why) => Err(why.clone()),
+                MemberState::Refused(why) => Err(JoinError::Refused(why.clone())),
                 MemberState::Connecting => Ok(false),
             },
         }
@@ -320,9 +320,11 @@ async fn run(
             }) => {
                 // At boot the key may be our previous run's, waiting for its lease to end.
                 let patience = Duration::from_secs(cfg.ttl_secs as u64 * 2 + 1);
-                let why = format!(
-                    "node id {id} is held by another live node (incarnation {incarnation} at {address})"
-                );
+                let why = IdHeld {
+                    id,
+                    incarnation,
+                    address,
+                };
                 if registered_once || boot.elapsed() > patience {
                     if !matches!(&*state.borrow(), MemberState::Refused(_)) {
                         warn!(reason = %why, "cluster registration refused");

@@ -52,7 +52,7 @@ pub(crate) fn mkfs(dir: &Path, out: &Path) -> Result<(), ImageError> {
     if !out_res.status.success() {
         return Err(fail(mkfs_error(&String::from_utf8_lossy(&out_res.stderr))));
     }
-    pin_build_time(out).map_err(fail)
+    pin_build_time(out).map_err(|e| fail(e.to_string()))
 }
 
 /// What `mkfs.erofs` said went wrong: its error lines (`<E> …`), not the usage text it
@@ -87,23 +87,26 @@ const COMPAT_SB_CHKSUM: u32 = 0x1;
 /// inherit it; with per-file times kept, `mkfs.erofs` gives those only to files whose time
 /// matches the build time to the nanosecond, so none of them changes here in practice.
 /// `mkfs.erofs` 1.5 (Debian 12) has no option that fixes only the build time.
-fn pin_build_time(img: &Path) -> Result<(), String> {
+fn pin_build_time(img: &Path) -> Result<(), PinError> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(img)
-        .map_err(|e| format!("open {}: {e}", img.display()))?;
+        .map_err(|source| PinError::Open {
+            img: img.to_path_buf(),
+            source,
+        })?;
     let mut head = [0u8; 16];
     f.read_exact_at(&mut head, SB_OFFSET)
-        .map_err(|e| format!("read the superblock: {e}"))?;
+        .map_err(PinError::Read)?;
     let le32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     if le32(&head[0..4]) != SB_MAGIC {
-        return Err("mkfs.erofs wrote no EROFS superblock".into());
+        return Err(PinError::NoSuperblock);
     }
     let bits = head[12];
     if !(9..=16).contains(&bits) {
-        return Err(format!("unexpected EROFS block size 2^{bits}"));
+        return Err(PinError::BlockSize(bits));
     }
     // The checksum covers the rest of the superblock's block (all of it for blocks of
     // at most 1 KiB), as the kernel computes it.
@@ -115,15 +118,33 @@ fn pin_build_time(img: &Path) -> Result<(), String> {
     };
     let mut sb = vec![0u8; len];
     f.read_exact_at(&mut sb, SB_OFFSET)
-        .map_err(|e| format!("read the superblock: {e}"))?;
+        .map_err(PinError::Read)?;
     sb[24..36].fill(0);
     if le32(&sb[8..12]) & COMPAT_SB_CHKSUM != 0 {
         sb[4..8].fill(0);
         let sum = sb_checksum(&sb);
         sb[4..8].copy_from_slice(&sum.to_le_bytes());
     }
-    f.write_all_at(&sb, SB_OFFSET)
-        .map_err(|e| format!("write the superblock: {e}"))
+    f.write_all_at(&sb, SB_OFFSET).map_err(PinError::Write)
+}
+
+/// Why a packed layer's build time could not be pinned.
+#[derive(Debug, thiserror::Error)]
+enum PinError {
+    #[error("open {}: {source}", img.display())]
+    Open {
+        img: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read the superblock: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("write the superblock: {0}")]
+    Write(#[source] std::io::Error),
+    #[error("mkfs.erofs wrote no EROFS superblock")]
+    NoSuperblock,
+    #[error("unexpected EROFS block size 2^{0}")]
+    BlockSize(u8),
 }
 
 /// The kernel's superblock checksum: CRC-32C seeded with all ones and without the final

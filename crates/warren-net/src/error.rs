@@ -66,6 +66,20 @@ impl NetError {
     }
 }
 
+/// Why the node's network refuses policies now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unready {
+    /// [`Network::start`](crate::Network::start) has not run yet.
+    #[error("the network is not started")]
+    NotStarted,
+    /// [`Network::shutdown`](crate::Network::shutdown) took the links and table away.
+    #[error("the network is shut down")]
+    ShutDown,
+    /// The start failed.
+    #[error("{0}")]
+    StartFailed(std::sync::Arc<NetError>),
+}
+
 /// What is wrong with a network configuration (the file, or one of its entries).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use warren_types::network::{parse_cidr, NetworkPolicy, Ports};
 
 pub use config::{default_pool, NetConfig, Service};
-pub use error::{ConfigError, NetError};
+pub use error::{ConfigError, NetError, Unready};
 use resolver::{Answers, Learn, NameRule, Resolver};
 use rules::{Elem, LinkRules, Proto, Table};
 
@@ -121,7 +121,7 @@ pub struct Network {
     conntrack_unsupported: Mutex<Option<String>>,
     /// Ok once [`Network::start`] cleaned up; until then (or after a failed start) policies
     /// are refused.
-    ready: RwLock<Result<(), String>>,
+    ready: RwLock<Result<(), Unready>>,
     /// True once the node's table exists.
     table_made: Mutex<bool>,
 }
@@ -171,7 +171,7 @@ impl Network {
             used: Mutex::new(BTreeSet::new()),
             dirty: Mutex::new(BTreeSet::new()),
             conntrack_unsupported: Mutex::new(None),
-            ready: RwLock::new(Err("the network is not started".into())),
+            ready: RwLock::new(Err(Unready::NotStarted)),
             table_made: Mutex::new(false),
         })
     }
@@ -192,8 +192,8 @@ impl Network {
     }
 
     /// Removes whatever an earlier run of this node left (links, table) and installs a fresh
-    /// table. Returns what was removed.
-    pub async fn start(&self) -> Result<Vec<String>, NetError> {
+    /// table. Returns what was removed; a failure is kept as the reason policies are refused.
+    pub async fn start(&self) -> Result<Vec<String>, Arc<NetError>> {
         let mut removed = Vec::new();
         let res = async {
             for l in link::list(&self.table.prefix).await? {
@@ -242,10 +242,11 @@ impl Network {
             Ok(())
         }
         .await;
+        let res = res.map_err(Arc::new);
         *self.ready.write().expect("ready lock") = res
             .as_ref()
             .map(|_| ())
-            .map_err(|e: &NetError| e.to_string());
+            .map_err(|e| Unready::StartFailed(e.clone()));
         res.map(|_| removed)
     }
 
@@ -272,7 +273,7 @@ impl Network {
         }
         drop(made);
         self.used.lock().expect("used lock").clear();
-        *self.ready.write().expect("ready lock") = Err("the network is shut down".into());
+        *self.ready.write().expect("ready lock") = Err(Unready::ShutDown);
     }
 
     fn run(&self, batch: &str) -> Result<String, NetError> {

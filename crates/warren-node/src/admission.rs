@@ -40,12 +40,8 @@ pub struct Admission {
     memory: fn() -> Option<MemInfo>,
 }
 
-/// Host memory, in MiB.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MemInfo {
-    pub total_mb: u64,
-    pub available_mb: u64,
-}
+/// Host memory (`/proc/meminfo`, read by warren-sys).
+pub use warren_runtime::procfs::MemInfo;
 
 /// Holds one "starting" slot until dropped.
 #[derive(Debug)]
@@ -117,11 +113,11 @@ impl Admission {
             ));
         }
         if let Some(mem) = (self.memory)() {
-            if mem.available_mb < self.cfg.min_free_memory_mb {
+            if mem.available_mb() < self.cfg.min_free_memory_mb {
                 return Err(busy(
                     format!(
                         "this node has {} MiB of memory available, less than the {} MiB it keeps free",
-                        mem.available_mb, self.cfg.min_free_memory_mb
+                        mem.available_mb(), self.cfg.min_free_memory_mb
                     ),
                     2,
                 ));
@@ -137,21 +133,9 @@ fn busy(message: String, retry_after: u64) -> ApiError {
     e
 }
 
-/// `MemTotal` and `MemAvailable` of `/proc/meminfo`.
+/// The host's memory now, when `/proc/meminfo` can be read.
 pub fn meminfo() -> Option<MemInfo> {
-    from_fields(&warren_runtime::procfs::MemInfo::read().ok()?)
-}
-
-#[cfg(test)]
-fn parse_meminfo(text: &str) -> Option<MemInfo> {
-    from_fields(&warren_runtime::procfs::MemInfo::parse(text))
-}
-
-fn from_fields(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
-    Some(MemInfo {
-        total_mb: m.kib("MemTotal")? / 1024,
-        available_mb: m.kib("MemAvailable")? / 1024,
-    })
+    MemInfo::read().ok()
 }
 
 #[cfg(test)]
@@ -160,15 +144,17 @@ mod tests {
 
     fn plenty() -> Option<MemInfo> {
         Some(MemInfo {
-            total_mb: 4096,
-            available_mb: 4096,
+            total_kib: 4096 << 10,
+            available_kib: 4096 << 10,
+            ..MemInfo::default()
         })
     }
 
     fn scarce() -> Option<MemInfo> {
         Some(MemInfo {
-            total_mb: 4096,
-            available_mb: 100,
+            total_kib: 4096 << 10,
+            available_kib: 100 << 10,
+            ..MemInfo::default()
         })
     }
 
@@ -208,16 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_meminfo() {
-        let t = "MemTotal:       24576000 kB\nMemFree:  1 kB\nMemAvailable:   2048000 kB\n";
-        assert_eq!(
-            parse_meminfo(t),
-            Some(MemInfo {
-                total_mb: 24000,
-                available_mb: 2000
-            })
-        );
-        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
-        assert!(meminfo().is_some_and(|m| m.total_mb > 0));
+    fn reads_the_hosts_memory() {
+        assert!(meminfo().is_some_and(|m| m.total_mb() > 0));
     }
 }

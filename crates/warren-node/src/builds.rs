@@ -97,23 +97,25 @@ impl Builds {
                 let (spool, dir) = (spool.clone(), dir.clone());
                 tokio::task::spawn_blocking(move || unpack_context(&spool, &dir))
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(ContextError::Task)
                     .and_then(|r| r)
             }
-            Err(e) => Err(format!("receiving the context: {e}")),
+            Err(e) => Err(ContextError::Receive(e)),
         };
         let _ = tokio::fs::remove_file(&spool).await;
         let dockerfile = unpacked.and_then(|()| {
             let name = opts.dockerfile.as_deref().unwrap_or("Dockerfile");
             let rel = warren_build::stack::clean(std::path::Path::new(name));
-            std::fs::read_to_string(dir.join(&rel))
-                .map_err(|e| format!("reading {name} from the context: {e}"))
+            std::fs::read_to_string(dir.join(&rel)).map_err(|source| ContextError::Dockerfile {
+                name: name.to_string(),
+                source,
+            })
         });
         let dockerfile = match dockerfile {
             Ok(d) => d,
             Err(e) => {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
-                return Err(ApiError::invalid(e).into());
+                return Err(ApiError::invalid(e.to_string()).into());
             }
         };
         let host: Arc<dyn Host> = Arc::new(NodeHost {
@@ -196,16 +198,41 @@ async fn publish(store: &Arc<ImageStore>, made: &[String], image: &warren_types:
     }
 }
 
+/// Why a build's context cannot be used (answered `invalid_request`).
+#[derive(Debug, thiserror::Error)]
+enum ContextError {
+    #[error("receiving the context: {0}")]
+    Receive(#[source] std::io::Error),
+    #[error("create {}: {source}", dir.display())]
+    Create {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Spool(#[source] std::io::Error),
+    #[error("bad context tar: {0}")]
+    Tar(#[source] warren_image::import::unpack::UnpackError),
+    #[error("{0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error("reading {name} from the context: {source}")]
+    Dockerfile {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Unpacks the context tar into `dir` (nothing outside it; owners as root's).
-fn unpack_context(tar: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let f = std::fs::File::open(tar).map_err(|e| e.to_string())?;
+fn unpack_context(tar: &std::path::Path, dir: &std::path::Path) -> Result<(), ContextError> {
+    std::fs::create_dir_all(dir).map_err(|source| ContextError::Create {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let f = std::fs::File::open(tar).map_err(ContextError::Spool)?;
     warren_image::import::unpack::unpack(std::io::BufReader::new(f), dir)
         .map(|_| ())
-        .map_err(|e| match e {
-            warren_image::import::unpack::UnpackError::Bad(m) => format!("bad context tar: {m}"),
-            warren_image::import::unpack::UnpackError::Io(e) => format!("bad context tar: {e}"),
-        })
+        .map_err(ContextError::Tar)
 }
 
 /// The node as a build sees it.

@@ -259,7 +259,10 @@ impl Instance for FakeInstance {
     }
     async fn pause(&self) -> Result<PauseStats, RuntimeError> {
         if !self.pausable {
-            return Err(RuntimeError::Unsupported("this fake cannot pause".into()));
+            return Err(warren_runtime::Unsupported::ThisSubstrate {
+                op: warren_runtime::Operation::Pause,
+            }
+            .into());
         }
         self.shared.pauses.fetch_add(1, Ordering::SeqCst);
         self.shared.paused.lock().unwrap().insert(self.id.clone());
@@ -272,7 +275,10 @@ impl Instance for FakeInstance {
     }
     async fn resume(&self) -> Result<(), RuntimeError> {
         if !self.pausable {
-            return Err(RuntimeError::Unsupported("this fake cannot resume".into()));
+            return Err(warren_runtime::Unsupported::ThisSubstrate {
+                op: warren_runtime::Operation::Resume,
+            }
+            .into());
         }
         self.shared.resumes.fetch_add(1, Ordering::SeqCst);
         self.shared.paused.lock().unwrap().remove(&self.id);
@@ -349,7 +355,9 @@ impl Runtime for FakeRuntime {
         }
         if self.fail_create.load(Ordering::SeqCst) {
             return Err(RuntimeError::StartFailed(
-                warren_runtime::StartCause::AgentRefused("fake start failure".into()),
+                warren_runtime::StartCause::AgentRefused {
+                    message: "fake start failure".into(),
+                },
             ));
         }
         Ok(self.start(&spec.id))
@@ -364,7 +372,12 @@ impl Runtime for FakeRuntime {
             .unwrap()
             .push((spec.id.clone(), record.clone()));
         if self.fail_adopt.load(Ordering::SeqCst) {
-            return Err(RuntimeError::Adopt("agent socket gone".into()));
+            return Err(
+                warren_runtime::AdoptError::AgentSocket(std::io::Error::from(
+                    std::io::ErrorKind::NotFound,
+                ))
+                .into(),
+            );
         }
         Ok(self.start(&spec.id))
     }
@@ -390,7 +403,9 @@ impl Runtime for FakeRuntime {
     ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
         if self.fail_fork.load(Ordering::SeqCst) {
             return Err(RuntimeError::StartFailed(
-                warren_runtime::StartCause::AgentRefused("fake fork failure".into()),
+                warren_runtime::StartCause::AgentRefused {
+                    message: "fake fork failure".into(),
+                },
             ));
         }
         self.forked.lock().unwrap().push((

@@ -497,9 +497,7 @@ impl CgroupSet {
     /// Freezes (or thaws) every process and waits (up to 5 s) until the kernel says so.
     pub async fn freeze(&self, frozen: bool) -> Result<(), RuntimeError> {
         let Some((v2, d)) = self.freezer() else {
-            return Err(RuntimeError::Unsupported(
-                "no cgroup freezer on this host".into(),
-            ));
+            return Err(crate::Unsupported::NoFreezer.into());
         };
         if v2 {
             write(d, "cgroup.freeze", if frozen { "1" } else { "0" })?;
@@ -662,7 +660,7 @@ fn v1_oom_sum(files: &[PathBuf]) -> Option<u64> {
 pub fn swap_total_bytes() -> u64 {
     crate::procfs::MemInfo::read()
         .ok()
-        .and_then(|m| m.kib("SwapTotal"))
+        .and_then(|m| m.swap_total_kib)
         .unwrap_or(0)
         * 1024
 }

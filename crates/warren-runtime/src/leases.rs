@@ -93,7 +93,7 @@ impl SnapshotLayers {
     pub fn parse(record: &serde_json::Value) -> Result<Vec<String>, RuntimeError> {
         serde_json::from_value::<SnapshotLayers>(record.clone())
             .map(|r| r.layers)
-            .map_err(|e| StartCause::Snapshot(format!("unreadable snapshot record: {e}")).into())
+            .map_err(|e| StartCause::Snapshot(crate::SnapshotError::Unreadable(e)).into())
     }
 }
 

@@ -28,7 +28,10 @@ pub use agent::{
     AgentConn, CollectedFile, ExecOutput, ExecStream, ExitInfo, FileReader, FileWriter,
     InvokeOutput, PtySession, StdinSink, StreamItem,
 };
-pub use error::{DiskRefusal, RuntimeError, StartCause};
+pub use error::{
+    AdoptError, ConfigError, DiskRefusal, Operation, ProtocolError, QmpError, RuntimeError,
+    SnapshotError, StartCause, Unsupported, VmHostMissing, VmmError,
+};
 pub use ports::PortStream;
 
 /// Everything a runtime needs to build a sandbox (already validated by the API edge).
@@ -115,10 +118,7 @@ pub trait Runtime: Send + Sync + 'static {
         function: &warren_proto::FunctionInit,
     ) -> Result<Arc<dyn Instance>, RuntimeError> {
         let _ = (spec, function);
-        Err(RuntimeError::Unsupported(format!(
-            "{} sandboxes cannot serve function calls",
-            self.substrate().as_str()
-        )))
+        Err(lacks(self.substrate(), Operation::Function))
     }
 
     /// Re-attaches to a sandbox made by an earlier daemon process, from what
@@ -161,10 +161,7 @@ pub trait Runtime: Send + Sync + 'static {
         children: &[SandboxSpec],
     ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
         let _ = (parent, children);
-        Err(RuntimeError::Unsupported(format!(
-            "{} sandboxes cannot fork",
-            self.substrate().as_str()
-        )))
+        Err(lacks(self.substrate(), Operation::Fork))
     }
 
     /// Saves `instance` (running or paused; left as it was) as a snapshot in `dir`, which
@@ -178,10 +175,7 @@ pub trait Runtime: Send + Sync + 'static {
         holder: &str,
     ) -> Result<SavedSnapshot, RuntimeError> {
         let _ = (instance, dir, holder);
-        Err(RuntimeError::Unsupported(format!(
-            "{} sandboxes cannot be snapshotted",
-            self.substrate().as_str()
-        )))
+        Err(lacks(self.substrate(), Operation::Snapshot))
     }
 
     /// Packs what `instance`'s commands changed (its writable layer: new and changed files,
@@ -196,10 +190,7 @@ pub trait Runtime: Send + Sync + 'static {
         source: &str,
     ) -> Result<(String, warren_image::Lease), RuntimeError> {
         let _ = (instance, exclude, source);
-        Err(RuntimeError::Unsupported(format!(
-            "{} sandboxes cannot be captured as a layer",
-            self.substrate().as_str()
-        )))
+        Err(lacks(self.substrate(), Operation::Capture))
     }
 
     /// Creates a sandbox from a snapshot [`Runtime::save_snapshot`] made (`record` is its
@@ -212,10 +203,7 @@ pub trait Runtime: Send + Sync + 'static {
         spec: &SandboxSpec,
     ) -> Result<Arc<dyn Instance>, RuntimeError> {
         let _ = (dir, record, spec);
-        Err(RuntimeError::Unsupported(format!(
-            "{} sandboxes cannot be made from a snapshot",
-            self.substrate().as_str()
-        )))
+        Err(lacks(self.substrate(), Operation::Restore))
     }
 
     /// Removes a snapshot: its directory and `holder`'s lease on its layers (layers nothing
@@ -277,16 +265,18 @@ pub trait Instance: Send + Sync + 'static {
     /// Freezes every process of the sandbox and pushes its memory out of RAM as far as the
     /// host allows. Idempotent.
     async fn pause(&self) -> Result<PauseStats, RuntimeError> {
-        Err(RuntimeError::Unsupported(
-            "this substrate cannot pause".into(),
-        ))
+        Err(Unsupported::ThisSubstrate {
+            op: Operation::Pause,
+        }
+        .into())
     }
 
     /// Thaws a paused sandbox. Idempotent.
     async fn resume(&self) -> Result<(), RuntimeError> {
-        Err(RuntimeError::Unsupported(
-            "this substrate cannot resume".into(),
-        ))
+        Err(Unsupported::ThisSubstrate {
+            op: Operation::Resume,
+        }
+        .into())
     }
 
     /// True while frozen.
@@ -309,9 +299,7 @@ pub trait Instance: Send + Sync + 'static {
     /// sandbox sees it). Nothing listening there is [`RuntimeError::PortUnreachable`].
     async fn connect_port(&self, port: u16) -> Result<PortStream, RuntimeError> {
         let _ = port;
-        Err(RuntimeError::Unsupported(
-            "ports inside sandboxes of this substrate cannot be reached".into(),
-        ))
+        Err(Unsupported::Ports.into())
     }
 
     /// A VM sandbox with a network interface: the VMM's tap inside [`Instance::netns_pid`]'s
@@ -365,4 +353,9 @@ pub struct Usage {
     pub shmem_bytes: Option<u64>,
     /// Bytes the writable layer holds where it lives on disk (its quota's count).
     pub disk_bytes: Option<u64>,
+}
+
+/// The refusal of a runtime whose substrate does not have `op`.
+fn lacks(substrate: Substrate, op: Operation) -> RuntimeError {
+    Unsupported::Operation { substrate, op }.into()
 }

@@ -68,9 +68,9 @@ pub(crate) async fn socket_in_netns(netns: OwnedFd) -> Result<OwnedFd, RuntimeEr
             let _ = tx.send(made);
         })
         .map_err(|e| RuntimeError::io("a thread for the sandbox's network namespace", e))?;
-    let made = rx.await.map_err(|_| {
-        RuntimeError::Protocol("the network namespace thread ended without an answer".into())
-    })?;
+    let made = rx
+        .await
+        .map_err(|_| RuntimeError::Protocol(crate::ProtocolError::NetnsThread))?;
     Ok(made?)
 }
 

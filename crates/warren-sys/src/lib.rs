@@ -13,6 +13,7 @@ pub mod clone;
 pub mod fd;
 pub mod guest;
 pub mod landlock;
+pub mod meminfo;
 pub mod mount;
 pub mod net;
 pub mod nft;

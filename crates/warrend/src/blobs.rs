@@ -58,7 +58,7 @@ pub fn attach(
     .with_context(|| format!("opening the layer cache {}", dir.display()))?;
     let weak = Arc::downgrade(images);
     cache.set_evict_hook(move |digest| match weak.upgrade() {
-        Some(images) => images.unmount_layer(digest).map_err(|e| e.to_string()),
+        Some(images) => images.unmount_layer(digest),
         None => Ok(()),
     });
     let source =

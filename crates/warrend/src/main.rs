@@ -90,7 +90,7 @@ fn vm_runtimes(
 ) -> Vec<Arc<dyn warren_runtime::Runtime>> {
     let cfg = config::vm(args, agent);
     if let Some(why) = cfg.unavailable() {
-        warn!(reason = why, "VM substrates (microvm, vm) disabled");
+        warn!(reason = %why, "VM substrates (microvm, vm) disabled");
         return Vec::new();
     }
     let mut out: Vec<Arc<dyn warren_runtime::Runtime>> = Vec::new();
@@ -261,7 +261,7 @@ impl Parts {
         info!(host = %runtime.describe(), "container runtime ready");
         let host = config::Host {
             writable_on_disk: runtime.writable().is_some(),
-            memory_mb: warren_node::admission::meminfo().map(|m| m.total_mb),
+            memory_mb: warren_node::admission::meminfo().map(|m| m.total_mb()),
             security,
         };
         let mut runtimes: Vec<Arc<dyn warren_runtime::Runtime>> = vec![Arc::new(runtime)];

@@ -38,30 +38,29 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
-    #[cfg(test)]
-    pub fn parse(text: &str) -> Option<MemInfo> {
-        MemInfo::from_fields(&warren_runtime::procfs::MemInfo::parse(text))
-    }
-
-    fn from_fields(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
-        let field = |name: &str| m.kib(name);
+    /// The report's figures of the host's memory; the curve needs the slab fields.
+    fn from_host(m: &warren_runtime::procfs::MemInfo) -> Option<MemInfo> {
         Some(MemInfo {
-            total_kib: field("MemTotal")?,
-            available_kib: field("MemAvailable")?,
-            slab_kib: field("Slab")?,
-            sunreclaim_kib: field("SUnreclaim")?,
-            kernel_stack_kib: field("KernelStack").unwrap_or(0),
-            page_tables_kib: field("PageTables").unwrap_or(0),
-            percpu_kib: field("Percpu").unwrap_or(0),
-            anon_kib: field("AnonPages").unwrap_or(0),
-            shmem_kib: field("Shmem").unwrap_or(0),
+            total_kib: m.total_kib,
+            available_kib: m.available_kib,
+            slab_kib: m.slab_kib?,
+            sunreclaim_kib: m.sunreclaim_kib?,
+            kernel_stack_kib: m.kernel_stack_kib.unwrap_or(0),
+            page_tables_kib: m.page_tables_kib.unwrap_or(0),
+            percpu_kib: m.percpu_kib.unwrap_or(0),
+            anon_kib: m.anon_kib.unwrap_or(0),
+            shmem_kib: m.shmem_kib.unwrap_or(0),
         })
     }
 
+    #[cfg(test)]
+    pub fn parse(text: &str) -> Option<MemInfo> {
+        MemInfo::from_host(&warren_runtime::procfs::MemInfo::parse(text).ok()?)
+    }
+
     fn read() -> anyhow::Result<MemInfo> {
-        let m = warren_runtime::procfs::MemInfo::read().context("reading /proc/meminfo")?;
-        MemInfo::from_fields(&m)
-            .context("/proc/meminfo lacks MemTotal/MemAvailable/Slab/SUnreclaim")
+        MemInfo::from_host(&warren_runtime::procfs::MemInfo::read()?)
+            .context("/proc/meminfo lacks Slab/SUnreclaim")
     }
 
     fn used_kib(&self) -> u64 {
@@ -269,20 +268,34 @@ fn rate(n: usize, secs: f64) -> f64 {
 }
 
 /// Whether `more` sandboxes at `per_kib` each fit into `available_kib` with the reserve left.
-pub fn fits(available_kib: u64, more: usize, per_kib: u64) -> Result<(), String> {
-    let need = (more as u64).saturating_mul(per_kib);
-    if available_kib >= need.saturating_add(RESERVE_KIB) {
+pub fn fits(available_kib: u64, more: usize, per_kib: u64) -> Result<(), NoRoom> {
+    let need_kib = (more as u64).saturating_mul(per_kib);
+    if available_kib >= need_kib.saturating_add(RESERVE_KIB) {
         Ok(())
     } else {
-        Err(format!(
-            "{more} more sandboxes need about {} MiB ({} KiB each as measured so far, with a \
-             margin) and {} MiB must stay free, but MemAvailable is {} MiB",
-            need / 1024,
+        Err(NoRoom {
+            more,
+            need_kib,
             per_kib,
-            RESERVE_KIB / 1024,
-            available_kib / 1024
-        ))
+            available_kib,
+        })
     }
+}
+
+/// The next step of the curve would leave less than the reserve free.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{more} more sandboxes need about {} MiB ({per_kib} KiB each as measured so far, with a \
+     margin) and {} MiB must stay free, but MemAvailable is {} MiB",
+    need_kib / 1024,
+    RESERVE_KIB / 1024,
+    available_kib / 1024
+)]
+pub struct NoRoom {
+    pub more: usize,
+    pub need_kib: u64,
+    pub per_kib: u64,
+    pub available_kib: u64,
 }
 
 /// The counts to measure: sorted, without duplicates or zero.
@@ -384,6 +397,7 @@ mod tests {
         assert_eq!(m.used_kib(), 4_096_000);
         assert_eq!((m.slab_kib, m.sunreclaim_kib), (700_000, 100_000));
         assert!(MemInfo::parse("MemTotal: 5 kB\nMemAvailable: 1 kB\n").is_none());
+        assert!(MemInfo::parse("MemTotal: 5 kB\nSlab: 1 kB\nSUnreclaim: 1 kB\n").is_none());
     }
 
     #[test]
@@ -420,7 +434,7 @@ mod tests {
     #[test]
     fn steps_that_do_not_fit_are_refused() {
         assert!(fits(10 << 20, 1000, 2048).is_ok());
-        let why = fits(3 << 20, 1000, 2048).unwrap_err();
+        let why = fits(3 << 20, 1000, 2048).unwrap_err().to_string();
         assert!(why.contains("MemAvailable is 3072 MiB"), "{why}");
         assert!(fits(1 << 40, usize::MAX, u64::MAX).is_err());
     }

@@ -307,19 +307,8 @@ pub struct Density {
     pub dashboard: Option<super::ui::Paint>,
 }
 
-/// `MemTotal - MemAvailable` in KiB, from the text of `/proc/meminfo`.
-#[cfg(test)]
-pub fn used_kib(meminfo: &str) -> Option<u64> {
-    used_of(&warren_runtime::procfs::MemInfo::parse(meminfo))
-}
-
-fn used_of(m: &warren_runtime::procfs::MemInfo) -> Option<u64> {
-    Some(m.kib("MemTotal")?.saturating_sub(m.kib("MemAvailable")?))
-}
-
 fn host_used_kib() -> anyhow::Result<u64> {
-    let m = warren_runtime::procfs::MemInfo::read().context("reading /proc/meminfo")?;
-    used_of(&m).context("/proc/meminfo has no MemTotal/MemAvailable")
+    Ok(warren_runtime::procfs::MemInfo::read()?.used_kib())
 }
 
 /// Creates `n` idle sandboxes (stopping at the first refusal), measures host memory, then
@@ -395,16 +384,4 @@ pub fn quantiles(samples: &[f64]) -> Vec<f64> {
             (crate::stats::percentile(&sorted, p) * 1000.0).round() / 1000.0
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn meminfo() {
-        let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20480000 kB\n";
-        assert_eq!(used_kib(text), Some(4_096_000));
-        assert_eq!(used_kib("MemTotal: 5 kB\n"), None);
-    }
 }

@@ -205,10 +205,7 @@ fn cgroup_bytes(pid: u32) -> u64 {
 }
 
 fn mem_available_kib() -> u64 {
-    warren_runtime::procfs::MemInfo::read()
-        .ok()
-        .and_then(|m| m.kib("MemAvailable"))
-        .unwrap_or(0)
+    warren_runtime::procfs::MemInfo::read().map_or(0, |m| m.available_kib)
 }
 
 fn note(msg: impl std::fmt::Display) {

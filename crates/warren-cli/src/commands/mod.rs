@@ -99,11 +99,20 @@ impl Ctx {
     }
 }
 
+/// A flag's value that does not parse (clap prints it after the flag).
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    #[error("expected KEY=VALUE, got {0:?}")]
+    NotKeyValue(String),
+    #[error("{0:?} is not a number of seconds of at least 0.1")]
+    NotSeconds(String),
+}
+
 /// Parses `KEY=VALUE` (the value may itself contain `=`).
-pub fn parse_kv(s: &str) -> Result<(String, String), String> {
+pub fn parse_kv(s: &str) -> Result<(String, String), ArgError> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+        _ => Err(ArgError::NotKeyValue(s.to_string())),
     }
 }
 

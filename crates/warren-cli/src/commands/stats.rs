@@ -33,10 +33,10 @@ pub struct Args {
     pub interval: f64,
 }
 
-fn positive_secs(s: &str) -> Result<f64, String> {
+fn positive_secs(s: &str) -> Result<f64, super::ArgError> {
     match s.parse::<f64>() {
         Ok(v) if v >= 0.1 && v.is_finite() => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds of at least 0.1")),
+        _ => Err(super::ArgError::NotSeconds(s.to_string())),
     }
 }
 

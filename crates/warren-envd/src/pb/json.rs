@@ -20,7 +20,7 @@ pub mod b64 {
     }
 
     /// Decodes any of the base64 alphabets protobuf's JSON accepts.
-    pub fn decode(s: &str) -> Result<Vec<u8>, String> {
+    pub fn decode(s: &str) -> Result<Vec<u8>, Base64Error> {
         use base64::engine::general_purpose::{
             STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
         };
@@ -32,8 +32,13 @@ pub mod b64 {
         }
         .or_else(|_| STANDARD.decode(s))
         .or_else(|_| URL_SAFE.decode(s))
-        .map_err(|e| format!("invalid base64: {e}"))
+        .map_err(Base64Error)
     }
+
+    /// Text that is base64 in none of the alphabets protobuf's JSON accepts.
+    #[derive(Debug, thiserror::Error)]
+    #[error("invalid base64: {0}")]
+    pub struct Base64Error(#[source] base64::DecodeError);
 }
 
 /// `int64`: a string out; a string or a number in.

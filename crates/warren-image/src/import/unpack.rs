@@ -26,11 +26,13 @@ pub struct UnpackStats {
 }
 
 /// Why a layer could not be unpacked (the caller names the layer).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
     /// The tar stream is malformed or unsafe.
+    #[error("{0}")]
     Bad(String),
     /// The stream failed (decompression, truncation) or the host did.
+    #[error("{0}")]
     Io(std::io::Error),
 }
 

@@ -87,8 +87,6 @@ pub struct NoBackend;
 #[async_trait]
 impl WarmBackend for NoBackend {
     async fn start(&self, _key: &PoolKey) -> Result<Arc<dyn Warm>, RuntimeError> {
-        Err(RuntimeError::Unsupported(
-            "this node serves no substrate that runs function calls".into(),
-        ))
+        Err(warren_runtime::Unsupported::NoFunctionSubstrate.into())
     }
 }

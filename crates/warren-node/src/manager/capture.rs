@@ -27,7 +27,7 @@ impl Files {
             .await
             .map_err(|e| match e {
                 warren_runtime::RuntimeError::Unsupported(why) => {
-                    NodeError::Api(ApiError::new(ErrorCode::InvalidState, why))
+                    NodeError::Api(ApiError::new(ErrorCode::InvalidState, why.to_string()))
                 }
                 e => NodeError::runtime(id, e),
             })

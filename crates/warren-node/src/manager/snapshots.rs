@@ -415,7 +415,7 @@ impl FromSnapshot {
             .await
             .map_err(|e| match e {
                 warren_runtime::RuntimeError::Unsupported(why) => {
-                    NodeError::Api(ApiError::invalid(why))
+                    NodeError::Api(ApiError::invalid(why.to_string()))
                 }
                 source => NodeError::CreateFailed { source },
             })

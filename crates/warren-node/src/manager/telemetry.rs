@@ -56,7 +56,7 @@ impl Telemetry {
         let all: Vec<Arc<Sandbox>> = sandboxes.inner.registry.map().values().cloned().collect();
         let mem = sandboxes.inner.admission.memory();
         let mut load = warren_types::NodeLoad {
-            memory_available_mb: mem.available_mb,
+            memory_available_mb: mem.available_mb(),
             cpu_pressure: crate::pressure::cpu_some_avg10().unwrap_or(0.0),
             ..Default::default()
         };
@@ -90,7 +90,7 @@ impl Telemetry {
             max_sandboxes: cfg.max_sandboxes as u64,
             max_running: cfg.admission.max_running,
             max_starting: cfg.admission.max_starting,
-            memory_total_mb: sandboxes.inner.admission.memory().total_mb,
+            memory_total_mb: sandboxes.inner.admission.memory().total_mb(),
             min_free_memory_mb: cfg.admission.min_free_memory_mb,
             max_sandbox_memory_mb: cfg.bounds.max_memory_mb,
         }

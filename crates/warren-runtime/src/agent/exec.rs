@@ -187,7 +187,7 @@ fn collected_file(
     use base64::Engine;
     let data = base64::engine::general_purpose::STANDARD
         .decode(data)
-        .map_err(|e| RuntimeError::Protocol(e.to_string()))?;
+        .map_err(|e| RuntimeError::Protocol(e.into()))?;
     Ok(CollectedFile {
         path,
         data,

@@ -167,7 +167,9 @@ impl FileWriter {
                 self.s.done = true;
                 return match parse_event(&f) {
                     Ok(Event::Error { code, message }) => Err(from_event_error(code, message)),
-                    _ => Err(RuntimeError::Protocol("write ended early".into())),
+                    _ => Err(RuntimeError::Protocol(
+                        crate::ProtocolError::WriteEndedEarly,
+                    )),
                 };
             }
         }

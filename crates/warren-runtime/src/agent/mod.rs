@@ -78,12 +78,14 @@ fn from_event_error(code: ErrorCode, message: String) -> RuntimeError {
 
 /// An event the call does not expect at this point.
 fn unexpected(ev: &Event) -> RuntimeError {
-    RuntimeError::Protocol(format!("unexpected {ev:?}"))
+    RuntimeError::Protocol(crate::ProtocolError::Unexpected {
+        event: format!("{ev:?}"),
+    })
 }
 
 fn parse_event(f: &Frame) -> Result<Event, RuntimeError> {
     f.parse::<Event>()
-        .map_err(|e| RuntimeError::Protocol(e.to_string()))
+        .map_err(|e| RuntimeError::Protocol(e.into()))
 }
 
 fn exit_info(ev: &Event) -> Option<ExitInfo> {

@@ -12,31 +12,31 @@ use super::record::{ContainerRecord, RECORD_VERSION};
 use super::{Container, ContainerRuntime};
 use crate::agent::AgentConn;
 use crate::procfs::start_time;
-use crate::{RuntimeError, SandboxSpec};
+use crate::{AdoptError, RuntimeError, SandboxSpec};
 
 pub async fn adopt(
     rt: &ContainerRuntime,
     spec: &SandboxSpec,
     record: &serde_json::Value,
 ) -> Result<Container, RuntimeError> {
-    let rec: ContainerRecord = serde_json::from_value(record.clone())
-        .map_err(|e| RuntimeError::Adopt(format!("bad record: {e}")))?;
+    let rec: ContainerRecord =
+        serde_json::from_value(record.clone()).map_err(AdoptError::BadRecord)?;
     if rec.version != RECORD_VERSION {
-        return Err(RuntimeError::Adopt(format!(
-            "record version {} (this daemon reads {RECORD_VERSION})",
-            rec.version
-        )));
+        return Err(AdoptError::RecordVersion {
+            found: rec.version,
+            reads: RECORD_VERSION,
+        }
+        .into());
     }
     if start_time(rec.agent_pid) != Some(rec.agent_start_time) {
-        return Err(RuntimeError::Adopt(
-            "the sandbox's agent is no longer running".into(),
-        ));
+        return Err(AdoptError::NotRunning {
+            what: "the sandbox's agent",
+        }
+        .into());
     }
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if !cgroups.contains(rec.agent_pid) {
-        return Err(RuntimeError::Adopt(
-            "the agent is not in the sandbox's cgroup".into(),
-        ));
+        return Err(AdoptError::NotInCgroup { what: "the agent" }.into());
     }
     // A paused sandbox's agent is frozen and cannot answer: thaw it for the handshake and
     // freeze it again afterwards.
@@ -55,16 +55,11 @@ pub async fn adopt(
             let (w2, id, bytes) = (w.clone(), spec.id.to_string(), spec.limits.disk_mb << 20);
             tokio::task::spawn_blocking(move || w2.adopt(&id, bytes))
                 .await
-                .map_err(|e| RuntimeError::Adopt(format!("writable layer task: {e}")))?
-                .map_err(|e| RuntimeError::Adopt(format!("its writable layer: {e}")))?;
+                .map_err(AdoptError::WritableLayerTask)?
+                .map_err(|e| AdoptError::WritableLayer(Box::new(e)))?;
             Some(w.clone())
         }
-        (Some(d), None) => {
-            return Err(RuntimeError::Adopt(format!(
-                "its writable layer is on disk ({}) and this daemon has no writable-layer store",
-                d.display()
-            )))
-        }
+        (Some(d), None) => return Err(AdoptError::NoWritableStore { dir: d.clone() }.into()),
         _ => None,
     };
     // Its host id range is taken again before any create could be given it (last: a
@@ -72,11 +67,7 @@ pub async fn adopt(
     if let Some(base) = rec.id_base {
         match &rt.ids {
             Some(p) => p.adopt(base)?,
-            None => {
-                return Err(RuntimeError::Adopt(format!(
-                    "it has host id range {base} and this daemon has no id pool"
-                )))
-            }
+            None => return Err(AdoptError::NoIdPool { base }.into()),
         }
     }
     // Sandboxes started before layers were leased get their lease now.
@@ -106,9 +97,7 @@ async fn reconnect(rec: &ContainerRecord) -> Result<UnixStream, RuntimeError> {
         match warren_sys::pidfd::get_fd(&pidfd, RECONNECT_FD) {
             Ok(fd) => break fd,
             Err(e) if started.elapsed() > Duration::from_secs(3) => {
-                return Err(RuntimeError::Adopt(format!(
-                    "agent offers no reconnect socket: {e}"
-                )))
+                return Err(AdoptError::NoReconnectSocket(e).into())
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
@@ -129,17 +118,18 @@ async fn reconnect(rec: &ContainerRecord) -> Result<UnixStream, RuntimeError> {
     )
     .write_async(&mut stream)
     .await
-    .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+    .map_err(AdoptError::Frame)?;
     let reply = tokio::time::timeout(Duration::from_secs(3), Frame::read_async(&mut stream))
         .await
-        .map_err(|_| RuntimeError::Adopt("agent did not answer the reconnect".into()))?
-        .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+        .map_err(|_| AdoptError::NoAnswer { who: "agent" })?
+        .map_err(AdoptError::Frame)?;
     match reply.parse::<InitReply>() {
         Ok(InitReply::Ready { .. }) => {}
         other => {
-            return Err(RuntimeError::Adopt(format!(
-                "unexpected reconnect answer {other:?}"
-            )))
+            return Err(AdoptError::UnexpectedAnswer {
+                answer: format!("{other:?}"),
+            }
+            .into())
         }
     }
     Ok(stream)

@@ -125,9 +125,7 @@ async fn writable_layer(
         return Ok(None);
     }
     let Some(w) = rt.writable.clone() else {
-        return Err(RuntimeError::Unsupported(
-            "this node keeps writable layers in memory only: ask for disk_medium memory".into(),
-        ));
+        return Err(crate::Unsupported::NoDiskMedium.into());
     };
     let id = spec.id.to_string();
     let bytes = spec.limits.disk_mb << 20;
@@ -151,9 +149,9 @@ async fn recv(stream: &mut UnixStream, what: &str) -> Result<InitReply, RuntimeE
         })?;
     match f
         .parse::<InitReply>()
-        .map_err(|e| RuntimeError::Protocol(e.to_string()))?
+        .map_err(|e| RuntimeError::Protocol(e.into()))?
     {
-        InitReply::Failed { message } => Err(StartCause::AgentRefused(message).into()),
+        InitReply::Failed { message } => Err(StartCause::AgentRefused { message }.into()),
         r => Ok(r),
     }
 }
@@ -331,9 +329,10 @@ async fn start(
     let agent_pid = match recv(&mut stream, "fork").await? {
         InitReply::Child { pid } => pid,
         other => {
-            return Err(RuntimeError::Protocol(format!(
-                "expected Child, got {other:?}"
-            )))
+            return Err(RuntimeError::Protocol(crate::ProtocolError::Expected {
+                expected: "Child",
+                got: format!("{other:?}"),
+            }))
         }
     };
     let t_child = t0.elapsed();
@@ -346,9 +345,10 @@ async fn start(
     match recv(&mut stream, "root filesystem").await? {
         InitReply::Ready { .. } => {}
         other => {
-            return Err(RuntimeError::Protocol(format!(
-                "expected Ready, got {other:?}"
-            )))
+            return Err(RuntimeError::Protocol(crate::ProtocolError::Expected {
+                expected: "Ready",
+                got: format!("{other:?}"),
+            }))
         }
     }
     tracing::debug!(
@@ -405,8 +405,9 @@ async fn unshare_agent(
     send(&mut stream, init).await?;
     match recv(&mut stream, "unshare").await? {
         InitReply::Unshared { pid } => Ok((stream, pid)),
-        other => Err(RuntimeError::Protocol(format!(
-            "expected Unshared, got {other:?}"
-        ))),
+        other => Err(RuntimeError::Protocol(crate::ProtocolError::Expected {
+            expected: "Unshared",
+            got: format!("{other:?}"),
+        })),
     }
 }

@@ -25,8 +25,11 @@ async fn run_helper(
     argv: &[String],
     fds: &[(i32, i32)],
 ) -> Result<(), RuntimeError> {
-    let exe = which(&argv[0])
-        .ok_or_else(|| RuntimeError::Unsupported(format!("{} is not installed", argv[0])))?;
+    let exe = which(&argv[0]).ok_or_else(|| {
+        RuntimeError::Unsupported(crate::Unsupported::NotInstalled {
+            tool: argv[0].clone(),
+        })
+    })?;
     let errlog = rt.images.root().join("tmp").join(format!(
         "helper-{}-{}.log",
         std::process::id(),

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use crate::{RuntimeError, StartCause};
+use crate::{AdoptError, ConfigError, RuntimeError, StartCause};
 
 /// Ids in one sandbox's range.
 pub const RANGE: u32 = 65_536;
@@ -51,10 +51,12 @@ pub fn disjoint_from_owners(
     );
     let (o_start, o_end) = (u64::from(o), u64::from(o) + u64::from(super::OWNER_UIDS));
     if start < o_end && o_start < end {
-        return Err(StartCause::Config(format!(
-            "the host id pool {start}..{end} overlaps the sandbox owner uids {o_start}..{o_end} \
-             (--id-pool-base, --id-ranges, --sandbox-owner-uid-base)"
-        ))
+        return Err(StartCause::Config(ConfigError::IdPoolOverlapsOwners {
+            start,
+            end,
+            owner_start: o_start,
+            owner_end: o_end,
+        })
         .into());
     }
     Ok(())
@@ -73,11 +75,11 @@ impl IdPool {
     pub fn new(cfg: IdPoolConfig) -> Result<IdPool, RuntimeError> {
         let end = cfg.base as u64 + cfg.slots as u64 * RANGE as u64;
         if !cfg.base.is_multiple_of(RANGE) || cfg.slots == 0 || end > u32::MAX as u64 {
-            return Err(StartCause::Config(format!(
-                "id pool base {} with {} ranges of {RANGE}: the base must be a multiple of \
-                 {RANGE} and the pool end below 2^32",
-                cfg.base, cfg.slots
-            ))
+            return Err(StartCause::Config(ConfigError::IdPoolShape {
+                base: cfg.base,
+                slots: cfg.slots,
+                range: RANGE,
+            })
             .into());
         }
         Ok(IdPool {
@@ -110,13 +112,11 @@ impl IdPool {
     /// Marks the range whose root is `base` as taken (a sandbox re-adopted after a restart).
     /// Refuses one outside the pool or taken already.
     pub fn adopt(&self, base: u32) -> Result<(), RuntimeError> {
-        let k = self.slot(base).ok_or_else(|| {
-            RuntimeError::Adopt(format!("host id {base} is not a range of this node's pool"))
-        })?;
+        let k = self
+            .slot(base)
+            .ok_or_else(|| RuntimeError::Adopt(AdoptError::IdNotInPool { base }))?;
         if !self.used().insert(k) {
-            return Err(RuntimeError::Adopt(format!(
-                "host id range {base} is held by another sandbox"
-            )));
+            return Err(AdoptError::IdHeld { base }.into());
         }
         Ok(())
     }

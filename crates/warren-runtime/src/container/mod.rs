@@ -34,7 +34,7 @@ use warren_types::{NodeId, SandboxId, Substrate};
 
 use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
-use crate::{Instance, Runtime, RuntimeError, SandboxSpec, StartCause, Usage};
+use crate::{Instance, Runtime, RuntimeError, SandboxSpec, StartCause, Unsupported, Usage};
 
 pub use record::ContainerRecord;
 pub use warren_proto::UserLimit;
@@ -171,9 +171,8 @@ pub struct ContainerRuntime {
 impl ContainerRuntime {
     pub fn new(cfg: ContainerConfig, images: Arc<ImageStore>) -> Result<Self, RuntimeError> {
         if !cfg.agent_bin.is_file() {
-            return Err(StartCause::Config(format!(
-                "agent binary {} not found",
-                cfg.agent_bin.display()
+            return Err(StartCause::Config(crate::ConfigError::AgentMissing(
+                cfg.agent_bin.clone(),
             ))
             .into());
         }
@@ -730,9 +729,10 @@ impl Runtime for ContainerRuntime {
         children: &[SandboxSpec],
     ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
         let Some(p) = parent.as_any().downcast_ref::<Container>() else {
-            return Err(RuntimeError::Unsupported(
-                "a container can only fork from a container".into(),
-            ));
+            return Err(Unsupported::ForeignInstance {
+                what: "a container can only fork from a container",
+            }
+            .into());
         };
         fork::fork(self, p, children).await
     }
@@ -744,9 +744,10 @@ impl Runtime for ContainerRuntime {
         holder: &str,
     ) -> Result<crate::SavedSnapshot, RuntimeError> {
         let Some(c) = instance.as_any().downcast_ref::<Container>() else {
-            return Err(RuntimeError::Unsupported(
-                "a container runtime snapshots containers only".into(),
-            ));
+            return Err(Unsupported::ForeignInstance {
+                what: "a container runtime snapshots containers only",
+            }
+            .into());
         };
         snapshot::save(self, c, dir, holder).await
     }
@@ -758,9 +759,10 @@ impl Runtime for ContainerRuntime {
         source: &str,
     ) -> Result<(String, warren_image::Lease), RuntimeError> {
         let Some(c) = instance.as_any().downcast_ref::<Container>() else {
-            return Err(RuntimeError::Unsupported(
-                "a container runtime captures containers only".into(),
-            ));
+            return Err(Unsupported::ForeignInstance {
+                what: "a container runtime captures containers only",
+            }
+            .into());
         };
         let was_paused = c.is_paused();
         if !was_paused {

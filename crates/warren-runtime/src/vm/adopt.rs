@@ -9,34 +9,34 @@ use super::record::{MachineKey, VmRecord, RECORD_VERSION};
 use super::{create, qemu, qmp::Qmp, Vm, VmRuntime};
 use crate::agent::AgentConn;
 use crate::procfs::start_time;
-use crate::{RuntimeError, SandboxSpec};
+use crate::{AdoptError, RuntimeError, SandboxSpec};
 
 pub async fn adopt(
     rt: &VmRuntime,
     spec: &SandboxSpec,
     record: &serde_json::Value,
 ) -> Result<Vm, RuntimeError> {
-    let bad = |e: serde_json::Error| RuntimeError::Adopt(format!("bad record: {e}"));
+    let bad = |e: serde_json::Error| RuntimeError::Adopt(AdoptError::BadRecord(e));
     let rec: VmRecord =
         serde_json::from_value(record.get("vm").cloned().unwrap_or_default()).map_err(bad)?;
     let key: MachineKey =
         serde_json::from_value(record.get("machine").cloned().unwrap_or_default()).map_err(bad)?;
     if rec.version != RECORD_VERSION {
-        return Err(RuntimeError::Adopt(format!(
-            "record version {} (this daemon reads {RECORD_VERSION})",
-            rec.version
-        )));
+        return Err(AdoptError::RecordVersion {
+            found: rec.version,
+            reads: RECORD_VERSION,
+        }
+        .into());
     }
     if start_time(rec.qemu_pid) != Some(rec.qemu_start_time) {
-        return Err(RuntimeError::Adopt(
-            "the VM's QEMU is no longer running".into(),
-        ));
+        return Err(AdoptError::NotRunning {
+            what: "the VM's QEMU",
+        }
+        .into());
     }
     let cgroups = rt.hierarchy.set_for(spec.id.as_str());
     if !cgroups.contains(rec.qemu_pid) {
-        return Err(RuntimeError::Adopt(
-            "QEMU is not in the sandbox's cgroup".into(),
-        ));
+        return Err(AdoptError::NotInCgroup { what: "QEMU" }.into());
     }
     // QEMU is no child of this daemon: its exit status is not known here.
     let (exited, death) = create::watch_exit(rec.qemu_pid, None, rec.dir.clone())?;
@@ -72,7 +72,7 @@ pub async fn adopt(
 async fn reconnect(path: &std::path::Path) -> Result<UnixStream, RuntimeError> {
     let mut stream = UnixStream::connect(path)
         .await
-        .map_err(|e| RuntimeError::Adopt(format!("agent socket: {e}")))?;
+        .map_err(AdoptError::AgentSocket)?;
     Frame::json(
         0,
         Kind::Init,
@@ -83,12 +83,12 @@ async fn reconnect(path: &std::path::Path) -> Result<UnixStream, RuntimeError> {
     )
     .write_async(&mut stream)
     .await
-    .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+    .map_err(AdoptError::Frame)?;
     let ready = async {
         loop {
             let f = Frame::read_async(&mut stream)
                 .await
-                .map_err(|e| RuntimeError::Adopt(e.to_string()))?;
+                .map_err(AdoptError::Frame)?;
             if f.kind == Kind::Init {
                 if let Ok(InitReply::Ready { .. }) = f.parse::<InitReply>() {
                     return Ok::<(), RuntimeError>(());
@@ -99,7 +99,9 @@ async fn reconnect(path: &std::path::Path) -> Result<UnixStream, RuntimeError> {
     tokio::time::timeout(Duration::from_secs(10), ready)
         .await
         .map_err(|_| {
-            RuntimeError::Adopt("the guest agent did not answer the reconnect".into())
+            RuntimeError::Adopt(AdoptError::NoAnswer {
+                who: "the guest agent",
+            })
         })??;
     Ok(stream)
 }

@@ -196,7 +196,7 @@ async fn wait_ready(
             match f.parse::<InitReply>() {
                 Ok(InitReply::Ready { .. }) => return Ok(()),
                 Ok(InitReply::Failed { message }) => {
-                    return Err(StartCause::AgentRefused(message).into())
+                    return Err(StartCause::AgentRefused { message }.into())
                 }
                 _ => continue,
             }
@@ -387,12 +387,11 @@ pub async fn restore(
 ) -> Result<Vm, RuntimeError> {
     let key = rt.key(spec, layers).await?;
     if snap.meta.machine != key {
-        return Err(StartCause::Snapshot(format!(
-            "snapshot {} was made for another machine ({:?}); this sandbox is {:?}",
-            snap.dir.display(),
-            snap.meta.machine,
-            key
-        ))
+        return Err(StartCause::Snapshot(crate::SnapshotError::OtherMachine {
+            dir: snap.dir.clone(),
+            made_for: format!("{:?}", snap.meta.machine),
+            this: format!("{key:?}"),
+        })
         .into());
     }
     let t0 = Instant::now();
@@ -449,9 +448,12 @@ pub async fn restore(
                 .await?;
             s.qmp.wait_migration(RESTORE_TIMEOUT).await
         };
-        incoming
-            .await
-            .map_err(|e| StartCause::Snapshot(format!("restore: {e}{}", qemu::log_tail(&dir))))?;
+        incoming.await.map_err(|e| {
+            StartCause::Snapshot(crate::SnapshotError::Restore {
+                source: Box::new(e),
+                log: qemu::log_tail(&dir),
+            })
+        })?;
         let t_migrated = t0.elapsed();
         if s.qmp.status().await? != "running" {
             s.qmp.cont().await?;
@@ -601,10 +603,10 @@ async fn probe_kvm(rt: &VmRuntime) -> Result<(), RuntimeError> {
                 return Ok(());
             }
             if start_time(pid).is_none() || start.elapsed() > PROBE_TIMEOUT {
-                return Err(RuntimeError::Vmm(format!(
-                    "no guest init under KVM{}",
-                    qemu::log_tail(&dir)
-                )));
+                return Err(crate::VmmError::NoGuestInit {
+                    log: qemu::log_tail(&dir),
+                }
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

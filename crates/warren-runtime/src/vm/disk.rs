@@ -34,7 +34,7 @@ async fn lock(
             .map_err(|(_, e)| RuntimeError::io("base lock", e.into()))
     })
     .await
-    .map_err(|e| RuntimeError::Vmm(format!("lock task: {e}")))??;
+    .map_err(|e| RuntimeError::Vmm(crate::VmmError::LockTask(e)))??;
     Ok((g, fl))
 }
 

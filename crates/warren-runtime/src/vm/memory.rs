@@ -85,9 +85,8 @@ pub fn stub_kernel(kernel: &Path, dir: &Path) -> Result<PathBuf, RuntimeError> {
     head.truncate(n);
     // The boot protocol's header: "HdrS" at 0x202; setup sectors at 0x1f1 (0 means 4).
     if head.len() < 0x210 || &head[0x202..0x206] != b"HdrS" {
-        return Err(RuntimeError::Vmm(format!(
-            "{} is not a bzImage",
-            kernel.display()
+        return Err(RuntimeError::Vmm(crate::VmmError::NotBzImage(
+            kernel.to_path_buf(),
         )));
     }
     let sects = match head[0x1f1] {
@@ -96,10 +95,10 @@ pub fn stub_kernel(kernel: &Path, dir: &Path) -> Result<PathBuf, RuntimeError> {
     };
     let setup = (sects + 1) * 512;
     if setup > head.len() {
-        return Err(RuntimeError::Vmm(format!(
-            "{}: setup code of {setup} bytes",
-            kernel.display()
-        )));
+        return Err(RuntimeError::Vmm(crate::VmmError::SetupCode {
+            kernel: kernel.to_path_buf(),
+            setup,
+        }));
     }
     let out = dir.join(format!("kernel-stub-{:x}-{:x}", meta.size(), meta.mtime()));
     if out.is_file() {

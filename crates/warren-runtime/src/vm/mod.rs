@@ -44,7 +44,9 @@ use warren_types::{NodeId, SandboxId, Substrate};
 
 use crate::agent::AgentConn;
 use crate::cgroup::{CgroupSet, Hierarchy};
-use crate::{Instance, PauseStats, Runtime, RuntimeError, SandboxSpec, Usage};
+use crate::{
+    Instance, PauseStats, Runtime, RuntimeError, SandboxSpec, Unsupported, Usage, VmHostMissing,
+};
 
 pub use record::{MachineKey, Snapshot, SnapshotMeta, VmRecord, SNAPSHOT_FORMAT};
 
@@ -104,21 +106,15 @@ impl VmConfig {
     }
 
     /// Why this host cannot run VMs, if it cannot.
-    pub fn unavailable(&self) -> Option<String> {
+    pub fn unavailable(&self) -> Option<VmHostMissing> {
         if !self.qemu.is_file() {
-            return Some(format!(
-                "{} not found: install qemu-system-x86 (scripts/setup.sh)",
-                self.qemu.display()
-            ));
+            return Some(VmHostMissing::Qemu(self.qemu.clone()));
         }
         if !self.kernel_dir.join("vmlinuz").is_file() {
-            return Some(format!(
-                "no guest kernel in {}: run scripts/build-guest.sh",
-                self.kernel_dir.display()
-            ));
+            return Some(VmHostMissing::Kernel(self.kernel_dir.clone()));
         }
         if !self.agent_bin.is_file() {
-            return Some(format!("agent {} not found", self.agent_bin.display()));
+            return Some(VmHostMissing::Agent(self.agent_bin.clone()));
         }
         None
     }
@@ -145,13 +141,10 @@ impl VmRuntime {
         images: Arc<ImageStore>,
     ) -> Result<Self, RuntimeError> {
         if !matches!(substrate, Substrate::Microvm | Substrate::Vm) {
-            return Err(RuntimeError::Unsupported(format!(
-                "{} is not a VM substrate",
-                substrate.as_str()
-            )));
+            return Err(Unsupported::NotVm(substrate).into());
         }
         if let Some(why) = cfg.unavailable() {
-            return Err(RuntimeError::Unsupported(why));
+            return Err(Unsupported::VmHost(why).into());
         }
         let kernel = std::fs::read_to_string(cfg.kernel_dir.join("version"))
             .unwrap_or_else(|_| "unknown".into())
@@ -345,10 +338,7 @@ impl VmRuntime {
 /// vCPUs for a sandbox: its CPU limit rounded up.
 /// The host's memory in MiB (`MemTotal`), 0 when unknown.
 pub(crate) fn host_memory_mb() -> u64 {
-    crate::procfs::MemInfo::read()
-        .ok()
-        .and_then(|m| m.kib("MemTotal"))
-        .map_or(0, |kib| kib / 1024)
+    crate::procfs::MemInfo::read().map_or(0, |m| m.total_mb())
 }
 
 fn vcpus(spec: &SandboxSpec) -> u32 {
@@ -579,9 +569,10 @@ impl Runtime for VmRuntime {
         children: &[SandboxSpec],
     ) -> Result<Vec<Arc<dyn Instance>>, RuntimeError> {
         let Some(p) = parent.as_any().downcast_ref::<Vm>() else {
-            return Err(RuntimeError::Unsupported(
-                "a VM can only fork from a VM".into(),
-            ));
+            return Err(Unsupported::ForeignInstance {
+                what: "a VM can only fork from a VM",
+            }
+            .into());
         };
         fork::fork(self, p, children).await
     }
@@ -593,9 +584,10 @@ impl Runtime for VmRuntime {
         holder: &str,
     ) -> Result<crate::SavedSnapshot, RuntimeError> {
         let Some(vm) = instance.as_any().downcast_ref::<Vm>() else {
-            return Err(RuntimeError::Unsupported(
-                "a VM runtime snapshots VMs only".into(),
-            ));
+            return Err(Unsupported::ForeignInstance {
+                what: "a VM runtime snapshots VMs only",
+            }
+            .into());
         };
         saved::save(self, vm, dir, holder).await
     }

@@ -281,10 +281,10 @@ pub async fn version(qemu: &Path) -> Result<String, RuntimeError> {
     let out = super::tool::run(qemu, &["--version".to_string()])
         .await
         .map_err(|e| {
-            RuntimeError::Unsupported(format!(
-                "{} cannot run ({e}): install qemu-system-x86 (scripts/setup.sh)",
-                qemu.display()
-            ))
+            RuntimeError::Unsupported(crate::Unsupported::QemuCannotRun {
+                qemu: qemu.to_path_buf(),
+                source: Box::new(e),
+            })
         })?;
     Ok(out.lines().next().unwrap_or("").to_string())
 }

@@ -11,7 +11,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
 
-use crate::RuntimeError;
+use crate::{QmpError, RuntimeError};
 
 /// Longest a single QMP command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,8 +26,8 @@ pub struct Qmp {
     conn: Mutex<Conn>,
 }
 
-fn err(msg: impl Into<String>) -> RuntimeError {
-    RuntimeError::Vmm(msg.into())
+fn err(e: QmpError) -> RuntimeError {
+    RuntimeError::Vmm(e.into())
 }
 
 /// State of a migration (`query-migrate`).
@@ -45,7 +45,10 @@ impl Qmp {
             match UnixStream::connect(path).await {
                 Ok(s) => break s,
                 Err(e) if start.elapsed() > timeout => {
-                    return Err(err(format!("QMP socket {}: {e}", path.display())))
+                    return Err(err(QmpError::Socket {
+                        path: path.to_path_buf(),
+                        source: e,
+                    }))
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
             }
@@ -57,7 +60,7 @@ impl Qmp {
         };
         let greeting = read_msg(&mut conn).await?;
         if greeting.get("QMP").is_none() {
-            return Err(err(format!("unexpected QMP greeting {greeting}")));
+            return Err(err(QmpError::Greeting(greeting.to_string())));
         }
         let qmp = Qmp {
             conn: Mutex::new(conn),
@@ -72,10 +75,12 @@ impl Qmp {
         let mut line = serde_json::to_vec(&json!({"execute": cmd, "arguments": args}))
             .expect("QMP commands serialize");
         line.push(b'\n');
-        conn.wr
-            .write_all(&line)
-            .await
-            .map_err(|e| err(format!("QMP {cmd}: {e}")))?;
+        conn.wr.write_all(&line).await.map_err(|source| {
+            err(QmpError::Send {
+                cmd: cmd.to_string(),
+                source,
+            })
+        })?;
         let reply = tokio::time::timeout(COMMAND_TIMEOUT, async {
             loop {
                 let m = read_msg(&mut conn).await?;
@@ -86,12 +91,20 @@ impl Qmp {
             }
         })
         .await
-        .map_err(|_| err(format!("QMP {cmd}: no answer in time")))??;
+        .map_err(|_| {
+            err(QmpError::NoAnswer {
+                cmd: cmd.to_string(),
+            })
+        })??;
         if let Some(e) = reply.get("error") {
-            return Err(err(format!(
-                "QMP {cmd}: {}",
-                e.get("desc").and_then(Value::as_str).unwrap_or("error")
-            )));
+            return Err(err(QmpError::Refused {
+                cmd: cmd.to_string(),
+                desc: e
+                    .get("desc")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error")
+                    .to_string(),
+            }));
         }
         Ok(reply.get("return").cloned().unwrap_or(Value::Null))
     }
@@ -170,19 +183,18 @@ impl Qmp {
             match s.status.as_str() {
                 "completed" => return Ok(()),
                 "failed" | "cancelled" => {
-                    return Err(err(format!(
-                        "migration {}: {}",
-                        s.status,
-                        s.error.unwrap_or_default()
-                    )))
+                    return Err(err(QmpError::MigrationFailed {
+                        status: s.status,
+                        error: s.error.unwrap_or_default(),
+                    }))
                 }
                 _ => {}
             }
             if start.elapsed() > timeout {
-                return Err(err(format!(
-                    "migration still {} after {timeout:?}",
-                    s.status
-                )));
+                return Err(err(QmpError::MigrationSlow {
+                    status: s.status,
+                    after: timeout,
+                }));
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(20));
@@ -200,9 +212,14 @@ async fn read_msg(conn: &mut Conn) -> Result<Value, RuntimeError> {
         .rd
         .read_line(&mut line)
         .await
-        .map_err(|e| err(format!("QMP read: {e}")))?;
+        .map_err(|e| err(QmpError::Read(e)))?;
     if n == 0 {
-        return Err(err("QMP connection closed (QEMU exited)"));
+        return Err(err(QmpError::Closed));
     }
-    serde_json::from_str(&line).map_err(|e| err(format!("QMP: bad JSON {line:?}: {e}")))
+    serde_json::from_str(&line).map_err(|source| {
+        err(QmpError::BadJson {
+            line: line.clone(),
+            source,
+        })
+    })
 }

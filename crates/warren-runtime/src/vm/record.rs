@@ -115,13 +115,17 @@ impl Snapshot {
         let p = dir.join("snapshot.json");
         let s = std::fs::read_to_string(&p)
             .map_err(|e| RuntimeError::io(format!("read {}", p.display()), e))?;
-        let meta: SnapshotMeta = serde_json::from_str(&s)
-            .map_err(|e| RuntimeError::Vmm(format!("{}: {e}", p.display())))?;
+        let meta: SnapshotMeta = serde_json::from_str(&s).map_err(|source| {
+            RuntimeError::Vmm(crate::VmmError::SnapshotRecord {
+                path: p.clone(),
+                source,
+            })
+        })?;
         if meta.format != SNAPSHOT_FORMAT {
-            return Err(RuntimeError::Vmm(format!(
-                "snapshot format {} (this daemon reads {SNAPSHOT_FORMAT})",
-                meta.format
-            )));
+            return Err(RuntimeError::Vmm(crate::VmmError::SnapshotFormat {
+                found: meta.format,
+                reads: SNAPSHOT_FORMAT,
+            }));
         }
         Ok(Snapshot {
             dir: dir.to_path_buf(),

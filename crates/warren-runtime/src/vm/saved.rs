@@ -60,13 +60,10 @@ pub async fn restore(
     let recorded = SnapshotLayers::parse(record)?;
     let snap = Snapshot::open(dir)?;
     if snap.meta.machine.nic != spec.network {
-        return Err(RuntimeError::Unsupported(if snap.meta.machine.nic {
-            "this snapshot's VM has a network interface: create from it with a network policy \
-             other than none"
-                .into()
-        } else {
-            "this snapshot's VM has no network interface: create from it with network none".into()
-        }));
+        return Err(crate::Unsupported::SnapshotNetwork {
+            snapshot_has_nic: snap.meta.machine.nic,
+        }
+        .into());
     }
     let layers = crate::leases::acquire(&rt.images, &spec.id, &recorded).await?;
     match create::restore(rt, spec, &layers, &snap, DiskFrom::Copy).await {

@@ -46,14 +46,11 @@ pub async fn save(
 ) -> Result<Snapshot, RuntimeError> {
     let t0 = Instant::now();
     if keep_running && vm.ram.shared_file().is_some() {
-        return Err(RuntimeError::Vmm(
-            "a VM whose RAM is a shared file is saved only once, stopped".into(),
-        ));
+        return Err(RuntimeError::Vmm(crate::VmmError::SharedRamKeepRunning));
     }
     if dir.exists() {
-        return Err(RuntimeError::Vmm(format!(
-            "{} already exists",
-            dir.display()
+        return Err(RuntimeError::Vmm(crate::VmmError::Exists(
+            dir.to_path_buf(),
         )));
     }
     // Unique: daemons sharing the directory may save the same template at once; the first

@@ -48,11 +48,11 @@ pub async fn run(program: &Path, args: &[String]) -> Result<String, RuntimeError
             Ok(stdout)
         } else {
             let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-            Err(RuntimeError::Vmm(format!(
-                "{} failed ({exit:?}): {}",
-                program.display(),
-                stderr.trim()
-            )))
+            Err(RuntimeError::Vmm(crate::VmmError::Tool {
+                program: program.to_path_buf(),
+                exit: format!("{exit:?}"),
+                stderr: stderr.trim().to_string(),
+            }))
         }
     }
     .await;

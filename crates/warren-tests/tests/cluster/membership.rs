@@ -78,7 +78,9 @@ async fn duplicate_ids_refused_lost_leases_replaced_views_follow() {
     let b = member(&endpoints, &keys, record("ma", "two"));
     let refused = b.wait_registered(Duration::from_secs(15)).await;
     assert!(
-        refused.as_ref().is_err_and(|why| why.contains("one")),
+        refused
+            .as_ref()
+            .is_err_and(|why| why.to_string().contains("one")),
         "{refused:?}"
     );
     drop(b);

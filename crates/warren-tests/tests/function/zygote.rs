@@ -21,7 +21,7 @@ fn py(code: &str, warm: bool) -> CallRequest {
 }
 
 /// Prints the call's parent pid first: 0 when the zygote forked the call (its parent, the
-/// carrier, is outside the cell's pid namespace), 1 when the cell started it.
+/// zygote, is outside the cell's pid namespace), 1 when the cell started it.
 const PARENT: &str = "import os; print(os.getppid())";
 
 /// Whether host process `pid` runs the zygote's program (the zygote, or a fork of it).
@@ -31,7 +31,7 @@ fn runs_zygote_program(pid: u32) -> bool {
 }
 
 /// Host pids of `node`'s zygote interpreters: processes running the zygote's program whose
-/// parent does not (its forks, the carriers and the calls' interpreters, run it too).
+/// parent does not (its forks, the calls' interpreters, run it too).
 fn zygotes(node: &str) -> Vec<u32> {
     let group = format!("warren-{node}");
     let mut out = Vec::new();
@@ -153,6 +153,30 @@ async fn a_killed_zygote_is_replaced_without_a_failed_call() {
         now.iter().all(|p| !old.contains(p)),
         "{old:?} still running: {now:?}"
     );
+}
+
+/// A call's process reports its own exit code as it ends (see warren-agent `zygote`); a
+/// child the program forks, which runs to the program's end first, reports nothing: the call
+/// ends with its own process, output and exit code whole, forked or started cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_the_program_forks_does_not_end_the_call() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let code = "import os, sys, time
+pid = os.fork()
+if pid == 0:
+    print('child', flush=True)
+    sys.exit(0)
+os.waitpid(pid, 0)
+time.sleep(0.3)
+print('parent')
+sys.exit(7)";
+    for warm in [true, false] {
+        let out = call(&d, &py(code, warm)).await;
+        assert_eq!(out.exit_code, Some(7), "warm {warm}: {out:?}");
+        assert_eq!(out.stdout, "child\nparent\n", "warm {warm}: {out:?}");
+    }
 }
 
 /// The same lines of `/proc/self/status` and the same answers to limits, for a forked Python

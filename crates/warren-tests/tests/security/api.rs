@@ -140,13 +140,7 @@ async fn requests_that_can_never_fit_the_node_are_refused_before_anything_starts
     let Some(s) = Scene::new().await else { return };
     let sock = s.d.socket.clone();
     let before = s.d.list().await.len();
-    let host_mb = std::fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap()
-        / 1024;
+    let host_mb = warren_sys::meminfo::MemInfo::read().unwrap().total_mb();
     let cases = [
         // More memory than the host has (plus the VMM's share).
         format!(

@@ -2,6 +2,12 @@
 //! [`StartCause`], whose [`StartCause::kind`] is a stable name for logs and metrics (the API
 //! answers every one of them as `start_failed`).
 
+mod causes;
+
+pub use causes::{
+    AdoptError, ConfigError, Operation, ProtocolError, QmpError, SnapshotError, Unsupported,
+    VmHostMissing, VmmError,
+};
 use std::path::PathBuf;
 use warren_types::ErrorCode;
 
@@ -18,7 +24,7 @@ pub enum RuntimeError {
     #[error("{message}")]
     Agent { code: ErrorCode, message: String },
     #[error("protocol: {0}")]
-    Protocol(String),
+    Protocol(#[from] ProtocolError),
     #[error("host: {0}")]
     Sys(#[from] warren_sys::SysError),
     #[error("host i/o on {what}: {source}")]
@@ -28,11 +34,11 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     #[error("cannot adopt: {0}")]
-    Adopt(String),
+    Adopt(#[from] AdoptError),
     #[error("{0}")]
-    Unsupported(String),
+    Unsupported(#[from] Unsupported),
     #[error("virtual machine monitor: {0}")]
-    Vmm(String),
+    Vmm(#[from] VmmError),
     /// A TCP port inside the sandbox cannot be reached; the message says why (nothing
     /// listens, a timeout).
     #[error("{message}")]
@@ -80,7 +86,7 @@ pub enum StartCause {
     /// The node's configuration cannot work (an agent binary that is not there, an id pool
     /// that overlaps the owner uids, ...): the daemon refuses to start.
     #[error("{0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// No cgroup hierarchy the runtime can use is mounted.
     #[error("no cgroup hierarchy is mounted")]
     NoCgroups,
@@ -109,9 +115,10 @@ pub enum StartCause {
         #[source]
         source: std::io::Error,
     },
-    /// The agent refused the start (its own message: a mount, the command, ...).
-    #[error("{0}")]
-    AgentRefused(String),
+    /// The agent refused the start; `message` is the agent's own (a mount, the command,
+    /// ...): the protocol carries no more than that text.
+    #[error("{message}")]
+    AgentRefused { message: String },
     /// The agent that a call needs is gone (its process was replaced).
     #[error("the sandbox's agent is gone")]
     AgentGone,
@@ -143,7 +150,7 @@ pub enum StartCause {
     /// A snapshot cannot be restored here (another machine shape, an unreadable record, a
     /// failed migration).
     #[error("{0}")]
-    Snapshot(String),
+    Snapshot(#[from] SnapshotError),
     /// Another error during the start, kept whole.
     #[error("{0}")]
     Step(#[source] Box<RuntimeError>),
@@ -157,7 +164,7 @@ impl StartCause {
             StartCause::NoCgroups | StartCause::CgroupOptions(_) => "cgroups",
             StartCause::AgentTimeout { .. } => "agent_timeout",
             StartCause::AgentIo { .. } | StartCause::AgentSocket { .. } => "agent_io",
-            StartCause::AgentRefused(_) => "agent_refused",
+            StartCause::AgentRefused { .. } => "agent_refused",
             StartCause::AgentGone => "agent_gone",
             StartCause::Helper { .. } => "helper",
             StartCause::Tool { .. } | StartCause::ToolMissing { .. } => "tool",
@@ -263,5 +270,58 @@ mod tests {
         assert_eq!(busy.code(), ErrorCode::Busy);
         let missing = RuntimeError::ImageNotFound("x".into()).into_start_failure();
         assert_eq!(missing.code(), ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn typed_causes_keep_their_messages_and_codes() {
+        let e: RuntimeError = Unsupported::Operation {
+            substrate: warren_types::Substrate::Function,
+            op: Operation::Fork,
+        }
+        .into();
+        assert_eq!(e.to_string(), "function sandboxes cannot fork");
+        assert_eq!(e.code(), ErrorCode::UnsupportedSubstrate);
+        let e: RuntimeError = Unsupported::ThisSubstrate {
+            op: Operation::Pause,
+        }
+        .into();
+        assert_eq!(e.to_string(), "this substrate cannot pause");
+        let e: RuntimeError = AdoptError::RecordVersion { found: 2, reads: 1 }.into();
+        assert_eq!(
+            e.to_string(),
+            "cannot adopt: record version 2 (this daemon reads 1)"
+        );
+        assert_eq!(e.code(), ErrorCode::Internal);
+        let e: RuntimeError = ProtocolError::Expected {
+            expected: "Ready",
+            got: "Child".into(),
+        }
+        .into();
+        assert_eq!(e.to_string(), "protocol: expected Ready, got Child");
+        assert_eq!(e.code(), ErrorCode::Internal);
+        let e: RuntimeError = VmmError::from(QmpError::NoAnswer { cmd: "stop".into() }).into();
+        assert_eq!(
+            e.to_string(),
+            "virtual machine monitor: QMP stop: no answer in time"
+        );
+        assert_eq!(e.code(), ErrorCode::Internal);
+        let e: RuntimeError = StartCause::Config(ConfigError::IdPoolShape {
+            base: 7,
+            slots: 2,
+            range: 65_536,
+        })
+        .into();
+        assert_eq!(e.code(), ErrorCode::StartFailed);
+        assert!(matches!(&e, RuntimeError::StartFailed(c) if c.kind() == "config"));
+        assert_eq!(
+            e.to_string(),
+            "sandbox failed to start: id pool base 7 with 2 ranges of 65536: the base must be \
+             a multiple of 65536 and the pool end below 2^32"
+        );
+        let refused = StartCause::AgentRefused {
+            message: "mount /x: denied".into(),
+        };
+        assert_eq!(refused.kind(), "agent_refused");
+        assert_eq!(refused.to_string(), "mount /x: denied");
     }
 }
