@@ -15,13 +15,24 @@
 # describe: scripts/schemathesis.toml (which also selects the checks) leaves those out of the
 # positive-data check, and only that check.
 #
-# Usage: scripts/api-contract.sh [VENV]   (VENV: a Python venv to install Schemathesis in,
-# default target/venv). Needs root and the release binaries (target/release or WARREN_BIN_DIR).
-# API_SPEC overrides the spec checked (default api/openapi.yaml).
+# Usage: scripts/api-contract.sh [--install-only] [VENV]   (VENV: a Python venv to install
+# Schemathesis in, default target/venv; --install-only: install it and stop, as the suite does
+# before its Python phases run side by side). Needs root and the release binaries
+# (target/release or WARREN_BIN_DIR). API_SPEC overrides the spec checked (default
+# api/openapi.yaml).
+#
+# The node takes its sandbox addresses from a pool of its own (10.251.0.0/16), so the run can
+# share the host with other daemons using the example configuration (the Python SDK's tests
+# run beside it in the suite).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+INSTALL_ONLY=false
+if [[ "${1:-}" == --install-only ]]; then
+    INSTALL_ONLY=true
+    shift
+fi
 VENV="${1:-$REPO/target/venv}"
 BIN="${WARREN_BIN_DIR:-$REPO/target/release}"
 MAX_TIME="${MAX_TIME:-120}"
@@ -42,6 +53,16 @@ SCHEMATHESIS_VERSION=4.32.5
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('schemathesis') != '$SCHEMATHESIS_VERSION')" 2> /dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
+if $INSTALL_ONLY; then
+    rm -rf "$WORK"
+    exit 0
+fi
+
+# The example configuration with a pool of the run's own (a top-level key, so before its tables).
+{
+    echo 'pool = "10.251.0.0/16"'
+    cat "$REPO/docs/examples/network.toml"
+} > "$WORK/network.toml"
 
 # No guest kernel, so no VM substrates (a create asking for one is 501, as the spec says): a
 # VM's boot under software emulation on a busy CI machine outlasts the run's request timeout,
@@ -50,7 +71,7 @@ fi
 "$BIN/warrend" --socket "$WORK/warren.sock" --listen "127.0.0.1:$PORT" --state-dir "$WORK/state" \
     --node "$NODE" --agent "$BIN/warren-agent" --max-sandboxes 16 \
     --guest-kernel "$WORK/no-guest-kernel" \
-    --network-config "$REPO/docs/examples/network.toml" \
+    --network-config "$WORK/network.toml" \
     --function-min-warm 0 --function-max-warm 1 > "$WORK/warrend.log" 2>&1 &
 DAEMON=$!
 cleanup() {

@@ -13,7 +13,8 @@
 #   - writable layers on disk (subvolumes under the image store's mnt/writable) of gone sandboxes;
 #   - files the test harness left in its test root (WARREN_TEST_DIR, default /tmp/warren-tests):
 #     a daemon's, gateway's or etcd's directory or log is kept only for a failed test; the run
-#     registry (runs/) and the VM image cache (vm-runtime/) stay by design.
+#     registry (runs/), the VM image cache (vm-runtime/) and the test daemons' shared VM
+#     directory (vm-shared/) stay by design.
 #
 #   scripts/check-leaks.sh [--baseline FILE] [--clean]
 #   scripts/check-leaks.sh --snapshot FILE

@@ -11,12 +11,19 @@
 # a C++ compiler. The seeds in fuzz/seeds are copied: the run's new corpus entries stay in a
 # temporary directory.
 #
-# Usage: scripts/fuzz-smoke.sh [TARGET...]   (default: e2b_route envd_frames)
+# Usage: scripts/fuzz-smoke.sh [--build-only] [TARGET...]   (default: e2b_route envd_frames)
+#   --build-only: compile the targets and stop (the suite builds them in the background while
+#   its tests run, then runs them in its fuzz phase).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 SECS="${FUZZ_SECS:-6}"
+BUILD_ONLY=false
+if [[ "${1:-}" == --build-only ]]; then
+    BUILD_ONLY=true
+    shift
+fi
 TARGETS=("$@")
 [[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(e2b_route envd_frames)
 OUT="$REPO/target/fuzz"
@@ -42,6 +49,9 @@ bins=()
 for t in "${TARGETS[@]}"; do bins+=(--bin "$t"); done
 cargo build --quiet --locked --manifest-path fuzz/Cargo.toml --no-default-features \
     --features e2b --target "$HOST" "${bins[@]}"
+if $BUILD_ONLY; then
+    exit 0
+fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

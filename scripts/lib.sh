@@ -115,7 +115,8 @@ test_root() {
 }
 
 # Prints what earlier test runs left in the test root, one path per line: everything but the
-# run registry (runs/ itself) and the VM image cache (vm-runtime/), which stay by design; with
+# run registry (runs/ itself), the VM image cache (vm-runtime/) and the VM directory test daemons
+# share (vm-shared/: templates), which stay by design; with
 # --runs, the registry's entries too.
 test_root_leftovers() {
     local root entry
@@ -123,7 +124,7 @@ test_root_leftovers() {
     [[ -d "$root" ]] || return 0
     for entry in "$root"/* ${1:+"$root"/runs/*}; do
         [[ -e "$entry" ]] || continue
-        case "$entry" in "$root/runs" | "$root/vm-runtime") continue ;; esac
+        case "$entry" in "$root/runs" | "$root/vm-runtime" | "$root/vm-shared") continue ;; esac
         echo "$entry"
     done
 }

@@ -111,8 +111,37 @@ mkdir -p target
 LEAK_BASELINE="$REPO/target/leak-baseline.txt"
 scripts/check-leaks.sh --snapshot "$LEAK_BASELINE"
 
-# Runs inside `phase`, where errexit is off: every step checks its own status.
-python_sdk_tests() {
+# Background work: what needs little of the CPU the foreground phase is using (downloads, a
+# compile at the lowest priority) runs beside it. `bg_start NAME FN...` runs FN niced, its output
+# in target/bg-NAME.log; `bg_wait NAME` waits for it, prints that output and returns its status.
+declare -A BG_PID=()
+bg_start() {
+    local name="$1"; shift
+    ( renice -n "${BG_NICE:-19}" -p "$BASHPID" > /dev/null; "$@" ) > "$REPO/target/bg-$name.log" 2>&1 &
+    BG_PID[$name]=$!
+}
+bg_wait() {
+    local name="$1" rc=0
+    [[ -n "${BG_PID[$name]:-}" ]] || { echo "$name: never started"; return 1; }
+    wait "${BG_PID[$name]}" || rc=$?
+    unset "BG_PID[$name]"
+    cat "$REPO/target/bg-$name.log"
+    return $rc
+}
+# A run that stops early takes its background work with it.
+bg_kill() {
+    local pid
+    for pid in "${BG_PID[@]}"; do
+        pkill -TERM -P "$pid" 2> /dev/null || true
+        kill "$pid" 2> /dev/null || true
+    done
+}
+trap bg_kill EXIT
+
+# The Python packages the SDK's tests and the API contract need (pinned), downloaded and
+# installed in the background from the start of the build: the two Python phases then run
+# side by side and neither installs anything.
+python_env() {
     local sdk="$REPO/sdk/python" venv="$REPO/target/venv"
     if ! "$venv/bin/python" -c 'import sys' > /dev/null 2>&1; then
         rm -rf "$venv"
@@ -130,7 +159,6 @@ python_sdk_tests() {
         fi
         "$hvenv/bin/python" -m pip install --quiet --disable-pip-version-check \
             -c "$sdk/constraints.txt" -e "${sdk}[harbor]" || return 1
-        export WARREN_HARBOR_PYTHON="$hvenv/bin/python"
     elif [[ "${CI:-}" == true ]]; then
         echo "python: no CPython >= 3.12 found (pyenv versions, python3.12, python3.13): Harbor's test cannot run"
         return 1
@@ -139,6 +167,16 @@ python_sdk_tests() {
     fi
     if ! "$venv/bin/python" -c 'import pytest' 2> /dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest || return 1
+    fi
+    scripts/api-contract.sh --install-only "$venv"
+}
+
+# Runs inside `phase`, where errexit is off: every step checks its own status.
+python_sdk_tests() {
+    local sdk="$REPO/sdk/python" venv="$REPO/target/venv" hvenv="$REPO/target/venv-harbor"
+    # Harbor's venv, where python_env could make one (>= 3.12).
+    if "$hvenv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' > /dev/null 2>&1; then
+        export WARREN_HARBOR_PYTHON="$hvenv/bin/python"
     fi
     local rc=0
     (cd "$sdk" && "$venv/bin/python" -m pytest tests) || rc=$?
@@ -225,6 +263,9 @@ setup_all() { scripts/setup.sh && scripts/setup-test.sh; }
 if ! phase setup setup_all; then
     skip build "setup failed"; finish; exit 1
 fi
+HAVE_PY_TESTS=false
+[[ -d sdk/python/tests ]] && HAVE_PY_TESTS=true
+$HAVE_PY_TESTS && bg_start python-env python_env
 if ! phase build build_all; then
     skip image "build failed"; finish; exit 1
 fi
@@ -233,17 +274,27 @@ if ! phase image scripts/build-default-image.sh; then
 fi
 phase fmt cargo fmt --all -- --check || true
 phase clippy clippy_report || true
+# The E2B protocol's fuzz targets are compiled (their own build in target/fuzz, with coverage
+# instrumentation) in the background while the tests run, at the lowest priority, and run
+# a few seconds each after them.
+bg_start fuzz-build scripts/fuzz-smoke.sh --build-only
 # The build phase has built the tests (same wrapper, so nothing is compiled again here).
 phase nextest with_clippy cargo nextest run --workspace --no-fail-fast || true
-# The E2B protocol's fuzz targets, a few seconds each with coverage feedback (their own
-# build in target/fuzz: nothing is rebuilt when their crates did not change).
-phase fuzz scripts/fuzz-smoke.sh || true
-if [[ -d sdk/python/tests ]]; then
-    phase python python_sdk_tests || true
-else
+fuzz_all() { bg_wait fuzz-build && scripts/fuzz-smoke.sh; }
+phase fuzz fuzz_all || true
+# The Python SDK's tests and the API contract (each with daemons of its own, their own
+# address pools and ports) run side by side once their packages are installed.
+if ! $HAVE_PY_TESTS; then
     skip python "no sdk/python/tests"
+    phase api-contract scripts/api-contract.sh "$REPO/target/venv" || true
+elif phase python-env bg_wait python-env; then
+    BG_NICE=0 bg_start api-contract scripts/api-contract.sh "$REPO/target/venv"
+    phase python python_sdk_tests || true
+    phase api-contract bg_wait api-contract || true
+else
+    skip python "its packages did not install"
+    skip api-contract "its packages did not install"
 fi
-phase api-contract scripts/api-contract.sh "$REPO/target/venv" || true
 phase leaks scripts/check-leaks.sh --baseline "$LEAK_BASELINE" || true
 
 finish

@@ -55,7 +55,13 @@ impl Commands {
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// After the command exits, how long to keep reading output its background children hold open.
+/// The grace ends only when the pipes are empty: output the command wrote before it exited
+/// is always delivered, however late this task runs or the reader grants credit.
 const DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// Past this much output read after the exit, the drain stops at the next grace even with
+/// bytes waiting: they come from children still writing, not from the command (a pipe holds
+/// at most 1 MiB by default).
+const DRAIN_MAX_AFTER_EXIT: u64 = 4 << 20;
 const CHUNK: usize = 64 * 1024;
 /// Finished background processes remembered for `wait`.
 const MAX_FINISHED: usize = 1024;
@@ -245,6 +251,7 @@ pub async fn foreground(
         .map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
     let mut inbox_open = true;
     let (mut bo, mut be) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut after_exit: u64 = 0;
     loop {
         let exit = run.exit();
         if exit.is_some() && stdout.is_none() && stderr.is_none() {
@@ -264,6 +271,9 @@ pub async fn foreground(
             r = async { stdout.as_mut().unwrap().read(&mut bo[..wo]).await }, if stdout.is_some() && ro => match r {
                 Ok(0) | Err(_) => stdout = None,
                 Ok(n) => {
+                    if exit.is_some() {
+                        after_exit += n as u64;
+                    }
                     if let Some(f) = run.output(Kind::Stdout, &bo[..n]) {
                         credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
                         if let Some(h) = &held {
@@ -278,6 +288,9 @@ pub async fn foreground(
             r = async { stderr.as_mut().unwrap().read(&mut be[..we]).await }, if stderr.is_some() && re => match r {
                 Ok(0) | Err(_) => stderr = None,
                 Ok(n) => {
+                    if exit.is_some() {
+                        after_exit += n as u64;
+                    }
                     if let Some(f) = run.output(Kind::Stderr, &be[..n]) {
                         credit = credit.map(|c| c.saturating_sub(f.payload.len() as u64));
                         if let Some(h) = &held {
@@ -333,7 +346,19 @@ pub async fn foreground(
                 run.time_out();
                 kill_all();
             },
-            _ = tokio::time::sleep_until((exited_at + DRAIN_GRACE).into()), if exit.is_some() => break,
+            _ = tokio::time::sleep_until((exited_at + DRAIN_GRACE).into()), if exit.is_some() => {
+                // Bytes still in a pipe were written before now: a loaded host may not have
+                // run this task in time, or the reader has not granted credit yet. They are
+                // read before the end (with a reader still there to take them).
+                let waiting = |p: &Option<pipe::Receiver>| {
+                    p.as_ref().is_some_and(|r| warren_sys::fd::readable_bytes(r).is_ok_and(|n| n > 0))
+                };
+                if (inbox_open || held.is_some()) && after_exit < DRAIN_MAX_AFTER_EXIT && (waiting(&stdout) || waiting(&stderr)) {
+                    exited_at = Instant::now();
+                } else {
+                    break;
+                }
+            },
         }
     }
     drop(child);

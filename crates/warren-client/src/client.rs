@@ -415,11 +415,14 @@ impl Client {
         content_type: Option<&'static str>,
     ) -> Result<Reply, ClientError> {
         let retry = Retry::for_method(&method);
-        self.send_as(retry, method, path, body, content_type).await
+        self.send_as(retry, method, path, body, content_type, None)
+            .await
     }
 
     /// [`Client::send`] with the call's own retry class: the request goes to the preferred
-    /// URL, then on as `crate::failover` rules.
+    /// URL, then on as `crate::failover` rules. `runs_for`: how long the server may take to
+    /// answer by the call's own terms (an exec's `timeout_secs`); the client's request timeout
+    /// is a bound on hung calls, so it never cuts a call short of that.
     pub(crate) async fn send_as(
         &self,
         retry: Retry,
@@ -427,6 +430,7 @@ impl Client {
         path: &str,
         mut body: Payload,
         content_type: Option<&'static str>,
+        runs_for: Option<Duration>,
     ) -> Result<Reply, ClientError> {
         let permit = self
             .inner
@@ -448,7 +452,7 @@ impl Client {
             };
             let target = &self.inner.targets[idx];
             let (err, attempt) = match self
-                .send_once(target, &method, path, attempt_body, content_type)
+                .send_once(target, &method, path, attempt_body, content_type, runs_for)
                 .await?
             {
                 Sent::Answer(response) => {
@@ -491,6 +495,7 @@ impl Client {
         path: &str,
         body: Body,
         content_type: Option<&'static str>,
+        runs_for: Option<Duration>,
     ) -> Result<Sent, ClientError> {
         let uri = format!("http://{}{}", target.authority, path);
         let mut req = Request::builder().method(method.clone()).uri(uri);
@@ -504,7 +509,7 @@ impl Client {
             .body(body)
             .map_err(|e| ClientError::transport(format!("building request {method} {path}"), e))?;
         let fut = target.http.request(req);
-        let result = match self.inner.request_timeout {
+        let result = match answer_timeout(self.inner.request_timeout, runs_for) {
             Some(t) => tokio::time::timeout(t, fut)
                 .await
                 .map_err(|_| ClientError::Timeout(t))?,
@@ -613,10 +618,12 @@ impl Client {
         what: &str,
     ) -> Result<T, ClientError> {
         let retry = Retry::for_method(&method);
-        self.call_json_as(retry, method, path, body, what).await
+        self.call_json_as(retry, method, path, body, what, None)
+            .await
     }
 
-    /// [`Client::call_json`] with the call's own retry class.
+    /// [`Client::call_json`] with the call's own retry class and running time (see
+    /// [`Client::send_as`]).
     pub(crate) async fn call_json_as<T: DeserializeOwned>(
         &self,
         retry: Retry,
@@ -624,9 +631,10 @@ impl Client {
         path: &str,
         body: Option<&(impl Serialize + ?Sized)>,
         what: &str,
+        runs_for: Option<Duration>,
     ) -> Result<T, ClientError> {
         let (body, ct) = json_body(body)?;
-        self.send_as(retry, method, path, body, ct)
+        self.send_as(retry, method, path, body, ct, runs_for)
             .await?
             .json(what)
             .await
@@ -642,6 +650,26 @@ impl Client {
         let (body, ct) = json_body(body)?;
         self.send(method, path, body, ct).await?.drain().await
     }
+}
+
+/// How long a call may wait for its answer: the client's request timeout, or longer when the
+/// call says it runs longer (plus [`ANSWER_SLACK`] for the answer to travel). No request
+/// timeout: no bound.
+fn answer_timeout(request: Option<Duration>, runs_for: Option<Duration>) -> Option<Duration> {
+    let request = request?;
+    Some(match runs_for {
+        Some(r) => request.max(r.saturating_add(ANSWER_SLACK)),
+        None => request,
+    })
+}
+
+/// What a call that runs for a known time is given on top of it for the answer to arrive.
+const ANSWER_SLACK: Duration = Duration::from_secs(30);
+
+/// The running time a request's `timeout_secs` gives it (none when absent or out of range; the
+/// server refuses out-of-range values itself).
+pub(crate) fn runs_for_secs(secs: Option<f64>) -> Option<Duration> {
+    secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// An empty request body.
@@ -718,6 +746,20 @@ fn connect_error(endpoint: &Endpoint, e: impl Into<crate::BoxError>) -> ClientEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_runs_longer_is_waited_for() {
+        let s = Duration::from_secs;
+        assert_eq!(answer_timeout(None, Some(s(900))), None);
+        assert_eq!(answer_timeout(Some(s(90)), None), Some(s(90)));
+        assert_eq!(answer_timeout(Some(s(90)), Some(s(10))), Some(s(90)));
+        assert_eq!(answer_timeout(Some(s(90)), Some(s(900))), Some(s(930)));
+        assert_eq!(runs_for_secs(Some(1.5)), Some(Duration::from_millis(1500)));
+        assert_eq!(runs_for_secs(Some(-1.0)), None);
+        assert_eq!(runs_for_secs(Some(f64::NAN)), None);
+        assert_eq!(runs_for_secs(Some(f64::INFINITY)), None);
+        assert_eq!(runs_for_secs(None), None);
+    }
 
     #[test]
     fn encoding() {

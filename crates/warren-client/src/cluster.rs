@@ -31,7 +31,7 @@ impl Client {
     pub async fn forget_node(&self, node: &str) -> Result<(), ClientError> {
         let path = format!("/v1/cluster/nodes/{}", seg(node));
         let (body, ct) = (crate::client::empty_body(), None);
-        self.send_as(Retry::Idempotent, Method::DELETE, &path, body, ct)
+        self.send_as(Retry::Idempotent, Method::DELETE, &path, body, ct, None)
             .await?
             .drain()
             .await
@@ -40,7 +40,7 @@ impl Client {
     async fn mark(&self, node: &str, what: &str) -> Result<(), ClientError> {
         let path = format!("/v1/cluster/nodes/{}/{what}", seg(node));
         let (body, ct) = (crate::client::empty_body(), None);
-        self.send_as(Retry::Idempotent, Method::POST, &path, body, ct)
+        self.send_as(Retry::Idempotent, Method::POST, &path, body, ct, None)
             .await?
             .drain()
             .await

@@ -6,8 +6,9 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 use warren_types::{ExecRequest, ExecResult, ProcessInfo};
 
-use crate::client::{seg, Client};
+use crate::client::{runs_for_secs, seg, Client};
 use crate::error::ClientError;
+use crate::failover::Retry;
 use crate::stream::ExecStream;
 
 #[derive(Deserialize)]
@@ -23,11 +24,20 @@ struct KillBody {
 
 impl Client {
     /// `POST /v1/sandboxes/{id}/exec`: runs a command to completion and returns its
-    /// captured output.
+    /// captured output. A `timeout_secs` longer than the client's request timeout is waited
+    /// for: the answer comes when the command ends.
     pub async fn exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult, ClientError> {
         let path = format!("/v1/sandboxes/{}/exec", seg(id));
-        self.call_json(Method::POST, &path, Some(req), "the exec result")
-            .await
+        let retry = Retry::for_method(&Method::POST);
+        self.call_json_as(
+            retry,
+            Method::POST,
+            &path,
+            Some(req),
+            "the exec result",
+            runs_for_secs(req.timeout_secs),
+        )
+        .await
     }
 
     /// `POST /v1/sandboxes/{id}/exec/stream`: runs a command and streams its output as it
@@ -127,8 +137,15 @@ impl Client {
         if let Some(t) = timeout {
             path.push_str(&format!("?timeout_secs={}", t.as_secs_f64()));
         }
-        self.call_json(Method::POST, &path, None::<&()>, "the process result")
-            .await
+        self.call_json_as(
+            Retry::for_method(&Method::POST),
+            Method::POST,
+            &path,
+            None::<&()>,
+            "the process result",
+            timeout,
+        )
+        .await
     }
 
     /// `POST /v1/sandboxes/{id}/processes/{pid}/kill`: sends `signal` (default 9, SIGKILL).

@@ -3,19 +3,22 @@
 use hyper::Method;
 use warren_types::{CallRequest, CallResult, PoolsInfo};
 
-use crate::client::Client;
+use crate::client::{runs_for_secs, Client};
 use crate::error::ClientError;
+use crate::failover::Retry;
 
 impl Client {
     /// `POST /v1/functions/call`: runs one stateless command in a warm container of the
     /// request's image and returns its outputs and requested files. A saturated pool answers
     /// [`crate::ErrorCode::Busy`] with `retry_after`.
     pub async fn call(&self, req: &CallRequest) -> Result<CallResult, ClientError> {
-        self.call_json(
+        self.call_json_as(
+            Retry::for_method(&Method::POST),
             Method::POST,
             "/v1/functions/call",
             Some(req),
             "the call result",
+            runs_for_secs(req.timeout_secs),
         )
         .await
     }

@@ -79,6 +79,7 @@ impl Client {
             "/v1/sandboxes",
             Some(req),
             "the new sandbox",
+            None,
         )
         .await
     }

@@ -444,3 +444,33 @@ fn the_runtime_sets_favordynmods_and_keeps_the_other_cgroup_options() {
     }
     rt.shutdown();
 }
+
+/// Output a command wrote before it exited reaches a reader that was slow to ask for it: the
+/// command fills the credit window and leaves the rest in its pipe as it exits, and the reader
+/// takes nothing for a second (longer than the agent's drain grace). Every byte comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_left_in_the_pipe_at_exit_reaches_a_slow_reader() {
+    use warren_runtime::agent::StreamItem;
+    let Some((rt, node)) = setup() else { return };
+    let sb = rt.create(&spec(&node)).await.expect("create");
+    // The window (512 KiB) and 60,000 bytes more: they fit in the pipe, so the command exits.
+    const WANT: usize = 512 * 1024 + 60_000;
+    let mut stream = sb
+        .agent()
+        .exec_stream(sh(&format!("head -c {WANT} /dev/zero | tr '\\0' a")), None)
+        .await
+        .expect("exec_stream");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let (mut got, mut exit) = (0usize, None);
+    while let Some(item) = stream.next().await {
+        match item.expect("stream item") {
+            StreamItem::Stdout(b) => got += b.len(),
+            StreamItem::Stderr(b) => panic!("stderr: {}", String::from_utf8_lossy(&b)),
+            StreamItem::Exit(e) => exit = Some(e),
+        }
+    }
+    assert_eq!(exit.and_then(|e| e.exit_code), Some(0));
+    assert_eq!(got, WANT, "bytes of the command's output delivered");
+    sb.destroy().await.unwrap();
+    rt.shutdown();
+}

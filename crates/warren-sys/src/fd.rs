@@ -115,6 +115,18 @@ pub fn set_nonblocking(fd: &impl AsRawFd) -> Result<()> {
     Ok(())
 }
 
+/// How many bytes are waiting to be read from the pipe or socket `fd` (`FIONREAD`).
+pub fn readable_bytes(fd: &impl AsRawFd) -> Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points at `n`, alive for
+    // the call; an fd that is not a pipe or socket is an error (ENOTTY/EINVAL), not UB.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if r < 0 {
+        return Err(SysError::last("ioctl(FIONREAD)"));
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Duplicates `fd` onto `target` (clearing close-on-exec on `target`).
 pub fn dup_to(fd: &impl AsRawFd, target: RawFd) -> Result<()> {
     // SAFETY: dup2 on valid fds; `target` is a number the caller reserved.

@@ -37,6 +37,14 @@ pub fn test_root() -> PathBuf {
     }
 }
 
+/// A VM working directory the test daemons that opt in share (`--vm-dir`): their VM
+/// templates are made once per machine shape for the whole run. It stays between runs, like
+/// the VM runtime tests' image cache (`vm-runtime/`), and each daemon removes its own
+/// sandboxes' files from it.
+pub fn shared_vm_dir() -> PathBuf {
+    test_root().join("vm-shared")
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -264,6 +264,11 @@ hostnames = ["npm.mirror.test"]
                 cfg.display().to_string(),
                 "--listen".into(),
                 format!("127.0.0.1:{api_port}"),
+                // The microVM cases share one VM directory, so the first one's template (one
+                // boot and snapshot of the machine shape they all use) serves the others: a
+                // restore instead of a boot under software emulation.
+                "--vm-dir".into(),
+                common::shared_vm_dir().display().to_string(),
             ]
         })
         .await?;
