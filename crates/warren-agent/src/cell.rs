@@ -386,23 +386,21 @@ fn write_file(path: &str, data: &[u8], mode: Option<u32>) -> R<()> {
     Ok(())
 }
 
-/// Starts `cmd`, which has no pre-exec hook, on this CPU like [`crate::exec::spawn`] does (the
-/// cell sleeps right after); with no hook to do it in the child, the cell then gives the
-/// command its whole CPU mask and `slice` (the kernel's default: it inherited the cell's short
-/// one).
+/// Starts `cmd`, which has no pre-exec hook, with what the command must have from its first
+/// instruction: the cell's whole CPU mask and the kernel's default time slice. Without a hook
+/// nothing can change them in the child before it runs, and set from here after the start they
+/// raced the command: one that reads its mask at once (`nproc`, a build's `-j`) saw one CPU.
+/// So the start is not narrowed to this CPU (as a hooked one is, `crate::exec::spawn`), and
+/// the default slice is set on the cell itself first, for the child to inherit (the cell only
+/// waits for the command from here on).
 fn spawn_unhooked(
     cmd: &mut std::process::Command,
     slice: Option<warren_sys::process::TimeSlice>,
 ) -> std::io::Result<Child> {
-    let place = warren_sys::process::PlaceOnThisCpu::new();
-    let child = cmd.spawn()?;
-    if let Some(p) = &place {
-        p.widen(child.id());
-    }
     if let Some(s) = &slice {
-        s.apply_to(child.id());
+        s.apply();
     }
-    Ok(child)
+    cmd.spawn()
 }
 
 /// Makes `child` the OOM killer's first choice, as the agent does for a sandbox's commands:
