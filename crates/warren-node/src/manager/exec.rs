@@ -50,16 +50,16 @@ pub(crate) fn exec_spec(info: &SandboxInfo, req: &ExecRequest) -> Result<ExecSpe
     })
 }
 
-/// Marks `exit` as an OOM kill when it died of SIGKILL and the sandbox's OOM killer fired
-/// since `before` (its count of OOM kills when the command started). The count now is read
-/// (`now`) only for a SIGKILL: a command that exited otherwise was not OOM-killed, and the
-/// read is a file or more per exec.
+/// Marks `exit` as an OOM kill when it died of SIGKILL, or exited 137 (how a shell reports a
+/// child of its killed by SIGKILL), and the sandbox's OOM killer fired since `before` (its
+/// count of OOM kills when the command started). The count now is read (`now`) only then: a
+/// command that ended otherwise was not OOM-killed, and the read is a file or more per exec.
 pub(crate) fn mark_oom(
     exit: &mut ExitInfo,
     before: Option<u64>,
     now: impl FnOnce() -> Option<u64>,
 ) {
-    if exit.signal == Some(SIGKILL) {
+    if exit.signal == Some(SIGKILL) || exit.exit_code == Some(128 + SIGKILL) {
         if let (Some(a), Some(b)) = (before, now()) {
             exit.oom_killed = b > a;
         }
@@ -591,5 +591,34 @@ impl Processes {
             })
             .await?;
         Ok(ran.replayed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oom_kill_is_marked_for_a_sigkill_or_a_shells_137_only() {
+        let ended = |exit_code, signal| ExitInfo {
+            exit_code,
+            signal,
+            ..Default::default()
+        };
+        let mut e = ended(None, Some(SIGKILL));
+        mark_oom(&mut e, Some(1), || Some(2));
+        assert!(e.oom_killed, "killed by SIGKILL while the counter rose");
+        let mut e = ended(Some(137), None);
+        mark_oom(&mut e, Some(1), || Some(2));
+        assert!(
+            e.oom_killed,
+            "a shell's child killed by SIGKILL while the counter rose"
+        );
+        let mut e = ended(Some(137), None);
+        mark_oom(&mut e, Some(2), || Some(2));
+        assert!(!e.oom_killed, "no OOM kill in the sandbox");
+        let mut e = ended(Some(1), None);
+        mark_oom(&mut e, Some(1), || panic!("not read for an ordinary exit"));
+        assert!(!e.oom_killed);
     }
 }
