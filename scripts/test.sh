@@ -138,6 +138,11 @@ bg_kill() {
 }
 trap bg_kill EXIT
 
+# True when the venv VENV has a CPython >= 3.12 (what Harbor needs).
+harbor_venv_ok() {
+    "$1/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' > /dev/null 2>&1
+}
+
 # The Python packages the SDK's tests and the API contract need (pinned), downloaded and
 # installed in the background from the start of the build: the two Python phases then run
 # side by side and neither installs anything.
@@ -153,7 +158,7 @@ python_env() {
     # Harbor needs Python >= 3.12: its adapter's test runs trials in a venv of its own.
     local py312 hvenv="$REPO/target/venv-harbor"
     if py312="$(find_python_312)"; then
-        if ! "$hvenv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' > /dev/null 2>&1; then
+        if ! harbor_venv_ok "$hvenv"; then
             rm -rf "$hvenv"
             "$py312" -m venv "$hvenv" || return 1
         fi
@@ -175,7 +180,7 @@ python_env() {
 python_sdk_tests() {
     local sdk="$REPO/sdk/python" venv="$REPO/target/venv" hvenv="$REPO/target/venv-harbor"
     # Harbor's venv, where python_env could make one (>= 3.12).
-    if "$hvenv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' > /dev/null 2>&1; then
+    if harbor_venv_ok "$hvenv"; then
         export WARREN_HARBOR_PYTHON="$hvenv/bin/python"
     fi
     local rc=0
