@@ -55,6 +55,11 @@ fn stand_in(id: &SandboxId) -> Router {
                 }
             }),
         )
+        // A route a decoded `/` in an E2B path could reach: it answers a file, not a record.
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(|| async { "root:x:0:0:root:/root:/bin/sh\n" }),
+        )
         .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", get(port_echo))
         .route("/v1/sandboxes/{id}/ports/{port}", get(port_echo))
 }
@@ -257,6 +262,56 @@ async fn unknown_and_refused_routes_answer_in_e2bs_shape() {
     assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "{b}");
     let (s, b) = send(&app, req("POST", "/v2/sandboxes", &[])).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+}
+
+#[tokio::test]
+async fn sandbox_ids_in_paths_are_ids_not_routes() {
+    let id = sandbox();
+    let (_, app) = front(false, &id);
+    let json = |b: &str| serde_json::from_str::<serde_json::Value>(b).unwrap();
+    // A decoded `/` and `?` must not splice another v1 route into the call.
+    let spliced = format!("{id}%2Ffiles%3Fpath%3D%2Fetc%2Fpasswd");
+    for (method, path) in [
+        ("GET", format!("/sandboxes/{spliced}")),
+        ("DELETE", format!("/sandboxes/{spliced}")),
+        ("POST", format!("/sandboxes/{spliced}/pause")),
+        ("POST", format!("/v2/sandboxes/{spliced}/connect")),
+        ("GET", "/sandboxes/..%2F..%2Fv1%2Fimages".to_string()),
+    ] {
+        let (s, b) = send(&app, req(method, &path, &[])).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{method} {path}: {b}");
+        assert_eq!(json(&b)["code"], 404, "{b}");
+    }
+    // Not UTF-8: E2B's 400, not axum's plain text.
+    let (s, b) = send(&app, req("GET", "/sandboxes/%FF%FE", &[])).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(json(&b)["code"], 400, "{b}");
+    let (s, b) = send(&app, req("DELETE", "/templates/%FF", &[])).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(json(&b)["code"], 400, "{b}");
+    // The real id still works.
+    let (s, b) = send(&app, req("GET", &format!("/sandboxes/{id}"), &[])).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_e2bs_413() {
+    let id = sandbox();
+    let (_, app) = front(false, &id);
+    for n in [(1 << 20) + 1, 3 << 20] {
+        let mut body = br#"{"templateID": "base", "metadata": {"x": ""#.to_vec();
+        body.resize(n, b'a');
+        let r = Request::builder()
+            .method("POST")
+            .uri("/v2/sandboxes")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let (s, b) = send(&app, r).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{n}: {b}");
+        let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["code"], 413, "{b}");
+    }
 }
 
 /// A gateway's hop to a node: the headers go as the gateway's proxy sends them (no `Host`).
