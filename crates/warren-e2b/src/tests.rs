@@ -369,6 +369,80 @@ async fn a_gateway_forwards_host_routed_ports_to_a_node_of_any_domain() {
     );
 }
 
+/// A node behind a gateway whose answers are canned: a server in the sandbox that answers
+/// its own JSON error, or an endless error answer (counting the bytes pulled from it).
+struct Canned {
+    pulled: Arc<std::sync::atomic::AtomicUsize>,
+    endless: bool,
+}
+
+impl Owners for Canned {
+    fn forward(&self, _: &SandboxId, _: Request) -> BoxFuture<'static, Response> {
+        use futures::StreamExt;
+        let (pulled, endless) = (self.pulled.clone(), self.endless);
+        Box::pin(async move {
+            let body = if endless {
+                let chunk = bytes::Bytes::from(vec![b' '; 64 << 10]);
+                Body::from_stream(futures::stream::iter(0..1024).map(move |_| {
+                    pulled.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(chunk.clone())
+                }))
+            } else {
+                Body::from(r#"{"error": {"code": "app_error", "message": "the app's own"}}"#)
+            };
+            Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_neither_rewrites_nor_buffers_what_a_sandbox_answers() {
+    let id = sandbox();
+    let gw = |endless| {
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let e2b = E2b::gateway(
+            Router::new(),
+            auth(false),
+            Arc::new(Canned {
+                pulled: pulled.clone(),
+                endless,
+            }),
+            Some("sb.example".into()),
+        );
+        (e2b.wrap(Router::new()), pulled)
+    };
+    // A server in the sandbox answers its own JSON error: it arrives as it was sent.
+    let (app, _) = gw(false);
+    let host = format!("8000-{id}.sb.example");
+    let (s, b) = send(&app, req("GET", "/api", &[("Host", &host)])).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        b,
+        r#"{"error": {"code": "app_error", "message": "the app's own"}}"#
+    );
+    // An error answer of envd that never ends is not read whole.
+    let (app, pulled) = gw(true);
+    let (s, b) = send(
+        &app,
+        req("GET", "/health", &[("E2b-Sandbox-Id", id.as_str())]),
+    )
+    .await;
+    assert_eq!(
+        s,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        &b[..b.len().min(200)]
+    );
+    let read = pulled.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(read <= 4 * MAX_ERROR_BODY, "{read} bytes were read");
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["code"], 500, "{b}");
+}
+
 #[test]
 fn the_docs_list_every_route() {
     let docs = include_str!("../../../docs/e2b.md");
