@@ -20,9 +20,10 @@
 //!   with an outage.
 //! - Records: a sandbox's record and hostname (`sandbox.json`, what revive makes a new
 //!   sandbox like) are written by its create before it answers (while it starts; a create
-//!   whose record cannot be written fails), before its first segment if it is not there
-//!   yet, and again at the seal (the last record; a network policy changed meanwhile is
-//!   also in the log, replayed in order).
+//!   whose record cannot be written fails) or by its fork (naming the parent, see
+//!   `manager/shipping.rs`), before its first segment if the store has none (one written by
+//!   the create or fork is kept), and again at the seal (the last record; a network policy
+//!   changed meanwhile is also in the log, replayed in order).
 //! - Deletion: the delete path asks for a [`Shipper::seal`] (everything left, then the
 //!   seal object) before the local log goes, and waits for it a bounded time.
 
@@ -30,8 +31,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use warren_blob::trajectory::{self as shipped, SandboxRecord, SegmentHeader};
-use warren_blob::BlobStore;
+use warren_blob::trajectory::{self as shipped, ForkOrigin, SandboxRecord, SegmentHeader};
+use warren_blob::{BlobError, BlobStore};
 use warren_types::{SandboxId, SandboxInfo};
 
 use crate::clock::now_ms;
@@ -71,6 +72,8 @@ struct Track {
 pub struct Live {
     pub info: SandboxInfo,
     pub hostname: Option<String>,
+    /// A fork's child: its parent and the parent's last entry at the fork.
+    pub forked_from: Option<ForkOrigin>,
 }
 
 impl Live {
@@ -79,6 +82,7 @@ impl Live {
             format: shipped::RECORD_FORMAT,
             sandbox: self.info.clone(),
             hostname: self.hostname.clone(),
+            forked_from: self.forked_from.clone(),
         }
     }
 }
@@ -302,12 +306,24 @@ impl Shipper {
     }
 
     /// Ships every committed entry of `id` past what the store holds, in segments (its
-    /// record first, once); answers the last seq shipped.
-    async fn ship(&self, journal: &Journal, id: &SandboxId, live: &Live) -> Result<u64, ShipError> {
+    /// record first, when the store has none); answers the last seq shipped. Called by the
+    /// shipper's passes and by a fork (the parent's log up to the fork, before it answers):
+    /// a segment both send is only sent twice, which readers ignore.
+    pub(crate) async fn ship(
+        &self,
+        journal: &Journal,
+        id: &SandboxId,
+        live: &Live,
+    ) -> Result<u64, ShipError> {
         let tenant = &live.info.tenant;
         let mut last = self.shipped(id).await?;
         if !self.lock().tracks.get(id).is_some_and(|t| t.recorded) {
-            self.record(id, live).await?;
+            // The record its create or fork wrote stays: a fork's names the parent.
+            match self.store.head(&shipped::record_key(id)).await {
+                Ok(_) => self.lock().tracks.entry(id.clone()).or_default().recorded = true,
+                Err(BlobError::NotFound(_)) => self.record(id, live).await?,
+                Err(e) => return Err(e.into()),
+            }
         }
         loop {
             let (entries, blobs, more) = journal
@@ -393,6 +409,7 @@ pub(crate) fn test_live(id: &SandboxId, tenant: &str) -> Live {
             ..crate::store::test_info(id)
         },
         hostname: Some("h".into()),
+        forked_from: None,
     }
 }
 

@@ -4,13 +4,14 @@
 //! whole: its line is written around it and the output is read from its file chunk by
 //! chunk and encoded on the way (JSON-escaped text or base64, exactly as the whole line
 //! would show it), so an export holds about one page and a few chunks, however large an
-//! output is. Terminal outputs are exported whole (their chunks are small).
+//! output is. Terminal outputs are exported whole (their chunks are small). The chunk
+//! encoding and the UTF-8 check are those of the export from the trajectory store
+//! (`warren_blob::trajectory`), which reads a large output by ranges the same way.
 
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read};
 
-use base64::Engine as _;
 use bytes::Bytes;
+use warren_blob::trajectory::{marker, marker_at, OutputEncoder, Utf8Check};
 use warren_types::{OutputEncoding, TrajectoryEntry, TrajectoryResult};
 
 use super::trajectory::TrajectoryPages;
@@ -140,20 +141,6 @@ fn source(m: &Manager, o: &StoredOutput, blobs: &Blobs) -> Result<Source, Stop> 
     Ok(Source::Bytes(b.unwrap_or_default()))
 }
 
-/// A marker no entry can hold: random, in characters JSON writes as they are.
-fn marker(what: &str) -> String {
-    let s = std::collections::hash_map::RandomState::new();
-    let mut a = s.build_hasher();
-    a.write_u64(std::process::id().into());
-    let mut b = std::collections::hash_map::RandomState::new().build_hasher();
-    b.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("@@warren-{what}-{:016x}{:016x}@@", a.finish(), b.finish())
-}
-
 /// Reads `f` from its start, chunk by chunk, while `each` (given every chunk, the last one
 /// possibly short) answers true.
 fn each_chunk(f: &mut std::fs::File, mut each: impl FnMut(&[u8]) -> bool) -> io::Result<()> {
@@ -184,21 +171,9 @@ fn fill(f: &mut std::fs::File, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Whether the file is UTF-8 throughout (checked chunk by chunk).
 fn file_is_utf8(f: &mut std::fs::File) -> io::Result<bool> {
-    let mut ok = true;
-    let mut carry: Vec<u8> = Vec::new();
-    each_chunk(f, |chunk| {
-        carry.extend_from_slice(chunk);
-        match std::str::from_utf8(&carry) {
-            Ok(_) => carry.clear(),
-            // Cut in the middle of a character: keep its start for the next chunk.
-            Err(e) if e.error_len().is_none() => {
-                carry.drain(..e.valid_up_to());
-            }
-            Err(_) => ok = false,
-        }
-        ok
-    })?;
-    Ok(ok && carry.is_empty())
+    let mut check = Utf8Check::default();
+    each_chunk(f, |chunk| check.push(chunk))?;
+    Ok(check.finish())
 }
 
 /// One exec entry with an output streamed from its file.
@@ -250,7 +225,7 @@ async fn stream_exec(
     let mut cuts: Vec<(usize, usize)> = Vec::new();
     for (i, (s, mark)) in sources.iter().zip(&markers).enumerate() {
         if matches!(s, Source::File(_)) {
-            let at = find(&line, mark.as_bytes())
+            let at = marker_at(&line, mark.as_bytes())
                 .ok_or_else(|| failed("an exported entry lost its output marker"))?;
             cuts.push((at, i));
         }
@@ -269,10 +244,6 @@ async fn stream_exec(
     Ok(())
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// Sends the file's bytes as `encoding` writes them inside a JSON string.
 async fn stream_file(
     f: &std::fs::File,
@@ -284,7 +255,7 @@ async fn stream_file(
         use std::io::Seek;
         f.rewind().map_err(failed)?;
     }
-    let mut carry: Vec<u8> = Vec::new();
+    let mut enc = OutputEncoder::new(encoding);
     loop {
         // One chunk read off the async workers.
         let (file, chunk) = tokio::task::spawn_blocking(move || {
@@ -300,24 +271,15 @@ async fn stream_file(
         f = file;
         let chunk = chunk.map_err(Stop::Failed)?;
         let last = chunk.len() < CHUNK;
-        let out = match encoding {
-            OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&chunk),
-            OutputEncoding::Utf8 => {
-                carry.extend_from_slice(&chunk);
-                let valid = match std::str::from_utf8(&carry) {
-                    Ok(_) => carry.len(),
-                    Err(e) => e.valid_up_to(),
-                };
-                let text = std::str::from_utf8(&carry[..valid]).unwrap_or_default();
-                let quoted = serde_json::to_string(text).map_err(failed)?;
-                carry.drain(..valid);
-                quoted[1..quoted.len() - 1].to_string()
-            }
-        };
+        let out = enc.push(&chunk);
         if !out.is_empty() {
             send(tx, out).await?;
         }
         if last {
+            let rest = enc.finish();
+            if !rest.is_empty() {
+                send(tx, rest).await?;
+            }
             return Ok(());
         }
     }

@@ -5,6 +5,10 @@
 //! a `forked_from` entry naming the parent and its last entry at the time of the fork. The
 //! parent logs a `fork` entry naming the children. A failed fork leaves no child behind.
 //!
+//! With a trajectory store, the fork answers only once every child can be revived from it
+//! (as a create, see `Trajectories::record_fork_in_store`): the parent's log is shipped up to
+//! the fork and each child's record, naming the parent, is written while the runtime forks.
+//!
 //! A fork naming a step (`?step=`) is claimed through the step runner like an exec: the same
 //! step again answers the children the first run made (those not deleted since), a step below
 //! the last one is a `step_conflict`, and the parent's entry carries the step. A fork that
@@ -154,7 +158,14 @@ impl Manager {
 
         let specs: Vec<_> = children.iter().map(|c| c.spec(&c.lock().info)).collect();
         let started = std::time::Instant::now();
-        let instances = match parent.runtime.fork(&instance, &specs).await {
+        let recording = self.inner.parts.trajectories.record_fork_in_store(
+            self.journal(),
+            &parent,
+            parent_seq,
+            &children,
+        );
+        let (forked, recorded) = futures::join!(parent.runtime.fork(&instance, &specs), recording);
+        let instances = match forked {
             Ok(v) if v.len() == specs.len() => v,
             Ok(v) => {
                 for i in v {
@@ -180,6 +191,15 @@ impl Manager {
                 return Err(NodeError::runtime(id, e));
             }
         };
+        if let Err(e) = recorded {
+            // Answered, the children could not be revived if this node died: refused.
+            warn!(parent = %id, error = %e, "cannot record the fork's children in the trajectory store; destroying them");
+            for i in &instances {
+                let _ = i.destroy().await;
+            }
+            forget(self);
+            return Err(e);
+        }
         // Children keep the parent's policy, each with its own link and resolver.
         for (c, i) in children.iter().zip(&instances) {
             let policy = c.lock().info.network.clone();

@@ -9,7 +9,9 @@
 //! - a fork's record is copied (with its step and the old children's ids), nothing is
 //!   forked; pause, resume, terminals and cancelled calls are skipped;
 //! - a sandbox that was itself forked first replays its parent's log up to the fork (without
-//!   the parent's steps).
+//!   the parent's steps), also when its own log lacks its first entry (`forked_from`; its
+//!   record in the store names the parent); a parent whose log does not reach the fork
+//!   answers `invalid_state`.
 //!
 //! Each replayed call's outcome (success or error code, exit code and signal, sha256 of its
 //! stdout and stderr) is compared with the logged one; the first divergence is reported.
@@ -21,8 +23,9 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
+use warren_blob::trajectory::ForkOrigin;
 use warren_types::{
-    ApiError, Caller, CreateSandboxRequest, Divergence, ExecCall, ExecRequest, ImageRef,
+    ApiError, Caller, CreateSandboxRequest, Divergence, ErrorCode, ExecCall, ExecRequest, ImageRef,
     OutputEncoding, ReplayOutcome, ReviveOptions, ReviveReport, Role, SandboxId, TrajectoryCall,
 };
 
@@ -48,6 +51,8 @@ impl LogSource for LocalLog {
         Ok(self.manager.lookup(id).ok().map(|sb| LoggedSandbox {
             info: sb.lock().info.clone(),
             hostname: Some(sb.hostname.clone()),
+            // Its own log is whole here: its first entry says where it came from.
+            forked_from: None,
         }))
     }
 
@@ -167,57 +172,64 @@ enum Action {
 
 impl Replay {
     /// Replays the log of `id` from `source` up to `upto` (inclusive); with `own_steps`
-    /// false, steps are left out (a parent's log, replayed before a child's).
+    /// false, steps are left out (a parent's log, replayed before a child's). Answers the
+    /// seq of the last entry it went through (0: none).
     fn run<'a>(
         &'a mut self,
         source: Arc<dyn LogSource>,
         id: SandboxId,
         upto: u64,
         own_steps: bool,
-    ) -> futures::future::BoxFuture<'a, Result<(), NodeError>> {
+    ) -> futures::future::BoxFuture<'a, Result<u64, NodeError>> {
         Box::pin(async move {
             let mut from = 1;
+            let mut seen = 0;
             loop {
                 let page = source.page(&id, from, PAGE).await?;
                 let Some(last) = page.entries.last().map(|e| e.seq) else {
-                    return Ok(());
+                    return Ok(seen);
                 };
                 for entry in &page.entries {
                     if entry.seq > upto {
-                        return Ok(());
+                        return Ok(seen);
                     }
+                    seen = entry.seq;
                     if let TrajectoryCall::ForkedFrom { parent, parent_seq } = &entry.call {
                         self.report.skipped += 1;
-                        let parent: SandboxId = parent.parse().map_err(|e| {
-                            NodeError::Api(ApiError::internal(format!(
-                                "trajectory of {id} names a bad parent {parent:?}: {e}"
-                            )))
-                        })?;
-                        if *parent_seq > 0 {
-                            self.parent(&source, parent, *parent_seq).await?;
-                        }
+                        self.parent(&source, &id, parent, *parent_seq).await?;
                         continue;
                     }
                     let step = entry.step.filter(|_| own_steps);
                     if self.entry(entry, step, &page.blobs).await? {
-                        return Ok(());
+                        return Ok(seen);
                     }
                 }
                 if !page.more {
-                    return Ok(());
+                    return Ok(seen);
                 }
                 from = last + 1;
             }
         })
     }
 
-    /// Replays a forked sandbox's parent up to the fork.
+    /// Replays the parent of `child` (forked from it after its entry `upto`) up to the
+    /// fork; a parent whose log does not reach the fork is `invalid_state` (the child's
+    /// files cannot be made).
     async fn parent(
         &mut self,
         source: &Arc<dyn LogSource>,
-        parent: SandboxId,
+        child: &SandboxId,
+        parent: &str,
         upto: u64,
     ) -> Result<(), NodeError> {
+        let parent: SandboxId = parent.parse().map_err(|e| {
+            NodeError::Api(ApiError::internal(format!(
+                "trajectory of {child} names a bad parent {parent:?}: {e}"
+            )))
+        })?;
+        if upto == 0 {
+            return Ok(());
+        }
         let local: Arc<dyn LogSource> = Arc::new(LocalLog {
             manager: self.manager.clone(),
         });
@@ -226,7 +238,38 @@ impl Replay {
         } else {
             source.clone()
         };
-        self.run(from, parent, upto, false).await
+        let reached = self.run(from, parent.clone(), upto, false).await?;
+        if reached < upto && !self.report.stopped {
+            return Err(NodeError::Api(ApiError::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "sandbox {child} cannot be revived: it was forked from {parent} after \
+                     entry {upto} of its log, and the log holds {reached} of them (its node \
+                     died before the rest was shipped)"
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    /// A fork's child whose log lacks its first entry (its node died before shipping it):
+    /// the parent up to the fork, as that entry would have replayed it.
+    async fn origin(
+        &mut self,
+        source: &Arc<dyn LogSource>,
+        id: &SandboxId,
+        origin: &ForkOrigin,
+    ) -> Result<(), NodeError> {
+        let first = source.page(id, 1, 1).await?;
+        let logged = first
+            .entries
+            .first()
+            .is_some_and(|e| matches!(e.call, TrajectoryCall::ForkedFrom { .. }));
+        if logged {
+            return Ok(());
+        }
+        self.parent(source, id, &origin.parent, origin.parent_seq)
+            .await
     }
 
     /// Replays one entry; true when the replay stops here.
@@ -534,7 +577,13 @@ impl Trajectories {
                 recorded_ms: 0.0,
             },
         };
-        if let Err(e) = replay.run(source, id.clone(), u64::MAX, true).await {
+        let replayed = async {
+            if let Some(origin) = &old.forked_from {
+                replay.origin(&source, id, origin).await?;
+            }
+            replay.run(source.clone(), id.clone(), u64::MAX, true).await
+        };
+        if let Err(e) = replayed.await {
             // A revive that could not finish leaves nothing behind.
             if let Err(d) = sandboxes.delete(&new).await {
                 tracing::warn!(sandbox = %new, error = %d, "cannot delete a failed revive");

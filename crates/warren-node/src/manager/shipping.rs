@@ -5,24 +5,54 @@
 //! revive reads the logs of sandboxes this node no longer holds. Export is in
 //! `trajectory`, revive in `revive`.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tracing::warn;
-use warren_blob::trajectory::{TrajectoryPages as ShippedPages, TrajectoryStoreError};
+use warren_blob::trajectory::{ForkOrigin, TrajectoryPages as ShippedPages, TrajectoryStoreError};
 use warren_blob::BlobStore;
 use warren_types::{ApiError, Caller, ErrorCode, SandboxId};
 
 use super::{Inner, Manager, Sandbox};
 use crate::error::NodeError;
-use crate::ship::{Live, Shipper};
-use crate::trajectory::{LogSource, StoreLogSource};
+use crate::ship::{Live, ShipError, Shipper};
+use crate::trajectory::{Journal, LogSource, StoreLogSource};
 
 /// Longest a delete waits for the sandbox's log to be shipped and sealed; past it the
 /// sandbox goes anyway (and the store may miss the end of its log).
 pub const SEAL_WAIT: Duration = Duration::from_secs(5);
 
-/// Longest a create waits for its record to be written in the trajectory store.
+/// Longest a create or fork waits for its records to be written in the trajectory store.
 pub const RECORD_WITHIN: Duration = Duration::from_secs(30);
+
+/// `sb` as the shipper records it.
+fn live(sb: &Sandbox) -> Live {
+    Live {
+        info: sb.lock().info.clone(),
+        hostname: Some(sb.hostname.clone()),
+        forked_from: None,
+    }
+}
+
+/// `work` (writing `what` in the trajectory store) within [`RECORD_WITHIN`]; a failure is
+/// the call's `start_failed`.
+async fn recorded(
+    what: &str,
+    work: impl Future<Output = Result<(), ShipError>>,
+) -> Result<(), NodeError> {
+    let why = match tokio::time::timeout(RECORD_WITHIN, work).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} s", RECORD_WITHIN.as_secs()),
+    };
+    Err(NodeError::Api(ApiError::new(
+        ErrorCode::StartFailed,
+        format!(
+            "cannot record {what} in the trajectory store, so it could not be revived if \
+             this node died ({why}); nothing was left behind: retry"
+        ),
+    )))
+}
 
 /// The sandboxes' trajectories once written: export, shipping, revive. Owns the trajectory
 /// shipper (once a trajectory store is set) and the log source revive reads sandboxes this
@@ -58,25 +88,46 @@ impl Trajectories {
     /// Writes `sb`'s record (`sandbox.json`) in the trajectory store, when the node ships
     /// to one, within [`RECORD_WITHIN`]; a failure is the create's `start_failed`.
     pub(crate) async fn record_in_store(&self, sb: &Sandbox) -> Result<(), NodeError> {
-        let Some(shipper) = self.shipper().cloned() else {
+        let Some(shipper) = self.shipper() else {
             return Ok(());
         };
-        let live = Live {
-            info: sb.lock().info.clone(),
-            hostname: Some(sb.hostname.clone()),
+        recorded("the sandbox", shipper.record(&sb.id, &live(sb))).await
+    }
+
+    /// Makes a fork's children revivable from the trajectory store before the fork answers,
+    /// when the node ships to one, within [`RECORD_WITHIN`]: the parent's log is shipped up
+    /// to the fork (its last entry then is `parent_seq`), then each child's record is
+    /// written naming the parent, so a revive replays the parent up to the fork even when
+    /// the child's own first entry was never shipped. A failure is the fork's
+    /// `start_failed`.
+    pub(crate) async fn record_fork_in_store(
+        &self,
+        journal: &Journal,
+        parent: &Sandbox,
+        parent_seq: u64,
+        children: &[Arc<Sandbox>],
+    ) -> Result<(), NodeError> {
+        let Some(shipper) = self.shipper() else {
+            return Ok(());
         };
-        let why = match tokio::time::timeout(RECORD_WITHIN, shipper.record(&sb.id, &live)).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {} s", RECORD_WITHIN.as_secs()),
+        let origin = ForkOrigin {
+            parent: parent.id.to_string(),
+            parent_seq,
         };
-        Err(NodeError::Api(ApiError::new(
-            ErrorCode::StartFailed,
-            format!(
-                "cannot record the sandbox in the trajectory store, so it could not be \
-                 revived if this node died ({why}); nothing was left behind: retry"
-            ),
-        )))
+        let work = async {
+            if parent_seq > 0 {
+                shipper.ship(journal, &parent.id, &live(parent)).await?;
+            }
+            let records = children.iter().map(|c| {
+                let child = Live {
+                    forked_from: Some(origin.clone()),
+                    ..live(c)
+                };
+                async move { shipper.record(&c.id, &child).await }
+            });
+            futures::future::try_join_all(records).await.map(|_| ())
+        };
+        recorded("the fork's children", work).await
     }
 
     /// Ships the trajectory of every sandbox of `sandboxes` to `store` from now on, on a
@@ -238,11 +289,7 @@ impl Trajectories {
     pub(crate) async fn seal_trajectory(&self, sb: &Sandbox) {
         let Some(s) = self.shipper() else { return };
         let id = &sb.id;
-        let live = Live {
-            info: sb.lock().info.clone(),
-            hostname: Some(sb.hostname.clone()),
-        };
-        match tokio::time::timeout(SEAL_WAIT, s.seal(id, live)).await {
+        match tokio::time::timeout(SEAL_WAIT, s.seal(id, live(sb))).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warn!(sandbox = %id, error = %e, "trajectory not sealed in the store"),
             Err(_) => warn!(sandbox = %id, "trajectory not sealed in the store in time"),
@@ -285,11 +332,8 @@ async fn ship_loop(manager: Weak<Inner>, shipper: Arc<Shipper>) {
         let m = Manager { inner };
         let live_of = |id: &SandboxId| {
             let sb = m.inner.registry.map().get(id).cloned()?;
-            let st = sb.lock();
-            (!st.deleting).then(|| Live {
-                info: st.info.clone(),
-                hostname: Some(sb.hostname.clone()),
-            })
+            let deleting = sb.lock().deleting;
+            (!deleting).then(|| live(&sb))
         };
         shipper.pass(m.journal(), live_of).await;
     }

@@ -6,6 +6,7 @@
 //! trait and is handed to the node's shipping part (`Trajectories::set_log_source`); revive asks it for
 //! sandboxes the node no longer holds.
 
+use warren_blob::trajectory::ForkOrigin;
 use warren_types::{SandboxId, SandboxInfo};
 
 use super::{Blobs, StoredEntry};
@@ -27,6 +28,10 @@ pub struct LoggedSandbox {
     pub info: SandboxInfo,
     /// Its hostname, when known.
     pub hostname: Option<String>,
+    /// A fork's child: its parent and the parent's last entry at the fork, when the source
+    /// knows it beside the log (the log's first entry, `forked_from`, says the same, but
+    /// may be missing from a store its node died before shipping it to).
+    pub forked_from: Option<ForkOrigin>,
 }
 
 /// Reads the entries of a sandbox's log.

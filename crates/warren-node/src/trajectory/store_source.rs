@@ -96,6 +96,7 @@ impl LogSource for StoreLogSource {
                 Ok(Some(LoggedSandbox {
                     info: r.sandbox,
                     hostname: r.hostname,
+                    forked_from: r.forked_from,
                 }))
             }
             Err(BlobError::NotFound(_)) => {

@@ -1,16 +1,21 @@
-//! A trajectory export streams a large output from its file: exporting a sandbox whose log
-//! holds one 60 MiB binary output grows the daemon's resident memory by at most 64 MiB (it
-//! took several times the output's size when each line was built whole), and the export
-//! carries every byte of it.
+//! A trajectory export streams a large output: exporting a sandbox whose log holds one
+//! 60 MiB binary output grows the daemon's resident memory by at most 64 MiB (it took
+//! several times the output's size when each line was built whole), and the export carries
+//! every byte of it. Both where the export is read from: the node's own log (the output
+//! streamed from its file) and the trajectory store once the sandbox is deleted (the output
+//! read from the store by ranges).
 
 use futures::StreamExt;
 use sha2::Digest;
+use std::time::Duration;
 use warren_client::{CreateSandboxRequest, ExecRequest, OutputEncoding};
-use warren_types::TrajectoryResult;
+use warren_types::{ExecOutcome, TrajectoryResult};
 
-use crate::common::Daemon;
+use crate::common::{shipped, wait_for, Daemon, StoreDir};
 
 const OUTPUT: usize = 60 << 20;
+/// The most an export may grow the daemon by, in MiB.
+const BOUND_MIB: u64 = 64;
 
 /// `VmRSS` and `VmHWM` of `pid`, in KiB.
 fn memory(pid: u32) -> (u64, u64) {
@@ -25,11 +30,8 @@ fn memory(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exporting_a_60_mib_output_keeps_the_daemon_small() {
-    let Some(d) = Daemon::start().await else {
-        return;
-    };
+/// A sandbox whose log holds one exec with a 60 MiB binary stdout.
+async fn sandbox_with_a_large_output(d: &Daemon) -> String {
     let req = CreateSandboxRequest {
         trajectory_mb: Some(128),
         memory_mb: Some(512),
@@ -44,14 +46,18 @@ async fn exporting_a_60_mib_output_keeps_the_daemon_small() {
     let r = d.exec(&id, &exec).await;
     assert!(r.success(), "{:?} {}", r.exit_code, r.stderr);
     assert_eq!(r.stdout_bytes, OUTPUT as u64);
-    drop(r);
+    id
+}
 
+/// Exports `id` through `d`: how much the daemon's resident memory grew at its peak (MiB),
+/// what it held before (MiB), and the large exec as exported, checked whole.
+async fn export(d: &Daemon, id: &str) -> (u64, u64) {
     // The peak from here on: reset the daemon's high-water mark to what it holds now.
     let pid = d.pid().unwrap();
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("resetting VmHWM");
     let (before, _) = memory(pid);
-    let mut entries = Box::pin(d.client().trajectory_stream(&id, None).await.unwrap());
-    let mut found = None;
+    let mut entries = Box::pin(d.client().trajectory_stream(id, None).await.unwrap());
+    let mut found: Option<ExecOutcome> = None;
     while let Some(e) = entries.next().await {
         let e = e.unwrap();
         if let Some(TrajectoryResult::Exec(o)) = &e.result {
@@ -69,10 +75,52 @@ async fn exporting_a_60_mib_output_keeps_the_daemon_small() {
         .unwrap();
     assert_eq!(bytes.len(), OUTPUT);
     assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), o.stdout_sha256);
-    let grown_mib = peak.saturating_sub(before) / 1024;
+    (peak.saturating_sub(before) / 1024, before / 1024)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporting_a_60_mib_output_keeps_the_daemon_small() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let id = sandbox_with_a_large_output(&d).await;
+    let (grown_mib, before_mib) = export(&d, &id).await;
     assert!(
-        grown_mib <= 64,
-        "the export grew the daemon by {grown_mib} MiB (from {} MiB)",
-        before / 1024
+        grown_mib <= BOUND_MIB,
+        "the export grew the daemon by {grown_mib} MiB (from {before_mib} MiB)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporting_a_60_mib_output_from_the_store_keeps_the_daemon_small() {
+    let store = StoreDir::new("export-store");
+    let args = store.args();
+    let Some(d) = Daemon::start_with(|_| args).await else {
+        return;
+    };
+    let id = sandbox_with_a_large_output(&d).await;
+    // The same run's baseline: the export from the node's own log.
+    let (own_mib, _) = export(&d, &id).await;
+    // Once the entry is shipped, the sandbox goes: its export is read from the store.
+    let on_disk = wait_for(Duration::from_secs(60), || async {
+        shipped(&store.0, &id, "stdout_blob").then_some(())
+    })
+    .await;
+    assert!(
+        on_disk.is_some(),
+        "the large output of {id} was never shipped"
+    );
+    d.client().delete(&id).await.expect("deleting the sandbox");
+    assert!(d.list().await.iter().all(|s| s.id != id));
+    let (stored_mib, before_mib) = export(&d, &id).await;
+    eprintln!(
+        "export of a {} MiB binary output: daemon grew {own_mib} MiB from its own log, \
+         {stored_mib} MiB from the trajectory store",
+        OUTPUT >> 20
+    );
+    assert!(
+        stored_mib <= BOUND_MIB,
+        "the export from the store grew the daemon by {stored_mib} MiB (from {before_mib} MiB; \
+         {own_mib} MiB from its own log)"
     );
 }

@@ -269,6 +269,7 @@ async fn a_deleted_sandbox_revives_from_another_log_source() {
         *kept.sandbox.lock().unwrap() = Some(LoggedSandbox {
             info: m.get(&old).unwrap(),
             hostname: None,
+            forked_from: None,
         });
     }
     m.delete(&old).await.unwrap();

@@ -1,7 +1,8 @@
 //! Revive from a trajectory store (fake runtime): a sandbox shipped by one node and deleted
 //! is revived by another node sharing the store, its inputs (stdin, uploads, inline or as
 //! blobs) fed again; another tenant cannot; a segment sent again adds no entry; a store
-//! without the sandbox's record answers `invalid_state`.
+//! without the sandbox's record answers `invalid_state`; a fork's child is revived from its
+//! record and its parent's log when its own log never reached the store.
 
 use std::sync::Arc;
 use warren_blob::trajectory as shipped;
@@ -297,4 +298,104 @@ async fn a_sandbox_is_in_the_store_before_its_create_answers() {
     assert_eq!(e.to_api().code, ErrorCode::StartFailed, "{e}");
     assert!(e.to_string().contains("trajectory store"), "{e}");
     assert!(m3.list(&Default::default()).is_empty());
+}
+
+/// Removes the segments of `id` from the store at `remote`: the store as it was before they
+/// were shipped.
+fn unship(remote: &std::path::Path, id: &SandboxId) {
+    let dir = remote.join(shipped::sandbox_prefix(id));
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".jsonl") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+}
+
+/// A fork's child is in the store before the fork answers, naming its parent, whose log is
+/// shipped up to the fork: a child whose node died before its own first entry was shipped
+/// is revived elsewhere with the parent's files; when the parent's log does not reach the
+/// fork, the revive says so (`invalid_state`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_child_is_in_the_store_before_the_fork_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let store: Arc<dyn BlobStore> = Arc::new(warren_blob::LocalStore::new(&remote));
+    let a = Caller::tenant("a", Role::User, Quotas::default());
+    std::fs::create_dir_all(dir.path().join("n1")).unwrap();
+    let (m1, _rt1) = manager_in(&dir.path().join("n1"), |_| {});
+    m1.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m1)
+        .unwrap();
+    let parent: SandboxId = m1
+        .create_as(&a, Default::default())
+        .await
+        .unwrap()
+        .info
+        .id
+        .parse()
+        .unwrap();
+    let made = ExecRequest {
+        step: Some(1),
+        ..ExecRequest::shell("echo made > /made")
+    };
+    m1.procs().exec(&parent, made).await.unwrap();
+    let fork = warren_types::ForkRequest {
+        n: 1,
+        labels: Default::default(),
+    };
+    let child: SandboxId = m1.fork(&parent, fork).await.unwrap()[0].id.parse().unwrap();
+    // When the fork answered: the child's record names the parent, whose step is shipped.
+    let record: shipped::SandboxRecord =
+        serde_json::from_slice(&store.get(&shipped::record_key(&child)).await.unwrap()).unwrap();
+    assert_eq!(
+        record.forked_from,
+        Some(shipped::ForkOrigin {
+            parent: parent.to_string(),
+            parent_seq: 1
+        })
+    );
+    assert!(
+        shipped::last_shipped(store.as_ref(), &parent)
+            .await
+            .unwrap()
+            >= 1
+    );
+    // The store as it was when the node died before the child's own log was shipped.
+    let started = std::time::Instant::now();
+    while shipped::last_shipped(store.as_ref(), &child).await.unwrap() < 1 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    unship(&remote, &child);
+
+    // Another node revives the child: the parent's exec runs again, without its step.
+    std::fs::create_dir_all(dir.path().join("n2")).unwrap();
+    let (m2, rt2) = manager_in(&dir.path().join("n2"), |_| {});
+    m2.parts()
+        .trajectories
+        .ship_trajectories(store.clone(), &m2)
+        .unwrap();
+    let r = m2
+        .revive(&a, &child, ReviveOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.replayed, r.steps_replayed, r.divergences),
+        (1, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(
+        rt2.shared.execs.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+
+    // A parent whose log does not reach the fork: the child's files cannot be made.
+    unship(&remote, &parent);
+    let e = m2
+        .revive(&a, &child, ReviveOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_api().code, ErrorCode::InvalidState, "{e}");
+    assert!(e.to_string().contains(parent.as_str()), "{e}");
 }

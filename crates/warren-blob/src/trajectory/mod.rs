@@ -10,8 +10,9 @@
 //! - `trajectories/<sandbox id>/sealed.json`: the [`Seal`], written once the sandbox was
 //!   deleted and every entry shipped: its last seq, so a reader knows the log is whole.
 //! - `trajectories/<sandbox id>/sandbox.json`: the [`SandboxRecord`] (its record and
-//!   hostname), written before its first segment and again at the seal: what a node makes
-//!   a new sandbox like when it revives one that is gone.
+//!   hostname, and a fork's child's parent), written by the create or fork before it
+//!   answers and again at the seal: what a node makes a new sandbox like when it revives
+//!   one that is gone.
 //! - `trajectories/<sandbox id>/revived.json`: the [`Revived`] mark, written by a node that
 //!   revived the sandbox from the store before the new sandbox runs anything: the sandbox's
 //!   own node, if it comes back, deletes the original instead of resuming it (a fence).
@@ -28,6 +29,9 @@ use warren_types::{
 };
 
 use crate::{BlobError, BlobStore};
+
+mod export;
+pub use export::{marker, marker_at, ndjson, OutputEncoder, Utf8Check, STREAM_OVER};
 
 /// Format version of segments and seals.
 pub const FORMAT: u32 = 1;
@@ -121,6 +125,18 @@ pub struct SandboxRecord {
     pub sandbox: SandboxInfo,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// A fork's child: what its files were copied from. Written by the fork before it
+    /// answers, so that a revive replays the parent up to the fork even when the child's own
+    /// first entry (`forked_from`, which says the same) was never shipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
+}
+
+/// Where a fork's child came from: its parent and the parent's last entry at the fork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    pub parent: String,
+    pub parent_seq: u64,
 }
 
 /// Written when a deleted sandbox's log is all shipped.
@@ -364,6 +380,23 @@ impl TrajectoryPages {
     pub async fn next_page(
         &mut self,
     ) -> Option<Result<Vec<TrajectoryEntry>, TrajectoryStoreError>> {
+        let lines = match self.next_lines().await? {
+            Ok(lines) => lines,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut page = Vec::with_capacity(lines.len());
+        for line in lines {
+            match rehydrate(self.store.as_ref(), line).await {
+                Ok(e) => page.push(e),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(page))
+    }
+
+    /// The lines of the next page as shipped (outputs kept as blobs named, not read);
+    /// `None` after the last.
+    async fn next_lines(&mut self) -> Option<Result<Vec<SegmentLine>, TrajectoryStoreError>> {
         loop {
             let (_, last, key) = self.segments.next()?;
             let first = self.first.take();
@@ -383,10 +416,7 @@ impl TrajectoryPages {
                     continue;
                 }
                 self.next_seq = line.entry.seq + 1;
-                match rehydrate(self.store.as_ref(), line).await {
-                    Ok(e) => page.push(e),
-                    Err(e) => return Some(Err(e)),
-                }
+                page.push(line);
             }
             if !page.is_empty() {
                 return Some(Ok(page));
@@ -407,24 +437,6 @@ impl TrajectoryPages {
         }
         Ok(out)
     }
-}
-
-/// The pages as newline-delimited JSON, one entry per line (the body of the export).
-pub fn ndjson(
-    pages: TrajectoryPages,
-) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
-    futures::stream::unfold(pages, |mut pages| async move {
-        match pages.next_page().await? {
-            Ok(entries) => Some((
-                Ok(Bytes::from(warren_types::trajectory::ndjson_lines(
-                    &entries,
-                ))),
-                pages,
-            )),
-            // An error after the first line can only abort the transfer.
-            Err(e) => Some((Err(std::io::Error::other(e.to_string())), pages)),
-        }
-    })
 }
 
 #[cfg(test)]
