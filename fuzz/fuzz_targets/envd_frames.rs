@@ -23,11 +23,20 @@ fuzz_target!(|data: &[u8]| {
                 Ok(Some(frame)) => {
                     for codec in [Codec::Json, Codec::Proto] {
                         let p = &frame.payload;
+                        // Every request message the server reads.
                         let _ = decode::<process::StartRequest>(codec, p);
                         let _ = decode::<process::StreamInputRequest>(codec, p);
                         let _ = decode::<process::SendSignalRequest>(codec, p);
+                        let _ = decode::<process::SendInputRequest>(codec, p);
+                        let _ = decode::<process::UpdateRequest>(codec, p);
+                        let _ = decode::<process::SelectorOnly>(codec, p);
+                        let _ = decode::<warren_envd::pb::Empty>(codec, p);
                         let _ = decode::<fs::EntryInfo>(codec, p);
                         let _ = decode::<fs::WatchRequest>(codec, p);
+                        let _ = decode::<fs::PathRequest>(codec, p);
+                        let _ = decode::<fs::ListDirRequest>(codec, p);
+                        let _ = decode::<fs::MoveRequest>(codec, p);
+                        let _ = decode::<fs::WatcherId>(codec, p);
                     }
                 }
                 Ok(None) => break,

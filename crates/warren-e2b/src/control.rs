@@ -28,6 +28,81 @@ const MAX_BODY: usize = 1 << 20;
 /// E2B's default sandbox timeout, seconds.
 pub const DEFAULT_TIMEOUT: u64 = 300;
 
+/// The `{id}` of a per-sandbox route, checked to be a sandbox id. Axum decodes the segment,
+/// so `n1-x%2Ffiles%3Fpath%3D%2Fetc` would otherwise splice another v1 route and query into
+/// the calls made with it (`GET /v1/sandboxes/n1-x/files?path=/etc`); anything that is not a
+/// sandbox id is E2B's 404, and a segment that is not UTF-8 E2B's 400.
+#[derive(Debug, Clone)]
+pub struct SandboxPath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SandboxPath {
+    type Rejection = E2bError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, E2bError> {
+        let id = segment(parts, state).await?;
+        match id.parse::<warren_types::SandboxId>() {
+            Ok(_) => Ok(SandboxPath(id)),
+            Err(_) => Err(E2bError::NotFound(format!(
+                "sandbox {id:?} not found (not a sandbox id)"
+            ))),
+        }
+    }
+}
+
+/// The `{id}` of `/templates/{id}` (a snapshot id or an image, read by
+/// [`convert::template`]).
+#[derive(Debug, Clone)]
+pub struct TemplatePath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TemplatePath {
+    type Rejection = E2bError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, E2bError> {
+        segment(parts, state).await.map(TemplatePath)
+    }
+}
+
+/// The route's one `{id}` segment, decoded; one that is not UTF-8 is E2B's 400.
+async fn segment<S: Send + Sync>(
+    parts: &mut axum::http::request::Parts,
+    state: &S,
+) -> Result<String, E2bError> {
+    use axum::extract::FromRequestParts;
+    let Path(id) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| E2bError::BadRequest(format!("bad id in the path: {}", e.body_text())))?;
+    Ok(id)
+}
+
+/// A request body of at most [`MAX_BODY`] bytes; a longer one is E2B's `413`, a body that
+/// breaks off its `400` (never axum's plain-text rejections).
+#[derive(Debug, Clone)]
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = E2bError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, E2bError> {
+        use http_body_util::BodyExt;
+        match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+            .collect()
+            .await
+        {
+            Ok(c) => Ok(Body(c.to_bytes())),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(E2bError::TooLarge(
+                format!("the body is larger than {MAX_BODY} bytes"),
+            )),
+            Err(e) => Err(E2bError::BadRequest(format!("reading the body: {e}"))),
+        }
+    }
+}
+
 /// Reads a JSON body; an empty one is `T::default()` where the route allows it.
 fn json<T: DeserializeOwned>(body: &Bytes, empty: Option<T>) -> E2bResult<T> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -133,7 +208,7 @@ pub async fn create(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
     headers: HeaderMap,
-    body: Bytes,
+    Body(body): Body,
 ) -> E2bResult<Response> {
     let n: wire::NewSandbox = json(&body, None)?;
     let key = headers
@@ -197,7 +272,7 @@ fn not_found(id: &str) -> impl Fn(E2bError) -> E2bError + '_ {
 pub async fn get(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    SandboxPath(id): SandboxPath,
 ) -> E2bResult<Json<wire::SandboxDetail>> {
     let info = info(&e2b, &who, &id).await?;
     convert::detail(&info, &e2b.extras(&info.id))
@@ -209,7 +284,7 @@ pub async fn get(
 pub async fn kill(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    SandboxPath(id): SandboxPath,
 ) -> E2bResult<StatusCode> {
     e2b.native()
         .call_unit(&who, Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
@@ -253,8 +328,8 @@ fn now_ms() -> u64 {
 pub async fn set_timeout(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
-    body: Bytes,
+    SandboxPath(id): SandboxPath,
+    Body(body): Body,
 ) -> E2bResult<StatusCode> {
     let t: wire::TimeoutRequest = json(&body, None)?;
     let secs = seconds("timeout", t.timeout)?;
@@ -267,8 +342,8 @@ pub async fn set_timeout(
 pub async fn refresh(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
-    body: Bytes,
+    SandboxPath(id): SandboxPath,
+    Body(body): Body,
 ) -> E2bResult<StatusCode> {
     let r: wire::RefreshRequest = json(&body, Some(wire::RefreshRequest::default()))?;
     let secs = seconds("duration", r.duration.unwrap_or(DEFAULT_TIMEOUT as i64))?;
@@ -281,8 +356,8 @@ pub async fn refresh(
 pub async fn pause(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
-    body: Bytes,
+    SandboxPath(id): SandboxPath,
+    Body(body): Body,
 ) -> E2bResult<StatusCode> {
     let _: wire::PauseRequest = json(&body, Some(wire::PauseRequest::default()))?;
     let info = info(&e2b, &who, &id).await?;
@@ -307,9 +382,9 @@ pub async fn pause(
 pub async fn resume(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    SandboxPath(id): SandboxPath,
     headers: HeaderMap,
-    body: Bytes,
+    Body(body): Body,
 ) -> E2bResult<Response> {
     let c: wire::ConnectRequest = json(&body, Some(wire::ConnectRequest::default()))?;
     let info = info(&e2b, &who, &id).await?;
@@ -325,9 +400,9 @@ pub async fn resume(
 pub async fn connect(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    SandboxPath(id): SandboxPath,
     headers: HeaderMap,
-    body: Bytes,
+    Body(body): Body,
 ) -> E2bResult<Response> {
     let c: wire::ConnectRequest = json(&body, Some(wire::ConnectRequest::default()))?;
     let info = info(&e2b, &who, &id).await?;
@@ -371,8 +446,8 @@ async fn wake(
 pub async fn snapshot(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
-    body: Bytes,
+    SandboxPath(id): SandboxPath,
+    Body(body): Body,
 ) -> E2bResult<Response> {
     let r: wire::SnapshotRequest = json(&body, Some(wire::SnapshotRequest::default()))?;
     let mut labels = BTreeMap::new();
@@ -429,7 +504,7 @@ pub async fn snapshots(
 pub async fn delete_template(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    TemplatePath(id): TemplatePath,
 ) -> E2bResult<StatusCode> {
     match convert::template(&id) {
         Template::Snapshot(s) => {
@@ -455,9 +530,9 @@ pub async fn delete_template(
 pub async fn fork(
     State(e2b): State<E2b>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    SandboxPath(id): SandboxPath,
     headers: HeaderMap,
-    body: Bytes,
+    Body(body): Body,
 ) -> E2bResult<Response> {
     let f: wire::ForkRequest = json(&body, Some(wire::ForkRequest::default()))?;
     let n = f.count.unwrap_or(1);

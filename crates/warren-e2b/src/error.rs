@@ -23,6 +23,9 @@ pub enum E2bError {
     /// 409: the sandbox is not in a state the call needs (e.g. already paused).
     #[error("{0}")]
     Conflict(String),
+    /// 413: a request body over the limit.
+    #[error("{0}")]
+    TooLarge(String),
     /// 501: a route or feature of E2B's API that Warren does not offer.
     #[error("{0}")]
     Unsupported(String),
@@ -47,6 +50,7 @@ impl E2bError {
             E2bError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             E2bError::NotFound(_) => StatusCode::NOT_FOUND,
             E2bError::Conflict(_) => StatusCode::CONFLICT,
+            E2bError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             E2bError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
             E2bError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             E2bError::Native { status, .. } => {

@@ -401,7 +401,14 @@ async fn dispatch(State(f): State<Front>, req: Request) -> Response {
             Place::Remote(owners) => {
                 let mut req = req;
                 route::name_in_headers(req.headers_mut(), &id, port);
-                e2b_shaped(owners.forward(&id, req).await).await
+                let resp = owners.forward(&id, req).await;
+                if port == ENVD_PORT {
+                    e2b_shaped(resp).await
+                } else {
+                    // The answer of a server in the sandbox: passed as it is, as the node
+                    // passes it (never read whole, never rewritten).
+                    resp
+                }
             }
         },
         Ok(route::Target::Control) => {
@@ -433,20 +440,42 @@ async fn oneshot(router: Router, req: Request) -> Response {
     }
 }
 
+/// Most bytes of an error answer read to put it in E2B's shape (Warren's are far smaller).
+const MAX_ERROR_BODY: usize = 64 << 10;
+
 /// A gateway's own errors (`{"error": {...}}`: node unreachable, sandbox lost, node unknown)
-/// in E2B's shape; every other answer passes unchanged.
+/// in E2B's shape; every other answer passes unchanged. At most [`MAX_ERROR_BODY`] bytes of
+/// an answer are read; one that says it is longer passes unread.
 async fn e2b_shaped(resp: Response) -> Response {
     let json = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|c| c.starts_with("application/json"));
-    if resp.status().is_success() || !json {
+    let long = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_ERROR_BODY as u64);
+    if resp.status().is_success() || !json || long {
         return resp;
     }
     let (parts, body) = resp.into_parts();
-    let Ok(bytes) = body.collect().await.map(|b| b.to_bytes()) else {
-        return E2bError::Internal("the node's answer was cut off".into()).into_response();
+    let bytes = match http_body_util::Limited::new(body, MAX_ERROR_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return E2bError::Internal(format!(
+                "the node's error answer ({}) is over {MAX_ERROR_BODY} bytes",
+                parts.status
+            ))
+            .into_response()
+        }
+        Err(_) => {
+            return E2bError::Internal("the node's answer was cut off".into()).into_response()
+        }
     };
     let warren_shaped = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()

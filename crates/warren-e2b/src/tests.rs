@@ -55,6 +55,11 @@ fn stand_in(id: &SandboxId) -> Router {
                 }
             }),
         )
+        // A route a decoded `/` in an E2B path could reach: it answers a file, not a record.
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(|| async { "root:x:0:0:root:/root:/bin/sh\n" }),
+        )
         .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", get(port_echo))
         .route("/v1/sandboxes/{id}/ports/{port}", get(port_echo))
 }
@@ -259,6 +264,56 @@ async fn unknown_and_refused_routes_answer_in_e2bs_shape() {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
 }
 
+#[tokio::test]
+async fn sandbox_ids_in_paths_are_ids_not_routes() {
+    let id = sandbox();
+    let (_, app) = front(false, &id);
+    let json = |b: &str| serde_json::from_str::<serde_json::Value>(b).unwrap();
+    // A decoded `/` and `?` must not splice another v1 route into the call.
+    let spliced = format!("{id}%2Ffiles%3Fpath%3D%2Fetc%2Fpasswd");
+    for (method, path) in [
+        ("GET", format!("/sandboxes/{spliced}")),
+        ("DELETE", format!("/sandboxes/{spliced}")),
+        ("POST", format!("/sandboxes/{spliced}/pause")),
+        ("POST", format!("/v2/sandboxes/{spliced}/connect")),
+        ("GET", "/sandboxes/..%2F..%2Fv1%2Fimages".to_string()),
+    ] {
+        let (s, b) = send(&app, req(method, &path, &[])).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{method} {path}: {b}");
+        assert_eq!(json(&b)["code"], 404, "{b}");
+    }
+    // Not UTF-8: E2B's 400, not axum's plain text.
+    let (s, b) = send(&app, req("GET", "/sandboxes/%FF%FE", &[])).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(json(&b)["code"], 400, "{b}");
+    let (s, b) = send(&app, req("DELETE", "/templates/%FF", &[])).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(json(&b)["code"], 400, "{b}");
+    // The real id still works.
+    let (s, b) = send(&app, req("GET", &format!("/sandboxes/{id}"), &[])).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_e2bs_413() {
+    let id = sandbox();
+    let (_, app) = front(false, &id);
+    for n in [(1 << 20) + 1, 3 << 20] {
+        let mut body = br#"{"templateID": "base", "metadata": {"x": ""#.to_vec();
+        body.resize(n, b'a');
+        let r = Request::builder()
+            .method("POST")
+            .uri("/v2/sandboxes")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let (s, b) = send(&app, r).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{n}: {b}");
+        let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["code"], 413, "{b}");
+    }
+}
+
 /// A gateway's hop to a node: the headers go as the gateway's proxy sends them (no `Host`).
 struct Hop(Router);
 
@@ -312,6 +367,80 @@ async fn a_gateway_forwards_host_routed_ports_to_a_node_of_any_domain() {
         b.starts_with(&format!("/v1/sandboxes/{id}/ports/3000 as ")),
         "{b}"
     );
+}
+
+/// A node behind a gateway whose answers are canned: a server in the sandbox that answers
+/// its own JSON error, or an endless error answer (counting the bytes pulled from it).
+struct Canned {
+    pulled: Arc<std::sync::atomic::AtomicUsize>,
+    endless: bool,
+}
+
+impl Owners for Canned {
+    fn forward(&self, _: &SandboxId, _: Request) -> BoxFuture<'static, Response> {
+        use futures::StreamExt;
+        let (pulled, endless) = (self.pulled.clone(), self.endless);
+        Box::pin(async move {
+            let body = if endless {
+                let chunk = bytes::Bytes::from(vec![b' '; 64 << 10]);
+                Body::from_stream(futures::stream::iter(0..1024).map(move |_| {
+                    pulled.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(chunk.clone())
+                }))
+            } else {
+                Body::from(r#"{"error": {"code": "app_error", "message": "the app's own"}}"#)
+            };
+            Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_neither_rewrites_nor_buffers_what_a_sandbox_answers() {
+    let id = sandbox();
+    let gw = |endless| {
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let e2b = E2b::gateway(
+            Router::new(),
+            auth(false),
+            Arc::new(Canned {
+                pulled: pulled.clone(),
+                endless,
+            }),
+            Some("sb.example".into()),
+        );
+        (e2b.wrap(Router::new()), pulled)
+    };
+    // A server in the sandbox answers its own JSON error: it arrives as it was sent.
+    let (app, _) = gw(false);
+    let host = format!("8000-{id}.sb.example");
+    let (s, b) = send(&app, req("GET", "/api", &[("Host", &host)])).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        b,
+        r#"{"error": {"code": "app_error", "message": "the app's own"}}"#
+    );
+    // An error answer of envd that never ends is not read whole.
+    let (app, pulled) = gw(true);
+    let (s, b) = send(
+        &app,
+        req("GET", "/health", &[("E2b-Sandbox-Id", id.as_str())]),
+    )
+    .await;
+    assert_eq!(
+        s,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        &b[..b.len().min(200)]
+    );
+    let read = pulled.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(read <= 4 * MAX_ERROR_BODY, "{read} bytes were read");
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["code"], 500, "{b}");
 }
 
 #[test]

@@ -457,8 +457,20 @@ mod tests {
                     })
                     .collect();
                 let _ = read_all(&input, 32);
-                let _ = decode::<crate::pb::process::StartRequest>(Codec::Proto, &input);
-                let _ = decode::<crate::pb::process::StartRequest>(Codec::Json, &input);
+                for codec in [Codec::Proto, Codec::Json] {
+                    use crate::pb::{filesystem as fs, process as pr};
+                    let _ = decode::<pr::StartRequest>(codec, &input);
+                    let _ = decode::<pr::StreamInputRequest>(codec, &input);
+                    let _ = decode::<pr::SendInputRequest>(codec, &input);
+                    let _ = decode::<pr::SendSignalRequest>(codec, &input);
+                    let _ = decode::<pr::UpdateRequest>(codec, &input);
+                    let _ = decode::<pr::SelectorOnly>(codec, &input);
+                    let _ = decode::<fs::PathRequest>(codec, &input);
+                    let _ = decode::<fs::ListDirRequest>(codec, &input);
+                    let _ = decode::<fs::MoveRequest>(codec, &input);
+                    let _ = decode::<fs::WatchRequest>(codec, &input);
+                    let _ = decode::<fs::WatcherId>(codec, &input);
+                }
             }
         }
     }

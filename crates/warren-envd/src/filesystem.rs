@@ -26,8 +26,11 @@ pub const WATCH_PERIOD: Duration = Duration::from_millis(200);
 const MAX_ENTRIES: usize = 100_000;
 /// Deepest a recursive watch looks.
 const MAX_WATCH_DEPTH: u32 = 32;
-/// Most polling watchers at once (each holds a listing).
-const MAX_WATCHERS: usize = 10_000;
+/// Most polling watchers at once (each holds a listing); past it, the least recently used
+/// one goes.
+pub(crate) const MAX_WATCHERS: usize = 10_000;
+/// Most polling watchers of one sandbox.
+pub(crate) const MAX_WATCHERS_PER_SANDBOX: usize = 64;
 
 /// A directory's entries, by path relative to it.
 type Listing = BTreeMap<String, FileStat>;
@@ -38,15 +41,22 @@ struct Watcher {
     recursive: bool,
     include_entry: bool,
     last: Listing,
+    /// When it was made or last polled (a tick of [`Watchers::tick`]).
+    used: u64,
 }
 
 /// Polling watchers by id.
 #[derive(Default)]
 pub struct Watchers {
     by_id: Mutex<HashMap<String, Watcher>>,
+    tick: std::sync::atomic::AtomicU64,
 }
 
 impl Watchers {
+    fn tick(&self) -> u64 {
+        self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Drops a sandbox's watchers.
     pub fn forget(&self, sandbox: &str) {
         self.by_id
@@ -230,12 +240,32 @@ impl Call<'_> {
             .by_id
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_WATCHERS {
+        let mine = map
+            .values()
+            .filter(|w| w.sandbox == self.sandbox.id)
+            .count();
+        if mine >= MAX_WATCHERS_PER_SANDBOX {
             return Err(ConnectError::new(
                 Code::ResourceExhausted,
-                format!("{MAX_WATCHERS} watchers exist; remove some first"),
+                format!(
+                    "sandbox {} has {MAX_WATCHERS_PER_SANDBOX} watchers; remove some first",
+                    self.sandbox.id
+                ),
             ));
         }
+        // Watchers are left behind by sandboxes that end without removing them (a timeout
+        // forgets nothing here): the least recently used goes, so leftovers never refuse
+        // another tenant's new watcher.
+        if map.len() >= MAX_WATCHERS {
+            if let Some(old) = map
+                .iter()
+                .min_by_key(|(_, w)| w.used)
+                .map(|(k, _)| k.clone())
+            {
+                map.remove(&old);
+            }
+        }
+        let used = self.watchers.tick();
         map.insert(
             id.clone(),
             Watcher {
@@ -244,6 +274,7 @@ impl Call<'_> {
                 recursive: req.recursive,
                 include_entry: req.include_entry,
                 last,
+                used,
             },
         );
         Ok(connect::unary_ok(codec, &pb::WatcherId { watcher_id: id }))
@@ -275,6 +306,7 @@ impl Call<'_> {
                 .ok_or_else(|| watcher_not_found(&req.watcher_id))?;
             let ev = diff(&w.path, &w.last, &now, include);
             w.last = now;
+            w.used = self.watchers.tick();
             ev
         };
         Ok(connect::unary_ok(

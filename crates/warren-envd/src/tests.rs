@@ -134,7 +134,21 @@ fn envd() -> Envd {
         axum::Router::new()
             .route("/v1/sandboxes/{id}/exec/attach", post(attach))
             .route("/v1/sandboxes/{id}/exec/stream", post(attach))
-            .route("/v1/sandboxes/{id}/pty/attach", post(pty_attach)),
+            .route("/v1/sandboxes/{id}/pty/attach", post(pty_attach))
+            // Every path is an empty directory.
+            .route(
+                "/v1/sandboxes/{id}/files/stat",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({
+                        "name": "/d", "kind": "dir", "size": 0, "mode": 0o755,
+                        "uid": 0, "gid": 0, "mtime_ms": 0
+                    }))
+                }),
+            )
+            .route(
+                "/v1/sandboxes/{id}/files/list",
+                axum::routing::get(|| async { axum::Json(serde_json::json!({"entries": []})) }),
+            ),
     )
 }
 
@@ -458,4 +472,78 @@ async fn a_terminal_takes_input_and_resizes() {
     assert_eq!(screen, "100x30 /bin/bash -i -l\nls\nresized 120x40\n");
     assert_eq!(m[m.len() - 2]["event"]["end"]["exitCode"], 0);
     assert_eq!(m[m.len() - 1], serde_json::json!({}));
+}
+
+/// Polling watchers: one sandbox holds at most its share, and the watchers sandboxes leave
+/// behind (a sandbox that times out removes none) never refuse a new one of another.
+#[tokio::test]
+async fn watchers_are_bounded_per_sandbox_and_leftovers_make_room() {
+    use crate::filesystem::{MAX_WATCHERS, MAX_WATCHERS_PER_SANDBOX};
+    let e = envd();
+    let create = |sb: String| {
+        let e = e.clone();
+        async move {
+            let r = e
+                .serve(
+                    &sb,
+                    Caller::admin(),
+                    None,
+                    rpc(
+                        "/filesystem.Filesystem/CreateWatcher",
+                        "application/json",
+                        r#"{"path": "/d"}"#,
+                    ),
+                )
+                .await;
+            let status = r.status();
+            let b = r.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            (status, v)
+        }
+    };
+    let poll = |sb: &'static str, id: String| {
+        let e = e.clone();
+        async move {
+            let body = serde_json::json!({ "watcherId": id }).to_string();
+            e.serve(
+                sb,
+                Caller::admin(),
+                None,
+                rpc(
+                    "/filesystem.Filesystem/GetWatcherEvents",
+                    "application/json",
+                    body,
+                ),
+            )
+            .await
+            .status()
+        }
+    };
+    // One sandbox: its share, then resource_exhausted.
+    let mut first = String::new();
+    for i in 0..MAX_WATCHERS_PER_SANDBOX {
+        let (s, v) = create("hog".into()).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        if i == 0 {
+            first = v["watcherId"].as_str().unwrap().to_string();
+        }
+    }
+    let (s, v) = create("hog".into()).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["code"], "resource_exhausted");
+    // Fill the node with watchers of sandboxes that went away (never polled again), the
+    // hog's first kept fresh by a poll.
+    assert_eq!(poll("hog", first.clone()).await, StatusCode::OK);
+    let mut made = MAX_WATCHERS_PER_SANDBOX;
+    let mut n = 0;
+    while made < MAX_WATCHERS {
+        let (s, v) = create(format!("gone-{}", n / MAX_WATCHERS_PER_SANDBOX)).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        made += 1;
+        n += 1;
+    }
+    // A new sandbox still gets its watcher; the polled one survived.
+    let (s, v) = create("new".into()).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(poll("hog", first).await, StatusCode::OK);
 }

@@ -32,6 +32,18 @@ pub use wire::{
     parse, CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus,
 };
 
+/// The largest request body a node or a gateway reads (files in ride in it, base64).
+pub const MAX_BODY: usize = 32 << 20;
+
+/// A request body over [`MAX_BODY`] (or one that broke off) as the protocol's refusal.
+pub fn body_error(e: impl std::fmt::Display) -> FusionError {
+    FusionError::invalid(
+        &["body"],
+        format!("cannot read the body (at most {MAX_BODY} bytes): {e}"),
+        "value_error",
+    )
+}
+
 /// One fuzz input through the whole edge: parse, plan, and answer an empty result. Never
 /// panics; used by the `run_code` fuzz target and the seeded property test.
 pub fn fuzz_one(data: &[u8]) {

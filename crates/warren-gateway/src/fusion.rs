@@ -3,7 +3,7 @@
 //! now, or ever) answered in the protocol's shape, as the node answers its own.
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use warren_cluster::PlaceRequest;
@@ -33,14 +33,32 @@ fn answer(e: &FusionError) -> Response {
     resp
 }
 
-pub async fn run_code(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+/// The body, up to the size a node reads (axum's `Bytes` stops at 2 MiB and refuses in
+/// plain text, so files a node takes were refused here).
+async fn body(req: Request) -> Result<(HeaderMap, Bytes), Response> {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, warren_fusion::MAX_BODY).await {
+        Ok(b) => Ok((parts.headers, b)),
+        Err(e) => Err(answer(&warren_fusion::body_error(e))),
+    }
+}
+
+pub async fn run_code(State(gw): State<Gateway>, req: Request) -> Response {
+    let (headers, body) = match body(req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     match warren_fusion::parse(&body).and_then(|r| Plan::new(&r)) {
         Ok((_, call)) => forward(gw, "/run_code", call, headers, body).await,
         Err(e) => answer(&e),
     }
 }
 
-pub async fn run_jupyter(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn run_jupyter(State(gw): State<Gateway>, req: Request) -> Response {
+    let (headers, body) = match body(req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     match warren_fusion::parse_jupyter(&body).and_then(|r| JupyterPlan::new(&r)) {
         Ok((_, call)) => forward(gw, "/run_jupyter", call, headers, body).await,
         Err(e) => answer(&e),

@@ -106,9 +106,12 @@ impl Builds {
         let dockerfile = unpacked.and_then(|()| {
             let name = opts.dockerfile.as_deref().unwrap_or("Dockerfile");
             let rel = warren_build::stack::clean(std::path::Path::new(name));
-            std::fs::read_to_string(dir.join(&rel)).map_err(|source| ContextError::Dockerfile {
-                name: name.to_string(),
-                source,
+            // Inside the context: the tar may hold a Dockerfile that links to a node file.
+            warren_build::context::read_text(&dir, &rel).map_err(|source| {
+                ContextError::Dockerfile {
+                    name: name.to_string(),
+                    source,
+                }
             })
         });
         let dockerfile = match dockerfile {

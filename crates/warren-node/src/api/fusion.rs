@@ -13,7 +13,7 @@ use serde::Serialize;
 use warren_fusion::{FusionError, JupyterPlan, Plan};
 use warren_types::{CallRequest, CallResult};
 
-use super::extract::{Auth, MAX_JSON_BODY};
+use super::extract::Auth;
 use crate::functions::Functions;
 use crate::images::{Images, Usage};
 use crate::Manager;
@@ -94,15 +94,9 @@ async fn run<P: Planned>(
     caller: warren_types::Caller,
     req: Request,
 ) -> Response {
-    let body = match axum::body::to_bytes(req.into_body(), MAX_JSON_BODY).await {
+    let body = match axum::body::to_bytes(req.into_body(), warren_fusion::MAX_BODY).await {
         Ok(b) => b,
-        Err(e) => {
-            return refused(FusionError::invalid(
-                &["body"],
-                format!("cannot read the body (at most {MAX_JSON_BODY} bytes): {e}"),
-                "value_error",
-            ))
-        }
+        Err(e) => return refused(warren_fusion::body_error(e)),
     };
     let (plan, call) = match P::plan(&body) {
         Ok(p) => p,

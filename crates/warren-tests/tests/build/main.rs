@@ -317,3 +317,52 @@ async fn imported_image_env_workdir_and_user_apply_to_exec() {
     }
     d.client().delete_image(&tag).await.unwrap();
 }
+
+/// A context may hold symlinks that aim out of it (the CLI sends them as symlinks): they are
+/// followed inside the context only, so a `COPY` through one never reads a file of the node
+/// (a Dockerfile that is such a link: warren-build's unit tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_symlinks_never_reach_the_nodes_files() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let host = layers::scratch("build-host-secret");
+    let marker = unique("node-only");
+    write(host.path(), "secret", &marker);
+    let t = layers::scratch("build-escape");
+    std::os::unix::fs::symlink(host.path(), t.path().join("link")).unwrap();
+    write(t.path(), "real/secret", "in the context");
+    std::os::unix::fs::symlink("real", t.path().join("inner")).unwrap();
+    let tag = format!("{}:1", unique("escape"));
+    write(
+        t.path(),
+        "Dockerfile",
+        "FROM default\nCOPY link/secret /leaked\n",
+    );
+    let (code, out, err) = build(&d, &[t.path().to_str().unwrap(), "-t", &tag]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not in the build context"), "{err}");
+    assert!(!format!("{out}{err}").contains(&marker), "{out}{err}");
+    assert!(d.client().image(&tag).await.is_err(), "nothing is tagged");
+    // A link inside the context is followed there.
+    write(
+        t.path(),
+        "Dockerfile",
+        "FROM default\nCOPY inner/secret /copied\n",
+    );
+    let (code, out, err) = build(&d, &[t.path().to_str().unwrap(), "-t", &tag]);
+    assert_eq!(code, 0, "{out}{err}");
+    let id = d.create(&image(&tag)).await.id;
+    let r = d
+        .exec(
+            &id,
+            &ExecRequest {
+                argv: Some(vec!["cat".into(), "/copied".into()]),
+                ..Default::default()
+            },
+        )
+        .await;
+    d.client().delete(&id).await.unwrap();
+    d.client().delete_image(&tag).await.unwrap();
+    assert_eq!(r.stdout, "in the context");
+}

@@ -8,6 +8,11 @@ use serde_json::{json, Value};
 
 use crate::harness::{http, Cluster};
 
+/// `warren_fusion::MAX_BODY` (this crate does not link warren-fusion).
+fn warren_fusion_max_body() -> usize {
+    32 << 20
+}
+
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
@@ -117,6 +122,26 @@ async fn run_jupyter_through_a_gateway() {
         v["cells"].as_array().unwrap().len() < 3,
         "the last cell cannot have run: {v}"
     );
+
+    // A body over 2 MiB (files in ride in it) is taken as a node takes it, up to its limit.
+    let big = "x".repeat(3 << 20);
+    let (status, v) = jupyter(
+        port,
+        &json!({
+            "cells": ["print(len(open('big.txt').read()))"],
+            "files": {"big.txt": b64(&big)},
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["cells"][0]["stdout"], format!("{}\n", 3 << 20), "{v}");
+    let (status, v) = jupyter(
+        port,
+        &json!({"cells": [], "files": {"huge": "x".repeat(warren_fusion_max_body() + 1)}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["detail"][0]["loc"][0], "body", "{v}");
 
     // Refusals in the protocol's shape: a body that does not validate (by the gateway
     // itself), and an image no node has.
