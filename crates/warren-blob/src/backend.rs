@@ -17,11 +17,29 @@ pub trait BlobStore: Send + Sync + std::fmt::Debug {
     async fn get(&self, key: &str) -> Result<Bytes, BlobError>;
     /// Stores a blob (not every store is writable: HTTP is read-only).
     async fn put(&self, key: &str, data: Bytes) -> Result<(), BlobError>;
+    /// Starts storing a blob by parts, for one too large to hold whole (see
+    /// [`put_file`](crate::put_file)): nothing is visible under `key` until the upload is
+    /// completed, and an aborted or dropped upload leaves nothing behind where the store
+    /// allows (an S3 upload dropped without `abort` keeps its parts until the bucket's
+    /// lifecycle removes them).
+    async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError>;
     /// Keys of the blobs whose key starts with `prefix` (a folder, ending in `/`), in no
     /// particular order. Not every store can list: HTTP cannot.
     async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError>;
     /// The store's address, for messages.
     fn describe(&self) -> String;
+}
+
+/// A blob being stored by parts ([`BlobStore::put_parts`]).
+#[async_trait::async_trait]
+pub trait BlobUpload: Send + std::fmt::Debug {
+    /// Appends `part`. Every part but the last must hold at least 5 MiB (S3's least part;
+    /// [`put_file`](crate::put_file) sends [`PART_BYTES`](crate::PART_BYTES)).
+    async fn put_part(&mut self, part: Bytes) -> Result<(), BlobError>;
+    /// Makes the parts, in order, the blob under its key.
+    async fn complete(self: Box<Self>) -> Result<(), BlobError>;
+    /// Gives up: the parts sent are discarded and the key is left as it was.
+    async fn abort(self: Box<Self>) -> Result<(), BlobError>;
 }
 
 /// Opens a store from an address: a directory path or `file://DIR`, `http(s)://HOST/PREFIX`,

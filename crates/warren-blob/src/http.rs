@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::{BlobError, BlobStore};
+use crate::{BlobError, BlobStore, BlobUpload};
 
 /// Blobs at `BASE/<key>`; ranges with `Range: bytes=a-b` (a `206` answer is required).
 #[derive(Debug, Clone)]
@@ -124,6 +124,13 @@ impl BlobStore for HttpStore {
     }
 
     async fn put(&self, key: &str, _data: Bytes) -> Result<(), BlobError> {
+        Err(BlobError::Backend {
+            store: self.base.clone(),
+            message: format!("{key}: HTTP blob stores are read-only"),
+        })
+    }
+
+    async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError> {
         Err(BlobError::Backend {
             store: self.base.clone(),
             message: format!("{key}: HTTP blob stores are read-only"),

@@ -18,14 +18,16 @@ mod s3;
 pub mod serve;
 mod source;
 pub mod trajectory;
+mod upload;
 
-pub use backend::{open_store, BlobStore};
+pub use backend::{open_store, BlobStore, BlobUpload};
 pub use cache::{CacheConfig, CacheStats, LayerCache, Mode};
 pub use chunks::{ChunkTable, DEFAULT_CHUNK_SIZE};
 pub use http::HttpStore;
 pub use local::LocalStore;
 pub use s3::S3Store;
 pub use source::{publish_layer, CacheSource};
+pub use upload::{put_file, PART_BYTES};
 
 use warren_types::ErrorCode;
 

@@ -1,11 +1,15 @@
 //! A blob store in a local directory.
 
 use bytes::Bytes;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{BlobError, BlobStore};
+use crate::{BlobError, BlobStore, BlobUpload};
+
+/// Numbers the temporary files of uploads by parts (several may write one key at once).
+static UPLOADS: AtomicU64 = AtomicU64::new(0);
 
 /// Blobs as files under a directory (`DIR/sha256/<hex>`).
 #[derive(Debug, Clone)]
@@ -74,6 +78,21 @@ impl BlobStore for LocalStore {
         std::fs::rename(&tmp, &p).map_err(|e| BlobError::io("store blob", e))
     }
 
+    async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError> {
+        let dest = self.path(key)?;
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d).map_err(|e| BlobError::io("create blob dir", e))?;
+        }
+        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
+        let tmp = dest.with_extension(format!("tmp-{}-{n}", std::process::id()));
+        let file = std::fs::File::create(&tmp).map_err(|e| BlobError::io("create blob", e))?;
+        Ok(Box::new(LocalUpload {
+            file: Some(file),
+            tmp,
+            dest,
+        }))
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
         let dir = self.path(prefix.trim_end_matches('/'))?;
         let mut out = Vec::new();
@@ -104,5 +123,58 @@ impl BlobStore for LocalStore {
 
     fn describe(&self) -> String {
         self.root.display().to_string()
+    }
+}
+
+/// An upload by parts to a [`LocalStore`]: a temporary file beside the blob (not listed),
+/// renamed into place when complete and removed otherwise (also when dropped).
+#[derive(Debug)]
+struct LocalUpload {
+    /// `None` once completed or aborted.
+    file: Option<std::fs::File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl LocalUpload {
+    fn file(&mut self) -> Result<&mut std::fs::File, BlobError> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| BlobError::io("write blob", std::io::Error::other("upload ended")))
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobUpload for LocalUpload {
+    async fn put_part(&mut self, part: Bytes) -> Result<(), BlobError> {
+        self.file()?
+            .write_all(&part)
+            .map_err(|e| BlobError::io("write blob", e))
+    }
+
+    async fn complete(mut self: Box<Self>) -> Result<(), BlobError> {
+        self.file = None;
+        std::fs::rename(&self.tmp, &self.dest).map_err(|e| {
+            let _ = std::fs::remove_file(&self.tmp);
+            BlobError::io("store blob", e)
+        })
+    }
+
+    async fn abort(mut self: Box<Self>) -> Result<(), BlobError> {
+        self.file = None;
+        match std::fs::remove_file(&self.tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(BlobError::io("remove a blob upload", e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for LocalUpload {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }

@@ -3,11 +3,11 @@
 use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjPath;
-use object_store::ObjectStore;
+use object_store::{MultipartUpload, ObjectStore};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::{BlobError, BlobStore};
+use crate::{BlobError, BlobStore, BlobUpload};
 
 /// Blobs at `s3://BUCKET/PREFIX/<key>`. Endpoint, region and credentials come from the usual
 /// `AWS_*` variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
@@ -118,6 +118,19 @@ impl BlobStore for S3Store {
             .map_err(|e| self.err(key, e))
     }
 
+    async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError> {
+        let inner = self
+            .inner
+            .put_multipart(&self.path(key))
+            .await
+            .map_err(|e| self.err(key, e))?;
+        Ok(Box::new(S3Upload {
+            store: self.clone(),
+            key: key.to_string(),
+            inner,
+        }))
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
         use futures::TryStreamExt;
         let under = self.path(prefix.trim_end_matches('/'));
@@ -140,5 +153,38 @@ impl BlobStore for S3Store {
 
     fn describe(&self) -> String {
         self.url.clone()
+    }
+}
+
+/// A multipart upload to an [`S3Store`], a part at a time.
+#[derive(Debug)]
+struct S3Upload {
+    store: S3Store,
+    key: String,
+    inner: Box<dyn MultipartUpload>,
+}
+
+#[async_trait::async_trait]
+impl BlobUpload for S3Upload {
+    async fn put_part(&mut self, part: Bytes) -> Result<(), BlobError> {
+        self.inner
+            .put_part(part.into())
+            .await
+            .map_err(|e| self.store.err(&self.key, e))
+    }
+
+    async fn complete(mut self: Box<Self>) -> Result<(), BlobError> {
+        self.inner
+            .complete()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store.err(&self.key, e))
+    }
+
+    async fn abort(mut self: Box<Self>) -> Result<(), BlobError> {
+        self.inner
+            .abort()
+            .await
+            .map_err(|e| self.store.err(&self.key, e))
     }
 }

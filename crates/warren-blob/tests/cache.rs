@@ -424,12 +424,47 @@ fn s3_backend_round_trip() {
             src[2_000_000..2_001_000]
         );
         shipped_trajectory_in_s3(&rt);
+        file_by_parts_in_s3(&rt);
     });
     let _ = child.kill();
     let _ = child.wait();
     if let Err(p) = r {
         std::panic::resume_unwind(p);
     }
+}
+
+/// A file of two parts and a tail is stored in S3 by a multipart upload, whole; an aborted
+/// upload leaves no object.
+fn file_by_parts_in_s3(rt: &tokio::runtime::Runtime) {
+    let store = open_store("s3://layers/parts-test").unwrap();
+    let src = data(2 * warren_blob::PART_BYTES + 4321, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("big");
+    std::fs::write(&f, &src).unwrap();
+    let n = rt
+        .block_on(warren_blob::put_file(
+            store.as_ref(),
+            "outputs/big",
+            std::fs::File::open(&f).unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(n, src.len() as u64);
+    assert_eq!(
+        rt.block_on(store.head("outputs/big")).unwrap(),
+        src.len() as u64
+    );
+    assert!(rt.block_on(store.get("outputs/big")).unwrap() == src);
+    rt.block_on(async {
+        let mut u = store.put_parts("outputs/aborted").await.unwrap();
+        u.put_part(bytes::Bytes::from(data(warren_blob::PART_BYTES, 4)))
+            .await
+            .unwrap();
+        u.abort().await.unwrap();
+    });
+    assert!(matches!(
+        rt.block_on(store.head("outputs/aborted")),
+        Err(BlobError::NotFound(_))
+    ));
 }
 
 /// A trajectory shipped to S3 (segments listed under the store's prefix, one sent twice)

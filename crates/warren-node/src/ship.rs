@@ -9,7 +9,9 @@
 //! - A sandbox's new entries go in a **segment** once the oldest of them waited
 //!   [`CUT_AFTER`] or they hold [`SEGMENT_BYTES`], whichever comes first (the format is
 //!   `warren_blob::trajectory`'s). Outputs kept as blobs are uploaded before the segment
-//!   that refers to them.
+//!   that refers to them; one of [`UPLOAD_WHOLE_UNDER`] bytes or more is read from its file
+//!   and sent a part at a time (an S3 multipart upload), so the shipper's memory does not
+//!   grow with an output's size.
 //! - Idempotent: a segment is named by its first and last seq, and readers skip seqs
 //!   they gave already, so sending a segment again (after a failure, or a restart that
 //!   forgot what was shipped) never duplicates an entry.
@@ -50,6 +52,9 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// First wait after a failure; doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Outputs this large or larger are uploaded from their files by parts, never read whole
+/// (`warren_blob::put_file`): an upload holds at most `warren_blob::PART_BYTES`.
+pub const UPLOAD_WHOLE_UNDER: u64 = 1 << 20;
 /// Output digests remembered as uploaded (forgotten all at once past this: uploading one
 /// again is harmless).
 const SENT_BLOBS: usize = 16_384;
@@ -326,9 +331,15 @@ impl Shipper {
             }
         }
         loop {
-            let (entries, blobs, more) = journal
-                .read()
-                .and_then(|r| r.entries_within(id, last + 1, SEGMENT_ENTRIES, SEGMENT_BYTES))?;
+            let (entries, blobs, more) = journal.read().and_then(|r| {
+                r.entries_loading(
+                    id,
+                    last + 1,
+                    SEGMENT_ENTRIES,
+                    SEGMENT_BYTES,
+                    UPLOAD_WHOLE_UNDER,
+                )
+            })?;
             let (Some(first), Some(end)) = (entries.first(), entries.last()) else {
                 return Ok(last);
             };
@@ -338,10 +349,13 @@ impl Shipper {
                     if self.lock().sent_blobs.contains(d) {
                         continue;
                     }
-                    if let Some(bytes) = blobs.get(d) {
-                        self.store
-                            .put(&shipped::output_key(d), bytes.clone())
-                            .await?;
+                    match blobs.get(d) {
+                        Some(bytes) => {
+                            self.store
+                                .put(&shipped::output_key(d), bytes.clone())
+                                .await?
+                        }
+                        None => self.upload_large(journal, d).await?,
                     }
                     let mut st = self.lock();
                     if st.sent_blobs.len() >= SENT_BLOBS {
@@ -374,6 +388,23 @@ impl Shipper {
                 return Ok(last);
             }
         }
+    }
+
+    /// Uploads output blob `d` of [`UPLOAD_WHOLE_UNDER`] bytes or more from its file, a
+    /// part at a time ([`warren_blob::put_file`]). One kept in the state file by an older
+    /// node is read whole; one gone meanwhile (its sandbox deleted) is skipped, as a blob
+    /// missing from the journal always was.
+    async fn upload_large(&self, journal: &Journal, d: &str) -> Result<(), ShipError> {
+        let key = shipped::output_key(d);
+        if let Some(file) = journal.open_blob(d)? {
+            warren_blob::put_file(self.store.as_ref(), &key, file).await?;
+            return Ok(());
+        }
+        let legacy = journal.read()?.blob(d)?;
+        if let Some(bytes) = legacy {
+            self.store.put(&key, bytes).await?;
+        }
+        Ok(())
     }
 
     async fn seal_now(
@@ -487,6 +518,119 @@ mod tests {
             .await
             .unwrap()
             .contains(&shipped::seal_key(&id)));
+    }
+
+    /// A store that remembers the most bytes it was handed at once (by `put` or a part).
+    #[derive(Debug)]
+    struct Largest {
+        inner: warren_blob::LocalStore,
+        most: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    #[derive(Debug)]
+    struct LargestUpload {
+        inner: Box<dyn warren_blob::BlobUpload>,
+        most: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    fn handed(most: &std::sync::atomic::AtomicUsize, n: usize) {
+        most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[async_trait::async_trait]
+    impl BlobStore for Largest {
+        async fn head(&self, key: &str) -> Result<u64, BlobError> {
+            self.inner.head(key).await
+        }
+        async fn get_range(
+            &self,
+            key: &str,
+            range: std::ops::Range<u64>,
+        ) -> Result<bytes::Bytes, BlobError> {
+            self.inner.get_range(key, range).await
+        }
+        async fn get(&self, key: &str) -> Result<bytes::Bytes, BlobError> {
+            self.inner.get(key).await
+        }
+        async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), BlobError> {
+            handed(&self.most, data.len());
+            self.inner.put(key, data).await
+        }
+        async fn put_parts(
+            &self,
+            key: &str,
+        ) -> Result<Box<dyn warren_blob::BlobUpload>, BlobError> {
+            Ok(Box::new(LargestUpload {
+                inner: self.inner.put_parts(key).await?,
+                most: self.most.clone(),
+            }))
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
+            self.inner.list(prefix).await
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl warren_blob::BlobUpload for LargestUpload {
+        async fn put_part(&mut self, part: bytes::Bytes) -> Result<(), BlobError> {
+            handed(&self.most, part.len());
+            self.inner.put_part(part).await
+        }
+        async fn complete(self: Box<Self>) -> Result<(), BlobError> {
+            self.inner.complete().await
+        }
+        async fn abort(self: Box<Self>) -> Result<(), BlobError> {
+            self.inner.abort().await
+        }
+    }
+
+    /// An output larger than a part is uploaded from its file a part at a time: the store
+    /// is never handed more than `PART_BYTES` at once (the whole output was, read from the
+    /// journal in one piece), and it holds the output byte for byte, before the segment that
+    /// names it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_output_is_uploaded_a_part_at_a_time() {
+        use crate::trajectory::{Room, StoredExec, StoredResult};
+        let dir = tempfile::tempdir().unwrap();
+        let node = crate::Store::open(dir.path().join("state.redb")).unwrap();
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let remote: Arc<dyn BlobStore> = Arc::new(Largest {
+            inner: warren_blob::LocalStore::new(dir.path().join("remote")),
+            most: most.clone(),
+        });
+        let id = SandboxId::generate(&"n1".parse::<NodeId>().unwrap());
+        let log = SandboxLog::empty(&id);
+        let out: Vec<u8> = (0..warren_blob::PART_BYTES * 5 / 2)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut blobs = Vec::new();
+        let mut e = flood_entry(1);
+        let exit = warren_types::ExitInfo {
+            exit_code: Some(0),
+            stdout_bytes: out.len() as u64,
+            ..Default::default()
+        };
+        let exec = StoredExec::new(exit, &out, b"", &mut Room::unlimited(), &mut blobs);
+        let digest = exec.stdout.sha256.clone();
+        assert!(exec.stdout.in_blob());
+        e.result = Some(StoredResult::Exec(exec));
+        log.append(node.journal(), e, None, blobs).await.unwrap();
+        let live = test_live(&id, "t1");
+        let shipper = Shipper::new(remote.clone());
+        shipper.pass(node.journal(), |_| Some(live.clone())).await;
+        assert_eq!(shipper.metrics().errors.get(), 0);
+        assert!(remote.head(&shipped::segment_key(&id, 1, 1)).await.is_ok());
+        let stored = remote.get(&shipped::output_key(&digest)).await.unwrap();
+        assert!(stored == out, "the output in the store differs");
+        let most = most.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            most <= warren_blob::PART_BYTES,
+            "the store was handed {most} bytes at once for a {} byte output",
+            out.len()
+        );
     }
 
     /// Segments, their bytes and lag, the backlog and store errors are counted (what

@@ -3,7 +3,8 @@
 //! several times the output's size when each line was built whole), and the export carries
 //! every byte of it. Both where the export is read from: the node's own log (the output
 //! streamed from its file) and the trajectory store once the sandbox is deleted (the output
-//! read from the store by ranges).
+//! read from the store by ranges). Shipping the output to the store takes as little: the
+//! shipper reads it from its file and uploads it a part at a time (it read it whole).
 
 use futures::StreamExt;
 use sha2::Digest;
@@ -16,6 +17,9 @@ use crate::common::{shipped, wait_for, Daemon, StoreDir};
 const OUTPUT: usize = 60 << 20;
 /// The most an export may grow the daemon by, in MiB.
 const BOUND_MIB: u64 = 64;
+/// The most shipping the output may grow the daemon by, in MiB: well under the output's
+/// size (a part of the upload is 8 MiB).
+const SHIP_BOUND_MIB: u64 = 32;
 
 /// `VmRSS` and `VmHWM` of `pid`, in KiB.
 fn memory(pid: u32) -> (u64, u64) {
@@ -122,5 +126,62 @@ async fn exporting_a_60_mib_output_from_the_store_keeps_the_daemon_small() {
         stored_mib <= BOUND_MIB,
         "the export from the store grew the daemon by {stored_mib} MiB (from {before_mib} MiB; \
          {own_mib} MiB from its own log)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipping_a_60_mib_output_keeps_the_daemon_small() {
+    let store = StoreDir::new("ship-store");
+    // Outputs cannot be uploaded until the test has measured what the daemon holds: a file
+    // stands where their folder goes (records and segments still can be written; the
+    // segment naming the output waits for it).
+    let blocker = store.0.join("trajectories").join("blobs");
+    std::fs::create_dir_all(store.0.join("trajectories")).unwrap();
+    std::fs::write(&blocker, b"not yet").unwrap();
+    let args = store.args();
+    let Some(d) = Daemon::start_with(|_| args).await else {
+        return;
+    };
+    let id = sandbox_with_a_large_output(&d).await;
+    assert!(
+        !shipped(&store.0, &id, "stdout_blob"),
+        "the segment was shipped before its output"
+    );
+    let pid = d.pid().unwrap();
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("resetting VmHWM");
+    let (before, _) = memory(pid);
+    std::fs::remove_file(&blocker).unwrap();
+    let on_disk = wait_for(Duration::from_secs(90), || async {
+        shipped(&store.0, &id, "stdout_blob").then_some(())
+    })
+    .await;
+    let (_, peak) = memory(pid);
+    assert!(
+        on_disk.is_some(),
+        "the large output of {id} was never shipped"
+    );
+    // The output is in the store whole, under its digest.
+    let blobs: Vec<_> = std::fs::read_dir(&blocker)
+        .expect("the store's outputs")
+        .flatten()
+        .filter(|e| e.metadata().is_ok_and(|m| m.len() == OUTPUT as u64))
+        .collect();
+    assert_eq!(blobs.len(), 1, "one output of {OUTPUT} bytes in the store");
+    let bytes = std::fs::read(blobs[0].path()).unwrap();
+    assert_eq!(
+        hex::encode(sha2::Sha256::digest(&bytes)),
+        blobs[0].file_name().to_string_lossy()
+    );
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "shipping a {} MiB binary output grew the daemon by {grown_mib} MiB (from {} MiB)",
+        OUTPUT >> 20,
+        before / 1024
+    );
+    d.client().delete(&id).await.expect("deleting the sandbox");
+    assert!(
+        grown_mib <= SHIP_BOUND_MIB,
+        "shipping the output grew the daemon by {grown_mib} MiB (from {} MiB)",
+        before / 1024
     );
 }
