@@ -140,6 +140,23 @@ fn route(gw: &Gateway, req: &Request) -> GatewayResult<Target> {
     }
 }
 
+/// The largest JSON body the gateway reads, as a node reads (`warren_node`'s
+/// `MAX_JSON_BODY`): a create's or a call's files ride in it.
+pub(crate) const MAX_JSON_BODY: usize = 32 << 20;
+
+/// The headers and body of a call the gateway places. axum's `Bytes` stops at 2 MiB and
+/// refuses in plain text, so a call with files that a node takes was refused here.
+async fn json_body(req: Request) -> Result<(HeaderMap, Bytes), Response> {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_JSON_BODY).await {
+        Ok(b) => Ok((parts.headers, b)),
+        Err(e) => Err(GatewayError::invalid(format!(
+            "cannot read the body (at most {MAX_JSON_BODY} bytes): {e}"
+        ))
+        .into_response()),
+    }
+}
+
 fn bad_json(e: serde_json::Error) -> GatewayError {
     GatewayError::invalid(format!("invalid JSON body: {e}"))
 }
@@ -173,7 +190,11 @@ pub async fn snapshot_to_node(State(gw): State<Gateway>, req: Request) -> Respon
 
 /// `POST /v1/sandboxes`: placed, then forwarded as it came; a create from a snapshot goes
 /// to the node that holds it.
-pub async fn create(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn create(State(gw): State<Gateway>, req: Request) -> Response {
+    let (headers, body) = match json_body(req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     let req: CreateSandboxRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_json(e).into_response(),
@@ -205,7 +226,11 @@ pub async fn create(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) 
 }
 
 /// `POST /v1/functions/call`: placed like a create (no key: calls are stateless).
-pub async fn call(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn call(State(gw): State<Gateway>, req: Request) -> Response {
+    let (headers, body) = match json_body(req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     let req: CallRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_json(e).into_response(),

@@ -33,8 +33,10 @@ pub mod pressure;
 mod quota;
 pub mod ship;
 pub mod store;
-#[cfg(test)]
-mod testing;
+/// Test doubles (the fake runtime and agent): this crate's unit tests, and other crates'
+/// tests through the `testing` feature (`warren-testkit`).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod trajectory;
 
 pub use api::{router, ROUTES};

@@ -1,9 +1,12 @@
-//! Test doubles for unit tests only: a runtime that makes no sandboxes, and a tiny agent
-//! speaking the real protocol over a socketpair so [`AgentConn`] is the real one.
+//! Test doubles: a runtime that makes no sandboxes, and a tiny agent speaking the real
+//! protocol over a socketpair so [`AgentConn`] is the real one.
+//!
+//! Compiled for this crate's unit tests and, behind the `testing` feature, for other crates'
+//! tests (`warren-testkit` serves the node's real router over it); never in a binary.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::UnixStream;
@@ -22,19 +25,40 @@ pub struct FakeShared {
     pub changes: AtomicU64,
     pub pauses: AtomicU64,
     pub resumes: AtomicU64,
+    /// `(pid, signal)` of every kill the agents were asked for.
+    pub kills: Mutex<Vec<(u32, i32)>>,
     /// Sandboxes frozen now (survives "daemon restarts": adopt reads it).
     pub paused: Mutex<HashSet<SandboxId>>,
 }
 
+/// A file (or directory) an agent was given: written, or made by `mkdir`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FakeFile {
+    pub data: Bytes,
+    pub mode: Option<u32>,
+    pub dir: bool,
+}
+
+/// The files of one fake sandbox, by path.
+pub type FakeFiles = Arc<Mutex<HashMap<String, FakeFile>>>;
+
 /// Answers calls the way the real agent would, without running anything:
-/// - `exec`: stdout is the [`warren_proto::ExecSpec`] it received, as JSON; stderr is `err`;
-///   stdin (if any) is echoed after the JSON; exit code 3; a command named `slow` answers
-///   after 200 ms;
-/// - `stat`/`list`: a file named after the path; `/missing` → `not_found`;
+/// - `exec`: stdout is the [`warren_proto::ExecSpec`] it received, as JSON; stdin (if any) is
+///   echoed after the JSON; stderr is `err` (`err\xff`, not UTF-8, when an argument is
+///   `raw-stderr`); exit code 3, or as the command's last word says: `exit:N` exits N,
+///   `signal:N` is killed by signal N, `timeout` timed out (killed by 9). A command named
+///   `slow` answers after 200 ms;
+/// - files: `write_file` keeps the upload (bytes and mode) and `mkdir` the directory in the
+///   sandbox's [`FakeFiles`]; `read_file` and `stat` answer what was kept there. Other paths:
+///   one whose name starts with `missing` → `not_found`; else `stat`/`list` a file named
+///   after the path, `read_file` sends `hello`;
 /// - `held` → none; `release` → done;
-/// - `spawn` → pid 42; `list_procs` → pid 42; `wait` → `timeout`; `kill`, `mkdir`, `chmod`,
-///   `remove` → done; `write_file` swallows the upload; `read_file` sends `hello`.
-async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
+/// - `spawn` → pid 42; `list_procs` → pid 42; `wait` on pid 42 → `timeout`, on another pid
+///   → that process's exit, its code the pid; `kill` (counted in [`FakeShared::kills`]),
+///   `chmod`, `remove` → done;
+/// - `pty`: writes `<argv> <cols>x<rows>`, echoes input as `echo:<input>`, answers a resize
+///   with `resized <cols>x<rows>`; input `exit\r` ends it with exit code 3.
+async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>, files: FakeFiles) {
     let (mut rd, mut wr) = stream.into_split();
     let (frames, mut outbox) = tokio::sync::mpsc::unbounded_channel::<Frame>();
     tokio::spawn(async move {
@@ -44,9 +68,11 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
             }
         }
     });
-    let mut stdin: std::collections::HashMap<u32, Vec<u8>> = Default::default();
-    let mut pending_exec: std::collections::HashMap<u32, warren_proto::ExecSpec> =
-        Default::default();
+    let mut stdin: HashMap<u32, Vec<u8>> = Default::default();
+    let mut pending_exec: HashMap<u32, warren_proto::ExecSpec> = Default::default();
+    // Uploads in flight: stream → (path, mode).
+    let mut writes: HashMap<u32, (String, Option<u32>)> = Default::default();
+    let mut ptys: HashSet<u32> = Default::default();
     while let Ok(f) = Frame::read_async(&mut rd).await {
         let mut out = Vec::new();
         let ev = |out: &mut Vec<Frame>, id, e: Event| out.push(Frame::json(id, Kind::Event, &e));
@@ -92,47 +118,83 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                             }],
                         },
                     ),
-                    Call::Wait { .. } => ev(
+                    Call::Wait { pid: 42, .. } => ev(
                         &mut out,
                         id,
                         Event::error(warren_types::ErrorCode::Timeout, "still running"),
                     ),
-                    Call::Stat { path } | Call::List { path, .. } if path == "/missing" => ev(
+                    Call::Wait { pid, .. } => ev(
                         &mut out,
                         id,
-                        Event::error(
-                            warren_types::ErrorCode::NotFound,
-                            format!("{path}: no such file"),
-                        ),
+                        Event::Exited(exit_info(Some(pid as i32), None, false, 0, 0)),
                     ),
-                    Call::Stat { path } => ev(&mut out, id, Event::Stat { stat: stat(&path) }),
+                    Call::Stat { path } | Call::List { path, .. } | Call::ReadFile { path, .. }
+                        if missing(&files, &path) =>
+                    {
+                        ev(
+                            &mut out,
+                            id,
+                            Event::error(
+                                warren_types::ErrorCode::NotFound,
+                                format!("{path}: no such file"),
+                            ),
+                        )
+                    }
+                    Call::Stat { path } => {
+                        let stat = stat(&path, files.lock().unwrap().get(&path));
+                        ev(&mut out, id, Event::Stat { stat })
+                    }
                     Call::List { path, .. } => ev(
                         &mut out,
                         id,
                         Event::Entries {
-                            entries: vec![stat(&path)],
+                            entries: vec![stat(&path, None)],
                             next: None,
                         },
                     ),
-                    Call::ReadFile { .. } => {
-                        out.push(Frame::new(id, Kind::Stdout, Bytes::from_static(b"hello")));
+                    Call::ReadFile { path, .. } => {
+                        let kept = files.lock().unwrap().get(&path).map(|f| f.data.clone());
+                        let data = kept.unwrap_or_else(|| Bytes::from_static(b"hello"));
+                        // In frames of 64 KiB, as the agent reads.
+                        for at in (0..data.len()).step_by(64 << 10) {
+                            let end = (at + (64 << 10)).min(data.len());
+                            out.push(Frame::new(id, Kind::Stdout, data.slice(at..end)));
+                        }
                         ev(&mut out, id, Event::Done);
                     }
-                    Call::WriteFile { .. } => {
+                    Call::WriteFile { path, mode, .. } => {
                         shared.changes.fetch_add(1, Ordering::SeqCst);
                         stdin.insert(id, Vec::new());
+                        writes.insert(id, (path, mode));
                     }
-                    Call::Kill { .. }
-                    | Call::Mkdir { .. }
-                    | Call::Remove { .. }
-                    | Call::Chmod { .. } => {
+                    Call::Mkdir { path, mode, .. } => {
+                        shared.changes.fetch_add(1, Ordering::SeqCst);
+                        let dir = FakeFile {
+                            data: Bytes::new(),
+                            mode,
+                            dir: true,
+                        };
+                        files.lock().unwrap().insert(path, dir);
+                        ev(&mut out, id, Event::Done)
+                    }
+                    Call::Kill { pid, signal } => {
+                        shared.changes.fetch_add(1, Ordering::SeqCst);
+                        shared.kills.lock().unwrap().push((pid, signal));
+                        ev(&mut out, id, Event::Done)
+                    }
+                    Call::Remove { .. } | Call::Chmod { .. } => {
                         shared.changes.fetch_add(1, Ordering::SeqCst);
                         ev(&mut out, id, Event::Done)
                     }
                     Call::Held => ev(&mut out, id, Event::Held { steps: Vec::new() }),
                     Call::Release { .. } => ev(&mut out, id, Event::Done),
-                    Call::Pty { .. }
-                    | Call::Collect { .. }
+                    Call::Pty { spec, cols, rows } => {
+                        ptys.insert(id);
+                        ev(&mut out, id, Event::Started { pid: 43 });
+                        let hello = format!("{} {cols}x{rows}", spec.argv.join(" "));
+                        out.push(Frame::new(id, Kind::Stdout, hello));
+                    }
+                    Call::Collect { .. }
                     | Call::Network { .. }
                     | Call::Invoke { .. }
                     | Call::Connect { .. }
@@ -144,6 +206,23 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
                     ),
                 }
             }
+            Kind::Stdin if ptys.contains(&f.stream) => {
+                if f.payload.as_ref() == b"exit\r" {
+                    ptys.remove(&f.stream);
+                    let exit = exit_info(Some(3), None, false, 0, 0);
+                    ev(&mut out, f.stream, Event::Exited(exit));
+                } else {
+                    let mut echo = b"echo:".to_vec();
+                    echo.extend_from_slice(&f.payload);
+                    out.push(Frame::new(f.stream, Kind::Stdout, echo));
+                }
+            }
+            Kind::Control if ptys.contains(&f.stream) => {
+                if let Ok(warren_proto::Control::Resize { cols, rows }) = f.parse() {
+                    let msg = format!("resized {cols}x{rows}");
+                    out.push(Frame::new(f.stream, Kind::Stdout, msg));
+                }
+            }
             Kind::Stdin => {
                 stdin
                     .entry(f.stream)
@@ -152,9 +231,18 @@ async fn fake_agent(stream: UnixStream, shared: Arc<FakeShared>) {
             }
             Kind::Eof => {
                 let data = stdin.remove(&f.stream).unwrap_or_default();
-                match pending_exec.remove(&f.stream) {
-                    Some(spec) => finish_exec(&mut out, f.stream, &spec, &data),
-                    None => ev(&mut out, f.stream, Event::Done),
+                if let Some(spec) = pending_exec.remove(&f.stream) {
+                    finish_exec(&mut out, f.stream, &spec, &data);
+                } else {
+                    if let Some((path, mode)) = writes.remove(&f.stream) {
+                        let file = FakeFile {
+                            data: data.into(),
+                            mode,
+                            dir: false,
+                        };
+                        files.lock().unwrap().insert(path, file);
+                    }
+                    ev(&mut out, f.stream, Event::Done);
                 }
             }
             _ => {}
@@ -175,32 +263,75 @@ fn finish_exec(out: &mut Vec<Frame>, id: u32, spec: &warren_proto::ExecSpec, std
     };
     let mut stdout = serde_json::to_vec(&spec).unwrap();
     stdout.extend_from_slice(stdin);
-    let len = stdout.len() as u64;
+    let stderr: &'static [u8] = if spec.argv.iter().any(|a| a == "raw-stderr") {
+        b"err\xff"
+    } else {
+        b"err"
+    };
+    // The command's last word (of a shell's command line too).
+    let last = spec
+        .argv
+        .last()
+        .and_then(|a| a.split_whitespace().last())
+        .unwrap_or("");
+    let number = |s: &str| s.parse::<i32>().ok();
+    let (code, signal, timed_out) = if let Some(n) = last.strip_prefix("exit:") {
+        (number(n), None, false)
+    } else if let Some(n) = last.strip_prefix("signal:") {
+        (None, number(n), false)
+    } else if last == "timeout" {
+        (None, Some(9), true)
+    } else {
+        (Some(3), None, false)
+    };
+    let exit = exit_info(
+        code,
+        signal,
+        timed_out,
+        stdout.len() as u64,
+        stderr.len() as u64,
+    );
     out.push(Frame::new(id, Kind::Stdout, stdout));
-    out.push(Frame::new(id, Kind::Stderr, Bytes::from_static(b"err")));
-    out.push(Frame::json(
-        id,
-        Kind::Event,
-        &Event::Exited(warren_types::ExitInfo {
-            exit_code: Some(3),
-            signal: None,
-            timed_out: false,
-            stdout_bytes: len,
-            stderr_bytes: 3,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            duration_us: 1500,
-            oom_killed: false,
-        }),
-    ));
+    out.push(Frame::new(id, Kind::Stderr, Bytes::from_static(stderr)));
+    out.push(Frame::json(id, Kind::Event, &Event::Exited(exit)));
 }
 
-fn stat(path: &str) -> FileStat {
+fn exit_info(
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+) -> warren_types::ExitInfo {
+    warren_types::ExitInfo {
+        exit_code,
+        signal,
+        timed_out,
+        stdout_bytes,
+        stderr_bytes,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        duration_us: 1500,
+        oom_killed: false,
+    }
+}
+
+/// A path the agent answers `not_found` for: not kept, and named `missing…`.
+fn missing(files: &FakeFiles, path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("missing") && !files.lock().unwrap().contains_key(path)
+}
+
+/// What `stat` answers for `path`: the kept file or directory, else a 5-byte file.
+fn stat(path: &str, kept: Option<&FakeFile>) -> FileStat {
     FileStat {
         name: path.into(),
-        kind: FileKind::File,
-        size: 5,
-        mode: 0o644,
+        kind: match kept {
+            Some(f) if f.dir => FileKind::Dir,
+            _ => FileKind::File,
+        },
+        size: kept.map_or(5, |f| f.data.len() as u64),
+        mode: kept.and_then(|f| f.mode).unwrap_or(0o644),
         uid: 0,
         gid: 0,
         mtime_ms: 0,
@@ -214,6 +345,8 @@ pub struct FakeInstance {
     agent: AgentConn,
     agent_task: tokio::task::JoinHandle<()>,
     pub destroyed: AtomicBool,
+    /// What was written into the sandbox (see [`fake_agent`]).
+    pub files: FakeFiles,
     pausable: bool,
     shared: Arc<FakeShared>,
 }
@@ -221,12 +354,14 @@ pub struct FakeInstance {
 impl FakeInstance {
     fn start(id: SandboxId, pausable: bool, shared: Arc<FakeShared>) -> Arc<FakeInstance> {
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let agent_task = tokio::spawn(fake_agent(theirs, shared.clone()));
+        let files = FakeFiles::default();
+        let agent_task = tokio::spawn(fake_agent(theirs, shared.clone(), files.clone()));
         Arc::new(FakeInstance {
             id,
             agent: AgentConn::new(ours),
             agent_task,
             destroyed: AtomicBool::new(false),
+            files,
             pausable,
             shared,
         })

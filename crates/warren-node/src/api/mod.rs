@@ -27,8 +27,6 @@ mod tests;
 #[cfg(test)]
 mod tests_events;
 #[cfg(test)]
-mod tests_methods;
-#[cfg(test)]
 mod tests_ports;
 mod trajectory;
 

@@ -595,7 +595,7 @@ async fn well_formed_requests_reach_the_manager() {
         down.content_type.as_deref(),
         Some("application/octet-stream")
     );
-    assert_eq!(down.body, b"hello");
+    assert_eq!(down.body, b"data");
     let st: serde_json::Value = call(
         &app,
         Method::GET,

@@ -274,6 +274,15 @@ async fn run_code_through_a_gateway(c: &Cluster) {
     assert_eq!(status, 422, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["detail"][0]["loc"][0], "body", "{v}");
+    // A function call whose files are over 2 MiB is placed as a node takes it.
+    let call = serde_json::json!({
+        "argv": ["wc", "-c", "/tmp/big"],
+        "files": [{"path": "/tmp/big", "content": "x".repeat(3 << 20)}],
+    });
+    let (status, body) = http(port, "POST", "/v1/functions/call", &call.to_string()).await;
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["stdout"], format!("{} /tmp/big\n", 3 << 20), "{v}");
 }
 
 /// `warren image import` through a gateway: the archive is sent once and every node has the

@@ -543,7 +543,7 @@ async fn processes_and_files_reach_the_agent() {
         .await
         .unwrap();
     let mut dl = m.files().read_file(&id, "/f").await.unwrap();
-    assert_eq!(dl.next().await.unwrap().unwrap(), "hello");
+    assert_eq!(dl.next().await.unwrap().unwrap(), "abcabcabc");
     assert!(dl.next().await.is_none());
     m.files().mkdir(&id, "/d", true, None, None).await.unwrap();
     m.files().chmod(&id, "/d", 0o755, None).await.unwrap();
