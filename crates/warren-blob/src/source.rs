@@ -140,7 +140,8 @@ impl LayerSource for CacheSource {
     }
 }
 
-/// Uploads a layer blob and its chunk table to a store; returns the table.
+/// Uploads a layer blob (by parts, [`crate::put_file`]) and its chunk table to a store;
+/// returns the table.
 pub async fn publish_layer(
     store: &dyn BlobStore,
     file: &std::path::Path,
@@ -151,10 +152,10 @@ pub async fn publish_layer(
         .await
         .map_err(|e| BlobError::io("chunk table", std::io::Error::other(e)))??;
     let hex = hex_of(&table.digest)?.to_string();
-    let data = tokio::fs::read(file)
-        .await
+    // Sent a part at a time: a layer can be far larger than what the daemon should hold.
+    let f = std::fs::File::open(file)
         .map_err(|e| BlobError::io(format!("read {}", file.display()), e))?;
-    store.put(&blob_key(&hex), Bytes::from(data)).await?;
+    crate::put_file(store, &blob_key(&hex), f).await?;
     store
         .put(
             &chunks_key(&hex),
