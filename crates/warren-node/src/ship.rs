@@ -633,6 +633,59 @@ mod tests {
         );
     }
 
+    /// Revive reads what an entry was fed, never its outputs: a page of a shipped log holds
+    /// the input's blob only, also when the output's blob is not in the store at all, and
+    /// so does a page of the node's own log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_revive_page_reads_inputs_not_outputs() {
+        use crate::trajectory::{
+            LogSource, Room, StoreLogSource, StoredExec, StoredOutput, StoredResult,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let node = crate::Store::open(dir.path().join("state.redb")).unwrap();
+        let remote: Arc<dyn BlobStore> =
+            Arc::new(warren_blob::LocalStore::new(dir.path().join("remote")));
+        let id = SandboxId::generate(&"n1".parse::<NodeId>().unwrap());
+        let log = SandboxLog::empty(&id);
+        let out = vec![b'o'; 3 << 20];
+        let stdin = vec![b'i'; 64 << 10];
+        let mut blobs = Vec::new();
+        let mut e = flood_entry(1);
+        e.input = Some(StoredOutput::new(&stdin, &mut blobs));
+        let exec = StoredExec::new(
+            warren_types::ExitInfo::default(),
+            &out,
+            b"",
+            &mut Room::unlimited(),
+            &mut blobs,
+        );
+        let output = exec.stdout.sha256.clone();
+        e.result = Some(StoredResult::Exec(exec));
+        let input = e.input_ref().unwrap().to_string();
+        log.append(node.journal(), e, None, blobs).await.unwrap();
+        let (entries, local, _) = node
+            .journal()
+            .read()
+            .unwrap()
+            .entries_with_inputs(&id, 1, 10, 16 << 20)
+            .unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(local.keys().collect::<Vec<_>>(), [&input]);
+        let live = test_live(&id, "t1");
+        Shipper::new(remote.clone())
+            .pass(node.journal(), |_| Some(live.clone()))
+            .await;
+        remote.head(&shipped::output_key(&output)).await.unwrap();
+        std::fs::remove_file(dir.path().join("remote").join(shipped::output_key(&output))).unwrap();
+        let page = StoreLogSource::new(remote.clone())
+            .page(&id, 1, 10)
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 1);
+        assert_eq!(page.blobs.keys().collect::<Vec<_>>(), [&input]);
+        assert_eq!(page.blobs[&input], stdin);
+    }
+
     /// Segments, their bytes and lag, the backlog and store errors are counted (what
     /// `/metrics` shows as `warren_trajectory_ship*`).
     #[tokio::test]

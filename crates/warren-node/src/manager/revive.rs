@@ -66,7 +66,7 @@ impl LogSource for LocalLog {
             self.manager
                 .journal()
                 .read()?
-                .entries_within(id, from_seq, limit, 16 << 20)?;
+                .entries_with_inputs(id, from_seq, limit, 16 << 20)?;
         Ok(LogPage {
             entries,
             blobs,

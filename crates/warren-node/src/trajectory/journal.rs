@@ -804,6 +804,22 @@ impl Reader<'_> {
         Ok((out, blobs, more))
     }
 
+    /// Like [`Reader::entries_within`], reading only the blobs of what the entries were fed
+    /// (an exec's stdin, an upload's content): what revive feeds again. Outputs, which
+    /// revive compares by digest only, are not read, however large.
+    pub fn entries_with_inputs(
+        &self,
+        id: &SandboxId,
+        from_seq: u64,
+        limit: usize,
+        max_bytes: u64,
+    ) -> Result<(Vec<StoredEntry>, Blobs, bool), StoreError> {
+        let (entries, _, more) = self.entries_loading(id, from_seq, limit, max_bytes, 0)?;
+        let wanted: Vec<&str> = entries.iter().filter_map(StoredEntry::input_ref).collect();
+        let blobs = self.blobs_of(&wanted)?;
+        Ok((entries, blobs, more))
+    }
+
     /// The entry of a logged step and the blobs it refers to: read where its record starts
     /// when the step row says so (the cost does not grow with the log), else found by a scan.
     pub fn step_entry(

@@ -347,6 +347,15 @@ impl StoredEntry {
         self.blob_refs_under(u64::MAX)
     }
 
+    /// The digest of what this entry was fed when it is kept as a blob (what revive reads;
+    /// outputs it compares by digest only).
+    pub fn input_ref(&self) -> Option<&str> {
+        self.input
+            .as_ref()
+            .filter(|i| i.in_blob())
+            .map(|i| i.sha256.as_str())
+    }
+
     /// Digests of the blobs this entry refers to that are shorter than `max_len` bytes.
     pub fn blob_refs_under(&self, max_len: u64) -> Vec<&str> {
         let mut refs: Vec<&str> = self

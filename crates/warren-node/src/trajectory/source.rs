@@ -12,10 +12,13 @@ use warren_types::{SandboxId, SandboxInfo};
 use super::{Blobs, StoredEntry};
 use crate::error::StoreError;
 
-/// One page of a log: entries in `seq` order and the blobs they refer to.
+/// One page of a log: entries in `seq` order and the blobs of what they were fed.
 #[derive(Debug, Default)]
 pub struct LogPage {
     pub entries: Vec<StoredEntry>,
+    /// The blobs of the entries' inputs (an exec's stdin, an upload's content): what revive
+    /// feeds again. Outputs are not read (revive compares them by digest), so a page's
+    /// memory does not grow with what a sandbox printed.
     pub blobs: Blobs,
     /// True when more entries may follow the last one.
     pub more: bool,
@@ -40,7 +43,7 @@ pub trait LogSource: Send + Sync + 'static {
     /// The sandbox the log belongs to; `None` when this source does not hold it.
     async fn sandbox(&self, id: &SandboxId) -> Result<Option<LoggedSandbox>, StoreError>;
 
-    /// Up to `limit` entries from `from_seq` on (with their blobs).
+    /// Up to `limit` entries from `from_seq` on (with the blobs of their inputs).
     async fn page(
         &self,
         id: &SandboxId,

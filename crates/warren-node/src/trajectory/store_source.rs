@@ -54,11 +54,12 @@ impl StoreLogSource {
         StoreLogSource { store }
     }
 
-    /// The blobs `entry` refers to, from the store.
+    /// The blob of what `entry` was fed, from the store (its outputs are not read: revive
+    /// compares them by digest).
     async fn blobs_of(&self, entry: &StoredEntry, blobs: &mut Blobs) -> Result<(), StoreError> {
-        for d in entry.blob_refs() {
+        if let Some(d) = entry.input_ref() {
             if blobs.contains_key(d) {
-                continue;
+                return Ok(());
             }
             let bytes = self
                 .store
