@@ -4,7 +4,7 @@
 //! events (created, written, removed, mode changed; a rename shows as remove + create).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -31,6 +31,10 @@ const MAX_WATCH_DEPTH: u32 = 32;
 pub(crate) const MAX_WATCHERS: usize = 10_000;
 /// Most polling watchers of one sandbox.
 pub(crate) const MAX_WATCHERS_PER_SANDBOX: usize = 64;
+/// Most streaming `WatchDir` calls open at once on one sandbox. Each lists its directory
+/// (up to [`MAX_ENTRIES`] entries) every [`WATCH_PERIOD`] and the node diffs the listings, so
+/// without a bound one sandbox's streams could take the node's CPU from every other.
+pub(crate) const MAX_WATCH_STREAMS_PER_SANDBOX: usize = 8;
 
 /// A directory's entries, by path relative to it.
 type Listing = BTreeMap<String, FileStat>;
@@ -45,16 +49,57 @@ struct Watcher {
     used: u64,
 }
 
-/// Polling watchers by id.
+/// Polling watchers by id, and the streaming watches open on each sandbox.
 #[derive(Default)]
 pub struct Watchers {
     by_id: Mutex<HashMap<String, Watcher>>,
     tick: std::sync::atomic::AtomicU64,
+    streams: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One open streaming watch of a sandbox, counted in [`Watchers`] until it is dropped (the
+/// stream ends, or its client goes away and the body is dropped).
+struct StreamSlot {
+    streams: Arc<Mutex<HashMap<String, usize>>>,
+    sandbox: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut m = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.sandbox) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.sandbox);
+            }
+        }
+    }
 }
 
 impl Watchers {
     fn tick(&self) -> u64 {
         self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A slot for one more streaming watch of `sandbox`, or `resource_exhausted` when it has
+    /// [`MAX_WATCH_STREAMS_PER_SANDBOX`] open.
+    fn open_stream(&self, sandbox: &str) -> Result<StreamSlot, ConnectError> {
+        let mut m = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(sandbox.to_string()).or_default();
+        if *n >= MAX_WATCH_STREAMS_PER_SANDBOX {
+            return Err(ConnectError::new(
+                Code::ResourceExhausted,
+                format!(
+                    "this sandbox has {MAX_WATCH_STREAMS_PER_SANDBOX} directory watches open; \
+                     stop one before starting another"
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            streams: self.streams.clone(),
+            sandbox: sandbox.to_string(),
+        })
     }
 
     /// Drops a sandbox's watchers.
@@ -349,6 +394,7 @@ impl Call<'_> {
         r.finish()?;
         let req: pb::WatchRequest = connect::decode(codec, &frame.payload)?;
         let path = self.path(&req.path)?;
+        let slot = self.watchers.open_stream(&self.sandbox.id)?;
         let first = watch_listing(&self.sandbox, &path, req.recursive).await?;
         let keepalive = self
             .headers
@@ -367,6 +413,7 @@ impl Call<'_> {
             queue: std::collections::VecDeque<Bytes>,
             since_keepalive: Duration,
             done: bool,
+            _slot: StreamSlot,
         }
         let start = connect::stream_message(
             codec,
@@ -383,6 +430,7 @@ impl Call<'_> {
             queue: [start].into(),
             since_keepalive: Duration::ZERO,
             done: false,
+            _slot: slot,
         };
         let body = futures::stream::unfold(st, move |mut st| async move {
             loop {

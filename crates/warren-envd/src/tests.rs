@@ -547,3 +547,63 @@ async fn watchers_are_bounded_per_sandbox_and_leftovers_make_room() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(poll("hog", first).await, StatusCode::OK);
 }
+
+/// Streaming directory watches: one sandbox holds at most its share open at once, a watch
+/// whose client went away gives its slot back, and another sandbox is never refused for it.
+#[tokio::test]
+async fn watch_streams_are_bounded_per_sandbox() {
+    use crate::filesystem::MAX_WATCH_STREAMS_PER_SANDBOX;
+    let e = envd();
+    let watch = |sb: &'static str| {
+        let e = e.clone();
+        async move {
+            e.serve(
+                sb,
+                Caller::admin(),
+                None,
+                rpc(
+                    "/filesystem.Filesystem/WatchDir",
+                    "application/connect+json",
+                    envelope(0, br#"{"path": "/d"}"#),
+                ),
+            )
+            .await
+        }
+    };
+    let started = |(flag, v): (u8, serde_json::Value)| flag == 0 && v["start"].is_object();
+    let mut open = Vec::new();
+    for _ in 0..MAX_WATCH_STREAMS_PER_SANDBOX {
+        let mut body = watch("hog").await.into_body().into_data_stream();
+        assert!(started(first_message(&mut body).await));
+        open.push(body);
+    }
+    let mut refused = watch("hog").await.into_body().into_data_stream();
+    let (flag, end) = first_message(&mut refused).await;
+    assert_eq!(flag, FLAG_END_STREAM, "{end}");
+    assert_eq!(end["error"]["code"], "resource_exhausted", "{end}");
+    // Another sandbox is not held to the hog's count.
+    let mut other = watch("other").await.into_body().into_data_stream();
+    assert!(started(first_message(&mut other).await));
+    // A client that goes away (its answer dropped) frees its slot.
+    drop(open.pop());
+    let mut again = watch("hog").await.into_body().into_data_stream();
+    assert!(
+        started(first_message(&mut again).await),
+        "a freed slot is reused"
+    );
+}
+
+/// The first envelope of a streamed answer: its flags and its JSON message.
+async fn first_message(body: &mut axum::body::BodyDataStream) -> (u8, serde_json::Value) {
+    let mut buf = Vec::new();
+    loop {
+        if buf.len() >= 5 {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() >= 5 + len {
+                return (buf[0], serde_json::from_slice(&buf[5..5 + len]).unwrap());
+            }
+        }
+        let chunk = body.next().await.expect("the stream ended").unwrap();
+        buf.extend_from_slice(&chunk);
+    }
+}
