@@ -221,8 +221,36 @@ pub async fn create(
         .call(&who, Method::POST, "/v1/sandboxes", Some(&req))
         .await
         .map_err(template_not_found)?;
-    let sandbox = e2b.created(&who, &info, &headers).await?;
-    Ok((StatusCode::CREATED, Json(sandbox)).into_response())
+    match e2b.created(&who, &info, &headers).await {
+        Ok(sandbox) => Ok((StatusCode::CREATED, Json(sandbox)).into_response()),
+        Err(e) => {
+            // The client never learns this sandbox's id, so nothing would delete it before
+            // its timeout; with an idempotency key a retry reaches it, so it stays.
+            if req.idempotency_key.is_none() {
+                discard(&e2b, &who, &info.id, &e).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Deletes a sandbox whose create or fork answered an error after it was made (a gateway
+/// that could not fetch its token from its node, a fork child whose timeout could not be
+/// set): the error answer carries no id, so the caller could not delete it.
+async fn discard(e2b: &E2b, who: &Principal, id: &str, why: &E2bError) {
+    let gone = e2b
+        .native()
+        .call_unit(who, Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    match gone {
+        Ok(_) => {
+            tracing::info!(sandbox = id, error = %why, "deleted a sandbox whose creation answered an error")
+        }
+        Err(e) => {
+            tracing::warn!(sandbox = id, error = %why, delete = %e, "a sandbox whose creation answered an error could not be deleted; its timeout ends it")
+        }
+    }
+    e2b.forget(id);
 }
 
 /// An unknown image or snapshot is E2B's 404 with a message naming the template.
@@ -562,6 +590,9 @@ pub async fn fork(
             e2b.created(&who, &child, &headers).await
         }
         .await;
+        if let Err(e) = &r {
+            discard(&e2b, &who, &child.id, e).await;
+        }
         out.push(match r {
             Ok(s) => wire::ForkResult {
                 sandbox: Some(s),

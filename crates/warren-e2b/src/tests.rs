@@ -453,3 +453,78 @@ fn the_docs_list_every_route() {
         );
     }
 }
+
+/// A node that is gone: every forwarded call answers 503.
+struct Gone;
+
+impl Owners for Gone {
+    fn forward(&self, _: &SandboxId, _: Request) -> BoxFuture<'static, Response> {
+        Box::pin(async {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({"error": {"code": "node_unreachable", "message": "gone"}})),
+            )
+                .into_response()
+        })
+    }
+}
+
+/// A create whose answer fails after the sandbox was made (a gateway that cannot fetch its
+/// token from the node) deletes it, since the caller never learns its id; with an
+/// idempotency key it stays for the retry to reach.
+#[tokio::test]
+async fn a_create_that_answers_an_error_leaves_no_sandbox() {
+    let id = sandbox();
+    let deleted = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let info = serde_json::json!({
+        "id": id.as_str(), "substrate": "container", "state": "running",
+        "image": ["default"],
+        "limits": {"cpus": 1.0, "memory_mb": 512, "disk_mb": 512, "pids": 512},
+        "labels": {}, "env": {}, "workdir": null, "user": null,
+        "network": {"mode": "none"}, "created_at_ms": 1_700_000_000_000u64,
+        "expires_at_ms": 1_700_000_300_000u64, "idle_timeout_secs": null,
+        "last_activity_ms": 0, "reason": null, "idempotency_key": null, "tenant": null
+    });
+    let d = deleted.clone();
+    let native = Router::new()
+        .route(
+            "/v1/sandboxes",
+            axum::routing::post(move || {
+                let info = info.clone();
+                async move { (StatusCode::CREATED, Json(info)) }
+            }),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            axum::routing::delete(
+                move |axum::extract::Path(id): axum::extract::Path<String>| {
+                    let d = d.clone();
+                    async move {
+                        d.lock().unwrap().push(id);
+                        StatusCode::NO_CONTENT
+                    }
+                },
+            ),
+        );
+    let gw = E2b::gateway(native, auth(false), Arc::new(Gone), None).wrap(Router::new());
+    let create = |key: Option<&str>| {
+        let mut b = Request::builder()
+            .method("POST")
+            .uri("/sandboxes")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(k) = key {
+            b = b.header("idempotency-key", k);
+        }
+        b.body(Body::from(r#"{"templateID": "default"}"#)).unwrap()
+    };
+    let (s, b) = send(&gw, create(None)).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    assert_eq!(*deleted.lock().unwrap(), vec![id.to_string()]);
+    let (s, b) = send(&gw, create(Some("k1"))).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    assert_eq!(
+        deleted.lock().unwrap().len(),
+        1,
+        "a keyed create's sandbox stays"
+    );
+}
