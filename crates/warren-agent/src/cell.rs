@@ -756,11 +756,28 @@ fn run(
     let _ = Frame::json(stream, Kind::Event, &run.finish()).write_blocking(&mut sock);
 }
 
+/// A file the call asked back, read after everything the call started is gone. Only a
+/// regular file is read: a FIFO would block the open (no writer is left, so for ever: the
+/// call never ends and its container is never given back), and a device such as /dev/zero
+/// reports no size but reads without end. The open does not wait (`O_NONBLOCK`, which a
+/// regular file ignores) and the kind is checked on the opened file, so a symlink to one
+/// of them is refused too.
 fn collect(path: &str, cap: u64) -> Event {
     use base64::Engine;
+    use std::os::unix::fs::OpenOptionsExt;
     let read = || -> std::io::Result<(Vec<u8>, u64)> {
-        let f = std::fs::File::open(path)?;
-        let size = f.metadata()?.len();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)?;
+        let md = f.metadata()?;
+        if !md.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        let size = md.len();
         let mut data = Vec::new();
         f.take(cap).read_to_end(&mut data)?;
         Ok((data, size))

@@ -374,6 +374,33 @@ fn collected_files_obey_their_cap() {
 }
 
 #[test]
+fn only_regular_files_are_collected_and_a_fifo_does_not_block() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    std::os::unix::fs::symlink(&fifo, d.path().join("to-fifo")).unwrap();
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    // A FIFO without a writer blocked the open for ever; /dev/zero read `cap` zeros as a file
+    // of size 0, not truncated.
+    for p in [
+        fifo,
+        d.path().join("to-fifo"),
+        d.path().join("dir"),
+        "/dev/zero".into(),
+    ] {
+        match collect(p.to_str().unwrap(), 1 << 20) {
+            Event::Collected {
+                error, data, size, ..
+            } => {
+                assert!(error.is_some(), "{p:?} was read");
+                assert_eq!((data.as_str(), size), ("", 0), "{p:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_cell_starts_only_from_a_container_start_up_message() {
     let cfg = ContainerInit {
         lowerdirs: vec!["/lower/0".into()],

@@ -110,6 +110,21 @@ def test_files_in_and_out_and_nothing_left_for_the_next_call(node: Node) -> None
     assert after["run_result"]["stdout"] == "False\n"
 
 
+def test_fetch_files_that_are_not_regular_files_are_left_out(node: Node) -> None:
+    # A FIFO blocked the read-back for ever (nothing is left to write it): the request never
+    # answered. A device is not read either (/dev/zero came back as the cap's worth of zeros).
+    r = run(
+        node,
+        code="import os\nos.mkfifo('pipe')\nos.symlink('pipe', 'link')\nopen('ok.txt', 'w').write('ok')",
+        language="python",
+        fetch_files=["pipe", "link", "/dev/zero", "ok.txt"],
+    )
+    assert r["status"] == "Success", r
+    assert set(r["files"]) == {"ok.txt"}, r
+    assert base64.b64decode(r["files"]["ok.txt"]) == b"ok"
+    assert run(node, code="print(1)", language="python")["run_result"]["stdout"] == "1\n"
+
+
 def test_languages_the_image_cannot_run_are_sandbox_errors(node: Node) -> None:
     # The default image has no C++ compiler: the protocol's server-side error, naming it.
     r = run(node, code="int main() { return 0; }", language="cpp")

@@ -41,6 +41,37 @@ async fn output_and_returned_files_are_capped() {
     assert_eq!(out.files[0].content.len(), 100);
 }
 
+/// Asked-back files that are not regular files are refused, not read: a FIFO (the call ended,
+/// so nothing will ever write it) blocked the cell's open for ever, so the call never
+/// answered and its container was never given back; /dev/zero came back as `cap` zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returned_files_that_are_fifos_or_devices_are_refused() {
+    let Some(d) = Daemon::start().await else {
+        return;
+    };
+    let mut r = sh("mkfifo /tmp/fifo; ln -s /tmp/fifo /tmp/link; echo ok > /tmp/ok");
+    r.return_files = vec![
+        "/tmp/fifo".into(),
+        "/tmp/link".into(),
+        "/dev/zero".into(),
+        "/tmp/ok".into(),
+    ];
+    let out = call(&d, &r).await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    for f in &out.files[..3] {
+        assert!(
+            f.error
+                .as_deref()
+                .is_some_and(|e| e.contains("not a regular file")),
+            "{f:?}"
+        );
+        assert!(f.content.is_empty(), "{f:?}");
+    }
+    assert_eq!(out.files[3].content, "ok\n");
+    // The pool goes on serving.
+    assert_eq!(sh_ok(&d, "echo next").await, "next\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_answer_typed_errors() {
     let Some(d) = Daemon::start().await else {
