@@ -176,6 +176,12 @@ fn build(
     filters: Option<&warren_sys::seccomp::CellFilters>,
     defer_landlock: bool,
 ) -> R<Option<OwnedFd>> {
+    // A session (and process group) of its own, which what the cell starts inherits:
+    // `kill(0, …)` signals the caller's process group, and the kernel finds its members
+    // across pid namespaces. In the agent's group, a call's `kill -9 0` reached the agent
+    // and every other cell of the container wherever Landlock cannot scope signals (before
+    // Linux 6.12, or `--no-landlock`).
+    nix::unistd::setsid().map_err(|e| AgentError::Setup(format!("setsid: {e}")))?;
     crate::setup::enter_cell_root(cfg)?;
     // The agent may run with a protective OOM score, which the cell inherits and cannot
     // change (it is not dumpable: its /proc files are not its own). Each command it starts is

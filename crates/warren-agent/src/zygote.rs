@@ -133,6 +133,9 @@ def _warren_zygote(os, sys, main, fields):
         return msg, fds
     def call(fds, msg, status, fprog):
         # The call's process, in the cell's namespaces: restricted as the cell is, then warm.
+        # A session of its own first: in the zygote's process group, `os.kill(0, 9)` killed
+        # the zygote and every call it forked wherever Landlock cannot scope signals.
+        os.setsid()
         os.dup2(fds[4], 0)
         os.dup2(fds[5], 1)
         os.dup2(fds[6], 2)

@@ -247,3 +247,49 @@ except OSError as e:
     );
     assert!(cold[3].3.contains("SyntaxError"), "{cold:?}");
 }
+
+/// A call that signals its own process group (`kill -9 0`, `os.kill(0, 9)`) ends itself and
+/// nothing else. The kernel finds a group's members across pid namespaces, and a call's
+/// process was in the agent's group (a command the cell started) or the zygote's (a forked
+/// Python): the signal killed the zygote and every other cell of the container. Landlock's
+/// signal scope (Linux 6.12+) hid that; the daemon here runs without Landlock, as a node on
+/// an older kernel does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_kills_its_process_group_kills_only_itself() {
+    let Some(d) = Daemon::start_with(|_| {
+        [
+            "--no-landlock",
+            "--function-min-warm",
+            "1",
+            "--function-max-warm",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+    .await
+    else {
+        return;
+    };
+    let warm = py(&format!("{PARENT}; print(6 * 7)"), true);
+    assert_eq!(call(&d, &warm).await.stdout, "0\n42\n");
+    let old = wait_for(Duration::from_secs(10), || async {
+        let z = zygotes(&d.node);
+        (!z.is_empty()).then_some(z)
+    })
+    .await
+    .expect("a zygote runs");
+    let mut shell = CallRequest::argv(["sh", "-c", "kill -9 0; echo survived"]);
+    shell.interpreter = Some("python3".into());
+    for r in [
+        shell,
+        py("import os; os.kill(0, 9); print('survived')", true),
+    ] {
+        let out = call(&d, &r).await;
+        assert_eq!(out.signal, Some(9), "{out:?}");
+        assert!(!out.stdout.contains("survived"), "{out:?}");
+        // The pool's container and its zygote live on.
+        assert_eq!(call(&d, &warm).await.stdout, "0\n42\n");
+        assert_eq!(zygotes(&d.node), old, "the zygote was killed by a call");
+    }
+}
