@@ -110,6 +110,27 @@ pub struct Built {
 /// Default longest `RUN`.
 pub const DEFAULT_STEP_TIMEOUT_SECS: f64 = 1800.0;
 const TAIL_LINES: usize = 20;
+/// The longest line of a step's output in the build log (bytes); a longer one comes in pieces.
+pub const MAX_LINE: usize = 16 << 10;
+
+/// Where to cut `b` so that its first piece is at most `max` bytes and ends on a UTF-8
+/// character boundary (when `b` is UTF-8 there).
+fn utf8_cut(b: &[u8], max: usize) -> usize {
+    if b.len() <= max {
+        return b.len();
+    }
+    let mut cut = max;
+    // Back over at most three continuation bytes (10xxxxxx) to the start of a character.
+    while cut > max.saturating_sub(3) && cut > 0 && b[cut] & 0xC0 == 0x80 {
+        cut -= 1;
+    }
+    if b[cut] & 0xC0 == 0x80 || cut == 0 {
+        max
+    } else {
+        cut
+    }
+}
+
 /// Files the sandbox's start writes into its root: never part of a `RUN`'s layer.
 pub const NOT_CAPTURED: &[&str] = &["etc/hostname", "etc/hosts", "etc/resolv.conf"];
 
@@ -718,6 +739,15 @@ impl Builder {
             while let Some(p) = partial[i].iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = partial[i].drain(..=p).collect();
                 let line = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+                self.line(&mut tail, name, line).await?;
+            }
+            // A step that writes without newlines is logged in pieces: its bytes are not
+            // held until a newline that may never come (`head -c 10G /dev/zero`).
+            while partial[i].len() >= MAX_LINE {
+                let line: Vec<u8> = partial[i]
+                    .drain(..utf8_cut(&partial[i], MAX_LINE))
+                    .collect();
+                let line = String::from_utf8_lossy(&line).into_owned();
                 self.line(&mut tail, name, line).await?;
             }
         }

@@ -25,3 +25,18 @@ fn stages_split_and_refuse_instructions_before_from() {
     assert!(stages(&crate::parse::parse("RUN x\nFROM a\n").unwrap()).is_err());
     assert!(stages(&crate::parse::parse("ARG x\n").unwrap()).is_err());
 }
+
+#[test]
+fn long_output_lines_are_cut_on_character_boundaries() {
+    use super::utf8_cut;
+    assert_eq!(utf8_cut(b"abc", 8), 3);
+    assert_eq!(utf8_cut(b"abcdef", 4), 4);
+    // "é" is two bytes: a cut inside it moves before it.
+    let s = "abcé".as_bytes();
+    assert_eq!(utf8_cut(s, 4), 3);
+    // A four-byte character cut after its first byte.
+    let s = "a😀b".as_bytes();
+    assert_eq!(utf8_cut(s, 2), 1);
+    // Not UTF-8 (continuation bytes only): cut where asked.
+    assert_eq!(utf8_cut(&[0x80; 10], 5), 5);
+}

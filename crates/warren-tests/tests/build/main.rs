@@ -5,6 +5,7 @@
 mod add;
 #[path = "../common/mod.rs"]
 mod common;
+mod hostile;
 #[path = "../../../warren-image/tests/common/mod.rs"]
 mod layers;
 mod mirror;
