@@ -131,6 +131,15 @@ fn utf8_cut(b: &[u8], max: usize) -> usize {
     }
 }
 
+/// A spawned task that is aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Files the sandbox's start writes into its root: never part of a `RUN`'s layer.
 pub const NOT_CAPTURED: &[&str] = &["etc/hostname", "etc/hosts", "etc/resolv.conf"];
 
@@ -727,7 +736,9 @@ impl Builder {
         };
         let (tx, mut rx) = mpsc::channel::<RunEvent>(16);
         let host = self.host.clone();
-        let running = tokio::spawn(async move { host.run(spec, tx).await });
+        // Aborted when this build is dropped (its client went away): the step's sandbox goes
+        // with the host's future, instead of running on to its timeout for nobody.
+        let mut running = AbortOnDrop(tokio::spawn(async move { host.run(spec, tx).await }));
         let mut tail: std::collections::VecDeque<String> = Default::default();
         let mut partial: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         while let Some(ev) = rx.recv().await {
@@ -757,7 +768,7 @@ impl Builder {
                 self.line(&mut tail, name, line).await?;
             }
         }
-        let res = running
+        let res = (&mut running.0)
             .await
             .map_err(|e| BuildError::io("RUN", std::io::Error::other(e.to_string())))??;
         let failed = |message: String| BuildError::Step {

@@ -149,7 +149,17 @@ impl Builds {
                 }
                 made
             };
-            let (built, made) = tokio::join!(warren_build::build(host, req, step_tx), forward);
+            // A client that went away (the log's receiver dropped) cancels the build: its
+            // future is dropped, and with it the running step, whose sandbox is deleted.
+            // Before, the build ran every step on (each up to its timeout) for nobody.
+            let work = async { tokio::join!(warren_build::build(host, req, step_tx), forward) };
+            let (built, made) = tokio::select! {
+                done = work => done,
+                () = tx.closed() => {
+                    tracing::info!("image build cancelled: its client went away");
+                    (Err(BuildError::Cancelled), Vec::new())
+                }
+            };
             if let Ok(b) = &built {
                 publish(&store, &made, &b.image).await;
             }
@@ -356,28 +366,46 @@ impl Host for NodeHost {
             labels: [("warren.build".to_string(), "step".to_string())].into(),
             ..Default::default()
         };
-        let created = self
-            .manager
-            .create_as(&self.caller, req)
-            .await
-            .map_err(|e| {
-                let a = e.to_api();
-                BuildError::Host {
-                    code: a.code,
-                    message: format!("starting the step's sandbox: {}", a.message),
+        // The sandbox is made on a task of its own, which this future's drop (a build whose
+        // client went away) does not cut short: a create dropped half-way left a sandbox
+        // `creating` for ever. What it made comes back inside a guard, so a sandbox made for
+        // a build that is gone (never received, or dropped with the channel) is deleted.
+        let (made_tx, made_rx) = tokio::sync::oneshot::channel();
+        let (manager, caller) = (self.manager.clone(), self.caller.clone());
+        tokio::spawn(async move {
+            let made = match manager.create_as(&caller, req).await {
+                Ok(c) => match c.info.id.parse::<SandboxId>() {
+                    Ok(id) => Ok((id.clone(), DeleteOnDrop(Some((manager.clone(), id))))),
+                    Err(e) => Err(BuildError::Host {
+                        code: ErrorCode::Internal,
+                        message: format!("{e}"),
+                    }),
+                },
+                Err(e) => {
+                    let a = e.to_api();
+                    Err(BuildError::Host {
+                        code: a.code,
+                        message: format!("starting the step's sandbox: {}", a.message),
+                    })
                 }
-            })?;
-        let id: SandboxId = created.info.id.parse().map_err(|e| BuildError::Host {
-            code: ErrorCode::Internal,
-            message: format!("{e}"),
-        })?;
+            };
+            let _ = made_tx.send(made);
+        });
         // The sandbox goes whatever happens, even when this future is dropped mid-run.
-        let mut guard = DeleteOnDrop(Some((self.manager.clone(), id.clone())));
+        let (id, mut guard) = made_rx.await.map_err(|_| BuildError::Host {
+            code: ErrorCode::Internal,
+            message: "the step's sandbox was never made".into(),
+        })??;
         let res = self.run_in(&id, &spec, &out).await;
         guard.0 = None;
-        if let Err(e) = self.manager.delete(&id).await {
-            tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
-        }
+        // On a task too: a delete cut short half-way would leave the sandbox behind.
+        let manager = self.manager.clone();
+        let _ = tokio::spawn(async move {
+            if let Err(e) = manager.delete(&id).await {
+                tracing::warn!(sandbox = %id, error = %e, "removing a build step's sandbox");
+            }
+        })
+        .await;
         res
     }
 
