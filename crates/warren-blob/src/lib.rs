@@ -17,6 +17,8 @@ mod local;
 mod s3;
 pub mod serve;
 mod source;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod trajectory;
 mod upload;
 

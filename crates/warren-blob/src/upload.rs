@@ -81,74 +81,12 @@ mod tests {
     use super::*;
     use crate::LocalStore;
 
-    /// A local store that remembers the most bytes it was handed at once.
-    #[derive(Debug)]
-    struct Largest {
-        inner: LocalStore,
-        most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    #[derive(Debug)]
-    struct LargestUpload {
-        inner: Box<dyn BlobUpload>,
-        most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    #[async_trait::async_trait]
-    impl BlobStore for Largest {
-        async fn head(&self, key: &str) -> Result<u64, BlobError> {
-            self.inner.head(key).await
-        }
-        async fn get_range(&self, key: &str, r: std::ops::Range<u64>) -> Result<Bytes, BlobError> {
-            self.inner.get_range(key, r).await
-        }
-        async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
-            self.inner.get(key).await
-        }
-        async fn put(&self, key: &str, data: Bytes) -> Result<(), BlobError> {
-            self.most
-                .fetch_max(data.len(), std::sync::atomic::Ordering::Relaxed);
-            self.inner.put(key, data).await
-        }
-        async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError> {
-            Ok(Box::new(LargestUpload {
-                inner: self.inner.put_parts(key).await?,
-                most: self.most.clone(),
-            }))
-        }
-        async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
-            self.inner.list(prefix).await
-        }
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl BlobUpload for LargestUpload {
-        async fn put_part(&mut self, part: Bytes) -> Result<(), BlobError> {
-            self.most
-                .fetch_max(part.len(), std::sync::atomic::Ordering::Relaxed);
-            self.inner.put_part(part).await
-        }
-        async fn complete(self: Box<Self>) -> Result<(), BlobError> {
-            self.inner.complete().await
-        }
-        async fn abort(self: Box<Self>) -> Result<(), BlobError> {
-            self.inner.abort().await
-        }
-    }
-
     /// Publishing a layer larger than a part hands the store one part at a time (the
     /// whole layer at once before), and the store holds it whole under its digest.
     #[tokio::test]
     async fn a_layer_is_published_a_part_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let store = Largest {
-            inner: LocalStore::new(dir.path().join("store")),
-            most: most.clone(),
-        };
+        let store = crate::testing::LargestHanded::new(LocalStore::new(dir.path().join("store")));
         let src = data(PART_BYTES * 2 + 100);
         let f = dir.path().join("layer");
         std::fs::write(&f, &src).unwrap();
@@ -157,7 +95,7 @@ mod tests {
             .unwrap();
         let hex = crate::hex_of(&t.digest).unwrap();
         assert!(store.get(&crate::blob_key(hex)).await.unwrap() == src);
-        let most = most.load(std::sync::atomic::Ordering::Relaxed);
+        let most = store.most();
         assert!(
             most <= PART_BYTES,
             "the store was handed {most} bytes at once"

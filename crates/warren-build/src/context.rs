@@ -12,10 +12,9 @@
 //! its root, so no node file outside the context is ever read into a build.
 
 use globset::{GlobBuilder, GlobMatcher};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::stack::clean;
+use crate::stack::{clean, follow_links, LinkError};
 use crate::BuildError;
 
 /// One `.dockerignore` rule.
@@ -32,51 +31,25 @@ pub struct Context {
     rules: Vec<Rule>,
 }
 
-/// Most symbolic links followed resolving one context path (the kernel's own limit).
-const MAX_LINKS: usize = 40;
-
 /// `rel` relative to the context `root`, with every symlink among its parents followed
-/// inside the context: a link's absolute target starts at the root, and `..` never climbs
-/// above it. The last component is followed too when `follow_last` (a symlink that is
-/// itself copied is kept as a symlink). Only paths under `root` whose parents are real
-/// directories are ever looked at, so nothing outside the context is touched.
+/// inside the context ([`follow_links`]): a link's absolute target starts at the root, and
+/// `..` never climbs above it. The last component is followed too when `follow_last` (a
+/// symlink that is itself copied is kept as a symlink). Only paths under `root` whose
+/// parents are real directories are ever looked at, so nothing outside the context is
+/// touched.
 pub fn resolve_in(root: &Path, rel: &Path, follow_last: bool) -> std::io::Result<PathBuf> {
-    let mut todo: Vec<OsString> = clean(rel)
-        .components()
-        .map(|c| c.as_os_str().to_os_string())
-        .rev()
-        .collect();
-    let mut done = PathBuf::new();
-    let mut hops = 0;
-    while let Some(c) = todo.pop() {
-        let cand = done.join(&c);
-        let last = todo.is_empty();
-        let real = root.join(&cand);
-        match std::fs::symlink_metadata(&real) {
-            Ok(m) if m.file_type().is_symlink() && (!last || follow_last) => {
-                hops += 1;
-                if hops > MAX_LINKS {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("too many symbolic links resolving {}", rel.display()),
-                    ));
-                }
-                let target = std::fs::read_link(&real)?;
-                let base = if target.is_absolute() {
-                    PathBuf::new()
-                } else {
-                    done.clone()
-                };
-                let joined = clean(&base.join(target));
-                for p in joined.components().rev() {
-                    todo.push(p.as_os_str().to_os_string());
-                }
-                done = PathBuf::new();
-            }
-            _ => done = cand,
-        }
-    }
-    Ok(done)
+    follow_links(rel, follow_last, |p| {
+        let real = root.join(p);
+        let m = std::fs::symlink_metadata(&real).ok()?;
+        m.file_type().is_symlink().then_some(real)
+    })
+    .map_err(|e| match e {
+        LinkError::TooMany => std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("too many symbolic links resolving {}", rel.display()),
+        ),
+        LinkError::Read(_, e) => e,
+    })
 }
 
 /// The text of the context's regular file `rel` (the Dockerfile, `.dockerignore`), its

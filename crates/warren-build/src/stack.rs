@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::BuildError;
 
 const OPAQUE: &str = "user.overlay.opaque";
+/// Most symbolic links followed resolving one path (the kernel's own limit).
 const MAX_LINKS: usize = 40;
 
 /// The merged view of layer roots (lowest first).
@@ -50,6 +51,59 @@ pub fn clean(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Why [`follow_links`] stopped.
+#[derive(Debug)]
+pub enum LinkError {
+    /// More than [`MAX_LINKS`] links on the way.
+    TooMany,
+    /// A link that could not be read (its real file).
+    Read(PathBuf, std::io::Error),
+}
+
+/// `rel` under a root (a build context, a view of layers) with every symlink among its
+/// parents followed inside that root: a link's absolute target starts at the root and `..`
+/// never climbs above it. The last component is followed too when `follow_last`.
+/// `symlink_at(p)` answers the real file of `p` (relative to the root) when it is a
+/// symlink, else `None`; it is asked only of paths whose parents were resolved.
+pub fn follow_links(
+    rel: &Path,
+    follow_last: bool,
+    symlink_at: impl Fn(&Path) -> Option<PathBuf>,
+) -> Result<PathBuf, LinkError> {
+    let mut todo: Vec<OsString> = clean(rel)
+        .components()
+        .map(|c| c.as_os_str().to_os_string())
+        .rev()
+        .collect();
+    let mut done = PathBuf::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        let cand = done.join(&c);
+        let last = todo.is_empty();
+        match symlink_at(&cand).filter(|_| !last || follow_last) {
+            Some(real) => {
+                hops += 1;
+                if hops > MAX_LINKS {
+                    return Err(LinkError::TooMany);
+                }
+                let target = std::fs::read_link(&real).map_err(|e| LinkError::Read(real, e))?;
+                let base = if target.is_absolute() {
+                    PathBuf::new()
+                } else {
+                    done.clone()
+                };
+                let joined = clean(&base.join(target));
+                for p in joined.components().rev() {
+                    todo.push(p.as_os_str().to_os_string());
+                }
+                done = PathBuf::new();
+            }
+            None => done = cand,
+        }
+    }
+    Ok(done)
 }
 
 impl StackView {
@@ -117,43 +171,18 @@ impl StackView {
     /// `rel` with every symlink of its parents followed (inside the view); the last
     /// component is followed too when `follow_last`.
     pub fn resolve(&self, rel: &Path, follow_last: bool) -> Result<PathBuf, BuildError> {
-        let mut todo: Vec<OsString> = clean(rel)
-            .components()
-            .map(|c| c.as_os_str().to_os_string())
-            .rev()
-            .collect();
-        let mut done = PathBuf::new();
-        let mut hops = 0;
-        while let Some(c) = todo.pop() {
-            let cand = done.join(&c);
-            let last = todo.is_empty();
-            match self.lookup(&cand) {
-                Some(f) if f.meta.file_type().is_symlink() && (!last || follow_last) => {
-                    hops += 1;
-                    if hops > MAX_LINKS {
-                        return Err(BuildError::Invalid(format!(
-                            "too many symbolic links resolving /{}",
-                            rel.display()
-                        )));
-                    }
-                    let target = std::fs::read_link(&f.real).map_err(|e| {
-                        BuildError::io(format!("read link {}", f.real.display()), e)
-                    })?;
-                    let base = if target.is_absolute() {
-                        PathBuf::new()
-                    } else {
-                        done.clone()
-                    };
-                    let joined = clean(&base.join(target));
-                    for p in joined.components().rev() {
-                        todo.push(p.as_os_str().to_os_string());
-                    }
-                    done = PathBuf::new();
-                }
-                _ => done = cand,
-            }
-        }
-        Ok(done)
+        follow_links(rel, follow_last, |p| {
+            self.lookup(p)
+                .filter(|f| f.meta.file_type().is_symlink())
+                .map(|f| f.real)
+        })
+        .map_err(|e| match e {
+            LinkError::TooMany => BuildError::Invalid(format!(
+                "too many symbolic links resolving /{}",
+                rel.display()
+            )),
+            LinkError::Read(real, e) => BuildError::io(format!("read link {}", real.display()), e),
+        })
     }
 
     /// The names in directory `rel` (merged; whiteouts and opaque directories applied),

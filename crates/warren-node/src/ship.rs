@@ -520,73 +520,6 @@ mod tests {
             .contains(&shipped::seal_key(&id)));
     }
 
-    /// A store that remembers the most bytes it was handed at once (by `put` or a part).
-    #[derive(Debug)]
-    struct Largest {
-        inner: warren_blob::LocalStore,
-        most: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    #[derive(Debug)]
-    struct LargestUpload {
-        inner: Box<dyn warren_blob::BlobUpload>,
-        most: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    fn handed(most: &std::sync::atomic::AtomicUsize, n: usize) {
-        most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    #[async_trait::async_trait]
-    impl BlobStore for Largest {
-        async fn head(&self, key: &str) -> Result<u64, BlobError> {
-            self.inner.head(key).await
-        }
-        async fn get_range(
-            &self,
-            key: &str,
-            range: std::ops::Range<u64>,
-        ) -> Result<bytes::Bytes, BlobError> {
-            self.inner.get_range(key, range).await
-        }
-        async fn get(&self, key: &str) -> Result<bytes::Bytes, BlobError> {
-            self.inner.get(key).await
-        }
-        async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), BlobError> {
-            handed(&self.most, data.len());
-            self.inner.put(key, data).await
-        }
-        async fn put_parts(
-            &self,
-            key: &str,
-        ) -> Result<Box<dyn warren_blob::BlobUpload>, BlobError> {
-            Ok(Box::new(LargestUpload {
-                inner: self.inner.put_parts(key).await?,
-                most: self.most.clone(),
-            }))
-        }
-        async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
-            self.inner.list(prefix).await
-        }
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl warren_blob::BlobUpload for LargestUpload {
-        async fn put_part(&mut self, part: bytes::Bytes) -> Result<(), BlobError> {
-            handed(&self.most, part.len());
-            self.inner.put_part(part).await
-        }
-        async fn complete(self: Box<Self>) -> Result<(), BlobError> {
-            self.inner.complete().await
-        }
-        async fn abort(self: Box<Self>) -> Result<(), BlobError> {
-            self.inner.abort().await
-        }
-    }
-
     /// An output larger than a part is uploaded from its file a part at a time: the store
     /// is never handed more than `PART_BYTES` at once (the whole output was, read from the
     /// journal in one piece), and it holds the output byte for byte, before the segment that
@@ -596,11 +529,10 @@ mod tests {
         use crate::trajectory::{Room, StoredExec, StoredResult};
         let dir = tempfile::tempdir().unwrap();
         let node = crate::Store::open(dir.path().join("state.redb")).unwrap();
-        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let remote: Arc<dyn BlobStore> = Arc::new(Largest {
-            inner: warren_blob::LocalStore::new(dir.path().join("remote")),
-            most: most.clone(),
-        });
+        let largest = Arc::new(warren_blob::testing::LargestHanded::new(
+            warren_blob::LocalStore::new(dir.path().join("remote")),
+        ));
+        let remote: Arc<dyn BlobStore> = largest.clone();
         let id = SandboxId::generate(&"n1".parse::<NodeId>().unwrap());
         let log = SandboxLog::empty(&id);
         let out: Vec<u8> = (0..warren_blob::PART_BYTES * 5 / 2)
@@ -625,7 +557,7 @@ mod tests {
         assert!(remote.head(&shipped::segment_key(&id, 1, 1)).await.is_ok());
         let stored = remote.get(&shipped::output_key(&digest)).await.unwrap();
         assert!(stored == out, "the output in the store differs");
-        let most = most.load(std::sync::atomic::Ordering::Relaxed);
+        let most = largest.most();
         assert!(
             most <= warren_blob::PART_BYTES,
             "the store was handed {most} bytes at once for a {} byte output",
