@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{BlobError, BlobStore, BlobUpload};
 
-/// Numbers the temporary files of uploads by parts (several may write one key at once).
+/// Numbers the temporary files of writes (several may write one key at once).
 static UPLOADS: AtomicU64 = AtomicU64::new(0);
 
 /// Blobs as files under a directory (`DIR/sha256/<hex>`).
@@ -30,6 +30,19 @@ impl LocalStore {
             return Err(BlobError::BadDigest(key.to_string()));
         }
         Ok(self.root.join(key))
+    }
+
+    /// Where `key`'s blob goes (its directory made) and a temporary file beside it of this
+    /// write alone, renamed into place once written whole: a reader never sees part of a
+    /// blob, and two writers of one key never share a temporary file.
+    fn staging(&self, key: &str) -> Result<(PathBuf, PathBuf), BlobError> {
+        let dest = self.path(key)?;
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d).map_err(|e| BlobError::io("create blob dir", e))?;
+        }
+        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
+        let tmp = dest.with_extension(format!("tmp-{}-{n}", std::process::id()));
+        Ok((dest, tmp))
     }
 
     fn open(&self, key: &str) -> Result<std::fs::File, BlobError> {
@@ -69,22 +82,17 @@ impl BlobStore for LocalStore {
     }
 
     async fn put(&self, key: &str, data: Bytes) -> Result<(), BlobError> {
-        let p = self.path(key)?;
-        if let Some(d) = p.parent() {
-            std::fs::create_dir_all(d).map_err(|e| BlobError::io("create blob dir", e))?;
-        }
-        let tmp = p.with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(&tmp, &data).map_err(|e| BlobError::io("write blob", e))?;
-        std::fs::rename(&tmp, &p).map_err(|e| BlobError::io("store blob", e))
+        let (dest, tmp) = self.staging(key)?;
+        std::fs::write(&tmp, &data)
+            .and_then(|_| std::fs::rename(&tmp, &dest))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                BlobError::io("store blob", e)
+            })
     }
 
     async fn put_parts(&self, key: &str) -> Result<Box<dyn BlobUpload>, BlobError> {
-        let dest = self.path(key)?;
-        if let Some(d) = dest.parent() {
-            std::fs::create_dir_all(d).map_err(|e| BlobError::io("create blob dir", e))?;
-        }
-        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
-        let tmp = dest.with_extension(format!("tmp-{}-{n}", std::process::id()));
+        let (dest, tmp) = self.staging(key)?;
         let file = std::fs::File::create(&tmp).map_err(|e| BlobError::io("create blob", e))?;
         Ok(Box::new(LocalUpload {
             file: Some(file),
