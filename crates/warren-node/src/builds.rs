@@ -366,10 +366,10 @@ impl Host for NodeHost {
             labels: [("warren.build".to_string(), "step".to_string())].into(),
             ..Default::default()
         };
-        // The sandbox is made on a task of its own, which this future's drop (a build whose
-        // client went away) does not cut short: a create dropped half-way left a sandbox
-        // `creating` for ever. What it made comes back inside a guard, so a sandbox made for
-        // a build that is gone (never received, or dropped with the channel) is deleted.
+        // The create runs to its end whatever happens to this future (`create_as`), and
+        // what it made comes back inside a guard made on the same task, so a sandbox made
+        // for a build that is gone (its client went away: never received, or dropped with
+        // the channel) is deleted, not left running.
         let (made_tx, made_rx) = tokio::sync::oneshot::channel();
         let (manager, caller) = (self.manager.clone(), self.caller.clone());
         tokio::spawn(async move {

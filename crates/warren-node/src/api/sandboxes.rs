@@ -182,11 +182,8 @@ pub async fn create(
     images
         .check_usable(&caller, &req.image.refs(), crate::images::Usage::Create)
         .await?;
-    // Run to completion even if the client goes away: a create cut off half-way would leave
-    // a sandbox stuck in `creating`.
-    let created = tokio::spawn(async move { m.create_as(&caller, req).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("create task: {e}")))??;
+    // Runs to its end even if the client goes away (see `Manager::create_as`).
+    let created = m.create_as(&caller, req).await?;
     let status = if created.created {
         StatusCode::CREATED
     } else {

@@ -24,8 +24,22 @@ pub struct Created {
 
 impl Manager {
     /// `POST /v1/sandboxes` by `caller`: the sandbox belongs to the caller's tenant and
-    /// counts against its quotas; idempotency keys are per tenant.
+    /// counts against its quotas; idempotency keys are per tenant. The create runs on a task
+    /// of its own, to its end even when the caller's future is dropped (a client that went
+    /// away from a create or a revive): one cut off half-way would leave a sandbox stuck in
+    /// `creating`.
     pub async fn create_as(
+        &self,
+        caller: &Caller,
+        req: CreateSandboxRequest,
+    ) -> Result<Created, NodeError> {
+        let (m, caller) = (self.clone(), caller.clone());
+        tokio::spawn(async move { m.create_to_the_end(&caller, req).await })
+            .await
+            .map_err(|e| ApiError::internal(format!("create task: {e}")))?
+    }
+
+    async fn create_to_the_end(
         &self,
         caller: &Caller,
         req: CreateSandboxRequest,

@@ -142,3 +142,26 @@ async fn an_exec_waits_for_a_create_only_within_its_own_timeout() {
     gate.add_permits(1);
     assert!(first.await.unwrap().unwrap().created);
 }
+
+/// A create whose caller goes away while it is in flight (a client that left a create or a
+/// revive: its future is dropped) still runs to its end: the sandbox is `running`, never
+/// left `creating`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_caller_goes_away_runs_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, rt) = manager_in(dir.path(), |_| {});
+    let gate = hold(&rt);
+    let (first, id) = start_held(&m, &rt, CreateSandboxRequest::default()).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    gate.add_permits(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while m.get(&id).unwrap().state == SandboxState::Creating {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sandbox stayed creating"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(m.get(&id).unwrap().state, SandboxState::Running);
+}
