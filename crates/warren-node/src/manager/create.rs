@@ -34,152 +34,9 @@ impl Manager {
         req: CreateSandboxRequest,
     ) -> Result<Created, NodeError> {
         let (m, caller) = (self.clone(), caller.clone());
-        tokio::spawn(async move { m.create_to_the_end(&caller, req).await })
+        tokio::spawn(async move { create_to_the_end(&m, &caller, req).await })
             .await
             .map_err(|e| ApiError::internal(format!("create task: {e}")))?
-    }
-
-    async fn create_to_the_end(
-        &self,
-        caller: &Caller,
-        req: CreateSandboxRequest,
-    ) -> Result<Created, NodeError> {
-        let cfg = &self.inner.cfg;
-        // From a snapshot: its substrate, image and limits, checked like any request's.
-        let (req, from) = match req.snapshot.as_deref() {
-            Some(sid) => {
-                let held = self.inner.parts.snapshots.get(caller, sid)?;
-                let req = super::snapshots::fill(&held.info, req)?;
-                (req, Some(super::snapshots::FromSnapshot { held }))
-            }
-            None => (req, None),
-        };
-        let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
-        if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
-            return Err(ApiError::invalid(format!(
-                "ttl_secs {t} is over this node's maximum lifetime of {} s",
-                cfg.ttl_cap()
-            ))
-            .into());
-        }
-        let runtime = self.inner.substrates.runtime_for(req.substrate)?;
-        // What can never run here is refused before anything starts.
-        runtime.admit(&limits)?;
-        if !req.network.is_none() && !runtime.network_policies() {
-            return Err(ApiError::invalid(format!(
-                "{} sandboxes take no network policy yet: create it with network \"none\"",
-                req.substrate.as_str()
-            ))
-            .into());
-        }
-        self.inner.parts.network.check(&req.network)?;
-        // The image's env, working directory and user are the sandbox's defaults under the
-        // request's own (a snapshot's request already carries its sandbox's).
-        let req = match from {
-            Some(_) => req,
-            None => with_image_defaults(self.inner.images.get().cloned(), req).await,
-        };
-        let tenant = caller.tenant.clone();
-        // The table key of the idempotency key (per tenant).
-        let key = req
-            .idempotency_key
-            .as_deref()
-            .map(|k| super::scoped_key(tenant.as_deref(), k));
-
-        // Reserve the id (and the key) before starting, so concurrent creates with one key
-        // start one sandbox and the node limit holds under load. The admission slot counts
-        // the sandbox as starting until this call returns.
-        let _slot;
-        let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
-            let mut keys = self.inner.registry.keys();
-            let existing = key.as_ref().and_then(|k| keys.get(k).cloned());
-            if let Some(existing) = existing {
-                drop(keys);
-                if existing.request != req {
-                    return Err(NodeError::IdempotencyConflict {
-                        key: req.idempotency_key.clone().unwrap_or_default(),
-                        id: existing.id,
-                    });
-                }
-                // A key is dropped before its sandbox leaves the map, so this finds it.
-                Err(self.lookup(&existing.id)?)
-            } else {
-                self.inner
-                    .tenants
-                    .rate(caller, 1, std::time::Instant::now())?;
-                let mut map = self.inner.registry.map_mut();
-                _slot = self
-                    .inner
-                    .admission
-                    .admit(map.len())
-                    .map_err(NodeError::Api)?;
-                if map.len() >= cfg.max_sandboxes {
-                    return Err(NodeError::TooManySandboxes {
-                        max: cfg.max_sandboxes,
-                    });
-                }
-                // Counted here, inserted below, under the same lock: the quota holds exactly.
-                self.inner
-                    .tenants
-                    .admit(caller, tenant.as_deref(), 1, &limits)?;
-                let id = SandboxId::generate(&cfg.node);
-                let now = now_ms();
-                let info = SandboxInfo {
-                    id: id.to_string(),
-                    substrate: req.substrate,
-                    state: SandboxState::Creating,
-                    image: req.image.refs(),
-                    limits,
-                    labels: req.labels.clone(),
-                    env: req.env.clone(),
-                    workdir: req
-                        .workdir
-                        .as_deref()
-                        .map(warren_types::validate::sandbox_path)
-                        .transpose()?,
-                    user: req.user.clone(),
-                    network: req.network.clone(),
-                    created_at_ms: now,
-                    expires_at_ms: cfg.ttl_for(req.ttl_secs).map(|t| now + t * 1000),
-                    idle_timeout_secs: req.idle_timeout_secs,
-                    last_activity_ms: now,
-                    reason: None,
-                    idempotency_key: req.idempotency_key.clone(),
-                    tenant: tenant.clone(),
-                    pty: req.pty,
-                };
-                let hostname = req
-                    .hostname
-                    .clone()
-                    .unwrap_or_else(|| cfg.default_hostname.clone());
-                let log = SandboxLog::empty(&id);
-                let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
-                map.insert(id.clone(), sb.clone());
-                if let Some(key) = &key {
-                    keys.insert(
-                        key.clone(),
-                        KeyEntry {
-                            id,
-                            request: req.clone(),
-                        },
-                    );
-                }
-                Ok(sb)
-            }
-        };
-        let sb = match reserved {
-            Ok(sb) => sb,
-            Err(earlier) => return self.repeat(earlier).await,
-        };
-
-        // However the start ends (even cut off), repeated creates and early calls learn it.
-        let settle = SettleOnDrop(sb.clone());
-        let outcome = self
-            .start(&sb, &req, key.as_deref(), runtime, from.as_ref())
-            .await;
-        sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
-        drop(settle);
-        outcome
     }
 
     /// Gives the manager the node's layer store, whose images' run configurations become
@@ -470,4 +327,142 @@ async fn with_image_defaults(
         req.user = c.user.clone();
     }
     req
+}
+
+/// The body of [`Manager::create_as`], on its own task.
+async fn create_to_the_end(
+    m: &Manager,
+    caller: &Caller,
+    req: CreateSandboxRequest,
+) -> Result<Created, NodeError> {
+    let cfg = &m.inner.cfg;
+    // From a snapshot: its substrate, image and limits, checked like any request's.
+    let (req, from) = match req.snapshot.as_deref() {
+        Some(sid) => {
+            let held = m.inner.parts.snapshots.get(caller, sid)?;
+            let req = super::snapshots::fill(&held.info, req)?;
+            (req, Some(super::snapshots::FromSnapshot { held }))
+        }
+        None => (req, None),
+    };
+    let limits = req.validate(&cfg.defaults, &cfg.bounds)?;
+    if let Some(t) = req.ttl_secs.filter(|t| *t > cfg.ttl_cap()) {
+        return Err(ApiError::invalid(format!(
+            "ttl_secs {t} is over this node's maximum lifetime of {} s",
+            cfg.ttl_cap()
+        ))
+        .into());
+    }
+    let runtime = m.inner.substrates.runtime_for(req.substrate)?;
+    // What can never run here is refused before anything starts.
+    runtime.admit(&limits)?;
+    if !req.network.is_none() && !runtime.network_policies() {
+        return Err(ApiError::invalid(format!(
+            "{} sandboxes take no network policy yet: create it with network \"none\"",
+            req.substrate.as_str()
+        ))
+        .into());
+    }
+    m.inner.parts.network.check(&req.network)?;
+    // The image's env, working directory and user are the sandbox's defaults under the
+    // request's own (a snapshot's request already carries its sandbox's).
+    let req = match from {
+        Some(_) => req,
+        None => with_image_defaults(m.inner.images.get().cloned(), req).await,
+    };
+    let tenant = caller.tenant.clone();
+    // The table key of the idempotency key (per tenant).
+    let key = req
+        .idempotency_key
+        .as_deref()
+        .map(|k| super::scoped_key(tenant.as_deref(), k));
+
+    // Reserve the id (and the key) before starting, so concurrent creates with one key
+    // start one sandbox and the node limit holds under load. The admission slot counts
+    // the sandbox as starting until this call returns.
+    let _slot;
+    let reserved: Result<Arc<Sandbox>, Arc<Sandbox>> = {
+        let mut keys = m.inner.registry.keys();
+        let existing = key.as_ref().and_then(|k| keys.get(k).cloned());
+        if let Some(existing) = existing {
+            drop(keys);
+            if existing.request != req {
+                return Err(NodeError::IdempotencyConflict {
+                    key: req.idempotency_key.clone().unwrap_or_default(),
+                    id: existing.id,
+                });
+            }
+            // A key is dropped before its sandbox leaves the map, so this finds it.
+            Err(m.lookup(&existing.id)?)
+        } else {
+            m.inner.tenants.rate(caller, 1, std::time::Instant::now())?;
+            let mut map = m.inner.registry.map_mut();
+            _slot = m.inner.admission.admit(map.len()).map_err(NodeError::Api)?;
+            if map.len() >= cfg.max_sandboxes {
+                return Err(NodeError::TooManySandboxes {
+                    max: cfg.max_sandboxes,
+                });
+            }
+            // Counted here, inserted below, under the same lock: the quota holds exactly.
+            m.inner
+                .tenants
+                .admit(caller, tenant.as_deref(), 1, &limits)?;
+            let id = SandboxId::generate(&cfg.node);
+            let now = now_ms();
+            let info = SandboxInfo {
+                id: id.to_string(),
+                substrate: req.substrate,
+                state: SandboxState::Creating,
+                image: req.image.refs(),
+                limits,
+                labels: req.labels.clone(),
+                env: req.env.clone(),
+                workdir: req
+                    .workdir
+                    .as_deref()
+                    .map(warren_types::validate::sandbox_path)
+                    .transpose()?,
+                user: req.user.clone(),
+                network: req.network.clone(),
+                created_at_ms: now,
+                expires_at_ms: cfg.ttl_for(req.ttl_secs).map(|t| now + t * 1000),
+                idle_timeout_secs: req.idle_timeout_secs,
+                last_activity_ms: now,
+                reason: None,
+                idempotency_key: req.idempotency_key.clone(),
+                tenant: tenant.clone(),
+                pty: req.pty,
+            };
+            let hostname = req
+                .hostname
+                .clone()
+                .unwrap_or_else(|| cfg.default_hostname.clone());
+            let log = SandboxLog::empty(&id);
+            let sb = Sandbox::new(id.clone(), info, runtime.clone(), hostname, None, log);
+            map.insert(id.clone(), sb.clone());
+            if let Some(key) = &key {
+                keys.insert(
+                    key.clone(),
+                    KeyEntry {
+                        id,
+                        request: req.clone(),
+                    },
+                );
+            }
+            Ok(sb)
+        }
+    };
+    let sb = match reserved {
+        Ok(sb) => sb,
+        Err(earlier) => return m.repeat(earlier).await,
+    };
+
+    // However the start ends (even cut off), repeated creates and early calls learn it.
+    let settle = SettleOnDrop(sb.clone());
+    let outcome = m
+        .start(&sb, &req, key.as_deref(), runtime, from.as_ref())
+        .await;
+    sb.settle_start(outcome.as_ref().map(|_| ()).map_err(|e| e.to_api()));
+    drop(settle);
+    outcome
 }
